@@ -1,0 +1,114 @@
+"""Turn a local Hugging Face ``config.json`` into an LLM catalog entry (no network).
+
+Parameter counts are computed from the architecture: embeddings (and an untied output head),
+attention projections (GQA or MLA), dense MLPs (gated: 3 matrices), and for MoE layers the
+routed experts, shared experts and router. Active parameters count only the experts a token
+is routed to. Norm weights and biases are ignored (well under 0.1%).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from fleetplan.catalogs.loader import InputError
+
+
+def _get(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
+    for n in names:
+        if cfg.get(n) is not None:
+            return cfg[n]
+    return default
+
+
+def _need(cfg: dict[str, Any], *names: str) -> Any:
+    v = _get(cfg, *names)
+    if v is None:
+        raise InputError(f"config.json: missing field {names[0]!r}")
+    return v
+
+
+def entry_from_hf_config(cfg: dict[str, Any], model_id: str, source: str, as_of: dt.date | None = None) -> dict[str, Any]:
+    """A ``models`` catalog entry (plain dict, validated by the loader) from a parsed config.json."""
+    if "text_config" in cfg and isinstance(cfg["text_config"], dict):
+        cfg = {**cfg, **cfg["text_config"]}
+    layers = int(_need(cfg, "num_hidden_layers", "n_layer", "num_layers"))
+    hidden = int(_need(cfg, "hidden_size", "n_embd", "d_model"))
+    heads = int(_need(cfg, "num_attention_heads", "n_head"))
+    kv_heads = int(_get(cfg, "num_key_value_heads", "num_kv_heads", default=heads))
+    head_dim = int(_get(cfg, "head_dim", default=hidden // heads))
+    vocab = int(_get(cfg, "vocab_size", default=0))
+    tied = bool(_get(cfg, "tie_word_embeddings", default=False))
+    inter = int(_get(cfg, "intermediate_size", "ffn_dim", default=4 * hidden))
+
+    kv_lora = _get(cfg, "kv_lora_rank")
+    rope_dim = _get(cfg, "qk_rope_head_dim")
+    attention = "mla" if kv_lora else "gqa"
+    if attention == "mla":
+        q_lora = _get(cfg, "q_lora_rank")
+        nope = int(_get(cfg, "qk_nope_head_dim", default=head_dim))
+        v_dim = int(_get(cfg, "v_head_dim", default=head_dim))
+        qk = nope + int(rope_dim)
+        q = hidden * heads * qk if not q_lora else hidden * q_lora + q_lora * heads * qk
+        attn = q + hidden * (kv_lora + rope_dim) + kv_lora * heads * (nope + v_dim) + heads * v_dim * hidden
+        head_dim = nope
+    else:
+        attn = hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim + heads * head_dim * hidden
+
+    n_experts = _get(cfg, "n_routed_experts", "num_local_experts", "num_experts")
+    moe: dict[str, Any] | None = None
+    dense_mlp = 3 * hidden * inter
+    if n_experts:
+        k = int(_need(cfg, "num_experts_per_tok", "experts_per_token", "top_k"))
+        moe_inter = int(_get(cfg, "moe_intermediate_size", default=inter))
+        shared = int(_get(cfg, "n_shared_experts", "num_shared_experts", default=0))
+        first_dense = int(_get(cfg, "first_k_dense_replace", default=0))
+        step = int(_get(cfg, "interleave_moe_layer_step", "moe_layer_freq", default=1)) or 1
+        moe_layers = len([i for i in range(first_dense, layers) if (i - first_dense) % step == step - 1 or step == 1])
+        expert = 3 * hidden * moe_inter
+        shared_p = shared * 3 * hidden * int(_get(cfg, "shared_expert_intermediate_size", default=moe_inter))
+        router = hidden * int(n_experts)
+        mlp_total = (layers - moe_layers) * dense_mlp + moe_layers * (int(n_experts) * expert + shared_p + router)
+        mlp_active = (layers - moe_layers) * dense_mlp + moe_layers * (k * expert + shared_p + router)
+        moe = {
+            "num_experts": int(n_experts), "experts_per_token": k, "num_shared_experts": shared,
+            "num_moe_layers": moe_layers, "moe_intermediate_size": moe_inter,
+        }
+    else:
+        mlp_total = mlp_active = layers * dense_mlp
+
+    embed = vocab * hidden * (1 if tied else 2)
+    total = embed + layers * attn + mlp_total
+    active = embed + layers * attn + mlp_active
+
+    window = _get(cfg, "sliding_window")
+    n_global = None
+    layer_types = _get(cfg, "layer_types")
+    if window and isinstance(layer_types, list):
+        n_global = sum(1 for t in layer_types if "sliding" not in str(t))
+    elif window and _get(cfg, "use_sliding_window", default=True) is False:
+        window = None
+    elif window:
+        n_global = 0
+    return {
+        "id": model_id,
+        "name": str(_get(cfg, "_name_or_path", default=model_id)),
+        "hf_repo": _get(cfg, "_name_or_path"),
+        "num_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_kv_heads": heads if attention == "mla" else kv_heads,
+        "head_dim": head_dim,
+        "attention": attention,
+        "sliding_window_tokens": int(window) if window else None,
+        "num_global_layers": n_global,
+        "kv_lora_rank": int(kv_lora) if kv_lora else None,
+        "qk_rope_head_dim": int(rope_dim) if kv_lora else None,
+        "moe": moe,
+        "total_params": float(total),
+        "active_params": float(active),
+        "max_context_tokens": _get(cfg, "max_position_embeddings"),
+        "source": source,
+        "as_of": (as_of or dt.date.today()).isoformat(),
+        "notes": "imported from config.json; parameter counts computed from the architecture",
+    }

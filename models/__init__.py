@@ -1,0 +1,13 @@
+"""Performance models: pure functions of (model, GPU, shape) with no solver and no I/O.
+
+- :mod:`fleetplan.models.presets`: the modelling assumptions (``seed`` and ``default``);
+- :mod:`fleetplan.models.memory`: weight and KV-cache bytes derived from architecture facts;
+- :mod:`fleetplan.models.parallel`: which tensor-parallel degrees a model and GPU allow;
+- :mod:`fleetplan.models.roofline`: the decode-step roofline (time, bound, tokens/s, memory);
+- :mod:`fleetplan.models.prefill`: prefill FLOPs per request.
+"""
+
+from fleetplan.models.presets import PRESETS, Preset, get_preset
+from fleetplan.models.roofline import StepEstimate, decode_step
+
+__all__ = ["PRESETS", "Preset", "StepEstimate", "decode_step", "get_preset"]

@@ -1,0 +1,9 @@
+"""Optimisation: candidates -> Pyomo MIP -> HiGHS / OR-Tools -> explained plan.
+
+- :mod:`fleetplan.optimizer.scenario`: the scenario file schema;
+- :mod:`fleetplan.optimizer.candidates`: feasible replica configurations, dominated ones pruned;
+- :mod:`fleetplan.optimizer.formulation`: the MIP, one ``define_*`` function per business rule;
+- :mod:`fleetplan.optimizer.linear`: export to a solver-neutral linear problem;
+- :mod:`fleetplan.optimizer.solvers`: HiGHS and OR-Tools behind one call;
+- :mod:`fleetplan.optimizer.plan`: the pipeline; :mod:`fleetplan.optimizer.results`: reading a plan.
+"""

@@ -1,0 +1,114 @@
+"""Schema and loading of scenario files (YAML): products to serve and planning options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator
+
+from fleetplan.catalogs.loader import InputError, format_validation_error, parse_yaml
+from fleetplan.catalogs.schema import Precision
+
+
+class ScenarioError(InputError):
+    """A scenario file is invalid; the message is one line for the user."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Product(_Strict):
+    """One LLM product: its model, its peak load and its service-level target."""
+
+    name: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    precision: Precision | list[Precision] | None = None
+    kv_precision: Precision | None = None
+    peak_qps: float = Field(ge=0)
+    input_tokens: PositiveInt
+    output_tokens: PositiveInt
+    min_tokens_per_s_per_user: PositiveFloat = 1.0
+    headroom: float = Field(default=0.30, ge=0, lt=1)
+
+    @property
+    def precisions(self) -> tuple[str, ...] | None:
+        """Weight precisions this product allows, or None to defer to the options."""
+        if self.precision is None:
+            return None
+        return (self.precision,) if isinstance(self.precision, str) else tuple(self.precision)
+
+    @property
+    def peak_output_tokens_per_s(self) -> float:
+        """Output tokens per second at peak: QPS x output tokens per request."""
+        return self.peak_qps * self.output_tokens
+
+
+class Options(_Strict):
+    """Restrictions of the search space and price overrides; all optional."""
+
+    gpus: list[str] | None = None
+    tp: list[PositiveInt] | None = None
+    batch: list[PositiveInt] | None = None
+    max_batch: PositiveInt = 512
+    precisions: list[Precision] | None = None
+    gpu_hour_usd: dict[str, PositiveFloat] = Field(default_factory=dict)
+    price_provider: str | None = None
+    time_limit_s: PositiveFloat | None = None
+    mip_rel_gap: float = Field(default=1e-6, ge=0, le=1)
+
+    @field_validator("gpus", "tp", "batch", "precisions")
+    @classmethod
+    def _non_empty(cls, v: list[Any] | None) -> list[Any] | None:
+        if v is not None and not v:
+            raise ValueError("must not be empty (leave it out to search everything)")
+        return v
+
+
+class Scenario(_Strict):
+    """A planning scenario: products to serve, a modelling preset and options."""
+
+    preset: Literal["seed", "default"] = "default"
+    catalogs: list[str] = Field(default_factory=list)
+    products: list[Product] = Field(min_length=1)
+    options: Options = Field(default_factory=Options)
+
+    @field_validator("products")
+    @classmethod
+    def _unique_names(cls, v: list[Product]) -> list[Product]:
+        seen: set[str] = set()
+        for p in v:
+            if p.name in seen:
+                raise ValueError(f"product name {p.name!r} is used twice")
+            seen.add(p.name)
+        return v
+
+
+def parse_scenario(raw: Any, where: str) -> Scenario:
+    """Validate a parsed YAML document as a scenario; errors name ``where`` and the field."""
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{where}: a scenario must be a mapping with 'products' (and optional 'preset', 'options')")
+    try:
+        return Scenario.model_validate(raw)
+    except ValidationError as err:
+        msg = format_validation_error(err, where)
+        loc = err.errors()[0]["loc"]
+        if len(loc) >= 2 and loc[0] == "products" and isinstance(loc[1], int):
+            products = raw.get("products") or []
+            if loc[1] < len(products) and isinstance(products[loc[1]], dict) and "name" in products[loc[1]]:
+                msg = msg.replace(f"products.{loc[1]}", f"products[{products[loc[1]]['name']}]", 1)
+        raise ScenarioError(msg) from None
+
+
+def load_scenario(path: Path | str) -> tuple[Scenario, Path]:
+    """Read and validate a scenario file; returns it with its folder (for relative paths)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError(f"scenario file not found: {p}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"cannot read scenario {p}: {exc}") from None
+    raw = parse_yaml(text, p, ScenarioError)
+    return parse_scenario(raw, str(p)), p.parent

@@ -1,0 +1,168 @@
+"""Solve a :class:`LinearProblem` with HiGHS (default) or OR-Tools (SCIP); same formulation, two engines.
+
+Statuses are reported as the solver gives them; only ``optimal`` counts as a plan.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleetplan.optimizer.linear import LinearProblem
+
+SOLVERS = ("highs", "ortools")
+
+
+@dataclass
+class SolveResult:
+    """Outcome of one solve: status, objective and variable values."""
+
+    solver: str
+    status: str  # optimal | infeasible | unbounded | time_limit | error
+    termination: str
+    objective: float | None = None
+    values: list[float] = field(default_factory=list)
+    mip_gap: float | None = None
+    solve_time_s: float = 0.0
+
+    @property
+    def optimal(self) -> bool:
+        """Proven optimal (within the requested relative gap)."""
+        return self.status == "optimal"
+
+
+def solve(lp: LinearProblem, solver: str = "highs", time_limit_s: float | None = None, mip_rel_gap: float = 1e-6) -> SolveResult:
+    """Solve ``lp`` with ``solver`` (``highs`` or ``ortools``)."""
+    if solver == "highs":
+        return _solve_highs(lp, time_limit_s, mip_rel_gap)
+    if solver == "ortools":
+        return _solve_ortools(lp, time_limit_s, mip_rel_gap)
+    raise ValueError(f"unknown solver {solver!r} (valid: {', '.join(SOLVERS)})")
+
+
+def _quiet_highs(highspy: Any) -> Any:
+    """A HiGHS instance created with file descriptor 1 muted: its constructor prints a banner."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        return highspy._core._Highs()  # the bare solver: no Python callback machinery needed
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(null)
+
+
+def _solve_highs(lp: LinearProblem, time_limit_s: float | None, mip_rel_gap: float) -> SolveResult:
+    import highspy
+    import numpy as np
+
+    h = _quiet_highs(highspy)
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("random_seed", 0)
+    h.setOptionValue("threads", 1)
+    h.setOptionValue("mip_rel_gap", mip_rel_gap)
+    if time_limit_s is not None:
+        h.setOptionValue("time_limit", float(time_limit_s))
+    inf = highspy.kHighsInf
+    model = highspy.HighsLp()
+    model.num_col_ = lp.num_cols
+    model.num_row_ = lp.num_rows
+    model.col_cost_ = np.array(lp.objective, dtype=float)
+    model.offset_ = lp.objective_constant
+    model.col_lower_ = np.array([max(-inf, x) for x in lp.col_lower], dtype=float)
+    model.col_upper_ = np.array([min(inf, x) for x in lp.col_upper], dtype=float)
+    model.row_lower_ = np.array([max(-inf, x) for x in lp.row_lower], dtype=float)
+    model.row_upper_ = np.array([min(inf, x) for x in lp.row_upper], dtype=float)
+    starts = [0]
+    index: list[int] = []
+    value: list[float] = []
+    for idx, val in zip(lp.row_index, lp.row_value):
+        index.extend(idx)
+        value.extend(val)
+        starts.append(len(index))
+    model.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    model.a_matrix_.start_ = np.array(starts, dtype=np.int32)
+    model.a_matrix_.index_ = np.array(index, dtype=np.int32)
+    model.a_matrix_.value_ = np.array(value, dtype=float)
+    model.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous for i in lp.col_integer]
+    h.passModel(model)
+    t0 = time.perf_counter()
+    h.run()
+    elapsed = time.perf_counter() - t0
+    ms = h.getModelStatus()
+    name = h.modelStatusToString(ms)
+    status = {
+        highspy.HighsModelStatus.kOptimal: "optimal",
+        highspy.HighsModelStatus.kInfeasible: "infeasible",
+        highspy.HighsModelStatus.kUnbounded: "unbounded",
+        highspy.HighsModelStatus.kUnboundedOrInfeasible: "infeasible",
+        highspy.HighsModelStatus.kTimeLimit: "time_limit",
+    }.get(ms, "error")
+    info = h.getInfo()
+    has_solution = info.primal_solution_status == 2  # kSolutionStatusFeasible
+    values = list(h.getSolution().col_value) if has_solution else []
+    gap = float(info.mip_gap) if any(lp.col_integer) and has_solution else None
+    return SolveResult(
+        solver="highs", status=status, termination=name, objective=float(info.objective_function_value) if has_solution else None,
+        values=values, mip_gap=None if gap is None or math.isinf(gap) else gap, solve_time_s=elapsed,
+    )
+
+
+def _solve_ortools(lp: LinearProblem, time_limit_s: float | None, mip_rel_gap: float) -> SolveResult:
+    from ortools.linear_solver import pywraplp
+
+    s = pywraplp.Solver.CreateSolver("SCIP")
+    if s is None:  # pragma: no cover - SCIP ships with ortools wheels
+        return SolveResult(solver="ortools", status="error", termination="SCIP backend not available")
+    s.SetNumThreads(1)
+    if time_limit_s is not None:
+        s.SetTimeLimit(int(time_limit_s * 1000))
+    inf = s.infinity()
+    xs = []
+    for j in range(lp.num_cols):
+        lo = -inf if math.isinf(lp.col_lower[j]) else lp.col_lower[j]
+        hi = inf if math.isinf(lp.col_upper[j]) else lp.col_upper[j]
+        xs.append(s.IntVar(lo, hi, f"x{j}") if lp.col_integer[j] else s.NumVar(lo, hi, f"x{j}"))
+    for i in range(lp.num_rows):
+        lo = -inf if math.isinf(lp.row_lower[i]) else lp.row_lower[i]
+        hi = inf if math.isinf(lp.row_upper[i]) else lp.row_upper[i]
+        row = s.RowConstraint(lo, hi, f"r{i}")
+        for j, a in zip(lp.row_index[i], lp.row_value[i]):
+            row.SetCoefficient(xs[j], a)
+    obj = s.Objective()
+    for j, c in enumerate(lp.objective):
+        if c:
+            obj.SetCoefficient(xs[j], c)
+    obj.SetOffset(lp.objective_constant)
+    obj.SetMinimization()
+    params = pywraplp.MPSolverParameters()
+    params.SetDoubleParam(pywraplp.MPSolverParameters.RELATIVE_MIP_GAP, mip_rel_gap)
+    t0 = time.perf_counter()
+    code = s.Solve(params)
+    elapsed = time.perf_counter() - t0
+    names = {
+        pywraplp.Solver.OPTIMAL: "optimal",
+        pywraplp.Solver.FEASIBLE: "time_limit",
+        pywraplp.Solver.INFEASIBLE: "infeasible",
+        pywraplp.Solver.UNBOUNDED: "unbounded",
+        pywraplp.Solver.ABNORMAL: "error",
+        pywraplp.Solver.NOT_SOLVED: "time_limit",
+    }
+    status = names.get(code, "error")
+    has_solution = code in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE)
+    values = [x.solution_value() for x in xs] if has_solution else []
+    objective = obj.Value() if has_solution else None
+    gap = None
+    if has_solution and any(lp.col_integer):
+        bound = obj.BestBound()
+        gap = abs(objective - bound) / max(1e-9, abs(objective)) if objective else 0.0
+    return SolveResult(
+        solver="ortools", status=status, termination=f"SCIP result status {code} ({status})", objective=objective,
+        values=values, mip_gap=gap, solve_time_s=elapsed,
+    )
