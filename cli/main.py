@@ -76,20 +76,31 @@ def _console() -> Any:
     return Console(width=max(160, int(os.environ.get("COLUMNS", "0") or 0)), highlight=False)
 
 
+def resolve_preset(name: str, calibration: str | None) -> Any:
+    """The named preset, adjusted by a calibration profile file when one is given."""
+    from fleetplan.models.presets import get_preset
+
+    preset = get_preset(name)
+    if calibration:
+        from fleetplan.models.calibration import apply_profile
+
+        preset = apply_profile(preset, Path(calibration))
+    return preset
+
+
 # ---------------------------------------------------------------- estimate
 def cmd_estimate(args: argparse.Namespace) -> int:
     """Roofline breakdown of one configuration."""
     from fleetplan.catalogs import load_catalog
     from fleetplan.models.parallel import tp_problem
     from fleetplan.models.prefill import prefill_flops_per_request
-    from fleetplan.models.presets import get_preset
     from fleetplan.models.roofline import decode_step
     from fleetplan.catalogs.loader import InputError
 
     catalog = load_catalog(args.catalog)
     llm = catalog.model(args.model, "--model")
     gpu = catalog.gpu(args.gpu, "--gpu")
-    preset = get_preset(args.preset)
+    preset = resolve_preset(args.preset, args.calibration)
     problem = tp_problem(llm, gpu, args.tp)
     if problem:
         raise InputError(f"--tp: {problem}")
@@ -124,7 +135,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise _usage("plan: give one scenario file")
     scenario, folder = load_scenario(args.scenario[0])
     catalog = load_catalog([*(folder / c for c in scenario.catalogs), *args.catalog])
-    plan = make_plan(scenario, catalog, solver=args.solver, alternatives=not args.no_alternatives)
+    preset = resolve_preset(scenario.preset, args.calibration) if args.calibration else None
+    plan = make_plan(scenario, catalog, solver=args.solver, alternatives=not args.no_alternatives, preset=preset)
     d = plan_to_dict(plan)
     text = dumps(d)
     if args.out:
@@ -265,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--input-tokens", type=_int_in(1, 10_000_000, "--input-tokens"), required=True)
     e.add_argument("--output-tokens", type=_int_in(1, 10_000_000, "--output-tokens"), required=True)
     e.add_argument("--preset", choices=("seed", "default"), default="default")
+    e.add_argument("--calibration", help="calibration profile YAML (from `fleetplan calibrate`)")
     e.add_argument("--catalog", action="append", default=[], help=catalog_help)
     e.add_argument("--json", action="store_true", help="print JSON")
     e.set_defaults(func=cmd_estimate)
@@ -275,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--catalog", action="append", default=[], help=catalog_help)
     pl.add_argument("--json", action="store_true", help="print JSON")
     pl.add_argument("--out", help="also write the JSON plan to this file")
+    pl.add_argument("--calibration", help="calibration profile YAML (from `fleetplan calibrate`)")
     pl.add_argument("--no-alternatives", action="store_true", help="skip the per-GPU-type runner-up solves")
     pl.set_defaults(func=cmd_plan)
 
@@ -293,6 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("--active-params", type=_float_ge(1, "--active-params"))
     ca.add_argument("--out", default="fleetplan-catalog.yaml", help="user catalog file to create or update")
     ca.set_defaults(func=cmd_catalog_add_model)
+
+    from fleetplan.fidelity import register
+
+    register(sub)
     return p
 
 

@@ -38,6 +38,7 @@ class Preset:
     kv_precision_from_product: bool = False
     kv_head_replication: bool = False
     sliding_window: bool = False
+    calibration: str | None = None
 
     def describe(self) -> str:
         """One line summarising the preset's assumptions."""

@@ -88,8 +88,13 @@ def decode_step(
     output_tokens: float,
     preset: Preset,
     kv_precision: str | None = None,
+    prefill_flops_per_step: float = 0.0,
 ) -> StepEstimate:
-    """Roofline estimate of one decode step of a ``tp``-GPU replica running ``batch`` sequences."""
+    """Roofline estimate of one decode step of a ``tp``-GPU replica running ``batch`` sequences.
+
+    ``prefill_flops_per_step`` is prefill work carried by the same step (chunked prefill of
+    new requests on a colocated replica); it adds to the step's compute time.
+    """
     kv_prec = effective_kv_precision(preset, kv_precision)
     read_tokens, held_tokens = kv_context_tokens(preset, input_tokens, output_tokens)
     replication = kv_replication_factor(llm, tp) if preset.kv_head_replication else 1.0
@@ -100,7 +105,7 @@ def decode_step(
     bytes_per_step = w + batch * kv_read
     memory_time = bytes_per_step / (tp * gpu.mem_bandwidth_bytes_per_s * preset.bandwidth_efficiency)
     c_prec = compute_precision(preset, gpu, precision)
-    flops = 2.0 * llm.active_params * batch
+    flops = 2.0 * llm.active_params * batch + prefill_flops_per_step
     compute_time = flops / (tp * gpu.flops_per_s(c_prec) * preset.compute_efficiency)
     step = max(memory_time, compute_time)
     return StepEstimate(

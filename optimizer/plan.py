@@ -181,9 +181,18 @@ def _why(pp: ProductPlan) -> str:
     return txt
 
 
-def make_plan(scenario: Scenario, catalog: Catalog, solver: str = "highs", alternatives: bool = True) -> Plan:
-    """Solve ``scenario`` to proven optimality and explain the result."""
-    preset = get_preset(scenario.preset)
+def make_plan(
+    scenario: Scenario,
+    catalog: Catalog,
+    solver: str = "highs",
+    alternatives: bool = True,
+    preset: Preset | None = None,
+) -> Plan:
+    """Solve ``scenario`` to proven optimality and explain the result.
+
+    ``preset`` replaces the scenario's named preset (e.g. one adjusted by a calibration profile).
+    """
+    preset = preset or get_preset(scenario.preset)
     timings = Timings()
     t0 = time.perf_counter()
     sets = build_candidates(scenario, catalog, preset)

@@ -63,6 +63,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "solver": res.solver,
         "termination": res.termination,
         "preset": plan.preset.name,
+        "calibration": plan.preset.calibration,
         "monthly_cost_usd": _r(plan.monthly_cost_usd, 2),
         "objective_usd": _r(res.objective or 0.0, 2),
         "products": [product_to_dict(pp, plan.preset.hours_per_month) for pp in plan.products],

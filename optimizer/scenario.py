@@ -55,6 +55,7 @@ class Options(_Strict):
     precisions: list[Precision] | None = None
     gpu_hour_usd: dict[str, PositiveFloat] = Field(default_factory=dict)
     price_provider: str | None = None
+    engine: str | None = None
     time_limit_s: PositiveFloat | None = None
     mip_rel_gap: float = Field(default=1e-6, ge=0, le=1)
 
