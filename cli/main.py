@@ -136,7 +136,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     scenario, folder = load_scenario(args.scenario[0])
     catalog = load_catalog([*(folder / c for c in scenario.catalogs), *args.catalog])
     preset = resolve_preset(scenario.preset, args.calibration) if args.calibration else None
-    plan = make_plan(scenario, catalog, solver=args.solver, alternatives=not args.no_alternatives, preset=preset)
+    plan = make_plan(scenario, catalog, solver=args.solver, alternatives=not args.no_alternatives, preset=preset, folder=folder)
     d = plan_to_dict(plan)
     text = dumps(d)
     if args.out:

@@ -36,27 +36,70 @@ def print_estimate(d: dict[str, Any], console: Console) -> None:
     console.print(t)
 
 
+def _n(x: Any, fmt: str = "{:,.0f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
 def print_plan(d: dict[str, Any], console: Console) -> None:
-    """The plan: one line per product, the total, the reasons and alternatives."""
-    t = Table(title=f"fleetplan: {d['status']} ({d['solver']}, preset {d['preset']})")
-    for col in ("product", "model", "gpu", "tp", "prec", "batch", "replicas", "GPUs", "tok/s/user", "tok/s/replica", "$/month", "$/M tok"):
-        t.add_column(col, justify="right" if col not in ("product", "model", "gpu", "prec") else "left")
+    """The plan: decode and prefill lines per product, product totals, reasons and alternatives."""
+    hours = d.get("hours", 1)
+    title = f"fleetplan: {d['status']} ({d['solver']}, preset {d['preset']}"
+    title += f", calibration {d['calibration']}" if d.get("calibration") else ""
+    title += f", {hours} h horizon, tiers {'/'.join(d['tiers'])})" if hours > 1 else ")"
+    t = Table(title=title)
+    for col in ("product", "part", "gpu", "tp", "prec", "batch", "replicas", "GPUs", "tok/s/user", "tok/s/replica",
+                "TTFT ms", "$/month", "$/M tok"):
+        t.add_column(col, justify="left" if col in ("product", "part", "gpu", "prec") else "right", no_wrap=True)
     for p in d["products"]:
+        pre = p["prefill"]
         t.add_row(
-            p["name"], p["model"], p["gpu"], str(p["tp"]), p["precision"], str(p["batch"]), f"{p['replicas']:,}",
-            f"{p['gpus']:,}", f"{p['per_user_tokens_per_s']:,.1f}", f"{p['replica_tokens_per_s']:,.0f}",
-            f"{p['monthly_cost_usd']:,.0f}",
-            "-" if p["cost_per_million_output_tokens_usd"] is None else f"{p['cost_per_million_output_tokens_usd']:.3f}",
+            p["name"], f"decode ({pre['mode'] or 'api'})", p["gpu"] or "-", _n(p["tp"], "{}"), p["precision"] or "-",
+            _n(p["batch"], "{}"), f"{p['replicas']:,}", f"{p['gpus']:,}", _n(p["per_user_tokens_per_s"], "{:,.1f}"),
+            _n(p["replica_tokens_per_s"]), _n(p["ttft_ms"]),
+            f"{p['monthly_cost_usd'] - pre['monthly_cost_usd'] - p['monthly_cost_breakdown_usd']['api'] - p['monthly_cost_breakdown_usd']['fixed']:,.0f}",
+            "",
         )
-    t.add_section()
-    t.add_row("total", "", "", "", "", "", "", f"{sum(p['gpus'] for p in d['products']):,}", "", "", f"{d['monthly_cost_usd']:,.0f}", "")
+        if pre["gpu"]:
+            t.add_row("", "prefill pool", pre["gpu"], str(pre["tp"]), pre["precision"], "", f"{pre['replicas']:,}",
+                      f"{pre['gpus']:,}", "", "", "", f"{pre['monthly_cost_usd']:,.0f}", "")
+        b = p["monthly_cost_breakdown_usd"]
+        if b["api"]:
+            t.add_row("", f"api ({p['api_fraction']:.0%} of tokens)", p["api"]["id"], "", "", "", "", "", "", "", "",
+                      f"{b['api']:,.0f}", "")
+        if b["fixed"]:
+            t.add_row("", "fixed self-hosting", "", "", "", "", "", "", "", "", "", f"{b['fixed']:,.0f}", "")
+        t.add_row(f"[bold]{p['name']} total[/bold]", "", "", "", "", "", "", f"{p['gpus'] + (pre['gpus'] or 0):,}", "", "", "",
+                  f"[bold]{p['monthly_cost_usd']:,.0f}[/bold]", _n(p["cost_per_million_tokens_usd"], "{:.3f}"))
+        t.add_section()
+    gpus = sum(p["gpus"] + (p["prefill"]["gpus"] or 0) for p in d["products"])
+    t.add_row("[bold]total[/bold]", "", "", "", "", "", "", f"{gpus:,}", "", "", "", f"[bold]{d['monthly_cost_usd']:,.0f}[/bold]", "")
     console.print(t)
+    if hours > 1 or any(v for k, v in d["monthly_cost_breakdown_usd"].items() if k != "on_demand"):
+        b = d["monthly_cost_breakdown_usd"]
+        console.print("cost breakdown per month: " + ", ".join(f"{k} ${v:,.0f}" for k, v in b.items()))
     for p in d["products"]:
         console.print(f"[bold]{p['name']}[/bold]: {p['why']}.")
-        console.print(f"  price: ${p['usd_per_gpu_hour']:.2f}/GPU-hour from {p['price_source']}")
+        if p["usd_per_gpu_hour"] is not None:
+            console.print(f"  price: ${p['usd_per_gpu_hour']:.2f}/GPU-hour from {p['price_source']}")
+        if hours > 1 and p["utilisation"] is not None:
+            console.print(
+                f"  utilisation {p['utilisation']:.0%} of self-hosted capacity; cost ${p['cost_per_million_tokens_usd']:.3f} "
+                f"per million tokens against ${p['ideal_cost_per_million_tokens_usd']:.3f} for the fleet at 100%; "
+                f"API share {p['api_fraction']:.1%}"
+            )
+        chk = p.get("prefill_check")
+        if chk and p["prefill"]["mode"] != "headroom":
+            console.print(f"  prefill check: {chk['verdict']}")
+        kv = p["prefill"].get("kv_transfer")
+        if kv:
+            console.print(
+                f"  KV hand-off: {kv['bytes_per_request'] / 1e6:,.0f} MB per request, {kv['peak_bytes_per_s'] / 1e9:,.1f} GB/s at peak "
+                f"over the {kv['link']} link ({kv['link_utilisation']:.1%} of {kv['link_bytes_per_s'] / 1e9:,.0f} GB/s), "
+                f"{kv['transfer_ms_per_request']:.1f} ms per request"
+            )
         if p["alternatives"]:
             alt = Table(title=f"{p['name']}: cheapest plan on each other GPU type", title_justify="left")
-            for col in ("gpu", "tp", "prec", "batch", "replicas", "GPUs", "$/month", "vs plan"):
+            for col in ("gpu", "tp", "prec", "batch", "replicas", "GPUs", "product $/month", "plan vs chosen"):
                 alt.add_column(col, justify="left" if col in ("gpu", "prec") else "right")
             for a in p["alternatives"]:
                 alt.add_row(
@@ -64,13 +107,12 @@ def print_plan(d: dict[str, Any], console: Console) -> None:
                     f"{a['monthly_cost_usd']:,.0f}", f"+{a['cost_difference_usd']:,.0f}",
                 )
             console.print(alt)
-    counts = d["candidates"]
-    for name, c in counts.items():
+    for name, c in d["candidates"].items():
         console.print(
             f"[dim]{name}: {c['generated']:,} candidates generated, {c['feasible']:,} feasible, "
-            f"{c['after_pruning']} after pruning; MIP {d['model_size']['variables']} variables, "
-            f"{d['model_size']['constraints']} constraints[/dim]"
+            f"{c['after_pruning']} after pruning[/dim]"
         )
+    console.print(f"[dim]MIP: {d['model_size']['variables']:,} variables, {d['model_size']['constraints']:,} constraints[/dim]")
 
 
 def print_catalog(kind: str, rows: list[dict[str, Any]], console: Console) -> None:

@@ -1,58 +1,110 @@
-"""Candidate replica configurations: enumerate (GPU x TP x precision x batch), keep the feasible, prune.
+"""Candidate configurations: enumerate (GPU x TP x precision x batch), keep the feasible, prune.
 
-Every decode-step quantity the roofline gives gets worse as the batch grows (step time,
-per-user speed, memory), while replica throughput B / step only grows. So for one
-(GPU, TP, precision) shape the feasible batches form a prefix of the sorted batch options
-and the largest feasible batch gives the most throughput for the same price: it is the only
-one of that shape worth offering to the solver. A binary search finds it.
+Decode candidates. Every decode-step quantity the roofline gives gets worse as the batch grows
+(step time, per-user speed, memory), while replica throughput B / step only grows. So for one
+(GPU, TP, precision, prefill mode) shape the batches meeting speed and memory form a prefix
+of the sorted batch options, found by binary search, and the largest feasible batch gives the
+most throughput for the same price. A colocated replica's time-to-first-token first falls
+with the batch (more prefill per step) and then rises (longer steps), so the largest batch
+that also meets a TTFT target is found on the rising side.
 
-Across shapes, a candidate is dominated when another one of the same product and GPU type
-uses no more GPUs per replica, costs no more and delivers at least as much usable throughput.
+Prefill modes of a decode candidate:
+    headroom   decode only; the product's headroom (30% by default) stands in for prefill;
+    colocated  each decode step also carries its share of new requests' prefill (chunked
+               prefill): B / output_tokens requests finish per step, so as many start, each
+               bringing its uncached prompt; headroom is burst only (10% by default);
+    pool       decode only; prefill runs on a separate pool (pool candidates below).
+
+Pool candidates: (GPU, TP, precision) replicas that prefill one request at a time at
+max(compute time, weight-read time); their capacity in FLOP/s is derated to the utilisation
+a TTFT target allows (queueing below).
+
+Queueing allowance (M/D/1, each replica its own queue): a request waits on average
+rho / (2 (1 - rho)) service times at utilisation rho.
+
+Across shapes, a candidate is dominated when another one of the same product, GPU type and
+prefill mode uses no more GPUs per replica, costs no more and delivers at least as much.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fleetplan.catalogs.loader import Catalog, InputError, nearest
 from fleetplan.catalogs.schema import GPU, LLM, PRECISIONS
+from fleetplan.models.memory import kv_bytes_per_token
 from fleetplan.models.parallel import tp_problem
+from fleetplan.models.prefill import prefill_flops_per_request
 from fleetplan.models.presets import Preset
-from fleetplan.models.roofline import StepEstimate, decode_step
+from fleetplan.models.roofline import StepEstimate, compute_precision, decode_step, effective_kv_precision
+from fleetplan.models.memory import weight_bytes
 from fleetplan.optimizer.scenario import Options, Product
 
 DEFAULT_TP: tuple[int, ...] = (1, 2, 4, 8)
+TIERS: tuple[str, ...] = ("reserved", "on_demand", "spot")
 
 
 @dataclass(frozen=True)
 class GPUPriceChoice:
-    """The GPU-hour price a plan uses for one GPU type, and where it comes from."""
+    """GPU-hour prices a plan uses for one GPU type, per capacity tier, and their sources."""
 
     gpu: str
     usd_per_gpu_hour: float
     source: str
+    tier_usd_per_gpu_hour: tuple[tuple[str, float], ...] = ()
+    tier_sources: tuple[tuple[str, str], ...] = ()
+
+    def tier(self, tier: str) -> float:
+        """USD per GPU-hour in ``tier`` (on_demand is the plain price)."""
+        return dict(self.tier_usd_per_gpu_hour).get(tier, self.usd_per_gpu_hour)
+
+    def tier_source(self, tier: str) -> str:
+        """Where the ``tier`` price comes from."""
+        return dict(self.tier_sources).get(tier, self.source)
+
+
+def queue_factor(rho: float) -> float:
+    """Time in system over service time at utilisation ``rho`` (M/D/1): 1 + rho / (2 (1 - rho))."""
+    if rho >= 1.0:
+        return math.inf
+    return 1.0 + rho / (2.0 * (1.0 - rho))
+
+
+def max_utilisation(service_s: float, budget_s: float) -> float:
+    """Highest utilisation at which service time x queue factor stays within ``budget_s``."""
+    if service_s <= 0:
+        return 1.0
+    a = budget_s / service_s - 1.0
+    if a < 0:
+        return 0.0
+    return 2.0 * a / (1.0 + 2.0 * a)
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """One replica configuration of one product, with its largest feasible batch."""
+    """One decode replica configuration of one product, at its largest feasible batch."""
 
     product: str
     gpu: str
     tp: int
     precision: str
     batch: int
+    mode: str
     estimate: StepEstimate
     price: GPUPriceChoice
     hours_per_month: float
     headroom: float
     batch_limited_by: str
+    ttft_s: float | None = None
+    prefill_flops_per_step: float = 0.0
 
     @property
     def key(self) -> str:
-        """Stable name: ``{product}/{gpu}/tp{tp}/{precision}/b{batch}``."""
-        return f"{self.product}/{self.gpu}/tp{self.tp}/{self.precision}/b{self.batch}"
+        """Stable name: ``{product}/{mode}/{gpu}/tp{tp}/{precision}/b{batch}``."""
+        return f"{self.product}/{self.mode}/{self.gpu}/tp{self.tp}/{self.precision}/b{self.batch}"
 
     @property
     def gpus(self) -> int:
@@ -71,13 +123,61 @@ class Candidate:
 
     @property
     def usd_per_replica_hour(self) -> float:
-        """Price of one replica for one hour."""
+        """Price of one replica for one hour at the plain (on-demand) price."""
         return self.tp * self.price.usd_per_gpu_hour
+
+    def usd_per_replica_hour_in(self, tier: str) -> float:
+        """Price of one replica for one hour in capacity tier ``tier``."""
+        return self.tp * self.price.tier(tier)
 
     @property
     def monthly_cost_per_replica_usd(self) -> float:
-        """Price of one replica kept on all month."""
+        """Price of one replica kept on all month at the plain price."""
         return self.usd_per_replica_hour * self.hours_per_month
+
+
+@dataclass(frozen=True)
+class PoolCandidate:
+    """One prefill-pool replica configuration of one product."""
+
+    product: str
+    gpu: str
+    tp: int
+    precision: str
+    price: GPUPriceChoice
+    hours_per_month: float
+    service_s: float
+    transfer_s: float
+    flops_per_request: float
+    max_utilisation: float
+
+    @property
+    def key(self) -> str:
+        """Stable name: ``{product}/pool/{gpu}/tp{tp}/{precision}``."""
+        return f"{self.product}/pool/{self.gpu}/tp{self.tp}/{self.precision}"
+
+    @property
+    def flops_per_s(self) -> float:
+        """Prefill FLOP/s one replica sustains when busy."""
+        return self.flops_per_request / self.service_s
+
+    @property
+    def usable_flops_per_s(self) -> float:
+        """Prefill FLOP/s one replica may be loaded with and still meet the TTFT target."""
+        return self.flops_per_s * self.max_utilisation
+
+    def ttft_s(self, utilisation: float) -> float:
+        """Time to first token at pool utilisation ``utilisation``: queue + prefill + KV hand-off."""
+        return self.service_s * queue_factor(utilisation) + self.transfer_s
+
+    def usd_per_replica_hour_in(self, tier: str) -> float:
+        """Price of one pool replica for one hour in capacity tier ``tier``."""
+        return self.tp * self.price.tier(tier)
+
+    @property
+    def monthly_cost_per_replica_usd(self) -> float:
+        """Price of one replica kept on all month at the plain price."""
+        return self.tp * self.price.usd_per_gpu_hour * self.hours_per_month
 
 
 @dataclass
@@ -86,6 +186,7 @@ class CandidateSet:
 
     product: str
     candidates: list[Candidate] = field(default_factory=list)
+    pool: list[PoolCandidate] = field(default_factory=list)
     generated: int = 0
     feasible: int = 0
     invalid_shapes: int = 0
@@ -93,34 +194,76 @@ class CandidateSet:
     best_per_user_tokens_per_s: float = 0.0
     best_per_user_at: str = ""
     any_fits_memory: bool = False
+    any_meets_speed: bool = False
+    best_ttft_s: float = math.inf
+    best_ttft_at: str = ""
 
     @property
     def after_pruning(self) -> int:
-        """Candidates the solver sees."""
-        return len(self.candidates)
+        """Candidates the solver sees (decode and pool)."""
+        return len(self.candidates) + len(self.pool)
+
+    def note_ttft(self, ttft_s: float, where: str) -> None:
+        """Remember the best TTFT reachable, for infeasibility reports."""
+        if ttft_s < self.best_ttft_s:
+            self.best_ttft_s, self.best_ttft_at = ttft_s, where
 
 
 def resolve_gpu_price(catalog: Catalog, options: Options, gpu_id: str) -> GPUPriceChoice | None:
-    """GPU-hour price: scenario override, else the chosen provider's on-demand rate, else the reference."""
+    """GPU-hour prices of ``gpu_id`` per tier.
+
+    on_demand (the plain price): scenario override, else ``price_provider``'s on-demand rate,
+    else the catalog reference. reserved / spot: scenario override, else the cheapest catalog
+    row of that kind (of ``price_provider`` when set), else the plain price less
+    ``reserved_discount`` / ``spot_discount``.
+    """
     if gpu_id in options.gpu_hour_usd:
-        return GPUPriceChoice(gpu_id, options.gpu_hour_usd[gpu_id], "scenario options.gpu_hour_usd")
-    if options.price_provider is not None:
-        rows = [p for p in catalog.prices_for(gpu_id, "on_demand") if p.provider == options.price_provider]
+        usd, source = options.gpu_hour_usd[gpu_id], "scenario options.gpu_hour_usd"
+    else:
+        usd = source = None  # type: ignore[assignment]
+        if options.price_provider is not None:
+            rows = [p for p in catalog.prices_for(gpu_id, "on_demand") if p.provider == options.price_provider]
+            if rows:
+                usd, source = rows[0].usd_per_gpu_hour, f"{rows[0].provider} on-demand (as of {rows[0].as_of})"
+        if usd is None:
+            ref = catalog.reference_price(gpu_id)
+            if ref is None:
+                return None
+            usd, source = ref.usd_per_gpu_hour, f"catalog reference price (as of {ref.as_of})"
+    tiers: list[tuple[str, float]] = [("on_demand", usd)]
+    sources: list[tuple[str, str]] = [("on_demand", source)]
+    for tier, overrides, discount in (
+        ("reserved", options.reserved_gpu_hour_usd, options.reserved_discount),
+        ("spot", options.spot_gpu_hour_usd, options.spot_discount),
+    ):
+        if gpu_id in overrides:
+            tiers.append((tier, overrides[gpu_id]))
+            sources.append((tier, f"scenario options.{tier}_gpu_hour_usd"))
+            continue
+        rows = [
+            p for p in catalog.prices_for(gpu_id, tier)
+            if options.price_provider is None or p.provider == options.price_provider
+        ]
         if rows:
-            row = rows[0]
-            return GPUPriceChoice(gpu_id, row.usd_per_gpu_hour, f"{row.provider} on-demand (as of {row.as_of})")
-    ref = catalog.reference_price(gpu_id)
-    if ref is None:
-        return None
-    return GPUPriceChoice(gpu_id, ref.usd_per_gpu_hour, f"catalog reference price (as of {ref.as_of})")
+            tiers.append((tier, rows[0].usd_per_gpu_hour))
+            sources.append((tier, f"{rows[0].provider} {tier} (as of {rows[0].as_of})"))
+        else:
+            tiers.append((tier, usd * (1 - discount)))
+            sources.append((tier, f"plain price less options.{tier}_discount {discount:.0%}"))
+    return GPUPriceChoice(gpu_id, usd, source, tuple(tiers), tuple(sources))
 
 
 def check_options(catalog: Catalog, options: Options) -> None:
     """Reject option values naming GPUs, providers or shapes the catalog does not know."""
-    for gpu_id in options.gpus or ():
-        catalog.gpu(gpu_id, "options.gpus")
-    for gpu_id in options.gpu_hour_usd:
-        catalog.gpu(gpu_id, "options.gpu_hour_usd")
+    for what, ids in (
+        ("options.gpus", options.gpus or ()),
+        ("options.prefill_gpus", options.prefill_gpus or ()),
+        ("options.gpu_hour_usd", options.gpu_hour_usd),
+        ("options.reserved_gpu_hour_usd", options.reserved_gpu_hour_usd),
+        ("options.spot_gpu_hour_usd", options.spot_gpu_hour_usd),
+    ):
+        for gpu_id in ids:
+            catalog.gpu(gpu_id, what)
     if options.price_provider is not None:
         providers = {p.provider for p in catalog.prices}
         if options.price_provider not in providers:
@@ -133,8 +276,36 @@ def check_options(catalog: Catalog, options: Options) -> None:
             raise InputError(f"options.tp: {tp} is not a power of two (nearest valid choice: {1 << (tp.bit_length() - 1)})")
 
 
+def prefill_modes(product: Product) -> tuple[str, ...]:
+    """Decode modes the MIP may choose for ``product``: auto offers colocated and pool."""
+    return ("colocated", "pool") if product.prefill == "auto" else (product.prefill,)
+
+
+def prefill_work_per_request(llm: LLM, product: Product, preset: Preset) -> float:
+    """Prefill FLOPs of one request (the attention term only outside the seed preset)."""
+    return prefill_flops_per_request(
+        llm, product.input_tokens, product.prefix_cache_hit_rate, attention=preset.name != "seed"
+    )
+
+
 def _shape_precisions(product: Product, options: Options) -> tuple[str, ...]:
     return product.precisions or tuple(options.precisions or PRECISIONS)
+
+
+def _largest_ok(batches: list[int], n_prefix: int, ok: Callable[[int], bool], turn: int) -> int:
+    """Count of batches up to the largest index < n_prefix meeting ``ok``, for a condition that
+    fails, then holds, then fails again as the batch grows and is best at ``turn``; 0 if none."""
+    if n_prefix == 0:
+        return 0
+    if ok(batches[n_prefix - 1]):
+        return n_prefix
+    lo = bisect.bisect_left(batches, turn, 0, n_prefix)
+    lo = min(lo, n_prefix - 1)
+    if not ok(batches[lo]):
+        return 0
+    # ok holds at lo and fails at n_prefix-1, and is monotone (holds then fails) in between
+    first_bad = bisect.bisect_left(range(lo, n_prefix), True, key=lambda i: not ok(batches[i]))
+    return lo + first_bad
 
 
 def generate_candidates(
@@ -146,69 +317,157 @@ def generate_candidates(
     *,
     prune: bool = True,
 ) -> CandidateSet:
-    """All feasible shapes of ``product`` at their largest feasible batch, dominated ones pruned."""
-    gpus: list[GPU] = [catalog.gpus[g] for g in sorted(options.gpus)] if options.gpus else [
-        catalog.gpus[g] for g in sorted(catalog.gpus)
-    ]
+    """All feasible decode shapes of ``product`` at their largest feasible batch, and its pool shapes."""
+    gpu_ids = sorted(options.gpus) if options.gpus else sorted(catalog.gpus)
+    gpus: list[GPU] = [catalog.gpus[g] for g in gpu_ids]
     tps = sorted(set(options.tp or DEFAULT_TP))
     batches = sorted(set(options.batch)) if options.batch else list(range(1, options.max_batch + 1))
     result = CandidateSet(product=product.name)
+    modes = prefill_modes(product)
+    work = prefill_work_per_request(llm, product, preset)
+    max_ttft_s = product.max_ttft_ms / 1e3 if product.max_ttft_ms is not None else None
+    headroom = product.effective_headroom
+    prices = {g.id: resolve_gpu_price(catalog, options, g.id) for g in gpus}
 
     for gpu in gpus:
-        price = resolve_gpu_price(catalog, options, gpu.id)
+        price = prices[gpu.id]
         if price is None:
             result.unpriced_gpus.append(gpu.id)
             continue
         for tp in tps:
             for precision in _shape_precisions(product, options):
-                result.generated += len(batches)
-                if tp_problem(llm, gpu, tp) is not None:
-                    result.invalid_shapes += len(batches)
-                    continue
-
-                def est(b: int, gpu: GPU = gpu, tp: int = tp, precision: str = precision) -> StepEstimate:
-                    return decode_step(
-                        llm, gpu, precision=precision, tp=tp, batch=b, input_tokens=product.input_tokens,
-                        output_tokens=product.output_tokens, preset=preset, kv_precision=product.kv_precision,
-                    )
-
-                def ok(e: StepEstimate) -> bool:
-                    return e.fits and e.per_user_tokens_per_s >= product.min_tokens_per_s_per_user
-
-                first = est(batches[0])
-                if first.fits:
-                    result.any_fits_memory = True
-                    if first.per_user_tokens_per_s > result.best_per_user_tokens_per_s:
-                        result.best_per_user_tokens_per_s = first.per_user_tokens_per_s
-                        result.best_per_user_at = f"{gpu.id} tp{tp} {precision} batch {batches[0]}"
-                if not ok(first):
-                    continue
-                # largest index whose batch is feasible (feasibility is a prefix of the sorted list)
-                n_ok = bisect.bisect_left(range(len(batches)), True, key=lambda i: not ok(est(batches[i])))
-                result.feasible += n_ok
-                best_b = batches[n_ok - 1]
-                best = est(best_b)
-                if n_ok == len(batches):
-                    limited_by = "batch_options"
-                else:
-                    nxt = est(batches[n_ok])
-                    limited_by = "memory" if not nxt.fits else "per_user_speed"
-                result.candidates.append(
-                    Candidate(
-                        product=product.name, gpu=gpu.id, tp=tp, precision=precision, batch=best_b, estimate=best,
-                        price=price, hours_per_month=preset.hours_per_month, headroom=product.headroom,
-                        batch_limited_by=limited_by,
-                    )
-                )
+                for mode in modes:
+                    result.generated += len(batches)
+                    if tp_problem(llm, gpu, tp) is not None:
+                        result.invalid_shapes += len(batches)
+                        continue
+                    cand = _best_decode(product, llm, gpu, tp, precision, mode, batches, preset, price, work,
+                                        headroom, max_ttft_s, result)
+                    if cand is not None:
+                        result.candidates.append(cand)
+    if "pool" in modes:
+        result.pool = generate_pool_candidates(product, llm, catalog, options, preset, work, result)
+        if not result.pool:
+            result.candidates = [c for c in result.candidates if c.mode != "pool"]
     if prune:
         result.candidates = prune_dominated(result.candidates)
+        result.pool = prune_dominated_pool(result.pool)
     result.candidates.sort(key=lambda c: c.key)
+    result.pool.sort(key=lambda k: k.key)
     return result
 
 
+def _best_decode(
+    product: Product, llm: LLM, gpu: GPU, tp: int, precision: str, mode: str, batches: list[int],
+    preset: Preset, price: GPUPriceChoice, work: float, headroom: float, max_ttft_s: float | None,
+    result: CandidateSet,
+) -> Candidate | None:
+    """The largest feasible batch of one shape in one prefill mode, as a candidate (or None)."""
+    per_request = work if mode == "colocated" else 0.0
+    cache: dict[int, StepEstimate] = {}
+
+    def est(b: int) -> StepEstimate:
+        if b not in cache:
+            cache[b] = decode_step(
+                llm, gpu, precision=precision, tp=tp, batch=b, input_tokens=product.input_tokens,
+                output_tokens=product.output_tokens, preset=preset, kv_precision=product.kv_precision,
+                prefill_flops_per_step=b / product.output_tokens * per_request,
+            )
+        return cache[b]
+
+    def speed_ok(b: int) -> bool:
+        e = est(b)
+        return e.fits and e.per_user_tokens_per_s >= product.min_tokens_per_s_per_user
+
+    def ttft(b: int) -> float:
+        # a new request's prompt is spread over max(1, output/B) steps of chunked prefill
+        steps = max(1.0, product.output_tokens / b)
+        return steps * est(b).step_time_s * queue_factor(1.0 - headroom)
+
+    where = f"{gpu.id} tp{tp} {precision} batch {batches[0]}"
+    first = est(batches[0])
+    if first.fits:
+        result.any_fits_memory = True
+        if first.per_user_tokens_per_s > result.best_per_user_tokens_per_s:
+            result.best_per_user_tokens_per_s = first.per_user_tokens_per_s
+            result.best_per_user_at = where
+    if not speed_ok(batches[0]):
+        return None
+    result.any_meets_speed = True
+    n_ok = bisect.bisect_left(range(len(batches)), True, key=lambda i: not speed_ok(batches[i]))
+    limited_by = "batch_options" if n_ok == len(batches) else ("memory" if not est(batches[n_ok]).fits else "per_user_speed")
+    if mode == "colocated" and max_ttft_s is not None:
+        turn = product.output_tokens
+        best_i = min(bisect.bisect_left(batches, turn, 0, n_ok), n_ok - 1)
+        result.note_ttft(ttft(batches[best_i]), f"colocated on {gpu.id} tp{tp} {precision} batch {batches[best_i]}")
+        n_ttft = _largest_ok(batches, n_ok, lambda b: ttft(b) <= max_ttft_s, turn)
+        if n_ttft == 0:
+            return None
+        if n_ttft < n_ok:
+            limited_by = "max_ttft_ms"
+        n_ok = n_ttft
+    result.feasible += n_ok
+    b = batches[n_ok - 1]
+    return Candidate(
+        product=product.name, gpu=gpu.id, tp=tp, precision=precision, batch=b, mode=mode, estimate=est(b),
+        price=price, hours_per_month=preset.hours_per_month, headroom=headroom, batch_limited_by=limited_by,
+        ttft_s=ttft(b) if mode == "colocated" else None, prefill_flops_per_step=b / product.output_tokens * per_request,
+    )
+
+
+def kv_link(gpu: GPU) -> tuple[str, float]:
+    """(name, bytes/s per GPU) of the link a KV cache crosses from a prefill to a decode replica:
+    the scale-up fabric when a domain holds many replicas (rack-scale NVLink), else the NIC."""
+    if gpu.scaleup_domain_gpus >= 16:
+        return "scale-up", gpu.scaleup_bandwidth_bytes_per_s
+    return "network", gpu.network_bandwidth_bytes_per_s
+
+
+def generate_pool_candidates(
+    product: Product, llm: LLM, catalog: Catalog, options: Options, preset: Preset, work: float, result: CandidateSet
+) -> list[PoolCandidate]:
+    """Prefill-pool shapes of ``product`` that fit and can meet its TTFT target."""
+    ids = product.prefill_gpus or options.prefill_gpus or options.gpus or sorted(catalog.gpus)
+    for gpu_id in ids:
+        catalog.gpu(gpu_id, f"products[{product.name}].prefill_gpus")
+    tps = sorted(set(options.tp or DEFAULT_TP))
+    kv_prec = effective_kv_precision(preset, product.kv_precision)
+    kv_bytes = product.input_tokens * kv_bytes_per_token(llm, kv_prec)
+    max_ttft_s = product.max_ttft_ms / 1e3 if product.max_ttft_ms is not None else None
+    out: list[PoolCandidate] = []
+    for gpu_id in sorted(set(ids)):
+        gpu = catalog.gpus[gpu_id]
+        price = resolve_gpu_price(catalog, options, gpu_id)
+        if price is None:
+            continue
+        for tp in tps:
+            if tp_problem(llm, gpu, tp) is not None:
+                continue
+            for precision in _shape_precisions(product, options):
+                w = weight_bytes(llm, precision)
+                if w + kv_bytes > tp * gpu.memory_bytes * preset.usable_memory_fraction:
+                    continue
+                rate = tp * gpu.flops_per_s(compute_precision(preset, gpu, precision)) * preset.compute_efficiency
+                service = max(work / rate, w / (tp * gpu.mem_bandwidth_bytes_per_s * preset.bandwidth_efficiency))
+                _, link_bw = kv_link(gpu)
+                transfer = kv_bytes / (tp * link_bw)
+                rho = 1.0
+                if max_ttft_s is not None:
+                    result.note_ttft(service + transfer, f"pool on {gpu_id} tp{tp} {precision} at zero load")
+                    rho = max_utilisation(service, max_ttft_s - transfer)
+                    if rho <= 0.0:
+                        continue
+                out.append(PoolCandidate(
+                    product=product.name, gpu=gpu_id, tp=tp, precision=precision, price=price,
+                    hours_per_month=preset.hours_per_month, service_s=service, transfer_s=transfer,
+                    flops_per_request=work, max_utilisation=rho,
+                ))
+    return out
+
+
 def prune_dominated(cands: list[Candidate]) -> list[Candidate]:
-    """Drop candidates another one of the same GPU type beats: no more GPUs per replica, no
-    dearer, no less usable throughput.
+    """Drop decode candidates another one of the same GPU type and prefill mode beats: no more
+    GPUs per replica, no dearer, no less usable throughput.
 
     Comparing only within a GPU type keeps the pruning exact when per-type GPU availability
     binds, and keeps every GPU type's best configuration for the runner-up report. Ties are
@@ -217,13 +476,25 @@ def prune_dominated(cands: list[Candidate]) -> list[Candidate]:
     order = sorted(cands, key=lambda c: (c.monthly_cost_per_replica_usd, -c.usable_tokens_per_s, c.key))
     kept: list[Candidate] = []
     for c in order:
-        dominated = False
-        for k in kept:
-            if k.gpu != c.gpu or k.tp > c.tp:
-                continue
-            if k.monthly_cost_per_replica_usd <= c.monthly_cost_per_replica_usd and k.usable_tokens_per_s >= c.usable_tokens_per_s:
-                dominated = True
-                break
-        if not dominated:
+        if not any(
+            k.gpu == c.gpu and k.mode == c.mode and k.tp <= c.tp
+            and k.monthly_cost_per_replica_usd <= c.monthly_cost_per_replica_usd
+            and k.usable_tokens_per_s >= c.usable_tokens_per_s
+            for k in kept
+        ):
+            kept.append(c)
+    return kept
+
+
+def prune_dominated_pool(cands: list[PoolCandidate]) -> list[PoolCandidate]:
+    """Drop pool candidates beaten on the same GPU type: no more GPUs, no less usable FLOP/s."""
+    order = sorted(cands, key=lambda c: (c.monthly_cost_per_replica_usd, -c.usable_flops_per_s, c.key))
+    kept: list[PoolCandidate] = []
+    for c in order:
+        if not any(
+            k.gpu == c.gpu and k.tp <= c.tp and k.monthly_cost_per_replica_usd <= c.monthly_cost_per_replica_usd
+            and k.usable_flops_per_s >= c.usable_flops_per_s
+            for k in kept
+        ):
             kept.append(c)
     return kept

@@ -1,13 +1,23 @@
 """The fleet-sizing MIP in Pyomo, one function per business rule.
 
 Sets
-    P           products
-    C           candidate replica configurations (each belongs to one product, ``C_p``)
+    P                 products;  H  hours of the planning horizon (1, 24 or 168)
+    C_p               decode configurations of product p (GPU, TP, precision, batch, prefill mode)
+    K_p               prefill-pool configurations of product p
+    T                 capacity tiers in play: reserved (constant, paid all month), on_demand and
+                      spot (chosen hour by hour, paid per hour used)
 Variables
-    use[c]      binary: configuration c is the one product p runs
-    replicas[c] integer: replicas of configuration c
+    use[c], pool_use[k]           binary: the configuration a product runs (and its pool)
+    reserved[c], pool_reserved[k] integer replicas held all month
+    on_demand[c,h], spot[c,h]     integer replicas in hour h (same for pools)
+    api[p,h]                      output tokens/s sent to the hosted API in hour h
+    self_host[p]                  binary: product p runs any replicas at all (only with an API)
 Objective
-    minimise  sum_c  monthly_cost_per_replica_usd[c] * replicas[c]       (USD per month)
+    minimise USD per month: reserved replicas x price x hours per month
+           + sum_h hour weight x (on-demand and spot replicas x their hourly price)
+           + sum_h hour weight x 3600 x api tokens/s x API USD per output token
+           + fixed self-hosting cost x self_host
+with hour weight = hours per month / |H| (each modelled hour stands for that many real hours).
 
 Names follow ``{entity}-{rule}-{bound}`` once exported (see :mod:`fleetplan.optimizer.linear`).
 """
@@ -15,91 +25,297 @@ Names follow ``{entity}-{rule}-{bound}`` once exported (see :mod:`fleetplan.opti
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from pyomo.core import Binary, ConcreteModel, Constraint, NonNegativeIntegers, Objective, Set, Var, minimize
+from pyomo.core import Binary, ConcreteModel, Constraint, NonNegativeIntegers, NonNegativeReals, Objective, Var, minimize
 
-from fleetplan.optimizer.candidates import Candidate
+from fleetplan.optimizer.api import APIOffer
+from fleetplan.optimizer.candidates import Candidate, PoolCandidate
+
+SECONDS_PER_HOUR = 3600.0
+PETA = 1e15
+
+
+@dataclass(frozen=True)
+class ProductData:
+    """What the MIP needs of one product."""
+
+    name: str
+    demand_tokens_per_s: tuple[float, ...]
+    candidates: tuple[Candidate, ...]
+    pool: tuple[PoolCandidate, ...] = ()
+    prefill_flops_per_output_token: float = 0.0
+    api: APIOffer | None = None
+    api_min_fraction: float = 0.0
+    api_max_fraction: float = 0.0
+    fixed_monthly_usd: float = 0.0
+
+    @property
+    def peak_demand_tokens_per_s(self) -> float:
+        """Highest hourly demand."""
+        return max(self.demand_tokens_per_s)
+
+    @property
+    def has_api(self) -> bool:
+        """Whether the product may send tokens to a hosted API."""
+        return self.api is not None and self.api_max_fraction > 0
+
+    def replica_bound(self, c: Candidate, hour: int | None = None) -> int:
+        """Replicas of ``c`` that alone meet the demand of ``hour`` (or the peak): never more."""
+        d = self.peak_demand_tokens_per_s if hour is None else self.demand_tokens_per_s[hour]
+        return max(0, math.ceil(d / c.usable_tokens_per_s - 1e-9))
+
+    def pool_bound(self, k: PoolCandidate, hour: int | None = None) -> int:
+        """Pool replicas of ``k`` that alone meet the prefill demand of ``hour`` (or the peak)."""
+        d = self.peak_demand_tokens_per_s if hour is None else self.demand_tokens_per_s[hour]
+        return max(0, math.ceil(d * self.prefill_flops_per_output_token / k.usable_flops_per_s - 1e-9))
 
 
 @dataclass(frozen=True)
 class FleetProblem:
-    """Everything the MIP needs: per product, its demand and its candidate configurations."""
+    """Everything the MIP needs: products, horizon, tiers."""
 
-    demand_tokens_per_s: dict[str, float]
-    candidates: dict[str, list[Candidate]]
+    products: dict[str, ProductData]
+    hours: int = 1
+    hours_per_month: float = 730.0
+    tiers: tuple[str, ...] = ("on_demand",)
+    spot_max_share: float = 0.0
+    cand: dict[str, Candidate] = field(default_factory=dict)
+    pools: dict[str, PoolCandidate] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for p in self.products.values():
+            for c in p.candidates:
+                self.cand[c.key] = c
+            for k in p.pool:
+                self.pools[k.key] = k
 
     @property
-    def products(self) -> list[str]:
-        """Product names in scenario order."""
-        return list(self.demand_tokens_per_s)
+    def hour_weight(self) -> float:
+        """Real hours each modelled hour stands for."""
+        return self.hours_per_month / self.hours
 
     def all_candidates(self) -> list[Candidate]:
-        """Every candidate, product by product."""
-        return [c for p in self.products for c in self.candidates[p]]
+        """Every decode candidate, product by product."""
+        return [c for p in self.products.values() for c in p.candidates]
 
-    def replica_upper_bound(self, c: Candidate) -> int:
-        """Replicas of ``c`` that alone meet its product's demand: more are never useful."""
-        demand = self.demand_tokens_per_s[c.product]
-        return max(0, math.ceil(demand / c.usable_tokens_per_s - 1e-9))
+    def all_pool(self) -> list[PoolCandidate]:
+        """Every pool candidate, product by product."""
+        return [k for p in self.products.values() for k in p.pool]
 
-
-def define_sets(m: ConcreteModel, prob: FleetProblem) -> None:
-    """P (products) and C (candidates), both in deterministic order."""
-    m.P = Set(initialize=prob.products, ordered=True)
-    m.C = Set(initialize=[c.key for c in prob.all_candidates()], ordered=True)
-    m.C_of = {p: [c.key for c in prob.candidates[p]] for p in prob.products}
-    m.cand = {c.key: c for c in prob.all_candidates()}
+    @property
+    def hourly_tiers(self) -> tuple[str, ...]:
+        """Tiers chosen hour by hour."""
+        return tuple(t for t in self.tiers if t != "reserved")
 
 
 def define_variables(m: ConcreteModel, prob: FleetProblem) -> None:
-    """use[c] in {0,1}; 0 <= replicas[c] <= replicas that alone meet the demand (integer)."""
-    m.use = Var(m.C, domain=Binary)
-    m.replicas = Var(m.C, domain=NonNegativeIntegers, bounds=lambda _m, k: (0, prob.replica_upper_bound(m.cand[k])))
+    """Binary choices, integer replicas per tier, API tokens/s, self-hosting switches."""
+    keys = [c.key for c in prob.all_candidates()]
+    pkeys = [k.key for k in prob.all_pool()]
+    hours = range(prob.hours)
+    m.use = Var(keys, domain=Binary)
+    m.pool_use = Var(pkeys, domain=Binary)
+    if "reserved" in prob.tiers:
+        m.reserved = Var(keys, domain=NonNegativeIntegers,
+                         bounds=lambda _m, k: (0, prob.products[prob.cand[k].product].replica_bound(prob.cand[k])))
+        m.pool_reserved = Var(pkeys, domain=NonNegativeIntegers,
+                              bounds=lambda _m, k: (0, prob.products[prob.pools[k].product].pool_bound(prob.pools[k])))
+    for tier in prob.hourly_tiers:
+        setattr(m, tier, Var(
+            [(k, h) for k in keys for h in hours], domain=NonNegativeIntegers,
+            bounds=lambda _m, k, h: (0, prob.products[prob.cand[k].product].replica_bound(prob.cand[k], h)),
+        ))
+        setattr(m, f"pool_{tier}", Var(
+            [(k, h) for k in pkeys for h in hours], domain=NonNegativeIntegers,
+            bounds=lambda _m, k, h: (0, prob.products[prob.pools[k].product].pool_bound(prob.pools[k], h)),
+        ))
+    api_products = [p.name for p in prob.products.values() if p.has_api]
+    m.api = Var([(p, h) for p in api_products for h in hours], domain=NonNegativeReals,
+                bounds=lambda _m, p, h: (0, prob.products[p].demand_tokens_per_s[h]))
+    m.self_host = Var(api_products, domain=Binary)
+
+
+def replicas_in_hour(m: ConcreteModel, prob: FleetProblem, key: str, h: int) -> object:
+    """Expression: decode replicas of configuration ``key`` running in hour ``h``."""
+    terms = [m.reserved[key]] if "reserved" in prob.tiers else []
+    terms += [getattr(m, t)[key, h] for t in prob.hourly_tiers]
+    return sum(terms)
+
+
+def pool_replicas_in_hour(m: ConcreteModel, prob: FleetProblem, key: str, h: int) -> object:
+    """Expression: pool replicas of configuration ``key`` running in hour ``h``."""
+    terms = [m.pool_reserved[key]] if "reserved" in prob.tiers else []
+    terms += [getattr(m, f"pool_{t}")[key, h] for t in prob.hourly_tiers]
+    return sum(terms)
 
 
 def define_one_configuration_per_product(m: ConcreteModel, prob: FleetProblem) -> None:
-    """Each product runs exactly one replica configuration: sum_{c in C_p} use[c] = 1."""
-    if not m.P:
+    """A product runs exactly one decode configuration, or none when it goes all-API:
+    sum_{c in C_p} use[c] = self_host[p] (= 1 without an API)."""
+    if not prob.products:
         return
-    m.one_configuration_per_product = Constraint(m.P, rule=lambda m, p: sum(m.use[k] for k in m.C_of[p]) == 1)
+    m.one_configuration_per_product = Constraint(
+        list(prob.products),
+        rule=lambda m, p: sum(m.use[c.key] for c in prob.products[p].candidates)
+        == (m.self_host[p] if prob.products[p].has_api else 1),
+    )
 
 
 def define_replicas_need_configuration(m: ConcreteModel, prob: FleetProblem) -> None:
-    """Replicas only of the chosen configuration: replicas[c] <= ub[c] * use[c]."""
-    if not m.C:
+    """Replicas only of the chosen configuration, never more than alone meet the demand:
+    reserved[c] <= U_c use[c];  on_demand[c,h], spot[c,h] <= U_{c,h} use[c]."""
+    cands = prob.all_candidates()
+    if not cands:
         return
-    m.replicas_need_configuration = Constraint(
-        m.C, rule=lambda m, k: m.replicas[k] <= prob.replica_upper_bound(m.cand[k]) * m.use[k]
-    )
+    if "reserved" in prob.tiers:
+        m.reserved_needs_configuration = Constraint(
+            [c.key for c in cands],
+            rule=lambda m, k: m.reserved[k] <= prob.products[prob.cand[k].product].replica_bound(prob.cand[k]) * m.use[k],
+        )
+    for tier in prob.hourly_tiers:
+        var = getattr(m, tier)
+        setattr(m, f"{tier}_needs_configuration", Constraint(
+            [(c.key, h) for c in cands for h in range(prob.hours)],
+            rule=lambda m, k, h, var=var: var[k, h]
+            <= prob.products[prob.cand[k].product].replica_bound(prob.cand[k], h) * m.use[k],
+        ))
 
 
 def define_throughput_meets_demand(m: ConcreteModel, prob: FleetProblem) -> None:
-    """Usable decode throughput covers peak demand (tokens/s):
-    sum_{c in C_p} usable_tokens_per_s[c] * replicas[c] >= demand_tokens_per_s[p]."""
-    if not m.P:
+    """Every hour, usable decode throughput plus API tokens cover demand (tokens/s):
+    sum_{c in C_p} usable[c] x replicas[c,h] + api[p,h] >= demand[p,h]."""
+    if not prob.products:
         return
-    m.throughput_meets_demand = Constraint(
-        m.P,
-        rule=lambda m, p: sum(m.cand[k].usable_tokens_per_s * m.replicas[k] for k in m.C_of[p])
-        >= prob.demand_tokens_per_s[p],
+
+    def rule(m: ConcreteModel, p: str, h: int) -> object:
+        pd = prob.products[p]
+        lhs = sum(c.usable_tokens_per_s * replicas_in_hour(m, prob, c.key, h) for c in pd.candidates)
+        if pd.has_api:
+            lhs = lhs + m.api[p, h]
+        return lhs >= pd.demand_tokens_per_s[h]
+
+    m.throughput_meets_demand = Constraint([(p, h) for p in prob.products for h in range(prob.hours)], rule=rule)
+
+
+def define_api_share_limits(m: ConcreteModel, prob: FleetProblem) -> None:
+    """The API's share of the month's output tokens stays within [min_fraction, max_fraction]."""
+    names = [p.name for p in prob.products.values() if p.has_api]
+    if not names:
+        return
+    hours = range(prob.hours)
+    m.api_share_max = Constraint(
+        names, rule=lambda m, p: sum(m.api[p, h] for h in hours)
+        <= prob.products[p].api_max_fraction * sum(prob.products[p].demand_tokens_per_s)
     )
+    mins = [p for p in names if prob.products[p].api_min_fraction > 0]
+    if mins:
+        m.api_share_min = Constraint(
+            mins, rule=lambda m, p: sum(m.api[p, h] for h in hours)
+            >= prob.products[p].api_min_fraction * sum(prob.products[p].demand_tokens_per_s)
+        )
+
+
+def define_spot_share_limit(m: ConcreteModel, prob: FleetProblem) -> None:
+    """Spot replicas provide at most ``spot_max_share`` of a product's replicas in any hour."""
+    if "spot" not in prob.tiers:
+        return
+    s = prob.spot_max_share
+
+    def rule(m: ConcreteModel, p: str, h: int) -> object:
+        keys = [c.key for c in prob.products[p].candidates]
+        spot = sum(m.spot[k, h] for k in keys)
+        total = sum(replicas_in_hour(m, prob, k, h) for k in keys)
+        return spot <= s * total
+
+    m.spot_share_limit = Constraint([(p, h) for p in prob.products for h in range(prob.hours)], rule=rule)
+
+
+def define_pool_matches_mode(m: ConcreteModel, prob: FleetProblem) -> None:
+    """A product has exactly one prefill pool configuration iff its decode runs in pool mode."""
+    names = [p.name for p in prob.products.values() if any(c.mode == "pool" for c in p.candidates)]
+    if not names:
+        return
+    m.pool_matches_mode = Constraint(
+        names, rule=lambda m, p: sum(m.pool_use[k.key] for k in prob.products[p].pool)
+        == sum(m.use[c.key] for c in prob.products[p].candidates if c.mode == "pool"),
+    )
+
+
+def define_pool_replicas_need_configuration(m: ConcreteModel, prob: FleetProblem) -> None:
+    """Pool replicas only of the chosen pool configuration."""
+    pool = prob.all_pool()
+    if not pool:
+        return
+    if "reserved" in prob.tiers:
+        m.pool_reserved_needs_configuration = Constraint(
+            [k.key for k in pool],
+            rule=lambda m, k: m.pool_reserved[k] <= prob.products[prob.pools[k].product].pool_bound(prob.pools[k]) * m.pool_use[k],
+        )
+    for tier in prob.hourly_tiers:
+        var = getattr(m, f"pool_{tier}")
+        setattr(m, f"pool_{tier}_needs_configuration", Constraint(
+            [(k.key, h) for k in pool for h in range(prob.hours)],
+            rule=lambda m, k, h, var=var: var[k, h]
+            <= prob.products[prob.pools[k].product].pool_bound(prob.pools[k], h) * m.pool_use[k],
+        ))
+
+
+def define_prefill_pool_meets_demand(m: ConcreteModel, prob: FleetProblem) -> None:
+    """In pool mode, the pool's usable FLOP/s cover the prefill of every self-hosted request:
+    sum_k usable_flops[k] x pool_replicas[k,h] >= F x (demand[p,h] - api[p,h]) - F x demand[p,h] x (1 - pool mode),
+    with F = prefill FLOPs per output token (the last term switches the rule off outside pool mode).
+    Stated in PFLOP/s so coefficients stay in a range solvers accept."""
+    names = [p.name for p in prob.products.values() if p.pool]
+    if not names:
+        return
+
+    def rule(m: ConcreteModel, p: str, h: int) -> object:
+        pd = prob.products[p]
+        f, d = pd.prefill_flops_per_output_token / PETA, pd.demand_tokens_per_s[h]
+        cap = sum(k.usable_flops_per_s / PETA * pool_replicas_in_hour(m, prob, k.key, h) for k in pd.pool)
+        in_pool = sum(m.use[c.key] for c in pd.candidates if c.mode == "pool")
+        need = f * d * in_pool - (f * m.api[p, h] if pd.has_api else 0)
+        return cap >= need
+
+    m.prefill_pool_meets_demand = Constraint([(p, h) for p in names for h in range(prob.hours)], rule=rule)
 
 
 def define_objective(m: ConcreteModel, prob: FleetProblem) -> None:
-    """Minimise the monthly fleet cost in USD."""
-    m.monthly_cost_usd = Objective(
-        expr=sum(m.cand[k].monthly_cost_per_replica_usd * m.replicas[k] for k in m.C), sense=minimize
-    )
+    """Minimise the monthly cost in USD: replicas by tier, API tokens, fixed self-hosting cost."""
+    w, hours = prob.hour_weight, range(prob.hours)
+    terms = []
+    for c in prob.all_candidates():
+        if "reserved" in prob.tiers:
+            terms.append(c.usd_per_replica_hour_in("reserved") * prob.hours_per_month * m.reserved[c.key])
+        for t in prob.hourly_tiers:
+            terms.append(c.usd_per_replica_hour_in(t) * w * sum(getattr(m, t)[c.key, h] for h in hours))
+    for k in prob.all_pool():
+        if "reserved" in prob.tiers:
+            terms.append(k.usd_per_replica_hour_in("reserved") * prob.hours_per_month * m.pool_reserved[k.key])
+        for t in prob.hourly_tiers:
+            terms.append(k.usd_per_replica_hour_in(t) * w * sum(getattr(m, f"pool_{t}")[k.key, h] for h in hours))
+    for p in prob.products.values():
+        if p.has_api:
+            assert p.api is not None
+            terms.append(p.api.usd_per_output_token * SECONDS_PER_HOUR * w * sum(m.api[p.name, h] for h in hours))
+            terms.append(p.fixed_monthly_usd * m.self_host[p.name])
+        else:
+            terms.append(p.fixed_monthly_usd)
+    m.monthly_cost_usd = Objective(expr=sum(terms), sense=minimize)
 
 
 def build_model(prob: FleetProblem) -> ConcreteModel:
     """The Pyomo model of ``prob``: the constraint families above, in order."""
     m = ConcreteModel(name="fleetplan")
-    define_sets(m, prob)
     define_variables(m, prob)
     define_one_configuration_per_product(m, prob)
     define_replicas_need_configuration(m, prob)
     define_throughput_meets_demand(m, prob)
+    define_api_share_limits(m, prob)
+    define_spot_share_limit(m, prob)
+    define_pool_matches_mode(m, prob)
+    define_pool_replicas_need_configuration(m, prob)
+    define_prefill_pool_meets_demand(m, prob)
     define_objective(m, prob)
     return m

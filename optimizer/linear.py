@@ -39,9 +39,26 @@ class LinearProblem:
         """Number of constraints."""
         return len(self.row_names)
 
+    @property
+    def col_index(self) -> dict[str, int]:
+        """Variable name -> column index (built once)."""
+        idx = self.__dict__.get("_col_index")
+        if idx is None:
+            idx = {n: j for j, n in enumerate(self.col_names)}
+            self.__dict__["_col_index"] = idx
+        return idx
+
     def column(self, name: str) -> int:
         """Index of the variable called ``name``."""
-        return self.col_names.index(name)
+        return self.col_index[name]
+
+    def with_col_upper(self, upper: list[float]) -> LinearProblem:
+        """A copy sharing everything but the column upper bounds."""
+        return LinearProblem(
+            col_names=self.col_names, col_lower=self.col_lower, col_upper=upper, col_integer=self.col_integer,
+            objective=self.objective, objective_constant=self.objective_constant, row_names=self.row_names,
+            row_lower=self.row_lower, row_upper=self.row_upper, row_index=self.row_index, row_value=self.row_value,
+        )
 
 
 def _bound_tag(lo: float, hi: float) -> str:

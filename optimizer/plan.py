@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+import bisect
+import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 from fleetplan.catalogs.loader import Catalog, InputError
+from fleetplan.models.memory import kv_bytes_per_token
 from fleetplan.models.presets import Preset, get_preset
-from fleetplan.optimizer.candidates import Candidate, CandidateSet, check_options, generate_candidates
-from fleetplan.optimizer.formulation import FleetProblem, build_model
+from fleetplan.models.roofline import decode_step
+from fleetplan.optimizer.api import resolve_api
+from fleetplan.optimizer.candidates import (
+    Candidate,
+    CandidateSet,
+    PoolCandidate,
+    check_options,
+    generate_candidates,
+    kv_link,
+    prefill_work_per_request,
+)
+from fleetplan.optimizer.demand import horizon, product_qps, profile_lengths
+from fleetplan.optimizer.formulation import SECONDS_PER_HOUR, FleetProblem, ProductData, build_model
 from fleetplan.optimizer.linear import LinearProblem, to_linear_problem
 from fleetplan.optimizer.scenario import Product, Scenario
 from fleetplan.optimizer.solvers import SolveResult, solve
@@ -35,29 +50,132 @@ class Timings:
 
 @dataclass
 class ProductPlan:
-    """The chosen configuration of one product and its alternatives on other GPU types."""
+    """What the plan does for one product: decode replicas, prefill pool, API share, hour by hour."""
 
     product: Product
-    candidate: Candidate
-    replicas: int
-    demand_tokens_per_s: float
+    data: ProductData
+    hour_weight: float
+    hours_per_month: float
+    candidate: Candidate | None
+    reserved: int = 0
+    on_demand: list[int] = field(default_factory=list)
+    spot: list[int] = field(default_factory=list)
+    pool: PoolCandidate | None = None
+    pool_reserved: int = 0
+    pool_on_demand: list[int] = field(default_factory=list)
+    pool_spot: list[int] = field(default_factory=list)
+    api_tokens_per_s: list[float] = field(default_factory=list)
     alternatives: list[dict[str, Any]] = field(default_factory=list)
+    mode_costs: dict[str, float | None] = field(default_factory=dict)
     why: str = ""
+    kv_transfer: dict[str, Any] | None = None
+    prefill_check: dict[str, Any] | None = None
+
+    # ---- decode replicas
+    def replicas_in_hour(self, h: int) -> int:
+        """Decode replicas running in hour ``h``."""
+        return self.reserved + self.on_demand[h] + self.spot[h]
+
+    @property
+    def replicas(self) -> int:
+        """Decode replicas at the busiest hour."""
+        return max((self.replicas_in_hour(h) for h in range(len(self.on_demand))), default=0)
 
     @property
     def gpus(self) -> int:
-        """GPUs of the product's fleet."""
-        return self.replicas * self.candidate.tp
+        """Decode GPUs at the busiest hour."""
+        return self.replicas * (self.candidate.tp if self.candidate else 0)
 
     @property
-    def monthly_cost_usd(self) -> float:
-        """Monthly cost recomputed from the integer plan."""
-        return self.replicas * self.candidate.monthly_cost_per_replica_usd
+    def demand_tokens_per_s(self) -> float:
+        """Peak output tokens/s."""
+        return self.data.peak_demand_tokens_per_s
 
     @property
     def capacity_tokens_per_s(self) -> float:
-        """Usable decode throughput of the fleet (after headroom)."""
-        return self.replicas * self.candidate.usable_tokens_per_s
+        """Usable decode throughput at the busiest hour (after headroom)."""
+        return self.replicas * (self.candidate.usable_tokens_per_s if self.candidate else 0.0)
+
+    # ---- pool
+    def pool_replicas_in_hour(self, h: int) -> int:
+        """Prefill-pool replicas running in hour ``h``."""
+        return self.pool_reserved + self.pool_on_demand[h] + self.pool_spot[h] if self.pool else 0
+
+    @property
+    def pool_replicas(self) -> int:
+        """Prefill-pool replicas at the busiest hour."""
+        return max((self.pool_replicas_in_hour(h) for h in range(len(self.pool_on_demand))), default=0)
+
+    @property
+    def pool_gpus(self) -> int:
+        """Prefill-pool GPUs at the busiest hour."""
+        return self.pool_replicas * (self.pool.tp if self.pool else 0)
+
+    # ---- costs (recomputed from the integer plan)
+    def decode_cost_by_tier(self) -> dict[str, float]:
+        """USD per month of decode replicas, per tier."""
+        c = self.candidate
+        if c is None:
+            return {"reserved": 0.0, "on_demand": 0.0, "spot": 0.0}
+        return {
+            "reserved": self.reserved * c.usd_per_replica_hour_in("reserved") * self.hours_per_month,
+            "on_demand": sum(self.on_demand) * c.usd_per_replica_hour_in("on_demand") * self.hour_weight,
+            "spot": sum(self.spot) * c.usd_per_replica_hour_in("spot") * self.hour_weight,
+        }
+
+    def pool_cost_by_tier(self) -> dict[str, float]:
+        """USD per month of prefill-pool replicas, per tier."""
+        k = self.pool
+        if k is None:
+            return {"reserved": 0.0, "on_demand": 0.0, "spot": 0.0}
+        return {
+            "reserved": self.pool_reserved * k.usd_per_replica_hour_in("reserved") * self.hours_per_month,
+            "on_demand": sum(self.pool_on_demand) * k.usd_per_replica_hour_in("on_demand") * self.hour_weight,
+            "spot": sum(self.pool_spot) * k.usd_per_replica_hour_in("spot") * self.hour_weight,
+        }
+
+    @property
+    def api_cost_usd(self) -> float:
+        """USD per month sent to the hosted API."""
+        if self.data.api is None:
+            return 0.0
+        return sum(self.api_tokens_per_s) * SECONDS_PER_HOUR * self.hour_weight * self.data.api.usd_per_output_token
+
+    @property
+    def self_hosts(self) -> bool:
+        """Whether the product runs any replicas of its own."""
+        return self.candidate is not None
+
+    @property
+    def fixed_cost_usd(self) -> float:
+        """Fixed self-hosting cost, charged only when the product self-hosts."""
+        return self.data.fixed_monthly_usd if self.self_hosts else 0.0
+
+    def cost_breakdown(self) -> dict[str, float]:
+        """USD per month by kind: reserved, on_demand, spot (decode + pool), api, fixed."""
+        d, p = self.decode_cost_by_tier(), self.pool_cost_by_tier()
+        return {
+            "reserved": d["reserved"] + p["reserved"],
+            "on_demand": d["on_demand"] + p["on_demand"],
+            "spot": d["spot"] + p["spot"],
+            "api": self.api_cost_usd,
+            "fixed": self.fixed_cost_usd,
+        }
+
+    @property
+    def decode_cost_usd(self) -> float:
+        """Decode replicas' monthly cost."""
+        return sum(self.decode_cost_by_tier().values())
+
+    @property
+    def pool_cost_usd(self) -> float:
+        """Prefill pool's monthly cost."""
+        return sum(self.pool_cost_by_tier().values())
+
+    @property
+    def monthly_cost_usd(self) -> float:
+        """Everything the product costs per month."""
+        return sum(self.cost_breakdown().values())
 
 
 @dataclass
@@ -69,6 +187,7 @@ class Plan:
     solve_result: SolveResult
     products: list[ProductPlan]
     candidate_sets: dict[str, CandidateSet]
+    problem: FleetProblem
     lp: LinearProblem
     timings: Timings = field(default_factory=Timings)
 
@@ -77,18 +196,10 @@ class Plan:
         """Total monthly cost, summed from the products."""
         return sum(p.monthly_cost_usd for p in self.products)
 
-
-def build_candidates(scenario: Scenario, catalog: Catalog, preset: Preset) -> dict[str, CandidateSet]:
-    """Candidate sets of every product, raising a clear error when a product has none."""
-    check_options(catalog, scenario.options)
-    sets: dict[str, CandidateSet] = {}
-    for product in scenario.products:
-        llm = catalog.model(product.model, f"products[{product.name}].model")
-        cs = generate_candidates(product, llm, catalog, scenario.options, preset)
-        if not cs.candidates:
-            raise InfeasibleError(explain_no_candidates(product, cs))
-        sets[product.name] = cs
-    return sets
+    @property
+    def hours(self) -> int:
+        """Hours of the planning horizon."""
+        return self.problem.hours
 
 
 def explain_no_candidates(product: Product, cs: CandidateSet) -> str:
@@ -102,69 +213,232 @@ def explain_no_candidates(product: Product, cs: CandidateSet) -> str:
             f"{where}: infeasible: {product.model} with {product.input_tokens + product.output_tokens} tokens of "
             f"context does not fit in memory on any allowed GPU/TP (try larger tp or lower precision)"
         )
-    return (
-        f"{where}.min_tokens_per_s_per_user: infeasible: no configuration reaches "
-        f"{product.min_tokens_per_s_per_user:g} tokens/s per user; the best reachable is "
-        f"{cs.best_per_user_tokens_per_s:.1f} tokens/s ({cs.best_per_user_at})"
+    if not cs.any_meets_speed:
+        return (
+            f"{where}.min_tokens_per_s_per_user: infeasible: no configuration reaches "
+            f"{product.min_tokens_per_s_per_user:g} tokens/s per user; the best reachable is "
+            f"{cs.best_per_user_tokens_per_s:.1f} tokens/s ({cs.best_per_user_at})"
+        )
+    if product.max_ttft_ms is not None:
+        best = "none" if cs.best_ttft_s == float("inf") else f"{cs.best_ttft_s * 1e3:,.0f} ms ({cs.best_ttft_at})"
+        return (
+            f"{where}.max_ttft_ms: infeasible: no configuration reaches a time to first token of "
+            f"{product.max_ttft_ms:g} ms; the best reachable is {best}"
+        )
+    return f"{where}: infeasible: no prefill pool configuration fits {product.model}"
+
+
+def build_problem(
+    scenario: Scenario, catalog: Catalog, preset: Preset, folder: Path | None = None, *, with_api: bool = True
+) -> tuple[FleetProblem, dict[str, CandidateSet]]:
+    """Candidates and demand of every product as MIP data; a product with no candidate is an error
+    unless it may go entirely to its API."""
+    check_options(catalog, scenario.options)
+    folder = folder or Path(".")
+    hours = horizon(profile_lengths(scenario.products, folder))
+    sets: dict[str, CandidateSet] = {}
+    data: dict[str, ProductData] = {}
+    for product in scenario.products:
+        llm = catalog.model(product.model, f"products[{product.name}].model")
+        offer = resolve_api(product, catalog) if with_api else None
+        cs = generate_candidates(product, llm, catalog, scenario.options, preset)
+        api_only_possible = offer is not None and product.api is not None and product.api.max_fraction >= 1.0
+        if not cs.candidates and not api_only_possible:
+            raise InfeasibleError(explain_no_candidates(product, cs))
+        sets[product.name] = cs
+        qps = product_qps(product, folder, hours)
+        data[product.name] = ProductData(
+            name=product.name,
+            demand_tokens_per_s=tuple(q * product.output_tokens for q in qps),
+            candidates=tuple(cs.candidates),
+            pool=tuple(cs.pool),
+            prefill_flops_per_output_token=prefill_work_per_request(llm, product, preset) / product.output_tokens,
+            api=offer,
+            api_min_fraction=product.api.min_fraction if (product.api and offer) else 0.0,
+            api_max_fraction=product.api.max_fraction if (product.api and offer) else 0.0,
+            fixed_monthly_usd=product.self_host_fixed_monthly_usd,
+        )
+    opts = scenario.options
+    prob = FleetProblem(
+        products=data, hours=hours, hours_per_month=preset.hours_per_month, tiers=tuple(opts.tiers),
+        spot_max_share=opts.spot_max_share,
     )
+    return prob, sets
 
 
-def make_problem(scenario: Scenario, sets: dict[str, CandidateSet]) -> FleetProblem:
-    """The MIP data: peak output tokens/s and candidates per product."""
-    return FleetProblem(
-        demand_tokens_per_s={p.name: p.peak_output_tokens_per_s for p in scenario.products},
-        candidates={name: cs.candidates for name, cs in sets.items()},
-    )
+def _value(lp: LinearProblem, result: SolveResult, name: str) -> float:
+    j = lp.col_index.get(name)
+    return 0.0 if j is None else result.values[j]
 
 
-def _chosen(lp: LinearProblem, result: SolveResult, prob: FleetProblem) -> dict[str, tuple[Candidate, int]]:
-    out: dict[str, tuple[Candidate, int]] = {}
-    for c in prob.all_candidates():
-        use = result.values[lp.column(f"use[{c.key}]")]
-        if use > 0.5:
-            out[c.product] = (c, round(result.values[lp.column(f"replicas[{c.key}]")]))
+def extract(lp: LinearProblem, result: SolveResult, prob: FleetProblem, scenario: Scenario) -> list[ProductPlan]:
+    """Read each product's decisions out of a solution."""
+    out: list[ProductPlan] = []
+    hours = range(prob.hours)
+    for product in scenario.products:
+        pd = prob.products[product.name]
+        pp = ProductPlan(product=product, data=pd, hour_weight=prob.hour_weight, hours_per_month=prob.hours_per_month,
+                         candidate=None, on_demand=[0] * prob.hours, spot=[0] * prob.hours,
+                         pool_on_demand=[0] * prob.hours, pool_spot=[0] * prob.hours)
+        for c in pd.candidates:
+            if _value(lp, result, f"use[{c.key}]") > 0.5:
+                pp.candidate = c
+                pp.reserved = round(_value(lp, result, f"reserved[{c.key}]"))
+                pp.on_demand = [round(_value(lp, result, f"on_demand[{c.key}/{h}]")) for h in hours]
+                pp.spot = [round(_value(lp, result, f"spot[{c.key}/{h}]")) for h in hours]
+        for k in pd.pool:
+            if _value(lp, result, f"pool_use[{k.key}]") > 0.5:
+                pp.pool = k
+                pp.pool_reserved = round(_value(lp, result, f"pool_reserved[{k.key}]"))
+                pp.pool_on_demand = [round(_value(lp, result, f"pool_on_demand[{k.key}/{h}]")) for h in hours]
+                pp.pool_spot = [round(_value(lp, result, f"pool_spot[{k.key}/{h}]")) for h in hours]
+        pp.api_tokens_per_s = [
+            max(0.0, _value(lp, result, f"api[{product.name}/{h}]")) if pd.has_api else 0.0 for h in hours
+        ]
+        out.append(pp)
     return out
 
 
-def _alternatives(
-    lp: LinearProblem, prob: FleetProblem, product: str, chosen: Candidate, base_cost: float, solver: str
-) -> list[dict[str, Any]]:
-    """Cheapest plan with ``product`` forced onto each other GPU type (re-solving the same MIP)."""
+def restricted_cost(
+    lp: LinearProblem, prob: FleetProblem, product: str, keep: Callable[[Candidate], bool], solver: str
+) -> float:
+    """Optimal cost with ``product``'s decode choices limited to those ``keep`` accepts
+    (same MIP, other configurations' ``use`` fixed to 0); inf if infeasible."""
+    upper = list(lp.col_upper)
+    for c in prob.products[product].candidates:
+        if not keep(c):
+            upper[lp.col_index[f"use[{c.key}]"]] = 0.0
+    fixed = lp.with_col_upper(upper)
+    res = solve(fixed, solver)
+    if not res.optimal:
+        return float("inf")
+    return float(res.objective or 0.0)
+
+
+def _alternatives(lp: LinearProblem, prob: FleetProblem, pp: ProductPlan, base: float, solver: str) -> list[dict[str, Any]]:
+    """Cheapest plan with the product's decode forced onto each other GPU type."""
+    if pp.candidate is None:
+        return []
     alts: list[dict[str, Any]] = []
-    gpus = sorted({c.gpu for c in prob.candidates[product]} - {chosen.gpu})
-    for gpu in gpus:
+    name = pp.product.name
+    for gpu in sorted({c.gpu for c in prob.products[name].candidates} - {pp.candidate.gpu}):
         upper = list(lp.col_upper)
-        for c in prob.candidates[product]:
+        for c in prob.products[name].candidates:
             if c.gpu != gpu:
-                upper[lp.column(f"use[{c.key}]")] = 0.0
-        fixed = LinearProblem(**{**lp.__dict__, "col_upper": upper})
+                upper[lp.col_index[f"use[{c.key}]"]] = 0.0
+        fixed = lp.with_col_upper(upper)
         res = solve(fixed, solver)
         if not res.optimal:
             continue
-        pick = _chosen(fixed, res, prob)[product]
-        c, n = pick
-        cost = n * c.monthly_cost_per_replica_usd
-        total = sum(
-            nn * cc.monthly_cost_per_replica_usd for cc, nn in _chosen(fixed, res, prob).values()
-        )
-        alts.append(
-            {
-                "gpu": c.gpu, "tp": c.tp, "batch": c.batch, "precision": c.precision, "replicas": n,
-                "gpus": n * c.tp, "monthly_cost_usd": round(cost, 2),
-                "cost_difference_usd": round(total - base_cost, 2),
-            }
-        )
+        plans = {p.product.name: p for p in extract(fixed, res, prob, Scenario.model_construct(products=[pp.product]))}
+        alt = plans[name]
+        if alt.candidate is None:
+            continue
+        c = alt.candidate
+        alts.append({
+            "gpu": c.gpu, "tp": c.tp, "batch": c.batch, "precision": c.precision, "prefill": c.mode,
+            "replicas": alt.replicas, "gpus": alt.gpus, "monthly_cost_usd": round(alt.monthly_cost_usd, 2),
+            "cost_difference_usd": round(float(res.objective or 0.0) - base, 2),
+        })
     alts.sort(key=lambda a: (a["cost_difference_usd"], a["gpu"]))
     return alts
 
 
+def kv_transfer_report(pp: ProductPlan, catalog: Catalog, preset: Preset) -> dict[str, Any] | None:
+    """KV-cache hand-off from the prefill pool to decode: bytes per request, peak bytes/s and
+    the link it crosses (scale-up fabric or the pool GPUs' NICs)."""
+    if pp.pool is None or pp.candidate is None:
+        return None
+    llm = catalog.models[pp.product.model]
+    kv_prec = pp.candidate.estimate.kv_precision
+    per_request = pp.product.input_tokens * kv_bytes_per_token(llm, kv_prec)
+    peak_qps = max((d - a) / pp.product.output_tokens for d, a in zip(pp.data.demand_tokens_per_s, pp.api_tokens_per_s))
+    link, per_gpu = kv_link(catalog.gpus[pp.pool.gpu])
+    link_bps = pp.pool_gpus * per_gpu
+    peak = peak_qps * per_request
+    return {
+        "bytes_per_request": round(per_request),
+        "peak_bytes_per_s": round(peak, 1),
+        "link": link,
+        "link_bytes_per_s": round(link_bps, 1),
+        "link_utilisation": round(peak / link_bps, 6) if link_bps else None,
+        "transfer_ms_per_request": round(pp.pool.transfer_s * 1e3, 3),
+    }
+
+
+def prefill_headroom_check(pp: ProductPlan, catalog: Catalog, preset: Preset, options: Any) -> dict[str, Any] | None:
+    """Does the seed's flat 30% headroom cover prefill? On the chosen GPU/TP/precision at the batch
+    the headroom rule would run (the largest meeting speed and memory without prefill), compare
+    the rule's usable throughput (decode-only less 30%) with what the replica keeps when each step
+    also carries its share of new requests' prefill (colocated, nothing held back)."""
+    c = pp.candidate
+    if c is None:
+        return None
+    llm, gpu = catalog.models[pp.product.model], catalog.gpus[c.gpu]
+    work = prefill_work_per_request(llm, pp.product, preset)
+    batches = sorted(set(options.batch)) if options.batch else list(range(1, options.max_batch + 1))
+
+    def step(b: int, prefill: bool) -> Any:
+        return decode_step(
+            llm, gpu, precision=c.precision, tp=c.tp, batch=b, input_tokens=pp.product.input_tokens,
+            output_tokens=pp.product.output_tokens, preset=preset, kv_precision=pp.product.kv_precision,
+            prefill_flops_per_step=b / pp.product.output_tokens * work if prefill else 0.0,
+        )
+
+    def ok(b: int) -> bool:
+        e = step(b, False)
+        return e.fits and e.per_user_tokens_per_s >= pp.product.min_tokens_per_s_per_user
+
+    n = bisect.bisect_left(range(len(batches)), True, key=lambda i: not ok(batches[i]))
+    if n == 0:
+        return None
+    b = batches[n - 1]
+    plain, mixed = step(b, False), step(b, True)
+    rule = 0.30
+    assumed = plain.replica_tokens_per_s * (1 - rule)
+    computed = mixed.replica_tokens_per_s
+    margin = computed / assumed - 1
+    demand = pp.demand_tokens_per_s
+    replicas_rule = math.ceil(demand / assumed - 1e-9) if demand else 0
+    replicas_needed = math.ceil(demand / computed - 1e-9) if demand else 0
+    added = mixed.step_time_s - plain.step_time_s
+    verdict = (
+        f"30% headroom {'covers' if margin >= 0 else 'does not cover'} prefill on {c.gpu} tp{c.tp} {c.precision} batch {b}: "
+        f"with prefill computed a replica serves {computed:,.0f} tokens/s against {assumed:,.0f} assumed "
+        f"({'over-provisions' if margin >= 0 else 'misses'} by {abs(margin):.0%}: {replicas_needed:,} replicas needed "
+        f"against {replicas_rule:,}); prefill lengthens a {plain.step_time_s * 1e3:.1f} ms step by {added * 1e3:.1f} ms "
+        f"and per-user speed falls to {mixed.per_user_tokens_per_s:.1f} tokens/s"
+    )
+    return {
+        "rule_headroom": rule,
+        "batch": b,
+        "assumed_tokens_per_s": round(assumed, 3),
+        "computed_tokens_per_s": round(computed, 3),
+        "covered": margin >= 0,
+        "margin": round(margin, 6),
+        "replicas_by_rule": replicas_rule,
+        "replicas_with_prefill": replicas_needed,
+        "prefill_ms_per_step": round(added * 1e3, 4),
+        "step_time_ms_with_prefill": round(mixed.step_time_s * 1e3, 4),
+        "per_user_tokens_per_s_with_prefill": round(mixed.per_user_tokens_per_s, 4),
+        "verdict": verdict,
+    }
+
+
 def _why(pp: ProductPlan) -> str:
     c = pp.candidate
+    if c is None:
+        assert pp.data.api is not None
+        return (
+            f"all traffic goes to the API ({pp.data.api.price.id}, ${pp.data.api.usd_per_million_output_tokens:.2f} per "
+            f"million output tokens): cheaper than any self-hosted fleet plus ${pp.data.fixed_monthly_usd:,.0f}/month fixed cost"
+        )
     e = c.estimate
     limiter = {
         "per_user_speed": f"a larger batch would drop below {pp.product.min_tokens_per_s_per_user:g} tokens/s per user",
         "memory": "a larger batch would not fit in memory",
         "batch_options": "the largest batch allowed",
+        "max_ttft_ms": f"a larger batch would break the {pp.product.max_ttft_ms or 0:g} ms TTFT target",
     }[c.batch_limited_by]
     usd_per_ktok = c.monthly_cost_per_replica_usd / c.usable_tokens_per_s * 1000
     txt = (
@@ -178,6 +452,15 @@ def _why(pp: ProductPlan) -> str:
             f"; the runner-up on another GPU type ({a['gpu']} tp{a['tp']} {a['precision']} batch {a['batch']}, "
             f"{a['replicas']} replicas) costs ${a['cost_difference_usd']:,.0f}/month more"
         )
+    if pp.pool is not None:
+        txt += (
+            f"; prefill runs on {pp.pool_replicas} x {pp.pool.tp} {pp.pool.gpu} ({pp.pool.precision}) sized to "
+            f"{pp.pool.max_utilisation:.0%} utilisation at most"
+            + ("" if pp.product.max_ttft_ms else " (no max_ttft_ms: queueing at high utilisation lengthens TTFT)")
+        )
+    if len(pp.mode_costs) > 1:
+        parts = [f"{m} ${v:,.0f}" if v is not None else f"{m} infeasible" for m, v in sorted(pp.mode_costs.items())]
+        txt += f"; prefill mode {c.mode} chosen by cost ({', '.join(parts)} per month for the whole plan)"
     return txt
 
 
@@ -187,16 +470,20 @@ def make_plan(
     solver: str = "highs",
     alternatives: bool = True,
     preset: Preset | None = None,
+    folder: Path | None = None,
+    *,
+    with_api: bool = True,
 ) -> Plan:
     """Solve ``scenario`` to proven optimality and explain the result.
 
-    ``preset`` replaces the scenario's named preset (e.g. one adjusted by a calibration profile).
+    ``preset`` replaces the scenario's named preset (e.g. one adjusted by a calibration profile);
+    ``folder`` is where relative paths (demand profiles) are resolved; ``with_api=False`` plans
+    as if no product had an API to burst to.
     """
     preset = preset or get_preset(scenario.preset)
     timings = Timings()
     t0 = time.perf_counter()
-    sets = build_candidates(scenario, catalog, preset)
-    prob = make_problem(scenario, sets)
+    prob, sets = build_problem(scenario, catalog, preset, folder, with_api=with_api)
     t1 = time.perf_counter()
     model = build_model(prob)
     t2 = time.perf_counter()
@@ -211,15 +498,19 @@ def make_plan(
     if not result.optimal:
         raise SolverError(f"{solver} returned no proven-optimal plan: {result.termination}")
 
-    chosen = _chosen(lp, result, prob)
-    products: list[ProductPlan] = []
-    for product in scenario.products:
-        cand, n = chosen[product.name]
-        pp = ProductPlan(product=product, candidate=cand, replicas=n, demand_tokens_per_s=prob.demand_tokens_per_s[product.name])
-        products.append(pp)
-    total = sum(p.monthly_cost_usd for p in products)
+    products = extract(lp, result, prob, scenario)
+    base = float(result.objective or 0.0)
     for pp in products:
+        name = pp.product.name
         if alternatives:
-            pp.alternatives = _alternatives(lp, prob, pp.product.name, pp.candidate, total, solver)
+            pp.alternatives = _alternatives(lp, prob, pp, base, solver)
+        modes = sorted({c.mode for c in prob.products[name].candidates})
+        if len(modes) > 1:
+            for mode in modes:
+                cost = restricted_cost(lp, prob, name, lambda c, mode=mode: c.mode == mode, solver)
+                pp.mode_costs[mode] = None if cost == float("inf") else round(cost, 2)
         pp.why = _why(pp)
-    return Plan(scenario=scenario, preset=preset, solve_result=result, products=products, candidate_sets=sets, lp=lp, timings=timings)
+        pp.kv_transfer = kv_transfer_report(pp, catalog, preset)
+        pp.prefill_check = prefill_headroom_check(pp, catalog, preset, scenario.options)
+    return Plan(scenario=scenario, preset=preset, solve_result=result, products=products, candidate_sets=sets,
+                problem=prob, lp=lp, timings=timings)

@@ -2,77 +2,187 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from fleetplan.optimizer.formulation import SECONDS_PER_HOUR
 from fleetplan.optimizer.plan import Plan, ProductPlan
 
-SECONDS_PER_HOUR = 3600.0
+LIMITERS = {
+    "per_user_speed": "min_tokens_per_s_per_user",
+    "memory": "memory",
+    "batch_options": "options.batch",
+    "max_ttft_ms": "max_ttft_ms",
+}
 
 
-def _r(x: float, nd: int = 4) -> float:
+def _r(x: float | None, nd: int = 4) -> float | None:
     """Round for output: enough digits to trace a number, few enough to be stable."""
+    if x is None or math.isinf(x) or math.isnan(x):
+        return None
     return float(round(x, nd))
 
 
-def product_to_dict(pp: ProductPlan, hours_per_month: float) -> dict[str, Any]:
+def served_tokens(pp: ProductPlan) -> list[float]:
+    """Self-hosted output tokens/s in each hour (demand less the API's share)."""
+    return [max(0.0, d - a) for d, a in zip(pp.data.demand_tokens_per_s, pp.api_tokens_per_s)]
+
+
+def pool_utilisation(pp: ProductPlan) -> float | None:
+    """Highest hourly load of the prefill pool as a share of its FLOP/s."""
+    if pp.pool is None:
+        return None
+    f = pp.data.prefill_flops_per_output_token
+    loads = [
+        f * s / (pp.pool_replicas_in_hour(h) * pp.pool.flops_per_s)
+        for h, s in enumerate(served_tokens(pp)) if pp.pool_replicas_in_hour(h) > 0
+    ]
+    return max(loads, default=0.0)
+
+
+def ttft_s(pp: ProductPlan) -> float | None:
+    """Modelled time to first token of the chosen configuration (None in headroom mode)."""
+    c = pp.candidate
+    if c is None:
+        return None
+    if c.mode == "colocated":
+        return c.ttft_s
+    if c.mode == "pool" and pp.pool is not None:
+        rho = pool_utilisation(pp) or 0.0
+        return pp.pool.ttft_s(rho)
+    return None
+
+
+def utilisation(pp: ProductPlan) -> float | None:
+    """Average share of the self-hosted decode capacity (after headroom) that serves demand."""
+    c = pp.candidate
+    if c is None:
+        return None
+    cap = sum(pp.replicas_in_hour(h) * c.usable_tokens_per_s for h in range(len(pp.on_demand)))
+    return sum(served_tokens(pp)) / cap if cap else None
+
+
+def product_to_dict(pp: ProductPlan, plan: Plan) -> dict[str, Any]:
     """One product's plan as plain data (units in the keys)."""
-    c, e = pp.candidate, pp.candidate.estimate
-    tokens_per_month = pp.demand_tokens_per_s * hours_per_month * SECONDS_PER_HOUR
-    return {
+    c = pp.candidate
+    e = c.estimate if c else None
+    hours = plan.hours
+    w = plan.problem.hour_weight
+    tokens_month = sum(pp.data.demand_tokens_per_s) * SECONDS_PER_HOUR * w
+    self_tokens_month = sum(served_tokens(pp)) * SECONDS_PER_HOUR * w
+    api_month = sum(pp.api_tokens_per_s) * SECONDS_PER_HOUR * w
+    breakdown = pp.cost_breakdown()
+    f = pp.data.prefill_flops_per_output_token
+    peak_prefill = max((f * s for s in served_tokens(pp)), default=0.0)
+    fleet_cost = breakdown["reserved"] + breakdown["on_demand"] + breakdown["spot"]
+    ideal = None
+    if c is not None and self_tokens_month:
+        # the fleet at 100% utilisation: decode replicas at the cheapest tier price used, fully busy
+        cheapest = min(c.usd_per_replica_hour_in(t) for t in plan.problem.tiers)
+        ideal = cheapest / (c.usable_tokens_per_s * SECONDS_PER_HOUR) * 1e6
+        if pp.pool is not None:
+            pool_cheapest = min(pp.pool.usd_per_replica_hour_in(t) for t in plan.problem.tiers)
+            ideal += pool_cheapest / (pp.pool.flops_per_s / f * SECONDS_PER_HOUR) * 1e6
+    pool = pp.pool
+    d: dict[str, Any] = {
         "name": pp.product.name,
         "model": pp.product.model,
-        "gpu": c.gpu,
-        "tp": c.tp,
-        "batch": c.batch,
-        "precision": c.precision,
-        "kv_precision": e.kv_precision,
+        "gpu": c.gpu if c else None,
+        "tp": c.tp if c else None,
+        "batch": c.batch if c else None,
+        "precision": c.precision if c else None,
+        "kv_precision": e.kv_precision if e else None,
         "replicas": pp.replicas,
         "gpus": pp.gpus,
-        "per_user_tokens_per_s": _r(e.per_user_tokens_per_s),
-        "replica_tokens_per_s": _r(e.replica_tokens_per_s),
-        "usable_replica_tokens_per_s": _r(c.usable_tokens_per_s),
+        "per_user_tokens_per_s": _r(e.per_user_tokens_per_s) if e else None,
+        "replica_tokens_per_s": _r(e.replica_tokens_per_s) if e else None,
+        "usable_replica_tokens_per_s": _r(c.usable_tokens_per_s) if c else None,
         "capacity_tokens_per_s": _r(pp.capacity_tokens_per_s),
         "demand_tokens_per_s": _r(pp.demand_tokens_per_s),
-        "headroom": pp.product.headroom,
-        "step_time_ms": _r(e.step_time_s * 1e3),
-        "bound": e.bound,
-        "memory_needed_bytes": _r(e.memory_needed_bytes, 0),
-        "memory_usable_bytes": _r(e.memory_usable_bytes, 0),
-        "usd_per_gpu_hour": c.price.usd_per_gpu_hour,
-        "price_source": c.price.source,
+        "headroom": pp.product.effective_headroom,
+        "step_time_ms": _r(e.step_time_s * 1e3) if e else None,
+        "bound": e.bound if e else None,
+        "memory_needed_bytes": _r(e.memory_needed_bytes, 0) if e else None,
+        "memory_usable_bytes": _r(e.memory_usable_bytes, 0) if e else None,
+        "usd_per_gpu_hour": c.price.usd_per_gpu_hour if c else None,
+        "price_source": c.price.source if c else None,
         "monthly_cost_usd": _r(pp.monthly_cost_usd, 2),
-        "cost_per_million_output_tokens_usd": _r(pp.monthly_cost_usd / (tokens_per_month / 1e6), 4)
-        if tokens_per_month
-        else None,
-        "binding_constraint": {
-            "per_user_speed": "min_tokens_per_s_per_user",
-            "memory": "memory",
-            "batch_options": "options.batch",
-        }[c.batch_limited_by],
-        "demand_slack_tokens_per_s": _r(pp.capacity_tokens_per_s - pp.demand_tokens_per_s),
+        "monthly_cost_breakdown_usd": {k: _r(v, 2) for k, v in breakdown.items()},
+        "cost_per_million_output_tokens_usd": _r(pp.monthly_cost_usd / (tokens_month / 1e6), 4) if tokens_month else None,
+        "cost_per_million_tokens_usd": _r(pp.monthly_cost_usd / (tokens_month / 1e6), 4) if tokens_month else None,
+        "ideal_cost_per_million_tokens_usd": _r(ideal, 4),
+        "self_hosted_cost_per_million_tokens_usd": _r(fleet_cost / (self_tokens_month / 1e6), 4) if self_tokens_month else None,
+        "utilisation": _r(utilisation(pp)),
+        "api_fraction": _r(api_month / tokens_month if tokens_month else 0.0),
+        "api": (
+            {"id": pp.data.api.price.id, "usd_per_million_output_tokens": _r(pp.data.api.usd_per_million_output_tokens),
+             "source": pp.data.api.price.source, "as_of": pp.data.api.price.as_of.isoformat()}
+            if pp.data.api else None
+        ),
+        "binding_constraint": LIMITERS[c.batch_limited_by] if c else None,
+        "demand_slack_tokens_per_s": _r(pp.capacity_tokens_per_s + max(pp.api_tokens_per_s, default=0.0) - pp.demand_tokens_per_s)
+        if hours == 1 else None,
+        "prefill": {
+            "mode": c.mode if c else None,
+            "gpu": pool.gpu if pool else None,
+            "tp": pool.tp if pool else None,
+            "precision": pool.precision if pool else None,
+            "replicas": pp.pool_replicas if pool else None,
+            "gpus": pp.pool_gpus if pool else None,
+            "pflops_per_s_needed": _r(peak_prefill / 1e15),
+            "monthly_cost_usd": _r(pp.pool_cost_usd, 2),
+            "utilisation": _r(pool_utilisation(pp)),
+            "prefix_cache_hit_rate": pp.product.prefix_cache_hit_rate,
+            "kv_transfer": pp.kv_transfer,
+        },
+        "prefill_check": pp.prefill_check,
+        "ttft_ms": _r(ttft_s(pp) * 1e3 if ttft_s(pp) is not None else None, 1),
         "why": pp.why,
         "alternatives": pp.alternatives,
     }
+    if hours > 1:
+        d["hourly"] = [
+            {
+                "hour": h,
+                "demand_tokens_per_s": _r(pp.data.demand_tokens_per_s[h]),
+                "reserved_replicas": pp.reserved,
+                "on_demand_replicas": pp.on_demand[h],
+                "spot_replicas": pp.spot[h],
+                "pool_replicas": pp.pool_replicas_in_hour(h),
+                "api_tokens_per_s": _r(pp.api_tokens_per_s[h]),
+            }
+            for h in range(hours)
+        ]
+    return d
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
     """The whole plan as plain data; identical scenarios give identical dicts."""
     res = plan.solve_result
+    products = [product_to_dict(pp, plan) for pp in plan.products]
+    total_breakdown = {
+        k: _r(sum(pp.cost_breakdown()[k] for pp in plan.products), 2) for k in ("reserved", "on_demand", "spot", "api", "fixed")
+    }
     return {
         "status": res.status,
         "solver": res.solver,
         "termination": res.termination,
         "preset": plan.preset.name,
         "calibration": plan.preset.calibration,
+        "hours": plan.hours,
+        "tiers": list(plan.problem.tiers),
         "monthly_cost_usd": _r(plan.monthly_cost_usd, 2),
         "objective_usd": _r(res.objective or 0.0, 2),
-        "products": [product_to_dict(pp, plan.preset.hours_per_month) for pp in plan.products],
+        "mip_gap": _r(res.mip_gap, 8),
+        "monthly_cost_breakdown_usd": total_breakdown,
+        "products": products,
         "candidates": {
             name: {
                 "generated": cs.generated,
                 "feasible": cs.feasible,
                 "invalid_shapes": cs.invalid_shapes,
                 "after_pruning": cs.after_pruning,
+                "pool_after_pruning": len(cs.pool),
                 "unpriced_gpus": cs.unpriced_gpus,
             }
             for name, cs in plan.candidate_sets.items()
@@ -84,17 +194,39 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
 def check_invariants(plan: Plan) -> list[str]:
     """Recompute the plan's promises from its own numbers; return the broken ones (empty if none)."""
     problems: list[str] = []
+    tol = 1e-6
     for pp in plan.products:
-        c, e = pp.candidate, pp.candidate.estimate
-        if e.memory_needed_bytes > e.memory_usable_bytes:
-            problems.append(f"{pp.product.name}: memory {e.memory_needed_bytes:.3e} B > usable {e.memory_usable_bytes:.3e} B")
-        if e.per_user_tokens_per_s < pp.product.min_tokens_per_s_per_user - 1e-9:
-            problems.append(f"{pp.product.name}: per-user speed below target")
-        if pp.capacity_tokens_per_s < pp.demand_tokens_per_s * (1 - 1e-9):
-            problems.append(f"{pp.product.name}: capacity {pp.capacity_tokens_per_s} < demand {pp.demand_tokens_per_s}")
-        expected = pp.replicas * c.tp * c.price.usd_per_gpu_hour * plan.preset.hours_per_month
-        if abs(expected - pp.monthly_cost_usd) > 1e-6 * max(1.0, expected):
-            problems.append(f"{pp.product.name}: cost is not GPUs x hours x price")
+        name, c = pp.product.name, pp.candidate
+        if c is not None:
+            e = c.estimate
+            if e.memory_needed_bytes > e.memory_usable_bytes:
+                problems.append(f"{name}: memory {e.memory_needed_bytes:.3e} B > usable {e.memory_usable_bytes:.3e} B")
+            if e.per_user_tokens_per_s < pp.product.min_tokens_per_s_per_user - 1e-9:
+                problems.append(f"{name}: per-user speed below target")
+        if pp.reserved < 0 or any(x < 0 for x in pp.on_demand + pp.spot):
+            problems.append(f"{name}: negative replicas")
+        for h, d in enumerate(pp.data.demand_tokens_per_s):
+            cap = pp.replicas_in_hour(h) * (c.usable_tokens_per_s if c else 0.0) + pp.api_tokens_per_s[h]
+            if cap < d * (1 - 1e-9) - tol:
+                problems.append(f"{name}: hour {h}: capacity {cap:.1f} < demand {d:.1f}")
+            if pp.pool is not None:
+                need = pp.data.prefill_flops_per_output_token * (d - pp.api_tokens_per_s[h])
+                if pp.pool_replicas_in_hour(h) * pp.pool.usable_flops_per_s < need * (1 - 1e-9) - 1e3:
+                    problems.append(f"{name}: hour {h}: prefill pool below demand")
+            if plan.problem.spot_max_share < 1 and pp.spot[h] > plan.problem.spot_max_share * pp.replicas_in_hour(h) + tol:
+                problems.append(f"{name}: hour {h}: spot share above cap")
+        total = sum(pp.data.demand_tokens_per_s)
+        api = sum(pp.api_tokens_per_s)
+        if total:
+            share = api / total
+            if share > pp.data.api_max_fraction + 1e-6 or share < pp.data.api_min_fraction - 1e-6:
+                problems.append(f"{name}: API share {share:.4f} outside its limits")
+        if c is not None and pp.reserved:
+            expected = pp.reserved * c.tp * c.price.tier("reserved") * plan.problem.hours_per_month
+            if abs(expected - pp.decode_cost_by_tier()["reserved"]) > 1e-6 * max(1.0, expected):
+                problems.append(f"{name}: reserved cost is not GPUs x hours x price")
+        if abs(sum(pp.cost_breakdown().values()) - pp.monthly_cost_usd) > 1e-6 * max(1.0, pp.monthly_cost_usd):
+            problems.append(f"{name}: cost is not the sum of its parts")
     if abs(plan.monthly_cost_usd - (plan.solve_result.objective or 0.0)) > 1e-4 * max(1.0, plan.monthly_cost_usd):
-        problems.append("total cost differs from the solver's objective")
+        problems.append(f"total cost {plan.monthly_cost_usd:.2f} differs from the solver's objective {plan.solve_result.objective}")
     return problems

@@ -19,6 +19,26 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+PrefillMode = Literal["headroom", "colocated", "pool", "auto"]
+Tier = Literal["reserved", "on_demand", "spot"]
+
+
+class APIChoice(_Strict):
+    """Hosted-API fallback of a product: which API, and the share of output tokens it may take."""
+
+    model: str = Field(min_length=1, description="an API catalog id, or an LLM id (cheapest provider)")
+    max_fraction: float = Field(default=1.0, ge=0, le=1)
+    min_fraction: float = Field(default=0.0, ge=0, le=1)
+
+    @field_validator("min_fraction")
+    @classmethod
+    def _min_le_max(cls, v: float, info: Any) -> float:
+        hi = info.data.get("max_fraction", 1.0)
+        if v > hi:
+            raise ValueError(f"min_fraction {v} exceeds max_fraction {hi}")
+        return v
+
+
 class Product(_Strict):
     """One LLM product: its model, its peak load and its service-level target."""
 
@@ -30,7 +50,22 @@ class Product(_Strict):
     input_tokens: PositiveInt
     output_tokens: PositiveInt
     min_tokens_per_s_per_user: PositiveFloat = 1.0
-    headroom: float = Field(default=0.30, ge=0, lt=1)
+    headroom: float | None = Field(default=None, ge=0, lt=1)
+    prefix_cache_hit_rate: float = Field(default=0.0, ge=0, le=1)
+    prefill: PrefillMode = "headroom"
+    prefill_gpus: list[str] | None = None
+    max_ttft_ms: PositiveFloat | None = None
+    demand_profile: str | None = None
+    api: APIChoice | None = None
+    self_host_fixed_monthly_usd: float = Field(default=0.0, ge=0)
+
+    @property
+    def effective_headroom(self) -> float:
+        """Share of decode throughput held back: 30% when it stands in for prefill (the seed's
+        rule), 10% burst headroom when prefill is computed (colocated, pool, auto)."""
+        if self.headroom is not None:
+            return self.headroom
+        return 0.30 if self.prefill == "headroom" else 0.10
 
     @property
     def precisions(self) -> tuple[str, ...] | None:
@@ -56,10 +91,26 @@ class Options(_Strict):
     gpu_hour_usd: dict[str, PositiveFloat] = Field(default_factory=dict)
     price_provider: str | None = None
     engine: str | None = None
+    prefill_gpus: list[str] | None = None
+    tiers: list[Tier] = Field(default_factory=lambda: ["on_demand"])
+    reserved_gpu_hour_usd: dict[str, PositiveFloat] = Field(default_factory=dict)
+    spot_gpu_hour_usd: dict[str, PositiveFloat] = Field(default_factory=dict)
+    reserved_discount: float = Field(default=0.30, ge=0, lt=1)
+    spot_discount: float = Field(default=0.50, ge=0, lt=1)
+    spot_max_share: float = Field(default=0.0, ge=0, le=1)
     time_limit_s: PositiveFloat | None = None
     mip_rel_gap: float = Field(default=1e-6, ge=0, le=1)
 
-    @field_validator("gpus", "tp", "batch", "precisions")
+    @field_validator("tiers")
+    @classmethod
+    def _tiers(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("must name at least one of reserved, on_demand, spot")
+        if len(set(v)) != len(v):
+            raise ValueError("lists a tier twice")
+        return v
+
+    @field_validator("gpus", "tp", "batch", "precisions", "prefill_gpus")
     @classmethod
     def _non_empty(cls, v: list[Any] | None) -> list[Any] | None:
         if v is not None and not v:

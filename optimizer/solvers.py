@@ -91,7 +91,8 @@ def _solve_highs(lp: LinearProblem, time_limit_s: float | None, mip_rel_gap: flo
     model.a_matrix_.index_ = np.array(index, dtype=np.int32)
     model.a_matrix_.value_ = np.array(value, dtype=float)
     model.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous for i in lp.col_integer]
-    h.passModel(model)
+    if h.passModel(model) == highspy.HighsStatus.kError:
+        return SolveResult(solver="highs", status="error", termination="HiGHS rejected the model (passModel)")
     t0 = time.perf_counter()
     h.run()
     elapsed = time.perf_counter() - t0

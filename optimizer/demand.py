@@ -1,0 +1,76 @@
+"""Demand over time: hourly profiles (a day or a week) read from CSV.
+
+A profile has a header ``hour,multiplier`` (multiples of the product's ``peak_qps``) or
+``hour,qps`` (absolute), then 24 or 168 rows with hours 0..N-1 in order. A product without a
+profile runs at its peak all month. In one scenario every product is put on the same horizon:
+one hour (no profiles), a day (24) or a week (168; a daily profile repeats seven times).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from fleetplan.catalogs.loader import InputError
+from fleetplan.optimizer.scenario import Product
+
+VALID_LENGTHS = (24, 168)
+
+
+def read_profile(path: Path, where: str) -> tuple[str, list[float]]:
+    """(kind, values) from a profile CSV; ``kind`` is ``multiplier`` or ``qps``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{where}: demand profile not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{where}: cannot read demand profile {path}: {exc}") from None
+    rows = [r for r in csv.reader(io.StringIO(text)) if r and any(c.strip() for c in r)]
+    if not rows:
+        raise InputError(f"{path}: empty demand profile")
+    header = [c.strip() for c in rows[0]]
+    if header not in (["hour", "multiplier"], ["hour", "qps"]):
+        raise InputError(f"{path}: line 1: header must be 'hour,multiplier' or 'hour,qps' (got {','.join(header)!r})")
+    values: list[float] = []
+    for line_no, row in enumerate(rows[1:], start=2):
+        if len(row) != 2:
+            raise InputError(f"{path}: line {line_no}: expected 2 columns, got {len(row)}")
+        try:
+            hour, value = int(row[0]), float(row[1])
+        except ValueError:
+            raise InputError(f"{path}: line {line_no}: hour must be a whole number and {header[1]} a number") from None
+        if hour != len(values):
+            raise InputError(f"{path}: line {line_no}: hour {hour} out of order (expected {len(values)})")
+        if not value >= 0 or value != value or value == float("inf"):
+            raise InputError(f"{path}: line {line_no}: {header[1]} must be a finite number >= 0 (got {row[1].strip()})")
+        values.append(value)
+    if len(values) not in VALID_LENGTHS:
+        raise InputError(f"{path}: {len(values)} hourly rows; a profile has 24 (a day) or 168 (a week)")
+    return header[1], values
+
+
+def horizon(lengths: list[int]) -> int:
+    """Hours of the common planning horizon for profiles of these lengths (1 if none)."""
+    if not lengths:
+        return 1
+    return 168 if 168 in lengths else 24
+
+
+def product_qps(product: Product, folder: Path, hours: int) -> list[float]:
+    """Queries per second of ``product`` in each hour of the horizon."""
+    if product.demand_profile is None:
+        return [product.peak_qps] * hours
+    kind, values = read_profile(folder / product.demand_profile, f"products[{product.name}].demand_profile")
+    qps = [v * product.peak_qps for v in values] if kind == "multiplier" else values
+    reps = hours // len(qps)
+    return qps * reps
+
+
+def profile_lengths(products: list[Product], folder: Path) -> list[int]:
+    """Lengths of the products' profiles (products without one are left out)."""
+    out = []
+    for p in products:
+        if p.demand_profile is not None:
+            out.append(len(read_profile(folder / p.demand_profile, f"products[{p.name}].demand_profile")[1]))
+    return out
