@@ -66,7 +66,7 @@ def main() -> None:
         feas = sum(cs.feasible for cs in plan.candidate_sets.values())
         kept = sum(cs.after_pruning for cs in plan.candidate_sets.values())
         print(
-            f"{path.name:32} {len(plan.products):>8} {gen:>10,} {feas:>9,} {kept:>7,} {plan.lp.num_cols:>6} {plan.lp.num_rows:>6} "
+            f"{path.name:32} {len(plan.products):>8} {gen:>10,} {feas:>9,} {kept:>7,} {plan.model_size[0]:>6} {plan.model_size[1]:>6} "
             f"{med(lambda r: r[0].candidates_s):>8.4f} {med(lambda r: r[0].build_s):>8.4f} "
             f"{med(lambda r: r[0].export_s):>8.4f} {med(lambda r: r[0].solve_s):>8.4f} {med(lambda r: r[1]):>8.4f}"
         )

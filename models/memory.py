@@ -6,6 +6,8 @@ GB here is 10^9 bytes. ``kv_bytes_per_token(llama-3.1-70b, "bf16")`` is
 
 from __future__ import annotations
 
+import math
+
 from fleetplan.catalogs.schema import LLM
 
 BYTES_PER_VALUE: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5}
@@ -50,18 +52,32 @@ def num_global_layers(llm: LLM) -> int:
     return llm.num_global_layers or 0
 
 
-def kv_bytes_per_sequence(llm: LLM, kv_precision: str, context_tokens: float, sliding_window: bool) -> float:
+def paged_tokens(tokens: float, block_tokens: int) -> float:
+    """Tokens of cache a paged KV store allocates for ``tokens`` tokens: whole blocks."""
+    if block_tokens <= 1:
+        return tokens
+    return math.ceil(tokens / block_tokens - 1e-9) * block_tokens
+
+
+def kv_bytes_per_sequence(
+    llm: LLM, kv_precision: str, context_tokens: float, sliding_window: bool, block_tokens: int = 1
+) -> float:
     """KV-cache bytes of one sequence holding ``context_tokens`` tokens.
 
     With ``sliding_window`` the local layers keep at most their window of tokens; without
-    it every layer keeps the whole context (the seed document's formula).
+    it every layer keeps the whole context (the seed document's formula). With
+    ``block_tokens`` > 1 each layer's cache is allocated in whole blocks of that many tokens
+    (a paged KV cache), so a sequence wastes on average half a block per layer.
     """
     per_layer = kv_bytes_per_token_per_layer(llm, kv_precision)
     if not sliding_window or llm.sliding_window_tokens is None:
-        return llm.num_layers * per_layer * context_tokens
+        return llm.num_layers * per_layer * paged_tokens(context_tokens, block_tokens)
     n_global = num_global_layers(llm)
     n_local = llm.num_layers - n_global
-    return per_layer * (n_global * context_tokens + n_local * min(context_tokens, llm.sliding_window_tokens))
+    local = min(context_tokens, llm.sliding_window_tokens)
+    return per_layer * (
+        n_global * paged_tokens(context_tokens, block_tokens) + n_local * paged_tokens(local, block_tokens)
+    )
 
 
 def kv_replication_factor(llm: LLM, tp: int) -> float:

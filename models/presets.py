@@ -15,13 +15,65 @@
     - KV precision chosen separately from weight precision (product field ``kv_precision``);
     - KV heads replicated when TP exceeds the KV-head count, MLA latents replicated on
       every TP rank;
-    - sliding-window layers hold at most their window of KV.
+    - sliding-window layers hold at most their window of KV;
+    - beyond first order (parameters in :mod:`fleetplan.models.physics`): per-family
+      bandwidth efficiency; weights GEMMs and attention as separate kernels,
+      ``max(weights, compute) + KV``; tensor/expert-parallel communication; a fixed per-step
+      and per-layer overhead; MoE weights read = dense + expected distinct experts touched;
+      paged KV blocks and a cap on concurrent sequences; prefill carried by decode steps in
+      aggregated serving (when the caller says the serving is aggregated) as added time.
+
+A calibration profile (``fleetplan calibrate``) adds :class:`CalibrationFactors` per GPU
+(id or family) and engine; :meth:`Preset.factors_for` picks the most specific one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
+
+from fleetplan.models.physics import DEFAULT_PHYSICS, Physics
+
+
+def normalize_engine(text: str | None) -> str | None:
+    """Canonical engine name: ``trtllm``, ``vllm``, ``sglang``, ``tgi``, or the first word, lower case.
+
+    NVIDIA NIM runs TensorRT-LLM and is reported as ``trtllm``.
+    """
+    if text is None:
+        return None
+    t = text.strip().lower()
+    if not t:
+        return None
+    if "tensorrt" in t or "trt-llm" in t or "trtllm" in t or t.startswith("nim") or "nvidia nim" in t:
+        return "trtllm"
+    if "sglang" in t:
+        return "sglang"
+    if "vllm" in t:
+        return "vllm"
+    if t.startswith("tgi") or "text-generation-inference" in t:
+        return "tgi"
+    return t.split()[0]
+
+
+@dataclass(frozen=True)
+class CalibrationFactors:
+    """Multipliers fitted to measurements for one GPU (id or family) and engine.
+
+    ``gpu`` / ``engine`` None match anything. Memory times are divided by
+    ``bandwidth_scale``, compute times by ``compute_scale``; the fixed overhead and the
+    communication time are multiplied by ``overhead_scale`` and ``comm_scale``.
+    """
+
+    gpu: str | None = None
+    engine: str | None = None
+    bandwidth_scale: float = 1.0
+    compute_scale: float = 1.0
+    overhead_scale: float = 1.0
+    comm_scale: float = 1.0
+
+
+IDENTITY = CalibrationFactors()
 
 
 @dataclass(frozen=True)
@@ -39,14 +91,44 @@ class Preset:
     kv_head_replication: bool = False
     sliding_window: bool = False
     calibration: str | None = None
+    composition: Literal["roofline", "kernels"] = "roofline"
+    physics: Physics | None = None
+    moe_expert_sampling: bool = False
+    communication: bool = False
+    step_overhead: bool = False
+    paged_kv: bool = False
+    sequence_cap: bool = False
+    prefill_interference: bool = False
+    factors: tuple[CalibrationFactors, ...] = ()
+
+    def factors_for(self, gpu_id: str, family: str, engine: str | None) -> CalibrationFactors:
+        """The most specific calibration factors for this GPU and engine (identity if none).
+
+        Order: GPU id and engine, GPU id, family and engine, family, engine, anything.
+        """
+        eng = normalize_engine(engine)
+        best: tuple[int, CalibrationFactors] | None = None
+        for f in self.factors:
+            if f.gpu is not None and f.gpu not in (gpu_id, family):
+                continue
+            if f.engine is not None and f.engine != eng:
+                continue
+            gpu_rank = 0 if f.gpu is None else (2 if f.gpu == gpu_id else 1)
+            rank = gpu_rank * 2 + (1 if f.engine is not None else 0)
+            if best is None or rank > best[0]:
+                best = (rank, f)
+        return best[1] if best is not None else IDENTITY
 
     def describe(self) -> str:
         """One line summarising the preset's assumptions."""
+        bandwidth = "per GPU family" if self.physics is not None else f"x{self.bandwidth_efficiency}"
         return (
-            f"{self.name}: bandwidth x{self.bandwidth_efficiency}, compute x{self.compute_efficiency}, "
+            f"{self.name}: bandwidth {bandwidth}, compute x{self.compute_efficiency}, "
             f"usable memory {self.usable_memory_fraction:.0%}, KV read = "
             f"{'full context' if self.decode_context == 'full' else 'average context'}, compute at "
             f"{'bf16 rate' if self.compute_precision == 'bf16' else 'weight-precision rate'}"
+            + (", + communication, overheads, MoE expert sampling, paged KV" if self.physics is not None else "")
+            + (f", calibrated by {self.calibration}" if self.calibration else "")
         )
 
 
@@ -59,6 +141,14 @@ DEFAULT = Preset(
     kv_precision_from_product=True,
     kv_head_replication=True,
     sliding_window=True,
+    composition="kernels",
+    physics=DEFAULT_PHYSICS,
+    moe_expert_sampling=True,
+    communication=True,
+    step_overhead=True,
+    paged_kv=True,
+    sequence_cap=True,
+    prefill_interference=True,
 )
 
 PRESETS: dict[str, Preset] = {p.name: p for p in (SEED, DEFAULT)}

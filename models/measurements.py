@@ -1,0 +1,140 @@
+"""Measured benchmark rows: the CSV format `fleetplan validate` and `fleetplan calibrate` read.
+
+Required columns: ``model, gpu, precision, tp, batch, input_tokens, output_tokens, engine,
+measured_tpot_ms``. Optional: ``measured_ttft_ms``, ``ep`` (expert-parallel degree, default
+1), ``kv_precision`` (default bf16) and ``batching`` (``continuous``, the default: decode
+steps carry the prefill of newly admitted requests; or ``static``: every prompt is prefilled
+before decoding starts). Other columns are kept with the row and otherwise ignored.
+
+``precision`` is bf16, fp8 or fp4 (fp16 is read as bf16: same bytes and tensor-core rate;
+nvfp4 and mxfp4 as fp4); ``batch`` is the concurrency; ``engine`` is free text (vllm, sglang,
+trtllm, ...). Parsing is pure: it takes the text and a name for messages.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+
+REQUIRED_COLUMNS: tuple[str, ...] = (
+    "model", "gpu", "precision", "tp", "batch", "input_tokens", "output_tokens", "engine", "measured_tpot_ms",
+)
+OPTIONAL_COLUMNS: tuple[str, ...] = ("measured_ttft_ms", "ep", "kv_precision", "batching")
+PRECISION_ALIASES: dict[str, str] = {
+    "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4",
+}
+
+
+class MeasurementError(ValueError):
+    """A measurement file is malformed; the message names the file, line and column."""
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured configuration and its time per output token."""
+
+    line: int
+    model: str
+    gpu: str
+    precision: str
+    tp: int
+    batch: int
+    input_tokens: float
+    output_tokens: float
+    engine: str
+    measured_tpot_ms: float
+    measured_ttft_ms: float | None = None
+    ep: int = 1
+    kv_precision: str | None = None
+    batching: str = "continuous"
+    raw: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def configuration(self) -> tuple[str, str, str, int, int, str]:
+        """What stays fixed across a batch sweep: model, GPU, precision, TP, EP, engine."""
+        from fleetplan.models.presets import normalize_engine
+
+        return (self.model, self.gpu, self.precision, self.tp, self.ep, normalize_engine(self.engine) or "")
+
+
+def _number(text: str, where: str, column: str, *, integer: bool, positive: bool = True) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise MeasurementError(f"{where}: column {column!r}: not a number: {text!r}") from None
+    if not math.isfinite(v):
+        raise MeasurementError(f"{where}: column {column!r}: not a finite number: {text!r}")
+    if positive and v <= 0:
+        raise MeasurementError(f"{where}: column {column!r}: must be positive, got {text}")
+    if integer and v != int(v):
+        raise MeasurementError(f"{where}: column {column!r}: must be a whole number, got {text}")
+    return v
+
+
+def _precision(text: str, where: str, column: str) -> str:
+    p = PRECISION_ALIASES.get(text.strip().lower())
+    if p is None:
+        raise MeasurementError(f"{where}: column {column!r}: unknown precision {text!r} (valid: bf16, fp8, fp4)")
+    return p
+
+
+def parse_measurements(text: str, name: str) -> list[Measurement]:
+    """Rows of the measurement CSV ``text``; ``name`` (the file) prefixes every error."""
+    text = text.removeprefix("\ufeff")
+    try:
+        reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
+        header = reader.fieldnames
+    except csv.Error as exc:
+        raise MeasurementError(f"{name}: malformed CSV: {exc}") from None
+    if not header:
+        raise MeasurementError(f"{name}: empty file: no header row (required columns: {', '.join(REQUIRED_COLUMNS)})")
+    columns = [h.strip() for h in header]
+    if len(set(columns)) != len(columns):
+        dup = next(c for c in columns if columns.count(c) > 1)
+        raise MeasurementError(f"{name}: column {dup!r} appears twice in the header")
+    for col in REQUIRED_COLUMNS:
+        if col not in columns:
+            raise MeasurementError(f"{name}: missing required column {col!r} (header: {', '.join(columns)})")
+    rows: list[Measurement] = []
+    try:
+        for record in reader:
+            line = reader.line_num
+            where = f"{name}:{line}"
+            if None in record:
+                raise MeasurementError(f"{where}: more cells than header columns")
+            cells = {k.strip(): (v or "").strip() for k, v in record.items() if k is not None}
+            if not any(cells.values()):
+                continue
+            for col in REQUIRED_COLUMNS:
+                if not cells.get(col):
+                    raise MeasurementError(f"{where}: column {col!r}: empty cell")
+            ttft = cells.get("measured_ttft_ms") or ""
+            ep = cells.get("ep") or ""
+            kv = cells.get("kv_precision") or ""
+            batching = (cells.get("batching") or "continuous").lower()
+            if batching not in ("continuous", "static"):
+                raise MeasurementError(f"{where}: column 'batching': must be continuous or static, got {batching!r}")
+            rows.append(
+                Measurement(
+                    line=line,
+                    model=cells["model"],
+                    gpu=cells["gpu"],
+                    precision=_precision(cells["precision"], where, "precision"),
+                    tp=int(_number(cells["tp"], where, "tp", integer=True)),
+                    batch=int(_number(cells["batch"], where, "batch", integer=True)),
+                    input_tokens=_number(cells["input_tokens"], where, "input_tokens", integer=False),
+                    output_tokens=_number(cells["output_tokens"], where, "output_tokens", integer=False),
+                    engine=cells["engine"],
+                    measured_tpot_ms=_number(cells["measured_tpot_ms"], where, "measured_tpot_ms", integer=False),
+                    measured_ttft_ms=_number(ttft, where, "measured_ttft_ms", integer=False) if ttft else None,
+                    ep=int(_number(ep, where, "ep", integer=True)) if ep else 1,
+                    kv_precision=_precision(kv, where, "kv_precision") if kv else None,
+                    batching=batching,
+                    raw=cells,
+                )
+            )
+    except csv.Error as exc:
+        raise MeasurementError(f"{name}:{reader.line_num}: malformed CSV: {exc}") from None
+    return rows

@@ -1,0 +1,63 @@
+"""Mixture-of-experts weights: which parameters a decode step reads.
+
+A step of ``B`` tokens, each routed to ``k`` of ``E`` experts, touches on average
+
+    E x (1 - (1 - k/E)^B)
+
+distinct experts per MoE layer (uniform routing): ``k`` at one token, all ``E`` as B grows.
+Every touched expert's weights are read once, so the bytes per step are the dense and shared
+weights (attention, embeddings, shared experts, dense layers) plus the touched experts, not
+all experts and not only ``k``. Compute still follows the active parameters, 2 x P_active x B.
+"""
+
+from __future__ import annotations
+
+from fleetplan.catalogs.schema import LLM
+
+
+def expected_distinct_experts(num_experts: int, experts_per_token: int, tokens: float) -> float:
+    """Expected number of distinct experts ``tokens`` tokens route to in one MoE layer."""
+    if tokens <= 0:
+        return 0.0
+    miss = 1.0 - experts_per_token / num_experts
+    return num_experts * (1.0 - miss**tokens)
+
+
+def params_per_expert(llm: LLM) -> float:
+    """Parameters of one routed expert in one layer: gate, up and down projections."""
+    assert llm.moe is not None
+    return 3.0 * llm.hidden_size * llm.moe.moe_intermediate_size
+
+
+def routed_expert_params(llm: LLM) -> float:
+    """Parameters of all routed experts over all MoE layers, at most the model's total."""
+    if llm.moe is None:
+        return 0.0
+    routed = llm.moe.num_moe_layers * llm.moe.num_experts * params_per_expert(llm)
+    return min(routed, llm.total_params)
+
+
+def params_read_per_step(llm: LLM, tokens: float) -> float:
+    """Parameters a step of ``tokens`` tokens reads: everything for a dense model; for MoE the
+    non-routed parameters plus the expected distinct routed experts of every MoE layer."""
+    if llm.moe is None:
+        return llm.total_params
+    dense = llm.total_params - routed_expert_params(llm)
+    touched = expected_distinct_experts(llm.moe.num_experts, llm.moe.experts_per_token, tokens)
+    touched_params = llm.moe.num_moe_layers * touched * params_per_expert(llm)
+    return min(llm.total_params, dense + touched_params)
+
+
+def ep_problem(llm: LLM, tp: int, ep: int) -> str | None:
+    """Why ``ep`` is not a valid expert-parallel degree in a ``tp``-GPU replica, or None."""
+    if ep < 1:
+        return "ep must be at least 1"
+    if ep == 1:
+        return None
+    if llm.moe is None:
+        return f"ep {ep} needs a mixture-of-experts model; {llm.id} is dense"
+    if ep > tp or tp % ep:
+        return f"ep {ep} must divide the replica's {tp} GPUs"
+    if llm.moe.num_experts % ep:
+        return f"ep {ep} does not divide {llm.id}'s {llm.moe.num_experts} experts"
+    return None

@@ -1,0 +1,225 @@
+"""Each term the default preset adds to the roofline, against hand-computed values."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from fleetplan.models.communication import allreduce_time_s, alltoall_time_s, parallel_comm_time_s
+from fleetplan.models.interference import prefill_flops_per_step, prefill_tokens_per_step
+from fleetplan.models.memory import kv_bytes_per_sequence, paged_tokens
+from fleetplan.models.moe import ep_problem, expected_distinct_experts, params_per_expert, params_read_per_step
+from fleetplan.models.overhead import step_overhead_s
+from fleetplan.models.physics import DEFAULT_PHYSICS
+from fleetplan.models.prefill import prefill_attention_flops
+from fleetplan.models.presets import DEFAULT, SEED, CalibrationFactors, normalize_engine
+from fleetplan.models.roofline import decode_step
+
+
+def step(catalog, model="llama-3.1-70b", gpu="h100-sxm", preset=DEFAULT, **kw):
+    args = dict(precision="fp8", tp=2, batch=64, input_tokens=2000, output_tokens=400, preset=preset)
+    args.update(kw)
+    return decode_step(catalog.models[model], catalog.gpus[gpu], **args)
+
+
+# ---------------------------------------------------------------- communication
+def test_ring_allreduce_hand_value():
+    # 8 us + 2 x 3 ring steps x 2.5 us + 6/4 x 1 MB / (450 GB/s x 0.7)
+    t = allreduce_time_s(1e6, 4, 450e9, 8e-6, 2.5e-6, 0.7)
+    assert t == pytest.approx(8e-6 + 15e-6 + 1.5 * 1e6 / 315e9)
+    assert allreduce_time_s(1e6, 1, 450e9, 8e-6, 2.5e-6, 0.7) == 0.0
+
+
+def test_alltoall_hand_value():
+    t = alltoall_time_s(8e6, 8, 450e9, 8e-6, 2.5e-6, 0.7)
+    assert t == pytest.approx(8e-6 + 7 * 2.5e-6 + 7 / 8 * 8e6 / 315e9)
+
+
+def test_tp_comm_per_step_llama70b(catalog):
+    llm, gpu = catalog.models["llama-3.1-70b"], catalog.gpus["h100-sxm"]
+    # 2 all-reduces x 80 layers of 64 tokens x 8192 x 2 B = 1,048,576 B over 2 GPUs
+    per = 8e-6 + 2 * 2.5e-6 + 1.0 * 1_048_576 / (450e9 * 0.7)
+    assert parallel_comm_time_s(llm, gpu, DEFAULT_PHYSICS, tp=2, ep=1, tokens=64) == pytest.approx(160 * per)
+    assert parallel_comm_time_s(llm, gpu, DEFAULT_PHYSICS, tp=1, ep=1, tokens=64) == 0.0
+    assert step(catalog).comm_time_s == pytest.approx(160 * per)
+
+
+def test_expert_parallel_comm_replaces_moe_allreduce(catalog):
+    llm, gpu = catalog.models["deepseek-v3"], catalog.gpus["h200-sxm"]
+    tokens = 32
+    ar = allreduce_time_s(tokens * 7168 * 2, 8, 450e9, 8e-6, 2.5e-6, 0.7)
+    a2a = alltoall_time_s(tokens / 8 * 8 * 7168 * 2, 8, 450e9, 8e-6, 2.5e-6, 0.7)
+    expected = 61 * ar + 3 * ar + 58 * 2 * a2a  # attention every layer, MLP of 3 dense layers, MoE a2a
+    assert parallel_comm_time_s(llm, gpu, DEFAULT_PHYSICS, tp=8, ep=8, tokens=tokens) == pytest.approx(expected)
+    assert parallel_comm_time_s(llm, gpu, DEFAULT_PHYSICS, tp=8, ep=1, tokens=tokens) == pytest.approx(122 * ar)
+
+
+# ---------------------------------------------------------------- MoE
+def test_expected_distinct_experts():
+    assert expected_distinct_experts(8, 2, 1) == pytest.approx(2.0)
+    assert expected_distinct_experts(256, 8, 1) == pytest.approx(8.0)
+    # two tokens: 8 x (1 - (6/8)^2) = 3.5
+    assert expected_distinct_experts(8, 2, 2) == pytest.approx(3.5)
+    assert expected_distinct_experts(256, 8, 10_000) == pytest.approx(256.0)
+    values = [expected_distinct_experts(128, 4, b) for b in range(300)]
+    assert values == sorted(values)
+
+
+def test_moe_params_read(catalog):
+    mixtral = catalog.models["mixtral-8x7b"]
+    per_expert = 3 * 4096 * 14336
+    assert params_per_expert(mixtral) == per_expert
+    dense = mixtral.total_params - 32 * 8 * per_expert
+    # one token reads the dense part and 2 experts per layer: the active parameters
+    assert params_read_per_step(mixtral, 1) == pytest.approx(dense + 32 * 2 * per_expert)
+    assert params_read_per_step(mixtral, 1) == pytest.approx(mixtral.active_params, rel=0.01)
+    assert params_read_per_step(mixtral, 512) == pytest.approx(mixtral.total_params)
+    dense_model = catalog.models["llama-3.1-70b"]
+    assert params_read_per_step(dense_model, 1) == dense_model.total_params
+
+
+def test_moe_step_reads_touched_experts_and_computes_active(catalog):
+    d = step(catalog, model="deepseek-v3", gpu="h200-sxm", tp=8, batch=4, input_tokens=1000, output_tokens=1000)
+    s = step(catalog, model="deepseek-v3", gpu="h200-sxm", tp=8, batch=4, input_tokens=1000, output_tokens=1000, preset=SEED)
+    assert s.weight_bytes_read == pytest.approx(671e9)  # the seed reads every expert
+    assert d.weight_bytes_read < 0.15 * s.weight_bytes_read
+    assert d.weight_bytes == s.weight_bytes  # memory still holds every expert
+    assert d.flops_per_step == pytest.approx(2 * 37e9 * 4)
+
+
+def test_ep_problem(catalog):
+    ds, llama = catalog.models["deepseek-v3"], catalog.models["llama-3.1-70b"]
+    assert ep_problem(ds, 8, 8) is None and ep_problem(ds, 8, 1) is None
+    assert "divide" in ep_problem(ds, 4, 8)
+    assert "dense" in ep_problem(llama, 8, 8)
+    assert ep_problem(catalog.models["mixtral-8x7b"], 8, 8) is None  # 8 experts, one per GPU
+    assert "at least" in ep_problem(ds, 8, 0)
+
+
+# ---------------------------------------------------------------- overhead
+def test_step_overhead_per_family(catalog):
+    llm = catalog.models["llama-3.1-70b"]
+    assert step_overhead_s(llm, catalog.gpus["h100-sxm"], DEFAULT_PHYSICS) == pytest.approx(0.6e-3 + 80 * 20e-6)
+    assert step_overhead_s(llm, catalog.gpus["mi300x"], DEFAULT_PHYSICS) == pytest.approx(1.0e-3 + 80 * 30e-6)
+    assert DEFAULT_PHYSICS.family("unknown-family") is DEFAULT_PHYSICS.fallback
+    assert step(catalog).overhead_time_s == pytest.approx(2.2e-3)
+
+
+# ---------------------------------------------------------------- KV cache
+def test_paged_kv_rounds_to_blocks(catalog):
+    llm = catalog.models["llama-3.1-70b"]
+    assert paged_tokens(2400, 16) == 2400
+    assert paged_tokens(2401, 16) == 2416
+    assert paged_tokens(2401, 1) == 2401
+    assert kv_bytes_per_sequence(llm, "bf16", 2401, False, 16) == 2416 * 327_680
+    # gpt-oss: 128-token windows on half the layers, also paged
+    oss = catalog.models["gpt-oss-120b"]
+    per_layer = 2 * 8 * 64 * 2
+    assert kv_bytes_per_sequence(oss, "bf16", 1000, True, 16) == per_layer * (18 * 1008 + 18 * 128)
+
+
+def test_mla_latent_and_fp8_kv(catalog):
+    d = step(catalog, model="deepseek-v3", gpu="h200-sxm", tp=8, batch=8, input_tokens=1000, output_tokens=0,
+             kv_precision="fp8")
+    # 61 layers x (512 + 64) x 1 B per token, one latent copy per TP rank
+    assert d.kv_bytes_read_per_sequence == pytest.approx(1000 * 61 * 576 * 8)
+
+
+def test_sequence_cap_makes_large_batches_infeasible(catalog):
+    small = dict(model="llama-3.1-8b", gpu="b200", tp=8, input_tokens=10, output_tokens=10, precision="fp8")
+    assert step(catalog, batch=1024, **small).fits
+    over = step(catalog, batch=1025, **small)
+    assert over.batch_cap == DEFAULT_PHYSICS.max_num_seqs and not over.fits
+    assert over.memory_needed_bytes < over.memory_usable_bytes
+    assert step(catalog, batch=1025, preset=SEED, **small).fits  # the seed has no cap
+
+
+# ---------------------------------------------------------------- prefill interference
+def test_prefill_interference_hand_values(catalog):
+    llm = catalog.models["llama-3.1-70b"]
+    assert prefill_tokens_per_step(64, 2000, 400) == pytest.approx(320)
+    per_request = 2 * 70.55e9 * 2000 + prefill_attention_flops(llm, 2000)
+    assert prefill_flops_per_step(llm, 64, 2000, 400) == pytest.approx(64 / 400 * per_request)
+    plain, agg = step(catalog), step(catalog, aggregated=True)
+    rate = 2 * 1978.9e12 * 0.5
+    assert agg.prefill_time_s == pytest.approx(64 / 400 * per_request / rate)
+    assert agg.step_time_s == pytest.approx(plain.step_time_s + agg.prefill_time_s)
+    # explicit prefill work from the caller is added time in the default composition
+    extra = step(catalog, prefill_flops_per_step=1e13)
+    assert extra.step_time_s == pytest.approx(plain.step_time_s + 1e13 / rate)
+
+
+# ---------------------------------------------------------------- the seed is untouched
+def test_seed_ignores_every_new_term(catalog):
+    base = step(catalog, preset=SEED)
+    same = step(catalog, preset=SEED, ep=1, engine="vllm", aggregated=True)
+    assert same.step_time_s == base.step_time_s == pytest.approx(25.774e-3, abs=5e-6)
+    assert base.comm_time_s == base.overhead_time_s == base.prefill_time_s == 0.0
+    assert base.batch_cap is None
+
+
+# ---------------------------------------------------------------- monotone in batch
+@pytest.mark.parametrize(
+    ("model", "gpu", "tp", "precision", "aggregated"),
+    [
+        ("llama-3.1-70b", "h100-sxm", 2, "fp8", False),
+        ("llama-3.1-70b", "h100-sxm", 8, "fp8", True),
+        ("deepseek-v3", "h200-sxm", 8, "fp8", True),
+        ("gpt-oss-120b", "b200", 1, "fp4", True),
+        ("qwen3-235b-a22b", "mi300x", 8, "fp8", False),
+    ],
+)
+def test_default_monotone_in_batch(catalog, model, gpu, tp, precision, aggregated):
+    factors = (CalibrationFactors(bandwidth_scale=0.9, overhead_scale=1.3, comm_scale=1.2, compute_scale=0.8),)
+    for preset in (DEFAULT, dataclasses.replace(DEFAULT, factors=factors, calibration="x")):
+        prev = None
+        for b in [1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987, 1024, 1025, 1500]:
+            e = step(catalog, model=model, gpu=gpu, tp=tp, precision=precision, batch=b, preset=preset,
+                     aggregated=aggregated, input_tokens=1000, output_tokens=500)
+            if prev is not None:
+                assert e.step_time_s >= prev.step_time_s
+                assert e.memory_needed_bytes >= prev.memory_needed_bytes
+                assert e.replica_tokens_per_s >= prev.replica_tokens_per_s * (1 - 1e-12)
+                assert not (e.fits and not prev.fits)
+            prev = e
+
+
+# ---------------------------------------------------------------- calibration lookup
+def test_factors_for_picks_the_most_specific_entry():
+    entries = (
+        CalibrationFactors(bandwidth_scale=1.0),
+        CalibrationFactors(engine="vllm", bandwidth_scale=1.1),
+        CalibrationFactors(gpu="hopper", bandwidth_scale=1.2),
+        CalibrationFactors(gpu="hopper", engine="vllm", bandwidth_scale=1.3),
+        CalibrationFactors(gpu="h100-sxm", bandwidth_scale=1.4),
+        CalibrationFactors(gpu="h100-sxm", engine="vllm", bandwidth_scale=1.5),
+    )
+    p = dataclasses.replace(DEFAULT, factors=entries)
+    assert p.factors_for("h100-sxm", "hopper", "vLLM 0.11").bandwidth_scale == 1.5
+    assert p.factors_for("h100-sxm", "hopper", None).bandwidth_scale == 1.4
+    assert p.factors_for("h200-sxm", "hopper", "vllm").bandwidth_scale == 1.3
+    assert p.factors_for("h200-sxm", "hopper", "sglang").bandwidth_scale == 1.2
+    assert p.factors_for("mi300x", "cdna3", "vllm").bandwidth_scale == 1.1
+    assert p.factors_for("mi300x", "cdna3", None).bandwidth_scale == 1.0
+    assert DEFAULT.factors_for("h100-sxm", "hopper", "vllm") == CalibrationFactors()
+
+
+def test_calibration_factors_scale_the_terms(catalog):
+    base = step(catalog)
+    f = CalibrationFactors(gpu="hopper", bandwidth_scale=0.5, overhead_scale=2.0, comm_scale=3.0)
+    cal = step(catalog, preset=dataclasses.replace(DEFAULT, factors=(f,)))
+    assert cal.weights_time_s == pytest.approx(2 * base.weights_time_s)
+    assert cal.kv_time_s == pytest.approx(2 * base.kv_time_s)
+    assert cal.overhead_time_s == pytest.approx(2 * base.overhead_time_s)
+    assert cal.comm_time_s == pytest.approx(3 * base.comm_time_s)
+
+
+@pytest.mark.parametrize(
+    ("text", "name"),
+    [("TensorRT-LLM v0.9.0", "trtllm"), ("NVIDIA NIM (TensorRT-LLM backend)", "trtllm"), ("trtllm", "trtllm"),
+     ("vLLM v0.11.0", "vllm"), ("SGLang v0.5.3", "sglang"), ("TGI (sha-11d7af7-rocm)", "tgi"), ("LMDeploy 0.6", "lmdeploy"),
+     ("", None), (None, None)],
+)
+def test_normalize_engine(text, name):
+    assert normalize_engine(text) == name
