@@ -133,7 +133,13 @@ def define_variables(m: ConcreteModel, prob: FleetProblem) -> None:
     api_products = [p.name for p in prob.products.values() if p.has_api]
     m.api = Var([(p, h) for p in api_products for h in hours], domain=NonNegativeReals,
                 bounds=lambda _m, p, h: (0, prob.products[p].demand_tokens_per_s[h]))
-    m.self_host = Var(api_products, domain=Binary)
+    m.self_host = Var(api_products, domain=Binary,
+                      bounds=lambda _m, p: (0 if prob.products[p].api_max_fraction >= 1.0 else 1, 1))
+    # the API's tokens attributed to each configuration (zero unless it is chosen): keeps the
+    # LP relaxation from letting one API stream cover every configuration at once
+    api_cands = [c.key for c in prob.all_candidates() if prob.products[c.product].has_api]
+    m.api_for = Var([(k, h) for k in api_cands for h in hours], domain=NonNegativeReals,
+                    bounds=lambda _m, k, h: (0, prob.products[prob.cand[k].product].demand_tokens_per_s[h]))
 
 
 def replicas_in_hour(m: ConcreteModel, prob: FleetProblem, key: str, h: int) -> object:
@@ -198,6 +204,61 @@ def define_throughput_meets_demand(m: ConcreteModel, prob: FleetProblem) -> None
     m.throughput_meets_demand = Constraint([(p, h) for p in prob.products for h in range(prob.hours)], rule=rule)
 
 
+def define_configuration_meets_demand(m: ConcreteModel, prob: FleetProblem) -> None:
+    """The same rule stated for each configuration, which is what makes the MIP solve fast: if c is
+    chosen its replicas (plus the API) cover the hour's demand, else the row is void:
+    usable[c] x replicas[c,h] + api[p,h] >= demand[p,h] x use[c].
+    Without an API, replicas are whole numbers, so the row is rounded up:
+    replicas[c,h] >= ceil(demand[p,h] / usable[c]) x use[c]."""
+    cands = prob.all_candidates()
+    if not cands:
+        return
+
+    def rule(m: ConcreteModel, key: str, h: int) -> object:
+        c = prob.cand[key]
+        pd = prob.products[c.product]
+        x = replicas_in_hour(m, prob, key, h)
+        if pd.has_api:
+            return c.usable_tokens_per_s * x + m.api_for[key, h] >= pd.demand_tokens_per_s[h] * m.use[key]
+        return x >= pd.replica_bound(c, h) * m.use[key]
+
+    m.configuration_meets_demand = Constraint([(c.key, h) for c in cands for h in range(prob.hours)], rule=rule)
+    api_cands = [c for c in cands if prob.products[c.product].has_api]
+    if not api_cands:
+        return
+    hours = range(prob.hours)
+
+    # Whole replicas plus a continuous API stream: the mixed-integer rounding of the row above,
+    # u f x + api >= u f ceil(D/u) use with f the fractional part of D/u, is valid and gives the
+    # LP the exact trade-off between one more replica and the API taking the remainder.
+    def mir(m: ConcreteModel, key: str, h: int) -> object:
+        c = prob.cand[key]
+        pd = prob.products[c.product]
+        b = pd.demand_tokens_per_s[h] / c.usable_tokens_per_s
+        f = b - math.floor(b)
+        if f < 1e-9:
+            return Constraint.Skip
+        u = c.usable_tokens_per_s
+        return u * f * replicas_in_hour(m, prob, key, h) + m.api_for[key, h] >= u * f * math.ceil(b) * m.use[key]
+
+    m.configuration_meets_demand_rounded = Constraint([(c.key, h) for c in api_cands for h in hours], rule=mir)
+    # API tokens split by configuration: api[p,h] >= sum_c api_for[c,h]; api_for[c,h] <= demand x use[c];
+    # and each configuration's API share within the product's limit
+    m.api_split = Constraint(
+        [(p.name, h) for p in prob.products.values() if p.has_api for h in hours],
+        rule=lambda m, p, h: m.api[p, h] >= sum(m.api_for[c.key, h] for c in prob.products[p].candidates),
+    )
+    m.api_for_needs_configuration = Constraint(
+        [(c.key, h) for c in api_cands for h in hours],
+        rule=lambda m, k, h: m.api_for[k, h] <= prob.products[prob.cand[k].product].demand_tokens_per_s[h] * m.use[k],
+    )
+    m.api_for_share_max = Constraint(
+        [c.key for c in api_cands],
+        rule=lambda m, k: sum(m.api_for[k, h] for h in hours)
+        <= prob.products[prob.cand[k].product].api_max_fraction * sum(prob.products[prob.cand[k].product].demand_tokens_per_s) * m.use[k],
+    )
+
+
 def define_api_share_limits(m: ConcreteModel, prob: FleetProblem) -> None:
     """The API's share of the month's output tokens stays within [min_fraction, max_fraction]."""
     names = [p.name for p in prob.products.values() if p.has_api]
@@ -217,18 +278,19 @@ def define_api_share_limits(m: ConcreteModel, prob: FleetProblem) -> None:
 
 
 def define_spot_share_limit(m: ConcreteModel, prob: FleetProblem) -> None:
-    """Spot replicas provide at most ``spot_max_share`` of a product's replicas in any hour."""
+    """Spot capacity provides at most ``spot_max_share`` of a product's decode replica-hours over
+    the horizon: sum_{c,h} spot[c,h] <= share x sum_{c,h} replicas[c,h]."""
     if "spot" not in prob.tiers:
         return
-    s = prob.spot_max_share
+    s, hours = prob.spot_max_share, range(prob.hours)
 
-    def rule(m: ConcreteModel, p: str, h: int) -> object:
+    def rule(m: ConcreteModel, p: str) -> object:
         keys = [c.key for c in prob.products[p].candidates]
-        spot = sum(m.spot[k, h] for k in keys)
-        total = sum(replicas_in_hour(m, prob, k, h) for k in keys)
+        spot = sum(m.spot[k, h] for k in keys for h in hours)
+        total = sum(replicas_in_hour(m, prob, k, h) for k in keys for h in hours)
         return spot <= s * total
 
-    m.spot_share_limit = Constraint([(p, h) for p in prob.products for h in range(prob.hours)], rule=rule)
+    m.spot_share_limit = Constraint(list(prob.products), rule=rule)
 
 
 def define_pool_matches_mode(m: ConcreteModel, prob: FleetProblem) -> None:
@@ -281,6 +343,26 @@ def define_prefill_pool_meets_demand(m: ConcreteModel, prob: FleetProblem) -> No
     m.prefill_pool_meets_demand = Constraint([(p, h) for p in names for h in range(prob.hours)], rule=rule)
 
 
+def define_pool_configuration_meets_demand(m: ConcreteModel, prob: FleetProblem) -> None:
+    """The pool rule stated for each pool configuration (tightens the MIP as above), in PFLOP/s:
+    usable_flops[k] x pool_replicas[k,h] + F x api[p,h] >= F x demand[p,h] x pool_use[k];
+    without an API: pool_replicas[k,h] >= ceil(F x demand[p,h] / usable_flops[k]) x pool_use[k]."""
+    pool = prob.all_pool()
+    if not pool:
+        return
+
+    def rule(m: ConcreteModel, key: str, h: int) -> object:
+        k = prob.pools[key]
+        pd = prob.products[k.product]
+        y = pool_replicas_in_hour(m, prob, key, h)
+        if pd.has_api:
+            f = pd.prefill_flops_per_output_token / PETA
+            return k.usable_flops_per_s / PETA * y + f * m.api[pd.name, h] >= f * pd.demand_tokens_per_s[h] * m.pool_use[key]
+        return y >= pd.pool_bound(k, h) * m.pool_use[key]
+
+    m.pool_configuration_meets_demand = Constraint([(k.key, h) for k in pool for h in range(prob.hours)], rule=rule)
+
+
 def define_objective(m: ConcreteModel, prob: FleetProblem) -> None:
     """Minimise the monthly cost in USD: replicas by tier, API tokens, fixed self-hosting cost."""
     w, hours = prob.hour_weight, range(prob.hours)
@@ -312,10 +394,12 @@ def build_model(prob: FleetProblem) -> ConcreteModel:
     define_one_configuration_per_product(m, prob)
     define_replicas_need_configuration(m, prob)
     define_throughput_meets_demand(m, prob)
+    define_configuration_meets_demand(m, prob)
     define_api_share_limits(m, prob)
     define_spot_share_limit(m, prob)
     define_pool_matches_mode(m, prob)
     define_pool_replicas_need_configuration(m, prob)
     define_prefill_pool_meets_demand(m, prob)
+    define_pool_configuration_meets_demand(m, prob)
     define_objective(m, prob)
     return m

@@ -54,11 +54,24 @@ class LinearProblem:
 
     def with_col_upper(self, upper: list[float]) -> LinearProblem:
         """A copy sharing everything but the column upper bounds."""
-        return LinearProblem(
-            col_names=self.col_names, col_lower=self.col_lower, col_upper=upper, col_integer=self.col_integer,
+        return self.with_bounds(self.col_lower, upper)
+
+    def relaxed(self) -> LinearProblem:
+        """The LP relaxation: the same problem with every variable continuous."""
+        out = self.with_bounds(self.col_lower, self.col_upper)
+        out.col_integer = [False] * self.num_cols
+        return out
+
+    def with_bounds(self, lower: list[float], upper: list[float]) -> LinearProblem:
+        """A copy sharing everything but the column bounds."""
+        out = LinearProblem(
+            col_names=self.col_names, col_lower=lower, col_upper=upper, col_integer=self.col_integer,
             objective=self.objective, objective_constant=self.objective_constant, row_names=self.row_names,
             row_lower=self.row_lower, row_upper=self.row_upper, row_index=self.row_index, row_value=self.row_value,
         )
+        if "_col_index" in self.__dict__:
+            out.__dict__["_col_index"] = self.__dict__["_col_index"]
+        return out
 
 
 def _bound_tag(lo: float, hi: float) -> str:

@@ -30,6 +30,9 @@ from fleetplan.optimizer.scenario import Product, Scenario
 from fleetplan.optimizer.solvers import SolveResult, solve
 
 
+RUNNER_UP_TIME_LIMIT_S = 5.0
+
+
 class InfeasibleError(InputError):
     """No plan meets the targets; the message names the constraint and the best reachable value."""
 
@@ -188,7 +191,7 @@ class Plan:
     products: list[ProductPlan]
     candidate_sets: dict[str, CandidateSet]
     problem: FleetProblem
-    lp: LinearProblem
+    model_size: tuple[int, int]
     timings: Timings = field(default_factory=Timings)
 
     @property
@@ -299,39 +302,83 @@ def extract(lp: LinearProblem, result: SolveResult, prob: FleetProblem, scenario
     return out
 
 
-def restricted_cost(
-    lp: LinearProblem, prob: FleetProblem, product: str, keep: Callable[[Candidate], bool], solver: str
-) -> float:
-    """Optimal cost with ``product``'s decode choices limited to those ``keep`` accepts
-    (same MIP, other configurations' ``use`` fixed to 0); inf if infeasible."""
-    upper = list(lp.col_upper)
-    for c in prob.products[product].candidates:
-        if not keep(c):
-            upper[lp.col_index[f"use[{c.key}]"]] = 0.0
-    fixed = lp.with_col_upper(upper)
-    res = solve(fixed, solver)
-    if not res.optimal:
-        return float("inf")
-    return float(res.objective or 0.0)
+def solve_by_configuration(
+    lp: LinearProblem,
+    prob: FleetProblem,
+    product: str,
+    solver: str,
+    *,
+    keep: Callable[[Candidate], bool] | None = None,
+    time_limit_s: float | None = None,
+    mip_rel_gap: float = 1e-6,
+    strict: bool = True,
+) -> tuple[SolveResult, LinearProblem] | None:
+    """Solve the MIP of one product by branching on its configuration first.
+
+    Exactly one configuration runs (or none when the product may go all-API), so the optimum
+    is the best of the sub-MIPs with ``use`` fixed to each configuration in turn. Each
+    sub-MIP's LP relaxation is solved first; sub-MIPs are solved in order of that bound and
+    the search stops once the bound reaches the incumbent. ``keep`` limits the
+    configurations (runner-up reports). Returns the best solution and its fixed problem, or
+    None if no configuration is feasible. With ``strict=False`` (runner-up reports) a sub-MIP
+    stopped by its time limit counts with the solution it found (its gap is kept); otherwise
+    it is an error.
+    """
+    pd = prob.products[product]
+    options: list[Candidate | None] = [c for c in pd.candidates if keep is None or keep(c)]
+    if pd.has_api and pd.api_max_fraction >= 1.0 and keep is None:
+        options.append(None)
+    use_cols = {c.key: lp.col_index[f"use[{c.key}]"] for c in pd.candidates}
+    pool_cols = {k.key: lp.col_index[f"pool_use[{k.key}]"] for k in pd.pool}
+    staged: list[tuple[float, str, LinearProblem]] = []
+    for choice in options:
+        lower, upper = list(lp.col_lower), list(lp.col_upper)
+        for key, j in use_cols.items():
+            upper[j] = 1.0 if choice is not None and key == choice.key else 0.0
+            lower[j] = upper[j]
+        if choice is None or choice.mode != "pool":
+            for j in pool_cols.values():
+                upper[j] = 0.0
+        if pd.has_api:
+            j = lp.col_index[f"self_host[{product}]"]
+            lower[j] = upper[j] = 0.0 if choice is None else 1.0
+        fixed = lp.with_bounds(lower, upper)
+        relaxed = solve(fixed.relaxed(), solver)
+        if relaxed.status != "optimal":
+            continue
+        staged.append((float(relaxed.objective or 0.0), choice.key if choice else "", fixed))
+    staged.sort(key=lambda t: (t[0], t[1]))
+    best: tuple[SolveResult, LinearProblem] | None = None
+    for bound, _, fixed in staged:
+        if best is not None and bound >= float(best[0].objective or 0.0) * (1 - mip_rel_gap) - 1e-7:
+            break
+        res = solve(fixed, solver, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap)
+        if res.status == "infeasible":
+            continue
+        if not res.optimal and not (not strict and res.values):
+            raise SolverError(f"{solver} returned no proven-optimal plan for {product}: {res.termination}")
+        if best is None or float(res.objective or 0.0) < float(best[0].objective or 0.0) - 1e-7:
+            best = (res, fixed)
+    return best
 
 
-def _alternatives(lp: LinearProblem, prob: FleetProblem, pp: ProductPlan, base: float, solver: str) -> list[dict[str, Any]]:
+def _alternatives(lp: LinearProblem, prob: FleetProblem, pp: ProductPlan, base: float, solver: str,
+                  scenario: Scenario) -> list[dict[str, Any]]:
     """Cheapest plan with the product's decode forced onto each other GPU type."""
     if pp.candidate is None:
         return []
     alts: list[dict[str, Any]] = []
     name = pp.product.name
     for gpu in sorted({c.gpu for c in prob.products[name].candidates} - {pp.candidate.gpu}):
-        upper = list(lp.col_upper)
-        for c in prob.products[name].candidates:
-            if c.gpu != gpu:
-                upper[lp.col_index[f"use[{c.key}]"]] = 0.0
-        fixed = lp.with_col_upper(upper)
-        res = solve(fixed, solver)
-        if not res.optimal:
+        try:
+            found = solve_by_configuration(lp, prob, name, solver, keep=lambda c, gpu=gpu: c.gpu == gpu,
+                                           time_limit_s=RUNNER_UP_TIME_LIMIT_S, mip_rel_gap=1e-4, strict=False)
+        except SolverError:
             continue
-        plans = {p.product.name: p for p in extract(fixed, res, prob, Scenario.model_construct(products=[pp.product]))}
-        alt = plans[name]
+        if found is None:
+            continue
+        res, fixed = found
+        alt = extract(fixed, res, prob, scenario)[0]
         if alt.candidate is None:
             continue
         c = alt.candidate
@@ -339,6 +386,7 @@ def _alternatives(lp: LinearProblem, prob: FleetProblem, pp: ProductPlan, base: 
             "gpu": c.gpu, "tp": c.tp, "batch": c.batch, "precision": c.precision, "prefill": c.mode,
             "replicas": alt.replicas, "gpus": alt.gpus, "monthly_cost_usd": round(alt.monthly_cost_usd, 2),
             "cost_difference_usd": round(float(res.objective or 0.0) - base, 2),
+            "proven_optimal": res.optimal,
         })
     alts.sort(key=lambda a: (a["cost_difference_usd"], a["gpu"]))
     return alts
@@ -476,41 +524,68 @@ def make_plan(
 ) -> Plan:
     """Solve ``scenario`` to proven optimality and explain the result.
 
-    ``preset`` replaces the scenario's named preset (e.g. one adjusted by a calibration profile);
-    ``folder`` is where relative paths (demand profiles) are resolved; ``with_api=False`` plans
-    as if no product had an API to burst to.
+    Products share no limit, so each is its own MIP (same formulation, one product each),
+    solved by :func:`solve_by_configuration`. ``preset`` replaces the scenario's named preset
+    (e.g. one adjusted by a calibration profile); ``folder`` is where relative paths (demand
+    profiles) are resolved; ``with_api=False`` plans as if no product had an API.
     """
     preset = preset or get_preset(scenario.preset)
     timings = Timings()
     t0 = time.perf_counter()
     prob, sets = build_problem(scenario, catalog, preset, folder, with_api=with_api)
-    t1 = time.perf_counter()
-    model = build_model(prob)
-    t2 = time.perf_counter()
-    lp = to_linear_problem(model)
-    t3 = time.perf_counter()
+    timings.candidates_s = time.perf_counter() - t0
     opts = scenario.options
-    result = solve(lp, solver, time_limit_s=opts.time_limit_s, mip_rel_gap=opts.mip_rel_gap)
-    t4 = time.perf_counter()
-    timings.candidates_s, timings.build_s, timings.export_s, timings.solve_s = t1 - t0, t2 - t1, t3 - t2, t4 - t3
-    if result.status == "infeasible":
-        raise InfeasibleError("infeasible: no fleet meets every product's demand under the given limits")
-    if not result.optimal:
-        raise SolverError(f"{solver} returned no proven-optimal plan: {result.termination}")
+    products: list[ProductPlan] = []
+    parts: dict[str, tuple[FleetProblem, LinearProblem, SolveResult]] = {}
+    for product in scenario.products:
+        sub = FleetProblem(
+            products={product.name: prob.products[product.name]}, hours=prob.hours,
+            hours_per_month=prob.hours_per_month, tiers=prob.tiers, spot_max_share=prob.spot_max_share,
+        )
+        t1 = time.perf_counter()
+        model = build_model(sub)
+        t2 = time.perf_counter()
+        lp = to_linear_problem(model)
+        t3 = time.perf_counter()
+        found = solve_by_configuration(lp, sub, product.name, solver, time_limit_s=opts.time_limit_s,
+                                       mip_rel_gap=opts.mip_rel_gap)
+        t4 = time.perf_counter()
+        timings.build_s += t2 - t1
+        timings.export_s += t3 - t2
+        timings.solve_s += t4 - t3
+        if found is None:
+            raise InfeasibleError(
+                f"products[{product.name}]: infeasible: no configuration meets its demand under the given limits"
+            )
+        res, fixed = found
+        parts[product.name] = (sub, lp, res)
+        products.append(extract(fixed, res, sub, scenario.model_construct(products=[product]))[0])
 
-    products = extract(lp, result, prob, scenario)
-    base = float(result.objective or 0.0)
+    total = sum(float(r.objective or 0.0) for _, _, r in parts.values())
+    gaps = [r.mip_gap for _, _, r in parts.values() if r.mip_gap is not None]
+    result = SolveResult(
+        solver=solver, status="optimal", termination="optimal (every product's MIP proven optimal)",
+        objective=total, mip_gap=max(gaps) if gaps else None, solve_time_s=timings.solve_s,
+    )
     for pp in products:
         name = pp.product.name
+        sub, lp, res = parts[name]
+        base = float(res.objective or 0.0)
+        scen = scenario.model_construct(products=[pp.product])
         if alternatives:
-            pp.alternatives = _alternatives(lp, prob, pp, base, solver)
-        modes = sorted({c.mode for c in prob.products[name].candidates})
+            pp.alternatives = _alternatives(lp, sub, pp, base, solver, scen)
+        modes = sorted({c.mode for c in sub.products[name].candidates})
         if len(modes) > 1:
             for mode in modes:
-                cost = restricted_cost(lp, prob, name, lambda c, mode=mode: c.mode == mode, solver)
-                pp.mode_costs[mode] = None if cost == float("inf") else round(cost, 2)
+                try:
+                    found = solve_by_configuration(lp, sub, name, solver, keep=lambda c, mode=mode: c.mode == mode,
+                                                   time_limit_s=RUNNER_UP_TIME_LIMIT_S, mip_rel_gap=1e-4, strict=False)
+                except SolverError:
+                    found = None
+                pp.mode_costs[mode] = None if found is None else round(float(found[0].objective or 0.0), 2)
         pp.why = _why(pp)
         pp.kv_transfer = kv_transfer_report(pp, catalog, preset)
         pp.prefill_check = prefill_headroom_check(pp, catalog, preset, scenario.options)
+    size = (sum(lp.num_cols for _, lp, _ in parts.values()), sum(lp.num_rows for _, lp, _ in parts.values()))
     return Plan(scenario=scenario, preset=preset, solve_result=result, products=products, candidate_sets=sets,
-                problem=prob, lp=lp, timings=timings)
+                problem=prob, model_size=size, timings=timings)

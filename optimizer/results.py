@@ -187,7 +187,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             }
             for name, cs in plan.candidate_sets.items()
         },
-        "model_size": {"variables": plan.lp.num_cols, "constraints": plan.lp.num_rows},
+        "model_size": {"variables": plan.model_size[0], "constraints": plan.model_size[1]},
     }
 
 
@@ -213,8 +213,9 @@ def check_invariants(plan: Plan) -> list[str]:
                 need = pp.data.prefill_flops_per_output_token * (d - pp.api_tokens_per_s[h])
                 if pp.pool_replicas_in_hour(h) * pp.pool.usable_flops_per_s < need * (1 - 1e-9) - 1e3:
                     problems.append(f"{name}: hour {h}: prefill pool below demand")
-            if plan.problem.spot_max_share < 1 and pp.spot[h] > plan.problem.spot_max_share * pp.replicas_in_hour(h) + tol:
-                problems.append(f"{name}: hour {h}: spot share above cap")
+        replica_hours = sum(pp.replicas_in_hour(h) for h in range(len(pp.on_demand)))
+        if sum(pp.spot) > plan.problem.spot_max_share * replica_hours + tol:
+            problems.append(f"{name}: spot share above its cap")
         total = sum(pp.data.demand_tokens_per_s)
         api = sum(pp.api_tokens_per_s)
         if total:

@@ -63,10 +63,12 @@ def _solve_highs(lp: LinearProblem, time_limit_s: float | None, mip_rel_gap: flo
     import numpy as np
 
     h = _quiet_highs(highspy)
-    h.setOptionValue("output_flag", False)
+    h.setOptionValue("output_flag", bool(os.environ.get("FLEETPLAN_SOLVER_LOG")))
     h.setOptionValue("random_seed", 0)
     h.setOptionValue("threads", 1)
     h.setOptionValue("mip_rel_gap", mip_rel_gap)
+    if os.environ.get("FLEETPLAN_PRESOLVE"):
+        h.setOptionValue("presolve", os.environ["FLEETPLAN_PRESOLVE"])
     if time_limit_s is not None:
         h.setOptionValue("time_limit", float(time_limit_s))
     inf = highspy.kHighsInf
