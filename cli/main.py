@@ -150,6 +150,45 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- breakeven
+def cmd_breakeven(args: argparse.Namespace) -> int:
+    """All-API vs self-host only vs the optimal blend as volume scales."""
+    from fleetplan.catalogs import load_catalog
+    from fleetplan.catalogs.loader import InputError
+    from fleetplan.optimizer.breakeven import DEFAULT_SCALES, breakeven, plot
+    from fleetplan.optimizer.scenario import load_scenario
+
+    scenario, folder = load_scenario(args.scenario)
+    catalog = load_catalog([*(folder / c for c in scenario.catalogs), *args.catalog])
+    scales = tuple(args.scales) if args.scales else DEFAULT_SCALES
+    if args.plot and Path(args.plot).suffix.lower() not in (".png", ".svg"):
+        raise InputError(f"--plot: file must end in .png or .svg (got {args.plot})")
+    result = breakeven(scenario, catalog, folder, scales, solver=args.solver)
+    if args.plot:
+        plot(result, Path(args.plot), f"build vs buy: {Path(args.scenario).name}")
+    if args.json:
+        sys.stdout.write(dumps(result))
+    else:
+        from rich.table import Table
+
+        t = Table(title=f"build vs buy: {args.scenario}")
+        for col in ("demand x", "all API $/month", "self-host $/month", "blend $/month", "cheapest"):
+            t.add_column(col, justify="right")
+        for p in result["points"]:
+            opts = {"all API": p["all_api_usd"], "self-host": p["self_host_usd"], "blend": p["blend_usd"]}
+            best = min((v, k) for k, v in opts.items() if v is not None)[1]
+            t.add_row(f"{p['scale']:g}", f"{p['all_api_usd']:,.0f}", "-" if p["self_host_usd"] is None else f"{p['self_host_usd']:,.0f}",
+                      "-" if p["blend_usd"] is None else f"{p['blend_usd']:,.0f}", best)
+        con = _console()
+        con.print(t)
+        c = result["crossovers"]
+        con.print(f"self-hosting alone beats all-API from {c['self_host_beats_api_at_scale'] or 'no scale tried'}x the scenario's demand; "
+                  f"the blend beats all-API from {c['blend_beats_api_at_scale'] or 'no scale tried'}x")
+        if args.plot:
+            con.print(f"plot written to {args.plot}")
+    return 0
+
+
 # ---------------------------------------------------------------- catalog
 def cmd_catalog_list(args: argparse.Namespace) -> int:
     """List what the catalog holds, with sources."""
@@ -291,6 +330,15 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--calibration", help="calibration profile YAML (from `fleetplan calibrate`)")
     pl.add_argument("--no-alternatives", action="store_true", help="skip the per-GPU-type runner-up solves")
     pl.set_defaults(func=cmd_plan)
+
+    be = sub.add_parser("breakeven", help="all-API vs self-host vs blend as demand scales")
+    be.add_argument("scenario")
+    be.add_argument("--scales", type=_float_ge(1e-6, "--scales"), nargs="+", help="demand multiples to evaluate")
+    be.add_argument("--solver", choices=("highs", "ortools"), default="highs")
+    be.add_argument("--catalog", action="append", default=[], help=catalog_help)
+    be.add_argument("--plot", help="write the curves to this PNG or SVG file")
+    be.add_argument("--json", action="store_true", help="print JSON")
+    be.set_defaults(func=cmd_breakeven)
 
     c = sub.add_parser("catalog", help="list or extend the catalogs")
     csub = c.add_subparsers(dest="catalog_command", required=True, parser_class=_Parser)

@@ -500,6 +500,16 @@ def _why(pp: ProductPlan) -> str:
             f"; the runner-up on another GPU type ({a['gpu']} tp{a['tp']} {a['precision']} batch {a['batch']}, "
             f"{a['replicas']} replicas) costs ${a['cost_difference_usd']:,.0f}/month more"
         )
+    api_hours = [h for h, a in enumerate(pp.api_tokens_per_s) if a > 1e-6]
+    if api_hours and pp.data.api is not None:
+        demand = pp.data.demand_tokens_per_s
+        share = sum(pp.api_tokens_per_s) / sum(demand) if sum(demand) else 0.0
+        busiest = sorted(api_hours, key=lambda h: (-demand[h], h))[:3]
+        txt += (
+            f"; the API ({pp.data.api.price.id}) takes {share:.2%} of output tokens in {len(api_hours)} of "
+            f"{len(demand)} hours (busiest: hour {', '.join(str(h) for h in busiest)}), where sending the remainder "
+            f"costs less than another replica"
+        )
     if pp.pool is not None:
         txt += (
             f"; prefill runs on {pp.pool_replicas} x {pp.pool.tp} {pp.pool.gpu} ({pp.pool.precision}) sized to "

@@ -1,0 +1,131 @@
+"""Build vs buy as volume scales: all-API, self-host only and the optimal blend, with crossovers."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fleetplan.catalogs.loader import Catalog, InputError
+from fleetplan.models.presets import Preset, get_preset
+from fleetplan.optimizer.api import resolve_api
+from fleetplan.optimizer.demand import horizon, product_qps, profile_lengths
+from fleetplan.optimizer.formulation import SECONDS_PER_HOUR
+from fleetplan.optimizer.plan import InfeasibleError, make_plan
+from fleetplan.optimizer.scenario import Scenario
+
+DEFAULT_SCALES: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+
+
+@dataclass(frozen=True)
+class BreakevenPoint:
+    """Monthly cost of the three strategies at one multiple of the scenario's demand."""
+
+    scale: float
+    all_api_usd: float
+    self_host_usd: float | None
+    blend_usd: float | None
+
+
+def scaled(scenario: Scenario, factor: float) -> Scenario:
+    """The scenario with every product's QPS multiplied by ``factor`` (profiles scale with it)."""
+    raw = scenario.model_dump(mode="python")
+    for p in raw["products"]:
+        p["peak_qps"] = p["peak_qps"] * factor
+    return Scenario.model_validate(raw)
+
+
+def all_api_cost(scenario: Scenario, catalog: Catalog, folder: Path, preset: Preset) -> float:
+    """Monthly cost of sending every product's tokens to its API (fixed self-hosting costs avoided)."""
+    hours = horizon(profile_lengths(scenario.products, folder))
+    weight = preset.hours_per_month / hours
+    total = 0.0
+    for p in scenario.products:
+        offer = resolve_api(p, catalog)
+        if offer is None:
+            raise InputError(f"products[{p.name}].api: breakeven needs an API for every product (add api: {{model: {p.model}}})")
+        tokens = sum(q * p.output_tokens for q in product_qps(p, folder, hours)) * SECONDS_PER_HOUR * weight
+        total += tokens * offer.usd_per_output_token
+    return total
+
+
+def breakeven(
+    scenario: Scenario, catalog: Catalog, folder: Path, scales: tuple[float, ...] = DEFAULT_SCALES, solver: str = "highs"
+) -> dict[str, Any]:
+    """Costs of all-API, self-host only and the blend at each scale, and the crossover volumes."""
+    preset = get_preset(scenario.preset)
+    points: list[BreakevenPoint] = []
+    for s in scales:
+        sc = scaled(scenario, s)
+        api = all_api_cost(sc, catalog, folder, preset)
+        try:
+            own = make_plan(sc, catalog, solver, alternatives=False, folder=folder, with_api=False).monthly_cost_usd
+        except InfeasibleError:
+            own = None
+        try:
+            blend = make_plan(sc, catalog, solver, alternatives=False, folder=folder).monthly_cost_usd
+        except InfeasibleError:
+            blend = None
+        points.append(BreakevenPoint(s, api, own, blend))
+    return {
+        "scales": [p.scale for p in points],
+        "points": [
+            {"scale": p.scale, "all_api_usd": round(p.all_api_usd, 2),
+             "self_host_usd": None if p.self_host_usd is None else round(p.self_host_usd, 2),
+             "blend_usd": None if p.blend_usd is None else round(p.blend_usd, 2)}
+            for p in points
+        ],
+        "crossovers": {
+            "self_host_beats_api_at_scale": _crossing(points, "self_host_usd"),
+            "blend_beats_api_at_scale": _crossing(points, "blend_usd"),
+        },
+    }
+
+
+def _crossing(points: list[BreakevenPoint], field: str) -> float | None:
+    """Smallest scale where ``field`` drops below all-API, interpolated in log-scale between grid points."""
+    prev = None
+    for p in points:
+        v = getattr(p, field)
+        if v is None:
+            prev = None
+            continue
+        diff = v - p.all_api_usd
+        if diff < -1e-6:
+            if prev is None:
+                return p.scale if p is points[0] else p.scale
+            s0, d0 = prev
+            if d0 <= 0:
+                return s0
+            t = d0 / (d0 - diff)
+            return round(math.exp(math.log(s0) + t * (math.log(p.scale) - math.log(s0))), 4)
+        prev = (p.scale, diff)
+    return None
+
+
+def plot(result: dict[str, Any], path: Path, title: str) -> None:
+    """Write the three cost curves to ``path`` (PNG or SVG, by extension)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = result["points"]
+    xs = [p["scale"] for p in pts]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot(xs, [p["all_api_usd"] for p in pts], marker="o", label="all API")
+    ax.plot(xs, [p["self_host_usd"] if p["self_host_usd"] is not None else float("nan") for p in pts], marker="s",
+            label="self-host only")
+    ax.plot(xs, [p["blend_usd"] if p["blend_usd"] is not None else float("nan") for p in pts], marker="^",
+            label="optimal blend")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("demand (multiple of the scenario)")
+    ax.set_ylabel("USD per month")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,121 @@
+"""Build vs buy: demand profiles, capacity tiers, API burst, fixed cost, breakeven."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from fleetplan.main import main
+from fleetplan.optimizer.breakeven import breakeven
+from fleetplan.optimizer.plan import make_plan
+from fleetplan.optimizer.results import check_invariants, plan_to_dict
+from fleetplan.optimizer.scenario import load_scenario
+
+PLANNABLE = ["seed-chat-70b.yaml", "seed-chat-70b-open.yaml", "seed-chat-70b-pool.yaml", "seed-chat-70b-colocated.yaml",
+             "rag-20k.yaml", "peak-sized-30pct.yaml", "chat-diurnal-blend.yaml", "build-vs-buy.yaml"]
+
+
+@pytest.fixture(scope="module")
+def plans(catalog, examples):
+    out = {}
+    for name in PLANNABLE:
+        scenario, folder = load_scenario(examples / name)
+        out[name] = make_plan(scenario, catalog, folder=folder, alternatives=False)
+    return out
+
+
+@pytest.mark.parametrize("name", PLANNABLE)
+def test_invariants_on_every_example(plans, name):
+    plan = plans[name]
+    assert check_invariants(plan) == []
+    d = plan_to_dict(plan)
+    # cost equals the sum of its parts, per product and in total
+    for p in d["products"]:
+        assert sum(p["monthly_cost_breakdown_usd"].values()) == pytest.approx(p["monthly_cost_usd"], abs=0.05)
+    assert sum(d["monthly_cost_breakdown_usd"].values()) == pytest.approx(d["monthly_cost_usd"], abs=0.05)
+    for pp in plan.products:
+        for h in range(plan.hours):  # every hour's demand is met (reserved replicas are one number: constant)
+            cap = pp.replicas_in_hour(h) * (pp.candidate.usable_tokens_per_s if pp.candidate else 0) + pp.api_tokens_per_s[h]
+            assert cap >= pp.data.demand_tokens_per_s[h] * (1 - 1e-9) - 1e-6
+        if "hourly" in (row := next(p for p in d["products"] if p["name"] == pp.product.name)):
+            assert len({r["reserved_replicas"] for r in row["hourly"]}) == 1
+
+
+def test_thirty_percent_utilisation_costs_three_times_ideal(plans):
+    (p,) = plan_to_dict(plans["peak-sized-30pct.yaml"])["products"]
+    assert p["utilisation"] == pytest.approx(0.30, abs=0.01)
+    assert p["cost_per_million_tokens_usd"] > 3 * p["ideal_cost_per_million_tokens_usd"]
+    assert p["monthly_cost_breakdown_usd"]["reserved"] == pytest.approx(295_650)
+
+
+def test_build_vs_buy_three_answers(plans):
+    d = {p["name"]: p for p in plan_to_dict(plans["build-vs-buy.yaml"])["products"]}
+    assert d["internal-tool"]["gpu"] is None and d["internal-tool"]["api_fraction"] == pytest.approx(1.0)
+    assert d["internal-tool"]["monthly_cost_breakdown_usd"]["fixed"] == 0
+    steady = d["summariser"]
+    assert steady["gpu"] is not None and steady["monthly_cost_breakdown_usd"]["reserved"] > 0
+    assert steady["monthly_cost_breakdown_usd"]["on_demand"] == 0
+    assert steady["api_fraction"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_diurnal_bursts_to_api_at_peak(plans):
+    plan = plans["chat-diurnal-blend.yaml"]
+    (pp,) = plan.products
+    api_hours = [h for h, a in enumerate(pp.api_tokens_per_s) if a > 1e-6]
+    assert api_hours, "the blend should send some peak-hour remainder to the API"
+    median = statistics.median(pp.data.demand_tokens_per_s)
+    assert all(pp.data.demand_tokens_per_s[h] > median for h in api_hours)
+    assert "costs less than another replica" in pp.why
+    d = plan_to_dict(plan)["products"][0]
+    assert d["monthly_cost_breakdown_usd"]["reserved"] > 0 and d["monthly_cost_breakdown_usd"]["on_demand"] > 0
+    assert len(d["hourly"]) == 168
+
+
+def test_blend_never_costs_more_than_pure_strategies(catalog, examples):
+    scenario, folder = load_scenario(examples / "build-vs-buy.yaml")
+    r = breakeven(scenario, catalog, folder, scales=(0.05, 1.0))
+    for p in r["points"]:
+        # all three products may go all-API only up to their max_fraction, so the blend is compared
+        # with self-host only (always allowed here: no min_fraction)
+        assert p["blend_usd"] <= p["self_host_usd"] + 0.01
+
+
+def test_blend_le_all_api_when_policy_allows(catalog, examples, tmp_path):
+    text = (examples / "build-vs-buy.yaml").read_text().replace("max_fraction: 0.5", "max_fraction: 1.0").replace(
+        "max_fraction: 0.4", "max_fraction: 1.0")
+    f = tmp_path / "bvb.yaml"
+    f.write_text(text)
+    (tmp_path / "profiles").symlink_to(examples / "profiles")
+    scenario, folder = load_scenario(f)
+    r = breakeven(scenario, catalog, folder, scales=(0.05, 1.0))
+    for p in r["points"]:
+        assert p["blend_usd"] <= p["all_api_usd"] + 0.01
+        assert p["blend_usd"] <= p["self_host_usd"] + 0.01
+
+
+def test_breakeven_cli_json_and_plot(capsys, examples, tmp_path):
+    png = tmp_path / "be.png"
+    code = main(["breakeven", str(examples / "peak-sized-30pct.yaml"), "--scales", "0.1", "1", "--json", "--plot", str(png)])
+    out = capsys.readouterr()
+    assert code == 2 and "breakeven needs an API" in out.err and not png.exists()
+
+
+@pytest.mark.parametrize(
+    ("csv", "expected"),
+    [
+        ("hour,load\n0,1\n", "header must be 'hour,multiplier' or 'hour,qps'"),
+        ("hour,multiplier\n" + "".join(f"{h},1\n" for h in range(23)), "23 hourly rows"),
+        ("hour,multiplier\n" + "".join(f"{h},{-1 if h == 5 else 1}\n" for h in range(24)), "line 7: multiplier must be a finite number >= 0"),
+        ("hour,multiplier\n1,1\n", "hour 1 out of order"),
+    ],
+)
+def test_bad_profiles_exit_2(capsys, tmp_path, csv, expected):
+    (tmp_path / "p.csv").write_text(csv)
+    (tmp_path / "s.yaml").write_text(
+        "products:\n  - name: x\n    model: llama-3.1-8b\n    peak_qps: 1\n    input_tokens: 10\n    output_tokens: 10\n"
+        "    demand_profile: p.csv\n"
+    )
+    assert main(["plan", str(tmp_path / "s.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1
