@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 FULL_OPTIONS = {"tp": [1, 2, 4, 8], "precisions": ["bf16", "fp8", "fp4"], "max_batch": 512}
 
 
-def full_catalog(scenario_path: Path) -> object:
-    """The scenario with its search restrictions lifted (price overrides kept)."""
-    scenario, _ = load_scenario(scenario_path)
+def full_catalog(scenario_path: Path) -> tuple[object, Path]:
+    """The scenario with its search restrictions lifted (price overrides kept), and its folder."""
+    scenario, folder = load_scenario(scenario_path)
     raw = scenario.model_dump(mode="python")
     opts = raw["options"]
     for key in ("gpus", "tp", "batch", "precisions"):
@@ -36,7 +36,7 @@ def full_catalog(scenario_path: Path) -> object:
     opts.update(FULL_OPTIONS)
     for p in raw["products"]:
         p["precision"] = None
-    return parse_scenario(raw, str(scenario_path))
+    return parse_scenario(raw, str(scenario_path)), folder
 
 
 def main() -> None:
@@ -50,7 +50,7 @@ def main() -> None:
           f"{'cands_s':>8} {'build_s':>8} {'export_s':>8} {'solve_s':>8} {'total_s':>8}")
     for path in paths:
         try:
-            scenario = full_catalog(path)
+            scenario, folder = full_catalog(path)
         except Exception as exc:  # noqa: BLE001 - a benchmark row per example, whatever happens
             print(f"{path.name:32} skipped: {exc}")
             continue
@@ -58,7 +58,7 @@ def main() -> None:
         plan = None
         for _ in range(args.runs):
             t0 = time.perf_counter()
-            plan = make_plan(scenario, catalog, alternatives=False)
+            plan = make_plan(scenario, catalog, alternatives=False, folder=folder)
             rows.append((plan.timings, time.perf_counter() - t0))
         assert plan is not None
         med = lambda f: statistics.median(f(r) for r in rows)  # noqa: E731

@@ -111,6 +111,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     d: dict[str, Any] = {
         "model": llm.id, "gpu": gpu.id, "tp": args.tp, "batch": args.batch, "precision": args.precision,
         "input_tokens": args.input_tokens, "output_tokens": args.output_tokens, "preset": preset.name,
+        "calibration": preset.calibration,
     }
     d.update(e.as_dict())
     d["prefill_flops_per_request"] = prefill_flops_per_request(llm, args.input_tokens)

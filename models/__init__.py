@@ -4,7 +4,12 @@
 - :mod:`fleetplan.models.memory`: weight and KV-cache bytes derived from architecture facts;
 - :mod:`fleetplan.models.parallel`: which tensor-parallel degrees a model and GPU allow;
 - :mod:`fleetplan.models.roofline`: the decode-step roofline (time, bound, tokens/s, memory);
-- :mod:`fleetplan.models.prefill`: prefill FLOPs per request.
+- :mod:`fleetplan.models.prefill`: prefill FLOPs per request (linear layers and attention);
+- :mod:`fleetplan.models.physics`: the default preset's physical parameters, in one place;
+- :mod:`fleetplan.models.communication`, :mod:`~fleetplan.models.overhead`, :mod:`~fleetplan.models.moe`,
+  :mod:`~fleetplan.models.interference`: the default preset's terms beyond first order;
+- :mod:`fleetplan.models.measurements`, :mod:`~fleetplan.models.validation`,
+  :mod:`~fleetplan.models.calibration`: measured benchmarks, error statistics and fitted profiles.
 """
 
 from fleetplan.models.presets import PRESETS, Preset, get_preset

@@ -286,6 +286,8 @@ def define_spot_share_limit(m: ConcreteModel, prob: FleetProblem) -> None:
 
     def rule(m: ConcreteModel, p: str) -> object:
         keys = [c.key for c in prob.products[p].candidates]
+        if not keys:
+            return Constraint.Skip
         spot = sum(m.spot[k, h] for k in keys for h in hours)
         total = sum(replicas_in_hour(m, prob, k, h) for k in keys for h in hours)
         return spot <= s * total

@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -303,7 +303,6 @@ def extract(lp: LinearProblem, result: SolveResult, prob: FleetProblem, scenario
 
 
 def solve_by_configuration(
-    lp: LinearProblem,
     prob: FleetProblem,
     product: str,
     solver: str,
@@ -312,57 +311,56 @@ def solve_by_configuration(
     time_limit_s: float | None = None,
     mip_rel_gap: float = 1e-6,
     strict: bool = True,
-) -> tuple[SolveResult, LinearProblem] | None:
+) -> tuple[SolveResult, LinearProblem, FleetProblem] | None:
     """Solve the MIP of one product by branching on its configuration first.
 
     Exactly one configuration runs (or none when the product may go all-API), so the optimum
-    is the best of the sub-MIPs with ``use`` fixed to each configuration in turn. Each
-    sub-MIP's LP relaxation is solved first; sub-MIPs are solved in order of that bound and
-    the search stops once the bound reaches the incumbent. ``keep`` limits the
-    configurations (runner-up reports). Returns the best solution and its fixed problem, or
-    None if no configuration is feasible. With ``strict=False`` (runner-up reports) a sub-MIP
-    stopped by its time limit counts with the solution it found (its gap is kept); otherwise
-    it is an error.
+    is the best of the MIPs restricted to each configuration in turn (each the same
+    formulation with a single configuration). Each restricted MIP's LP relaxation is solved
+    first; they are solved in order of that bound and the search stops once the bound reaches
+    the incumbent. ``keep`` limits the configurations (runner-up reports). Returns the best
+    solution with its problem, or None if no configuration is feasible. With
+    ``strict=False`` a MIP stopped by its time limit counts with the solution it found.
     """
     pd = prob.products[product]
-    options: list[Candidate | None] = [c for c in pd.candidates if keep is None or keep(c)]
+    choices: list[Candidate | None] = [c for c in pd.candidates if keep is None or keep(c)]
     if pd.has_api and pd.api_max_fraction >= 1.0 and keep is None:
-        options.append(None)
-    use_cols = {c.key: lp.col_index[f"use[{c.key}]"] for c in pd.candidates}
-    pool_cols = {k.key: lp.col_index[f"pool_use[{k.key}]"] for k in pd.pool}
-    staged: list[tuple[float, str, LinearProblem]] = []
-    for choice in options:
-        lower, upper = list(lp.col_lower), list(lp.col_upper)
-        for key, j in use_cols.items():
-            upper[j] = 1.0 if choice is not None and key == choice.key else 0.0
-            lower[j] = upper[j]
-        if choice is None or choice.mode != "pool":
-            for j in pool_cols.values():
-                upper[j] = 0.0
+        choices.append(None)
+    staged: list[tuple[float, str, LinearProblem, FleetProblem]] = []
+    for choice in choices:
+        data = replace(
+            pd,
+            candidates=(choice,) if choice is not None else (),
+            pool=pd.pool if choice is not None and choice.mode == "pool" else (),
+        )
+        sub = FleetProblem(products={product: data}, hours=prob.hours, hours_per_month=prob.hours_per_month,
+                           tiers=prob.tiers, spot_max_share=prob.spot_max_share)
+        lp = to_linear_problem(build_model(sub))
         if pd.has_api:
+            lower, upper = list(lp.col_lower), list(lp.col_upper)
             j = lp.col_index[f"self_host[{product}]"]
             lower[j] = upper[j] = 0.0 if choice is None else 1.0
-        fixed = lp.with_bounds(lower, upper)
-        relaxed = solve(fixed.relaxed(), solver)
+            lp = lp.with_bounds(lower, upper)
+        relaxed = solve(lp.relaxed(), solver)
         if relaxed.status != "optimal":
             continue
-        staged.append((float(relaxed.objective or 0.0), choice.key if choice else "", fixed))
+        staged.append((float(relaxed.objective or 0.0), choice.key if choice else "", lp, sub))
     staged.sort(key=lambda t: (t[0], t[1]))
-    best: tuple[SolveResult, LinearProblem] | None = None
-    for bound, _, fixed in staged:
+    best: tuple[SolveResult, LinearProblem, FleetProblem] | None = None
+    for bound, _, lp, sub in staged:
         if best is not None and bound >= float(best[0].objective or 0.0) * (1 - mip_rel_gap) - 1e-7:
             break
-        res = solve(fixed, solver, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap)
+        res = solve(lp, solver, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap)
         if res.status == "infeasible":
             continue
         if not res.optimal and not (not strict and res.values):
             raise SolverError(f"{solver} returned no proven-optimal plan for {product}: {res.termination}")
         if best is None or float(res.objective or 0.0) < float(best[0].objective or 0.0) - 1e-7:
-            best = (res, fixed)
+            best = (res, lp, sub)
     return best
 
 
-def _alternatives(lp: LinearProblem, prob: FleetProblem, pp: ProductPlan, base: float, solver: str,
+def _alternatives(prob: FleetProblem, pp: ProductPlan, base: float, solver: str,
                   scenario: Scenario) -> list[dict[str, Any]]:
     """Cheapest plan with the product's decode forced onto each other GPU type."""
     if pp.candidate is None:
@@ -371,14 +369,14 @@ def _alternatives(lp: LinearProblem, prob: FleetProblem, pp: ProductPlan, base: 
     name = pp.product.name
     for gpu in sorted({c.gpu for c in prob.products[name].candidates} - {pp.candidate.gpu}):
         try:
-            found = solve_by_configuration(lp, prob, name, solver, keep=lambda c, gpu=gpu: c.gpu == gpu,
+            found = solve_by_configuration(prob, name, solver, keep=lambda c, gpu=gpu: c.gpu == gpu,
                                            time_limit_s=RUNNER_UP_TIME_LIMIT_S, mip_rel_gap=1e-4, strict=False)
         except SolverError:
             continue
         if found is None:
             continue
-        res, fixed = found
-        alt = extract(fixed, res, prob, scenario)[0]
+        res, fixed, sub = found
+        alt = extract(fixed, res, sub, scenario)[0]
         if alt.candidate is None:
             continue
         c = alt.candidate
@@ -535,7 +533,8 @@ def make_plan(
     """Solve ``scenario`` to proven optimality and explain the result.
 
     Products share no limit, so each is its own MIP (same formulation, one product each),
-    solved by :func:`solve_by_configuration`. ``preset`` replaces the scenario's named preset
+    solved by :func:`solve_by_configuration`; ``model_size`` is the chosen configurations' MIPs.
+    ``timings.solve_s`` covers building, exporting and solving them. ``preset`` replaces the scenario's named preset
     (e.g. one adjusted by a calibration profile); ``folder`` is where relative paths (demand
     profiles) are resolved; ``with_api=False`` plans as if no product had an API.
     """
@@ -548,28 +547,21 @@ def make_plan(
     products: list[ProductPlan] = []
     parts: dict[str, tuple[FleetProblem, LinearProblem, SolveResult]] = {}
     for product in scenario.products:
-        sub = FleetProblem(
+        whole = FleetProblem(
             products={product.name: prob.products[product.name]}, hours=prob.hours,
             hours_per_month=prob.hours_per_month, tiers=prob.tiers, spot_max_share=prob.spot_max_share,
         )
         t1 = time.perf_counter()
-        model = build_model(sub)
-        t2 = time.perf_counter()
-        lp = to_linear_problem(model)
-        t3 = time.perf_counter()
-        found = solve_by_configuration(lp, sub, product.name, solver, time_limit_s=opts.time_limit_s,
+        found = solve_by_configuration(whole, product.name, solver, time_limit_s=opts.time_limit_s,
                                        mip_rel_gap=opts.mip_rel_gap)
-        t4 = time.perf_counter()
-        timings.build_s += t2 - t1
-        timings.export_s += t3 - t2
-        timings.solve_s += t4 - t3
+        timings.solve_s += time.perf_counter() - t1
         if found is None:
             raise InfeasibleError(
                 f"products[{product.name}]: infeasible: no configuration meets its demand under the given limits"
             )
-        res, fixed = found
-        parts[product.name] = (sub, lp, res)
-        products.append(extract(fixed, res, sub, scenario.model_construct(products=[product]))[0])
+        res, lp, sub = found
+        parts[product.name] = (whole, lp, res)
+        products.append(extract(lp, res, sub, scenario.model_construct(products=[product]))[0])
 
     total = sum(float(r.objective or 0.0) for _, _, r in parts.values())
     gaps = [r.mip_gap for _, _, r in parts.values() if r.mip_gap is not None]
@@ -579,16 +571,16 @@ def make_plan(
     )
     for pp in products:
         name = pp.product.name
-        sub, lp, res = parts[name]
+        whole, _, res = parts[name]
         base = float(res.objective or 0.0)
         scen = scenario.model_construct(products=[pp.product])
         if alternatives:
-            pp.alternatives = _alternatives(lp, sub, pp, base, solver, scen)
-        modes = sorted({c.mode for c in sub.products[name].candidates})
+            pp.alternatives = _alternatives(whole, pp, base, solver, scen)
+        modes = sorted({c.mode for c in whole.products[name].candidates})
         if len(modes) > 1:
             for mode in modes:
                 try:
-                    found = solve_by_configuration(lp, sub, name, solver, keep=lambda c, mode=mode: c.mode == mode,
+                    found = solve_by_configuration(whole, name, solver, keep=lambda c, mode=mode: c.mode == mode,
                                                    time_limit_s=RUNNER_UP_TIME_LIMIT_S, mip_rel_gap=1e-4, strict=False)
                 except SolverError:
                     found = None
