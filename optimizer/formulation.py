@@ -80,6 +80,9 @@ class FleetProblem:
     hours_per_month: float = 730.0
     tiers: tuple[str, ...] = ("on_demand",)
     spot_max_share: float = 0.0
+    gpu_availability: dict[str, int] = field(default_factory=dict)
+    instance_gpus: dict[str, int] = field(default_factory=dict)
+    monthly_budget_usd: float | None = None
     cand: dict[str, Candidate] = field(default_factory=dict)
     pools: dict[str, PoolCandidate] = field(default_factory=dict)
 
@@ -89,6 +92,16 @@ class FleetProblem:
                 self.cand[c.key] = c
             for k in p.pool:
                 self.pools[k.key] = k
+
+    def restrict(self, names: list[str], *, limits: bool = True) -> FleetProblem:
+        """The same problem over products ``names`` only (shared limits kept unless ``limits`` is False)."""
+        return FleetProblem(
+            products={n: self.products[n] for n in names}, hours=self.hours, hours_per_month=self.hours_per_month,
+            tiers=self.tiers, spot_max_share=self.spot_max_share,
+            gpu_availability=dict(self.gpu_availability) if limits else {},
+            instance_gpus=dict(self.instance_gpus) if limits else {},
+            monthly_budget_usd=self.monthly_budget_usd if limits else None,
+        )
 
     @property
     def hour_weight(self) -> float:
@@ -365,8 +378,66 @@ def define_pool_configuration_meets_demand(m: ConcreteModel, prob: FleetProblem)
     m.pool_configuration_meets_demand = Constraint([(k.key, h) for k in pool for h in range(prob.hours)], rule=rule)
 
 
-def define_objective(m: ConcreteModel, prob: FleetProblem) -> None:
-    """Minimise the monthly cost in USD: replicas by tier, API tokens, fixed self-hosting cost."""
+def gpus_in_hour(m: ConcreteModel, prob: FleetProblem, gpu: str, h: int) -> object:
+    """Expression: GPUs of type ``gpu`` running in hour ``h`` (decode and prefill pools)."""
+    return sum(c.tp * replicas_in_hour(m, prob, c.key, h) for c in prob.all_candidates() if c.gpu == gpu) + sum(
+        k.tp * pool_replicas_in_hour(m, prob, k.key, h) for k in prob.all_pool() if k.gpu == gpu
+    )
+
+
+def _gpu_types(prob: FleetProblem) -> list[str]:
+    return sorted({c.gpu for c in prob.all_candidates()} | {k.gpu for k in prob.all_pool()})
+
+
+def define_gpu_availability(m: ConcreteModel, prob: FleetProblem) -> None:
+    """In every hour, the GPUs of a scarce type in use stay within what can be obtained:
+    sum over configurations on that type of tp x replicas[c,h] <= availability[gpu]."""
+    gpus = [g for g in _gpu_types(prob) if g in prob.gpu_availability]
+    if not gpus:
+        return
+    m.gpu_availability = Constraint(
+        [(g, h) for g in gpus for h in range(prob.hours)],
+        rule=lambda m, g, h: gpus_in_hour(m, prob, g, h) <= prob.gpu_availability[g],
+    )
+
+
+def define_whole_instances(m: ConcreteModel, prob: FleetProblem) -> None:
+    """GPUs are bought as whole instances: instances[gpu,h] x GPUs per instance >= GPUs in use.
+    Every TP group fits in one instance (TP <= GPUs per instance is required of candidates)."""
+    gpus = [g for g in _gpu_types(prob) if g in prob.instance_gpus]
+    if not gpus:
+        return
+    hours = range(prob.hours)
+    m.instances = Var([(g, h) for g in gpus for h in hours], domain=NonNegativeIntegers)
+    m.whole_instances = Constraint(
+        [(g, h) for g in gpus for h in hours],
+        rule=lambda m, g, h: prob.instance_gpus[g] * m.instances[g, h] >= gpus_in_hour(m, prob, g, h),
+    )
+    if prob.gpu_availability:
+        for g in gpus:
+            if g in prob.gpu_availability:
+                for h in hours:
+                    m.instances[g, h].setub(prob.gpu_availability[g] // prob.instance_gpus[g])
+
+
+def stranded_gpu_cost(m: ConcreteModel, prob: FleetProblem) -> object:
+    """USD per month of GPUs bought with instances but left idle, at the plain GPU-hour price."""
+    if not hasattr(m, "instances"):
+        return 0
+    w = prob.hour_weight
+    price = {}
+    for c in prob.all_candidates():
+        price.setdefault(c.gpu, c.price.usd_per_gpu_hour)
+    for k in prob.all_pool():
+        price.setdefault(k.gpu, k.price.usd_per_gpu_hour)
+    return sum(
+        price[g] * w * (prob.instance_gpus[g] * m.instances[g, h] - gpus_in_hour(m, prob, g, h))
+        for (g, h) in m.instances.index_set()
+    )
+
+
+def monthly_cost_expression(m: ConcreteModel, prob: FleetProblem) -> object:
+    """The monthly cost in USD: replicas by tier, API tokens, fixed costs, stranded GPUs."""
     w, hours = prob.hour_weight, range(prob.hours)
     terms = []
     for c in prob.all_candidates():
@@ -386,7 +457,20 @@ def define_objective(m: ConcreteModel, prob: FleetProblem) -> None:
             terms.append(p.fixed_monthly_usd * m.self_host[p.name])
         else:
             terms.append(p.fixed_monthly_usd)
-    m.monthly_cost_usd = Objective(expr=sum(terms), sense=minimize)
+    terms.append(stranded_gpu_cost(m, prob))
+    return sum(terms)
+
+
+def define_budget_limit(m: ConcreteModel, prob: FleetProblem) -> None:
+    """The whole plan costs at most the monthly budget (USD)."""
+    if prob.monthly_budget_usd is None:
+        return
+    m.budget_limit = Constraint(expr=monthly_cost_expression(m, prob) <= prob.monthly_budget_usd)
+
+
+def define_objective(m: ConcreteModel, prob: FleetProblem) -> None:
+    """Minimise the monthly cost in USD (see :func:`monthly_cost_expression`)."""
+    m.monthly_cost_usd = Objective(expr=monthly_cost_expression(m, prob), sense=minimize)
 
 
 def build_model(prob: FleetProblem) -> ConcreteModel:
@@ -403,5 +487,8 @@ def build_model(prob: FleetProblem) -> ConcreteModel:
     define_pool_replicas_need_configuration(m, prob)
     define_prefill_pool_meets_demand(m, prob)
     define_pool_configuration_meets_demand(m, prob)
+    define_gpu_availability(m, prob)
+    define_whole_instances(m, prob)
+    define_budget_limit(m, prob)
     define_objective(m, prob)
     return m

@@ -73,6 +73,7 @@ class ProductPlan:
     why: str = ""
     kv_transfer: dict[str, Any] | None = None
     prefill_check: dict[str, Any] | None = None
+    stranded_usd: float = 0.0
 
     # ---- decode replicas
     def replicas_in_hour(self, h: int) -> int:
@@ -163,6 +164,7 @@ class ProductPlan:
             "spot": d["spot"] + p["spot"],
             "api": self.api_cost_usd,
             "fixed": self.fixed_cost_usd,
+            "stranded": self.stranded_usd,
         }
 
     @property
@@ -193,6 +195,9 @@ class Plan:
     problem: FleetProblem
     model_size: tuple[int, int]
     timings: Timings = field(default_factory=Timings)
+    components: list[list[str]] = field(default_factory=list)
+    instances: dict[str, dict[str, Any]] = field(default_factory=dict)
+    first_come_monthly_cost_usd: float | None = None
 
     @property
     def monthly_cost_usd(self) -> float:
@@ -245,6 +250,10 @@ def build_problem(
         llm = catalog.model(product.model, f"products[{product.name}].model")
         offer = resolve_api(product, catalog) if with_api else None
         cs = generate_candidates(product, llm, catalog, scenario.options, preset)
+        per_instance = scenario.limits.gpus_per_instance
+        if scenario.limits.instance_gpus is not None:  # a TP group sits inside one instance
+            cs.candidates = [c for c in cs.candidates if c.tp <= (per_instance(c.gpu) or c.tp)]
+            cs.pool = [k for k in cs.pool if k.tp <= (per_instance(k.gpu) or k.tp)]
         api_only_possible = offer is not None and product.api is not None and product.api.max_fraction >= 1.0
         if not cs.candidates and not api_only_possible:
             raise InfeasibleError(explain_no_candidates(product, cs))
@@ -262,9 +271,15 @@ def build_problem(
             fixed_monthly_usd=product.self_host_fixed_monthly_usd,
         )
     opts = scenario.options
+    lim = scenario.limits
+    for gpu_id in list(lim.gpu_availability) + ([] if not isinstance(lim.instance_gpus, dict) else
+                                                [g for g in lim.instance_gpus if g != "default"]):
+        catalog.gpu(gpu_id, "limits")
+    instance_gpus = {g: n for g in catalog.gpus if (n := lim.gpus_per_instance(g))}
     prob = FleetProblem(
         products=data, hours=hours, hours_per_month=preset.hours_per_month, tiers=tuple(opts.tiers),
-        spot_max_share=opts.spot_max_share,
+        spot_max_share=opts.spot_max_share, gpu_availability=dict(lim.gpu_availability),
+        instance_gpus=instance_gpus, monthly_budget_usd=lim.monthly_budget_usd,
     )
     return prob, sets
 
@@ -334,7 +349,8 @@ def solve_by_configuration(
             pool=pd.pool if choice is not None and choice.mode == "pool" else (),
         )
         sub = FleetProblem(products={product: data}, hours=prob.hours, hours_per_month=prob.hours_per_month,
-                           tiers=prob.tiers, spot_max_share=prob.spot_max_share)
+                           tiers=prob.tiers, spot_max_share=prob.spot_max_share, gpu_availability=prob.gpu_availability,
+                           instance_gpus=prob.instance_gpus, monthly_budget_usd=prob.monthly_budget_usd)
         lp = to_linear_problem(build_model(sub))
         if pd.has_api:
             lower, upper = list(lp.col_lower), list(lp.col_upper)
@@ -520,6 +536,138 @@ def _why(pp: ProductPlan) -> str:
     return txt
 
 
+def coupled_components(prob: FleetProblem) -> list[list[str]]:
+    """Groups of products that must be planned together (networkx connected components).
+
+    Two products are coupled when both may use a GPU type whose availability is limited or
+    that is bought in whole instances; a budget couples every product. Components are listed
+    in scenario order, products inside them too.
+    """
+    import networkx as nx
+
+    names = list(prob.products)
+    g = nx.Graph()
+    g.add_nodes_from(names)
+    if prob.monthly_budget_usd is not None:
+        g.add_edges_from(zip(names, names[1:]))
+    shared = set(prob.gpu_availability) | set(prob.instance_gpus)
+    users: dict[str, list[str]] = {}
+    for n in names:
+        pd = prob.products[n]
+        for gpu in sorted({c.gpu for c in pd.candidates} | {k.gpu for k in pd.pool}) :
+            if gpu in shared:
+                users.setdefault(gpu, []).append(n)
+    for members in users.values():
+        g.add_edges_from(zip(members, members[1:]))
+    order = {n: i for i, n in enumerate(names)}
+    comps = [sorted(c, key=order.__getitem__) for c in nx.connected_components(g)]
+    return sorted(comps, key=lambda c: order[c[0]])
+
+
+def _infeasible_message(prob: FleetProblem, names: list[str], solver: str) -> str:
+    """Why a coupled group has no plan: the budget (with the cheapest cost) or GPU availability."""
+    who = ", ".join(names)
+    if prob.monthly_budget_usd is not None:
+        relaxed = replace(prob.restrict(names), monthly_budget_usd=None)
+        res = solve(to_linear_problem(build_model(relaxed)), solver)
+        if res.optimal:
+            cheapest = float(res.objective or 0.0)
+            return (
+                f"limits.monthly_budget_usd: infeasible: the cheapest plan for {who} costs ${cheapest:,.0f} a month, "
+                f"${cheapest - prob.monthly_budget_usd:,.0f} over the budget of ${prob.monthly_budget_usd:,.0f}"
+            )
+    if prob.gpu_availability:
+        return (
+            f"limits.gpu_availability: infeasible: {who} cannot all be served within "
+            + ", ".join(f"{g}: {n}" for g, n in sorted(prob.gpu_availability.items()))
+            + " GPUs (raise availability, allow other GPU types or add an API)"
+        )
+    return f"products[{who}]: infeasible: no configuration meets demand under the given limits"
+
+
+def first_come_cost(prob: FleetProblem, order: list[str], solver: str, opts: Any) -> float | None:
+    """Cost of planning products one after another, each taking what it needs of the scarce GPUs
+    first (the baseline a joint plan is compared with); None if a later product is left unservable."""
+    remaining = dict(prob.gpu_availability)
+    total = 0.0
+    for name in order:
+        sub = FleetProblem(products={name: prob.products[name]}, hours=prob.hours, hours_per_month=prob.hours_per_month,
+                           tiers=prob.tiers, spot_max_share=prob.spot_max_share, gpu_availability=dict(remaining),
+                           instance_gpus=prob.instance_gpus, monthly_budget_usd=None)
+        found = solve_by_configuration(sub, name, solver, time_limit_s=opts.time_limit_s, mip_rel_gap=opts.mip_rel_gap)
+        if found is None:
+            return None
+        res, lp, sub_c = found
+        total += float(res.objective or 0.0)
+        for g in remaining:
+            used = 0
+            for h in range(prob.hours):
+                n = 0
+                for c in sub_c.all_candidates():
+                    if c.gpu == g:
+                        n += c.tp * round(sum(res.values[lp.col_index[v]] for v in _replica_cols(lp, c.key, h)))
+                for k in sub_c.all_pool():
+                    if k.gpu == g:
+                        n += k.tp * round(sum(res.values[lp.col_index[v]] for v in _replica_cols(lp, k.key, h, pool=True)))
+                used = max(used, n)
+            remaining[g] = max(0, remaining[g] - used)
+    return total
+
+
+def _replica_cols(lp: LinearProblem, key: str, h: int, pool: bool = False) -> list[str]:
+    pre = "pool_" if pool else ""
+    names = [f"{pre}reserved[{key}]", f"{pre}on_demand[{key}/{h}]", f"{pre}spot[{key}/{h}]"]
+    return [n for n in names if n in lp.col_index]
+
+
+def _allocate_stranded(plan: Plan) -> None:
+    """Charge idle instance GPUs (hour by hour, plain GPU-hour price) to the products on that GPU
+    type in proportion to the GPUs they use, so products add up to the plan's total."""
+    prob = plan.problem
+    if not prob.instance_gpus:
+        return
+    for h in range(prob.hours):
+        users: dict[str, list[tuple[ProductPlan, int, float]]] = {}
+        for pp in plan.products:
+            for part, count in ((pp.candidate, pp.replicas_in_hour(h)), (pp.pool, pp.pool_replicas_in_hour(h))):
+                if part is not None and count:
+                    users.setdefault(part.gpu, []).append((pp, part.tp * count, part.price.usd_per_gpu_hour))
+        for gpu, rows in users.items():
+            n = prob.instance_gpus.get(gpu)
+            if not n:
+                continue
+            used = sum(r[1] for r in rows)
+            idle = math.ceil(used / n) * n - used
+            for pp, gpus, price in rows:
+                pp.stranded_usd += idle * price * prob.hour_weight * gpus / used
+
+
+def _instances(plan: Plan) -> dict[str, dict[str, Any]]:
+    """Per GPU type: GPUs in use at the busiest hour, instances bought, stranded GPUs, availability."""
+    prob = plan.problem
+    out: dict[str, dict[str, Any]] = {}
+    per_hour: dict[str, list[int]] = {}
+    for pp in plan.products:
+        for h in range(prob.hours):
+            if pp.candidate is not None:
+                per_hour.setdefault(pp.candidate.gpu, [0] * prob.hours)[h] += pp.replicas_in_hour(h) * pp.candidate.tp
+            if pp.pool is not None:
+                per_hour.setdefault(pp.pool.gpu, [0] * prob.hours)[h] += pp.pool_replicas_in_hour(h) * pp.pool.tp
+    for gpu in sorted(per_hour):
+        used = per_hour[gpu]
+        n = prob.instance_gpus.get(gpu)
+        peak = max(used)
+        instances = max(math.ceil(u / n) for u in used) if n else None
+        out[gpu] = {
+            "gpus": peak,
+            "instances": instances,
+            "gpus_per_instance": n,
+            "stranded_gpus": (instances * n - peak) if n else 0,
+            "available": prob.gpu_availability.get(gpu),
+        }
+    return out
+
+
 def make_plan(
     scenario: Scenario,
     catalog: Catalog,
@@ -529,11 +677,13 @@ def make_plan(
     folder: Path | None = None,
     *,
     with_api: bool = True,
+    compare_first_come: bool = True,
 ) -> Plan:
     """Solve ``scenario`` to proven optimality and explain the result.
 
-    Products share no limit, so each is its own MIP (same formulation, one product each),
-    solved by :func:`solve_by_configuration`; ``model_size`` is the chosen configurations' MIPs.
+    Products coupled by a shared limit (a scarce GPU type, whole instances, the budget) are
+    solved together in one MIP; every other product is its own MIP (same formulation), solved
+    by :func:`solve_by_configuration`; ``model_size`` counts the MIPs whose solutions are used.
     ``timings.solve_s`` covers building, exporting and solving them. ``preset`` replaces the scenario's named preset
     (e.g. one adjusted by a calibration profile); ``folder`` is where relative paths (demand
     profiles) are resolved; ``with_api=False`` plans as if no product had an API.
@@ -544,27 +694,41 @@ def make_plan(
     prob, sets = build_problem(scenario, catalog, preset, folder, with_api=with_api)
     timings.candidates_s = time.perf_counter() - t0
     opts = scenario.options
-    products: list[ProductPlan] = []
+    by_name = {p.name: p for p in scenario.products}
+    plans: dict[str, ProductPlan] = {}
     parts: dict[str, tuple[FleetProblem, LinearProblem, SolveResult]] = {}
-    for product in scenario.products:
-        whole = FleetProblem(
-            products={product.name: prob.products[product.name]}, hours=prob.hours,
-            hours_per_month=prob.hours_per_month, tiers=prob.tiers, spot_max_share=prob.spot_max_share,
-        )
+    components = coupled_components(prob)
+    for names in components:
         t1 = time.perf_counter()
-        found = solve_by_configuration(whole, product.name, solver, time_limit_s=opts.time_limit_s,
-                                       mip_rel_gap=opts.mip_rel_gap)
+        if len(names) == 1:
+            name = names[0]
+            whole = prob.restrict(names)
+            found = solve_by_configuration(whole, name, solver, time_limit_s=opts.time_limit_s,
+                                           mip_rel_gap=opts.mip_rel_gap)
+            if found is None:
+                raise InfeasibleError(_infeasible_message(prob, names, solver))
+            res, lp, sub = found
+            parts[name] = (whole, lp, res)
+            plans[name] = extract(lp, res, sub, scenario.model_construct(products=[by_name[name]]))[0]
+        else:
+            whole = prob.restrict(names)
+            lp = to_linear_problem(build_model(whole))
+            res = solve(lp, solver, time_limit_s=opts.time_limit_s, mip_rel_gap=opts.mip_rel_gap)
+            if res.status == "infeasible":
+                raise InfeasibleError(_infeasible_message(prob, names, solver))
+            if not res.optimal:
+                raise SolverError(f"{solver} returned no proven-optimal plan for {', '.join(names)}: {res.termination}")
+            for name in names:
+                parts[name] = (whole, lp, res)
+            sub_scenario = scenario.model_construct(products=[by_name[n] for n in names])
+            for pp in extract(lp, res, whole, sub_scenario):
+                plans[pp.product.name] = pp
         timings.solve_s += time.perf_counter() - t1
-        if found is None:
-            raise InfeasibleError(
-                f"products[{product.name}]: infeasible: no configuration meets its demand under the given limits"
-            )
-        res, lp, sub = found
-        parts[product.name] = (whole, lp, res)
-        products.append(extract(lp, res, sub, scenario.model_construct(products=[product]))[0])
+    products = [plans[p.name] for p in scenario.products]
 
-    total = sum(float(r.objective or 0.0) for _, _, r in parts.values())
-    gaps = [r.mip_gap for _, _, r in parts.values() if r.mip_gap is not None]
+    unique = {id(r): r for _, _, r in parts.values()}
+    total = sum(float(r.objective or 0.0) for r in unique.values())
+    gaps = [r.mip_gap for r in unique.values() if r.mip_gap is not None]
     result = SolveResult(
         solver=solver, status="optimal", termination="optimal (every product's MIP proven optimal)",
         objective=total, mip_gap=max(gaps) if gaps else None, solve_time_s=timings.solve_s,
@@ -574,10 +738,11 @@ def make_plan(
         whole, _, res = parts[name]
         base = float(res.objective or 0.0)
         scen = scenario.model_construct(products=[pp.product])
-        if alternatives:
+        single = len(whole.products) == 1
+        if alternatives and single:
             pp.alternatives = _alternatives(whole, pp, base, solver, scen)
         modes = sorted({c.mode for c in whole.products[name].candidates})
-        if len(modes) > 1:
+        if len(modes) > 1 and single:
             for mode in modes:
                 try:
                     found = solve_by_configuration(whole, name, solver, keep=lambda c, mode=mode: c.mode == mode,
@@ -588,6 +753,12 @@ def make_plan(
         pp.why = _why(pp)
         pp.kv_transfer = kv_transfer_report(pp, catalog, preset)
         pp.prefill_check = prefill_headroom_check(pp, catalog, preset, scenario.options)
-    size = (sum(lp.num_cols for _, lp, _ in parts.values()), sum(lp.num_rows for _, lp, _ in parts.values()))
-    return Plan(scenario=scenario, preset=preset, solve_result=result, products=products, candidate_sets=sets,
-                problem=prob, model_size=size, timings=timings)
+    lps = {id(lp): lp for _, lp, _ in parts.values()}
+    size = (sum(lp.num_cols for lp in lps.values()), sum(lp.num_rows for lp in lps.values()))
+    plan = Plan(scenario=scenario, preset=preset, solve_result=result, products=products, candidate_sets=sets,
+                problem=prob, model_size=size, timings=timings, components=components)
+    plan.instances = _instances(plan)
+    _allocate_stranded(plan)
+    if compare_first_come and prob.gpu_availability and len(scenario.products) > 1:
+        plan.first_come_monthly_cost_usd = first_come_cost(prob, [p.name for p in scenario.products], solver, opts)
+    return plan

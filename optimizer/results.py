@@ -74,7 +74,7 @@ def product_to_dict(pp: ProductPlan, plan: Plan) -> dict[str, Any]:
     breakdown = pp.cost_breakdown()
     f = pp.data.prefill_flops_per_output_token
     peak_prefill = max((f * s for s in served_tokens(pp)), default=0.0)
-    fleet_cost = breakdown["reserved"] + breakdown["on_demand"] + breakdown["spot"]
+    fleet_cost = breakdown["reserved"] + breakdown["on_demand"] + breakdown["spot"] + breakdown["stranded"]
     ideal = None
     if c is not None and self_tokens_month:
         # the fleet at 100% utilisation: decode replicas at the cheapest tier price used, fully busy
@@ -161,7 +161,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     res = plan.solve_result
     products = [product_to_dict(pp, plan) for pp in plan.products]
     total_breakdown = {
-        k: _r(sum(pp.cost_breakdown()[k] for pp in plan.products), 2) for k in ("reserved", "on_demand", "spot", "api", "fixed")
+        k: _r(sum(pp.cost_breakdown()[k] for pp in plan.products), 2) for k in ("reserved", "on_demand", "spot", "api", "fixed", "stranded")
     }
     return {
         "status": res.status,
@@ -188,7 +188,34 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             for name, cs in plan.candidate_sets.items()
         },
         "model_size": {"variables": plan.model_size[0], "constraints": plan.model_size[1]},
+        "components": plan.components,
+        "gpu_usage": plan.instances,
+        "first_come_monthly_cost_usd": _r(plan.first_come_monthly_cost_usd, 2),
     }
+
+
+def stranded_cost(plan: Plan) -> float:
+    """USD per month of instance GPUs left idle (hour by hour, at the plain GPU-hour price)."""
+    prob = plan.problem
+    if not prob.instance_gpus:
+        return 0.0
+    price: dict[str, float] = {}
+    used: dict[str, list[int]] = {}
+    for pp in plan.products:
+        for part, tp, count in ((pp.candidate, pp.candidate.tp if pp.candidate else 0, pp.replicas_in_hour),
+                                (pp.pool, pp.pool.tp if pp.pool else 0, pp.pool_replicas_in_hour)):
+            if part is None:
+                continue
+            price[part.gpu] = part.price.usd_per_gpu_hour
+            row = used.setdefault(part.gpu, [0] * prob.hours)
+            for h in range(prob.hours):
+                row[h] += tp * count(h)
+    total = 0.0
+    for gpu, row in used.items():
+        n = prob.instance_gpus.get(gpu)
+        if n:
+            total += sum((math.ceil(u / n) * n - u) for u in row) * price[gpu] * prob.hour_weight
+    return total
 
 
 def check_invariants(plan: Plan) -> list[str]:
@@ -228,6 +255,16 @@ def check_invariants(plan: Plan) -> list[str]:
                 problems.append(f"{name}: reserved cost is not GPUs x hours x price")
         if abs(sum(pp.cost_breakdown().values()) - pp.monthly_cost_usd) > 1e-6 * max(1.0, pp.monthly_cost_usd):
             problems.append(f"{name}: cost is not the sum of its parts")
+    for gpu, u in plan.instances.items():
+        if u["available"] is not None and u["gpus"] > u["available"]:
+            problems.append(f"{gpu}: {u['gpus']} GPUs in use > {u['available']} available")
+        if u["instances"] is not None and u["instances"] * u["gpus_per_instance"] < u["gpus"]:
+            problems.append(f"{gpu}: instances do not hold the GPUs in use")
+    budget = plan.problem.monthly_budget_usd
+    if budget is not None and plan.monthly_cost_usd > budget * (1 + 1e-9) + 0.01:
+        problems.append(f"monthly cost {plan.monthly_cost_usd:.2f} > budget {budget:.2f}")
+    if abs(sum(pp.stranded_usd for pp in plan.products) - stranded_cost(plan)) > 1e-6 * max(1.0, plan.monthly_cost_usd):
+        problems.append("stranded GPU cost is not fully allocated to products")
     if abs(plan.monthly_cost_usd - (plan.solve_result.objective or 0.0)) > 1e-4 * max(1.0, plan.monthly_cost_usd):
         problems.append(f"total cost {plan.monthly_cost_usd:.2f} differs from the solver's objective {plan.solve_result.objective}")
     return problems

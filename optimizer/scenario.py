@@ -118,13 +118,39 @@ class Options(_Strict):
         return v
 
 
+class Limits(_Strict):
+    """Limits the products share: scarce GPUs, whole instances, one budget."""
+
+    gpu_availability: dict[str, int] = Field(default_factory=dict, description="most GPUs of a type in any hour")
+    instance_gpus: int | dict[str, int] | None = Field(default=None, description="GPUs per instance (node)")
+    monthly_budget_usd: PositiveFloat | None = None
+    allow_pooling: bool = False
+
+    @field_validator("gpu_availability")
+    @classmethod
+    def _non_negative(cls, v: dict[str, int]) -> dict[str, int]:
+        for gpu, n in v.items():
+            if n < 0:
+                raise ValueError(f"{gpu}: must be >= 0 (got {n})")
+        return v
+
+    def gpus_per_instance(self, gpu: str) -> int | None:
+        """GPUs per instance of ``gpu`` (None: bought GPU by GPU)."""
+        if self.instance_gpus is None:
+            return None
+        if isinstance(self.instance_gpus, int):
+            return self.instance_gpus
+        return self.instance_gpus.get(gpu, self.instance_gpus.get("default"))
+
+
 class Scenario(_Strict):
-    """A planning scenario: products to serve, a modelling preset and options."""
+    """A planning scenario: products to serve, a modelling preset, options and shared limits."""
 
     preset: Literal["seed", "default"] = "default"
     catalogs: list[str] = Field(default_factory=list)
     products: list[Product] = Field(min_length=1)
     options: Options = Field(default_factory=Options)
+    limits: Limits = Field(default_factory=Limits)
 
     @field_validator("products")
     @classmethod
