@@ -49,6 +49,7 @@ class ProductData:
     api_min_fraction: float = 0.0
     api_max_fraction: float = 0.0
     fixed_monthly_usd: float = 0.0
+    members: tuple[ProductData, ...] = ()
 
     @property
     def peak_demand_tokens_per_s(self) -> float:

@@ -198,6 +198,9 @@ class Plan:
     components: list[list[str]] = field(default_factory=list)
     instances: dict[str, dict[str, Any]] = field(default_factory=dict)
     first_come_monthly_cost_usd: float | None = None
+    members: dict[str, list[Product]] = field(default_factory=dict)
+    separate: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pooling: dict[str, Any] | None = None
 
     @property
     def monthly_cost_usd(self) -> float:
@@ -238,9 +241,10 @@ def explain_no_candidates(product: Product, cs: CandidateSet) -> str:
 
 def build_problem(
     scenario: Scenario, catalog: Catalog, preset: Preset, folder: Path | None = None, *, with_api: bool = True
-) -> tuple[FleetProblem, dict[str, CandidateSet]]:
+) -> tuple[FleetProblem, dict[str, CandidateSet], list[tuple[Product, list[Product]]]]:
     """Candidates and demand of every product as MIP data; a product with no candidate is an error
-    unless it may go entirely to its API."""
+    unless it may go entirely to its API. Also returns the products as planned: with
+    ``allow_pooling``, one product stands for each pooled group (with its members)."""
     check_options(catalog, scenario.options)
     folder = folder or Path(".")
     hours = horizon(profile_lengths(scenario.products, folder))
@@ -270,6 +274,17 @@ def build_problem(
             api_max_fraction=product.api.max_fraction if (product.api and offer) else 0.0,
             fixed_monthly_usd=product.self_host_fixed_monthly_usd,
         )
+    planned: list[tuple[Product, list[Product]]] = [(p, [p]) for p in scenario.products]
+    if scenario.limits.allow_pooling:
+        for members in pooling_groups(scenario, data):
+            name, product, pdata, cs = pooled_product(members, scenario, catalog, preset, data, sets)
+            for m in members:
+                del data[m.name]
+            data[name] = pdata
+            sets[name] = cs
+            first = members[0].name
+            planned = [(product, members) if p.name == first else (p, ms) for p, ms in planned
+                       if p.name == first or p.name not in {m.name for m in members}]
     opts = scenario.options
     lim = scenario.limits
     for gpu_id in list(lim.gpu_availability) + ([] if not isinstance(lim.instance_gpus, dict) else
@@ -281,7 +296,66 @@ def build_problem(
         spot_max_share=opts.spot_max_share, gpu_availability=dict(lim.gpu_availability),
         instance_gpus=instance_gpus, monthly_budget_usd=lim.monthly_budget_usd,
     )
-    return prob, sets
+    return prob, sets, planned
+
+
+POOL_PREFIX = "pool:"
+
+
+def pooling_groups(scenario: Scenario, data: dict[str, ProductData]) -> list[list[Product]]:
+    """Products that may share one pool of replicas: same model, weight and KV precision and
+    prefill mode, no API (API shares are per product). Groups of two or more, in scenario order."""
+    groups: dict[tuple[Any, ...], list[Product]] = {}
+    for p in scenario.products:
+        if data[p.name].has_api:
+            continue
+        key = (p.model, p.precisions, p.kv_precision, p.prefill)
+        groups.setdefault(key, []).append(p)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def pooled_product(
+    members: list[Product], scenario: Scenario, catalog: Catalog, preset: Preset,
+    data: dict[str, ProductData], sets: dict[str, CandidateSet],
+) -> tuple[str, Product, ProductData, CandidateSet]:
+    """One product standing for a pooled group: summed hourly demand, the strictest speed and
+    TTFT targets, the longest prompt and answer (memory and steps sized for the largest request),
+    the lowest cache hit rate and the largest headroom."""
+    name = POOL_PREFIX + "+".join(m.name for m in members)
+    first = members[0]
+    ttfts = [m.max_ttft_ms for m in members if m.max_ttft_ms is not None]
+    product = first.model_copy(update={
+        "name": name,
+        "input_tokens": max(m.input_tokens for m in members),
+        "output_tokens": max(m.output_tokens for m in members),
+        "min_tokens_per_s_per_user": max(m.min_tokens_per_s_per_user for m in members),
+        "max_ttft_ms": min(ttfts) if ttfts else None,
+        "prefix_cache_hit_rate": min(m.prefix_cache_hit_rate for m in members),
+        "headroom": max(m.effective_headroom for m in members),
+        "demand_profile": None,
+        "api": None,
+        "self_host_fixed_monthly_usd": sum(m.self_host_fixed_monthly_usd for m in members),
+    })
+    llm = catalog.models[first.model]
+    cs = generate_candidates(product, llm, catalog, scenario.options, preset)
+    per_instance = scenario.limits.gpus_per_instance
+    if scenario.limits.instance_gpus is not None:
+        cs.candidates = [c for c in cs.candidates if c.tp <= (per_instance(c.gpu) or c.tp)]
+        cs.pool = [k for k in cs.pool if k.tp <= (per_instance(k.gpu) or k.tp)]
+    if not cs.candidates:
+        raise InfeasibleError(explain_no_candidates(product, cs))
+    hours = len(data[first.name].demand_tokens_per_s)
+    demand = tuple(sum(data[m.name].demand_tokens_per_s[h] for m in members) for h in range(hours))
+    peak = [data[m.name].peak_demand_tokens_per_s for m in members]
+    weight = sum(peak) or 1.0
+    flops = sum(data[m.name].prefill_flops_per_output_token * d for m, d in zip(members, peak)) / weight
+    pdata = ProductData(
+        name=name, demand_tokens_per_s=demand, candidates=tuple(cs.candidates), pool=tuple(cs.pool),
+        prefill_flops_per_output_token=max(flops, max(data[m.name].prefill_flops_per_output_token for m in members)),
+        fixed_monthly_usd=product.self_host_fixed_monthly_usd,
+        members=tuple(data[m.name] for m in members),
+    )
+    return name, product, pdata, cs
 
 
 def _value(lp: LinearProblem, result: SolveResult, name: str) -> float:
@@ -614,6 +688,26 @@ def first_come_cost(prob: FleetProblem, order: list[str], solver: str, opts: Any
     return total
 
 
+def separate_cost(prob: FleetProblem, pooled: ProductData, solver: str, opts: Any) -> dict[str, Any]:
+    """Replicas and cost if a pooled group's products each had their own replicas (no shared limits)."""
+    replicas = gpus = 0
+    cost = 0.0
+    for m in pooled.members:
+        sub = FleetProblem(products={m.name: m}, hours=prob.hours, hours_per_month=prob.hours_per_month,
+                           tiers=prob.tiers, spot_max_share=prob.spot_max_share, instance_gpus=prob.instance_gpus)
+        found = solve_by_configuration(sub, m.name, solver, time_limit_s=opts.time_limit_s, mip_rel_gap=opts.mip_rel_gap)
+        if found is None:
+            return {"replicas": None, "gpus": None, "monthly_cost_usd": None}
+        res, lp, sub_c = found
+        cost += float(res.objective or 0.0)
+        scen = Scenario.model_construct(products=[Product.model_construct(name=m.name, model="", headroom=None,
+                                                                          prefill="headroom")])
+        pp = extract(lp, res, sub_c, scen)[0]
+        replicas += pp.replicas
+        gpus += pp.gpus + pp.pool_gpus
+    return {"replicas": replicas, "gpus": gpus, "monthly_cost_usd": round(cost, 2)}
+
+
 def _replica_cols(lp: LinearProblem, key: str, h: int, pool: bool = False) -> list[str]:
     pre = "pool_" if pool else ""
     names = [f"{pre}reserved[{key}]", f"{pre}on_demand[{key}/{h}]", f"{pre}spot[{key}/{h}]"]
@@ -691,7 +785,9 @@ def make_plan(
     preset = preset or get_preset(scenario.preset)
     timings = Timings()
     t0 = time.perf_counter()
-    prob, sets = build_problem(scenario, catalog, preset, folder, with_api=with_api)
+    original = scenario
+    prob, sets, planned = build_problem(scenario, catalog, preset, folder, with_api=with_api)
+    scenario = scenario.model_construct(**{**dict(scenario), "products": [p for p, _ in planned]})
     timings.candidates_s = time.perf_counter() - t0
     opts = scenario.options
     by_name = {p.name: p for p in scenario.products}
@@ -756,9 +852,24 @@ def make_plan(
     lps = {id(lp): lp for _, lp, _ in parts.values()}
     size = (sum(lp.num_cols for lp in lps.values()), sum(lp.num_rows for lp in lps.values()))
     plan = Plan(scenario=scenario, preset=preset, solve_result=result, products=products, candidate_sets=sets,
-                problem=prob, model_size=size, timings=timings, components=components)
+                problem=prob, model_size=size, timings=timings, components=components,
+                members={p.name: ms for p, ms in planned})
     plan.instances = _instances(plan)
     _allocate_stranded(plan)
+    for name, pd in prob.products.items():
+        if pd.members:
+            plan.separate[name] = separate_cost(prob, pd, solver, opts)
+    if any(pd.members for pd in prob.products.values()):
+        # pooling is allowed, not imposed: keep whichever of pooled and separate replicas is cheaper
+        unpooled = original.model_copy(update={"limits": original.limits.model_copy(update={"allow_pooling": False})})
+        alt = make_plan(unpooled, catalog, solver, alternatives, preset, folder, with_api=with_api,
+                        compare_first_come=compare_first_come)
+        note = {"pooled_monthly_cost_usd": round(plan.monthly_cost_usd, 2),
+                "separate_monthly_cost_usd": round(alt.monthly_cost_usd, 2)}
+        if alt.monthly_cost_usd < plan.monthly_cost_usd - 0.005:
+            alt.pooling = {**note, "chosen": "separate"}
+            return alt
+        plan.pooling = {**note, "chosen": "pooled"}
     if compare_first_come and prob.gpu_availability and len(scenario.products) > 1:
         plan.first_come_monthly_cost_usd = first_come_cost(prob, [p.name for p in scenario.products], solver, opts)
     return plan

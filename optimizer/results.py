@@ -159,7 +159,39 @@ def product_to_dict(pp: ProductPlan, plan: Plan) -> dict[str, Any]:
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
     """The whole plan as plain data; identical scenarios give identical dicts."""
     res = plan.solve_result
-    products = [product_to_dict(pp, plan) for pp in plan.products]
+    products: list[dict[str, Any]] = []
+    pools: list[dict[str, Any]] = []
+    for pp in plan.products:
+        d = product_to_dict(pp, plan)
+        members = plan.members.get(pp.product.name, [])
+        if not pp.data.members:
+            products.append(d)
+            continue
+        total = sum(sum(m.demand_tokens_per_s) for m in pp.data.members) or 1.0
+        for member, mdata in zip(members, pp.data.members):
+            share = sum(mdata.demand_tokens_per_s) / total
+            row = dict(d)
+            row.update({
+                "name": member.name,
+                "pooled_in": pp.product.name,
+                "pool_share": _r(share, 6),
+                "demand_tokens_per_s": _r(mdata.peak_demand_tokens_per_s),
+                "monthly_cost_usd": _r(pp.monthly_cost_usd * share, 2),
+                "monthly_cost_breakdown_usd": {k: _r(v * share, 2) for k, v in pp.cost_breakdown().items()},
+                "min_tokens_per_s_per_user": member.min_tokens_per_s_per_user,
+            })
+            row.pop("hourly", None)
+            products.append(row)
+        sep = plan.separate.get(pp.product.name, {})
+        pools.append({
+            "name": pp.product.name, "model": pp.product.model, "products": [m.name for m in members],
+            "gpu": d["gpu"], "tp": d["tp"], "batch": d["batch"], "precision": d["precision"],
+            "replicas": d["replicas"], "gpus": d["gpus"], "monthly_cost_usd": d["monthly_cost_usd"],
+            "per_user_tokens_per_s": d["per_user_tokens_per_s"],
+            "separate_replicas": sep.get("replicas"), "separate_gpus": sep.get("gpus"),
+            "separate_monthly_cost_usd": sep.get("monthly_cost_usd"),
+            **({"hourly": d["hourly"]} if "hourly" in d else {}),
+        })
     total_breakdown = {
         k: _r(sum(pp.cost_breakdown()[k] for pp in plan.products), 2) for k in ("reserved", "on_demand", "spot", "api", "fixed", "stranded")
     }
@@ -188,7 +220,10 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             for name, cs in plan.candidate_sets.items()
         },
         "model_size": {"variables": plan.model_size[0], "constraints": plan.model_size[1]},
-        "components": plan.components,
+        "pools": pools,
+        "pooling": plan.pooling,
+        "components": [[n for name in comp for n in ([m.name for m in plan.members.get(name, [])] or [name])]
+                       for comp in plan.components],
         "gpu_usage": plan.instances,
         "first_come_monthly_cost_usd": _r(plan.first_come_monthly_cost_usd, 2),
     }
