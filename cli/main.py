@@ -126,19 +126,26 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- plan
 def cmd_plan(args: argparse.Namespace) -> int:
-    """Cheapest fleet for a scenario."""
+    """Cheapest fleet for a scenario; several scenarios, or a directory of them, as a batch."""
+    from fleetplan.batch import Settings, is_batch, run_batch
+
+    if is_batch(args.scenario):
+        settings = Settings(catalogs=tuple(args.catalog), solver=args.solver, calibration=args.calibration,
+                            alternatives=not args.no_alternatives)
+        return run_batch(args.scenario, settings, args.out, args.json, args.jobs, _console())
+
     from fleetplan.catalogs import load_catalog
     from fleetplan.optimizer.plan import make_plan
     from fleetplan.optimizer.results import plan_to_dict
     from fleetplan.optimizer.scenario import load_scenario
 
-    if len(args.scenario) != 1:
-        raise _usage("plan: give one scenario file")
     scenario, folder = load_scenario(args.scenario[0])
     catalog = load_catalog([*(folder / c for c in scenario.catalogs), *args.catalog])
     preset = resolve_preset(scenario.preset, args.calibration) if args.calibration else None
     plan = make_plan(scenario, catalog, solver=args.solver, alternatives=not args.no_alternatives, preset=preset, folder=folder)
     d = plan_to_dict(plan)
+    if d["status"] != "optimal":
+        print(f"fleetplan: warning: {d['termination']}: not proven optimal", file=sys.stderr)
     text = dumps(d)
     if args.out:
         write_atomically(Path(args.out), text)
@@ -295,12 +302,6 @@ def cmd_catalog_add_model(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- parser
-def _usage(msg: str) -> Exception:
-    from fleetplan.catalogs.loader import InputError
-
-    return InputError(msg)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     p = _Parser(prog="fleetplan", description="Cheapest GPU fleet for LLM inference, as a mixed-integer program.")
@@ -322,12 +323,25 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true", help="print JSON")
     e.set_defaults(func=cmd_estimate)
 
-    pl = sub.add_parser("plan", help="cheapest fleet for a scenario file")
-    pl.add_argument("scenario", nargs="+")
+    pl = sub.add_parser(
+        "plan", help="cheapest fleet for a scenario file, or for a batch of them",
+        description="Plan one scenario file, or a batch: several files and/or directories (every *.yaml and *.yml "
+                    "directly in a directory). A batch solves every scenario, sorted by file name without extension, even when some fail; "
+                    "it prints a summary table (one row per scenario and per product; --json prints it as JSON), "
+                    "names each failed scenario on stderr and then exits with code 2.",
+    )
+    pl.add_argument("scenario", nargs="+", help="scenario YAML file(s) or directories of them")
     pl.add_argument("--solver", choices=("highs", "ortools"), default="highs")
     pl.add_argument("--catalog", action="append", default=[], help=catalog_help)
-    pl.add_argument("--json", action="store_true", help="print JSON")
-    pl.add_argument("--out", help="also write the JSON plan to this file")
+    pl.add_argument("--json", action="store_true", help="print JSON (a batch: the summary)")
+    pl.add_argument(
+        "--out",
+        help="one scenario: also write the JSON plan to this file; a batch: write each plan to OUT/<stem>.json and "
+             "the summary to OUT/summary.csv and OUT/summary.json in this directory (created if needed; a failed "
+             "scenario's old plan file is removed); without --out a batch writes no files",
+    )
+    pl.add_argument("--jobs", type=_int_in(1, 256, "--jobs"), default=1,
+                    help="a batch: plan this many scenarios at once in worker processes (same results for any value)")
     pl.add_argument("--calibration", help="calibration profile YAML (from `fleetplan calibrate`)")
     pl.add_argument("--no-alternatives", action="store_true", help="skip the per-GPU-type runner-up solves")
     pl.set_defaults(func=cmd_plan)

@@ -812,7 +812,7 @@ def make_plan(
             res = solve(lp, solver, time_limit_s=opts.time_limit_s, mip_rel_gap=opts.mip_rel_gap)
             if res.status == "infeasible":
                 raise InfeasibleError(_infeasible_message(prob, names, solver))
-            if not res.optimal:
+            if not res.optimal and not (res.status == "time_limit" and res.values):
                 raise SolverError(f"{solver} returned no proven-optimal plan for {', '.join(names)}: {res.termination}")
             for name in names:
                 parts[name] = (whole, lp, res)
@@ -825,8 +825,11 @@ def make_plan(
     unique = {id(r): r for _, _, r in parts.values()}
     total = sum(float(r.objective or 0.0) for r in unique.values())
     gaps = [r.mip_gap for r in unique.values() if r.mip_gap is not None]
+    stopped = [r for r in unique.values() if not r.optimal]
     result = SolveResult(
-        solver=solver, status="optimal", termination="optimal (every product's MIP proven optimal)",
+        solver=solver, status="time_limit" if stopped else "optimal",
+        termination=(f"time limit reached with a feasible plan (gap {max(r.mip_gap or 0 for r in stopped):.3%})"
+                     if stopped else "optimal (every MIP proven optimal)"),
         objective=total, mip_gap=max(gaps) if gaps else None, solve_time_s=timings.solve_s,
     )
     for pp in products:

@@ -1,0 +1,288 @@
+"""Plan many scenarios in one run: per-scenario plan files, a summary table, failures collected.
+
+Each scenario is solved on its own; one that fails (bad YAML, unknown id, infeasible target,
+solver error) becomes an error row and the others still run. Rows come out sorted by scenario
+name (the file name without its extension) whatever order the scenarios finish in, so the
+summary files are byte-identical from run to run and for any number of worker processes.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from fleetplan.catalogs.loader import InputError
+
+SUFFIXES = (".yaml", ".yml")
+SUMMARY_STEM = "summary"
+COLUMNS = (
+    "scenario", "product", "status", "error", "monthly_cost_usd", "gpu", "tp", "batch", "precision",
+    "replicas", "gpus", "prefill_mode", "prefill_gpus", "api_fraction",
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The command-line settings every scenario of a batch is planned with."""
+
+    catalogs: tuple[str, ...] = ()
+    solver: str = "highs"
+    calibration: str | None = None
+    alternatives: bool = True
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One scenario's result: the plan as plain data, or the one-line error that stopped it."""
+
+    path: str
+    plan: dict[str, Any] | None
+    error: str | None
+
+    @property
+    def stem(self) -> str:
+        """The scenario's name in the summary and in its plan file name."""
+        return Path(self.path).stem
+
+
+def is_batch(paths: list[str]) -> bool:
+    """True when the arguments ask for a batch: more than one path, or any directory."""
+    return len(paths) > 1 or any(Path(p).is_dir() for p in paths)
+
+
+def scenario_files(paths: list[str]) -> list[str]:
+    """The scenario files named by ``paths``, sorted by name (the file name without its extension).
+
+    A directory stands for every ``*.yaml`` and ``*.yml`` file directly in it; any other path
+    is taken as a scenario file (a missing one fails as that scenario's error). Raises
+    :class:`InputError` for a directory without scenarios or two files with the same stem
+    (their plan files would overwrite each other).
+    """
+    files: list[str] = []
+    for p in paths:
+        d = Path(p)
+        if d.is_dir():
+            found = [str(f) for f in d.iterdir() if f.suffix in SUFFIXES and f.is_file()]
+            if not found:
+                raise InputError(f"plan: no *.yaml or *.yml scenario files in directory {p}")
+            files += found
+        else:
+            files.append(p)
+    files.sort(key=lambda f: (Path(f).stem, Path(f).name, f))
+    seen: dict[str, str] = {}
+    for f in files:
+        stem = Path(f).stem
+        if stem in seen:
+            raise InputError(f"plan: {seen[stem]} and {f} have the same name {stem!r}; their plan files would collide")
+        seen[stem] = f
+    return files
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line (whitespace runs, newlines included, become one space)."""
+    return " ".join(message.split())
+
+
+def solve_one(path: str, settings: Settings) -> Outcome:
+    """Plan the scenario file ``path``; a user, infeasibility or solver error becomes the outcome's error.
+
+    Any other exception is reported as an internal error, unless ``FLEETPLAN_DEBUG`` is set,
+    in which case it propagates with its traceback.
+    """
+    from fleetplan.catalogs import load_catalog
+    from fleetplan.main import resolve_preset
+    from fleetplan.optimizer.plan import SolverError, make_plan
+    from fleetplan.optimizer.results import plan_to_dict
+    from fleetplan.optimizer.scenario import load_scenario
+
+    try:
+        scenario, folder = load_scenario(path)
+        catalog = load_catalog([*(folder / c for c in scenario.catalogs), *settings.catalogs])
+        preset = resolve_preset(scenario.preset, settings.calibration) if settings.calibration else None
+        plan = make_plan(scenario, catalog, solver=settings.solver, alternatives=settings.alternatives,
+                         preset=preset, folder=folder)
+        return Outcome(path, plan_to_dict(plan), None)
+    except (InputError, SolverError) as exc:
+        return Outcome(path, None, one_line(str(exc)))
+    except Exception as exc:  # noqa: BLE001 - one scenario's crash must not stop the batch
+        if os.environ.get("FLEETPLAN_DEBUG"):
+            raise
+        return Outcome(path, None, one_line(f"internal error: {type(exc).__name__}: {exc}"))
+
+
+def solve_all(files: list[str], settings: Settings, jobs: int = 1,
+              on_done: Callable[[Outcome], None] | None = None,
+              on_start: Callable[[str], None] | None = None) -> list[Outcome]:
+    """Plan every file, ``jobs`` at a time; outcomes in the order of ``files``.
+
+    ``on_done`` is called in the calling process as each scenario finishes (in finishing
+    order); ``on_start`` before each file when planning one at a time. With ``jobs > 1`` the
+    scenarios are planned in worker processes started afresh (``spawn``), so no state of this
+    process leaks into a plan.
+    """
+    done = on_done or (lambda o: None)
+    if jobs <= 1 or len(files) <= 1:
+        out = []
+        for f in files:
+            if on_start:
+                on_start(f)
+            o = solve_one(f, settings)
+            done(o)
+            out.append(o)
+        return out
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    results: dict[int, Outcome] = {}
+    with ProcessPoolExecutor(max_workers=min(jobs, len(files)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(solve_one, f, settings): i for i, f in enumerate(files)}
+        for fut in as_completed(futures):
+            o = fut.result()
+            results[futures[fut]] = o
+            done(o)
+    return [results[i] for i in range(len(files))]
+
+
+def summary_rows(outcomes: list[Outcome]) -> list[dict[str, Any]]:
+    """One row per scenario, followed by one row per product of its plan.
+
+    The scenario row has an empty ``product``, the plan's total ``monthly_cost_usd`` and the
+    totals of decode ``gpus`` and ``prefill_gpus`` over its products; a failed scenario has
+    only this row, with status ``error`` and the error message. Product rows give the chosen
+    configuration: decode GPU, TP, batch, precision, replicas and GPUs, the prefill mode and
+    pool GPUs (null without a pool) and the API's share of output tokens. Numbers are those of
+    the plan's JSON (rounded there).
+    """
+    rows: list[dict[str, Any]] = []
+    blank = dict.fromkeys(COLUMNS)
+    for o in outcomes:
+        if o.plan is None:
+            rows.append({**blank, "scenario": o.stem, "product": "", "status": "error", "error": o.error})
+            continue
+        products = o.plan["products"]
+        rows.append({
+            **blank, "scenario": o.stem, "product": "", "status": o.plan["status"], "error": "",
+            "monthly_cost_usd": o.plan["monthly_cost_usd"],
+            "gpus": sum(p["gpus"] for p in products),
+            "prefill_gpus": sum(p["prefill"]["gpus"] or 0 for p in products),
+        })
+        for p in products:
+            rows.append({
+                "scenario": o.stem, "product": p["name"], "status": o.plan["status"], "error": "",
+                "monthly_cost_usd": p["monthly_cost_usd"], "gpu": p["gpu"], "tp": p["tp"], "batch": p["batch"],
+                "precision": p["precision"], "replicas": p["replicas"], "gpus": p["gpus"],
+                "prefill_mode": p["prefill"]["mode"], "prefill_gpus": p["prefill"]["gpus"],
+                "api_fraction": p["api_fraction"],
+            })
+    return rows
+
+
+def summary_csv(rows: list[dict[str, Any]]) -> str:
+    """The summary as CSV with a header line (``\\n`` line ends; a null is an empty field)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: "" if v is None else v for k, v in r.items()})
+    return buf.getvalue()
+
+
+def print_summary(rows: list[dict[str, Any]], console: Any) -> None:
+    """The summary as a rich table: scenario rows in bold; an error column when a scenario failed."""
+    from rich.table import Table
+
+    def n(x: Any, fmt: str = "{:,}") -> str:
+        return "" if x is None else fmt.format(x)
+
+    errors = any(r["error"] for r in rows)
+    t = Table(title=f"fleetplan: {sum(1 for r in rows if not r['product'])} scenarios")
+    for col in ("scenario", "product", "status", "$/month", "gpu", "tp", "batch", "prec", "replicas", "GPUs",
+                "prefill", "pool GPUs", "API", *(("error",) if errors else ())):
+        left = col in ("scenario", "product", "status", "gpu", "prec", "prefill", "error")
+        t.add_column(col, justify="left" if left else "right", no_wrap=col != "error", overflow="fold")
+    for r in rows:
+        scen = not r["product"]
+        if scen and len(t.rows):
+            t.add_section()
+        cost = n(r["monthly_cost_usd"], "{:,.0f}")
+        t.add_row(
+            f"[bold]{r['scenario']}[/bold]" if scen else "", r["product"],
+            "[red]error[/red]" if r["status"] == "error" else r["status"],
+            f"[bold]{cost}[/bold]" if scen else cost, r["gpu"] or "", n(r["tp"]), n(r["batch"]), r["precision"] or "",
+            n(r["replicas"]), n(r["gpus"]), r["prefill_mode"] or "", n(r["prefill_gpus"]),
+            n(r["api_fraction"], "{:.1%}"), *((r["error"] or "",) if errors else ()),
+        )
+    console.print(t)
+
+
+def run_batch(paths: list[str], settings: Settings, out: str | None, as_json: bool, jobs: int, console: Any) -> int:
+    """Plan every scenario named by ``paths``, write the plan and summary files, print the summary.
+
+    With ``out``, each solved scenario's plan goes to ``out/<stem>.json`` and the summary to
+    ``out/summary.csv`` and ``out/summary.json`` (each written atomically); a failed
+    scenario's plan file from an earlier run is removed. Prints the summary table (the summary
+    JSON with ``as_json``), then one line per failed scenario on stderr. Returns 2 if any
+    scenario failed, else 0.
+    """
+    from fleetplan.main import EXIT_USER_ERROR, dumps, write_atomically
+
+    files = scenario_files(paths)
+    out_dir = Path(out) if out else None
+    if out_dir is not None:
+        if out_dir.exists() and not out_dir.is_dir():
+            raise InputError(f"--out: with several scenarios --out is a directory, but {out} is a file")
+        clash = [f for f in files if Path(f).stem == SUMMARY_STEM]
+        if clash:
+            raise InputError(f"plan: {clash[0]} would overwrite {out}/{SUMMARY_STEM}.json; rename the scenario")
+        out_dir.mkdir(parents=True, exist_ok=True)
+
+    def save(o: Outcome) -> None:
+        if out_dir is None:
+            return
+        target = out_dir / f"{o.stem}.json"
+        if o.plan is not None:
+            write_atomically(target, dumps(o.plan))
+        else:
+            target.unlink(missing_ok=True)
+
+    if sys.stderr.isatty():
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("planning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TextColumn("{task.description}"), console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task("", total=len(files))
+
+            def advance(o: Outcome) -> None:
+                save(o)
+                bar.update(task, advance=1, description=f"{o.stem}: {'error' if o.error else 'done'}")
+
+            def start(f: str) -> None:
+                bar.update(task, description=f"{Path(f).stem} ...")
+
+            outcomes = solve_all(files, settings, jobs, advance, start)
+    else:
+        outcomes = solve_all(files, settings, jobs, save)
+
+    rows = summary_rows(outcomes)
+    text = dumps(rows)
+    if out_dir is not None:
+        write_atomically(out_dir / f"{SUMMARY_STEM}.csv", summary_csv(rows))
+        write_atomically(out_dir / f"{SUMMARY_STEM}.json", text)
+    if as_json:
+        sys.stdout.write(text)
+    else:
+        print_summary(rows, console)
+        if out_dir is not None:
+            ok = sum(1 for o in outcomes if o.plan is not None)
+            console.print(f"wrote {ok} plan files and {SUMMARY_STEM}.csv, {SUMMARY_STEM}.json to {out_dir}")
+    sys.stdout.flush()
+    failed = [o for o in outcomes if o.plan is None]
+    for o in failed:
+        print(f"fleetplan: error: {o.path}: {o.error}", file=sys.stderr)
+    return EXIT_USER_ERROR if failed else 0
