@@ -400,6 +400,7 @@ def solve_by_configuration(
     time_limit_s: float | None = None,
     mip_rel_gap: float = 1e-6,
     strict: bool = True,
+    base_lp: LinearProblem | None = None,
 ) -> tuple[SolveResult, LinearProblem, FleetProblem] | None:
     """Solve the MIP of one product by branching on its configuration first.
 
@@ -409,13 +410,36 @@ def solve_by_configuration(
     first; they are solved in order of that bound and the search stops once the bound reaches
     the incumbent. ``keep`` limits the configurations (runner-up reports). Returns the best
     solution with its problem, or None if no configuration is feasible. With
-    ``strict=False`` a MIP stopped by its time limit counts with the solution it found.
+    ``strict=False`` a MIP stopped by its time limit counts with the solution it found. With one
+    hour the product's whole model (``base_lp`` if given) is small enough to fix by bounds.
     """
     pd = prob.products[product]
     choices: list[Candidate | None] = [c for c in pd.candidates if keep is None or keep(c)]
     if pd.has_api and pd.api_max_fraction >= 1.0 and keep is None:
         choices.append(None)
     staged: list[tuple[float, str, LinearProblem, FleetProblem]] = []
+    if prob.hours == 1:
+        # one hour: the whole model is small and its relaxation tight; solve it once, with the
+        # configurations ``keep`` rejects switched off by bounds
+        whole_lp = base_lp or to_linear_problem(build_model(prob))
+        upper = list(whole_lp.col_upper)
+        allowed = {c.key for c in choices if c is not None}
+        for c in pd.candidates:
+            if c.key not in allowed:
+                upper[whole_lp.col_index[f"use[{c.key}]"]] = 0.0
+        lower = list(whole_lp.col_lower)
+        if pd.has_api and None not in choices:
+            j = whole_lp.col_index[f"self_host[{product}]"]
+            lower[j] = upper[j] = 1.0
+        if not allowed and None not in choices:
+            return None
+        lp = whole_lp.with_bounds(lower, upper)
+        res = solve(lp, solver, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap)
+        if res.status == "infeasible":
+            return None
+        if not res.optimal and not (not strict and res.values):
+            raise SolverError(f"{solver} returned no proven-optimal plan for {product}: {res.termination}")
+        return res, lp, prob
     for choice in choices:
         data = replace(
             pd,
@@ -451,7 +475,7 @@ def solve_by_configuration(
 
 
 def _alternatives(prob: FleetProblem, pp: ProductPlan, base: float, solver: str,
-                  scenario: Scenario) -> list[dict[str, Any]]:
+                  scenario: Scenario, base_lp: LinearProblem | None = None) -> list[dict[str, Any]]:
     """Cheapest plan with the product's decode forced onto each other GPU type."""
     if pp.candidate is None:
         return []
@@ -460,7 +484,8 @@ def _alternatives(prob: FleetProblem, pp: ProductPlan, base: float, solver: str,
     for gpu in sorted({c.gpu for c in prob.products[name].candidates} - {pp.candidate.gpu}):
         try:
             found = solve_by_configuration(prob, name, solver, keep=lambda c, gpu=gpu: c.gpu == gpu,
-                                           time_limit_s=RUNNER_UP_TIME_LIMIT_S, mip_rel_gap=1e-4, strict=False)
+                                           time_limit_s=RUNNER_UP_TIME_LIMIT_S, mip_rel_gap=1e-4, strict=False,
+                                           base_lp=base_lp)
         except SolverError:
             continue
         if found is None:
@@ -799,12 +824,13 @@ def make_plan(
         if len(names) == 1:
             name = names[0]
             whole = prob.restrict(names)
+            base_lp = to_linear_problem(build_model(whole)) if whole.hours == 1 else None
             found = solve_by_configuration(whole, name, solver, time_limit_s=opts.time_limit_s,
-                                           mip_rel_gap=opts.mip_rel_gap)
+                                           mip_rel_gap=opts.mip_rel_gap, base_lp=base_lp)
             if found is None:
                 raise InfeasibleError(_infeasible_message(prob, names, solver))
             res, lp, sub = found
-            parts[name] = (whole, lp, res)
+            parts[name] = (whole, base_lp or lp, res)
             plans[name] = extract(lp, res, sub, scenario.model_construct(products=[by_name[name]]))[0]
         else:
             whole = prob.restrict(names)
@@ -834,18 +860,20 @@ def make_plan(
     )
     for pp in products:
         name = pp.product.name
-        whole, _, res = parts[name]
+        whole, whole_lp, res = parts[name]
+        base_lp = whole_lp if whole.hours == 1 and len(whole.products) == 1 else None
         base = float(res.objective or 0.0)
         scen = scenario.model_construct(products=[pp.product])
         single = len(whole.products) == 1
         if alternatives and single:
-            pp.alternatives = _alternatives(whole, pp, base, solver, scen)
+            pp.alternatives = _alternatives(whole, pp, base, solver, scen, base_lp)
         modes = sorted({c.mode for c in whole.products[name].candidates})
         if len(modes) > 1 and single:
             for mode in modes:
                 try:
                     found = solve_by_configuration(whole, name, solver, keep=lambda c, mode=mode: c.mode == mode,
-                                                   time_limit_s=RUNNER_UP_TIME_LIMIT_S, mip_rel_gap=1e-4, strict=False)
+                                                   time_limit_s=RUNNER_UP_TIME_LIMIT_S, mip_rel_gap=1e-4, strict=False,
+                                                   base_lp=base_lp)
                 except SolverError:
                     found = None
                 pp.mode_costs[mode] = None if found is None else round(float(found[0].objective or 0.0), 2)
