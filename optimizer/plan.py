@@ -642,9 +642,12 @@ def coupled_components(prob: FleetProblem) -> list[list[str]]:
     that is bought in whole instances; a budget couples every product. Components are listed
     in scenario order, products inside them too.
     """
-    import networkx as nx
-
     names = list(prob.products)
+    shared_limits = prob.monthly_budget_usd is not None or prob.gpu_availability or prob.instance_gpus
+    if len(names) == 1 or not shared_limits:
+        return [[n] for n in names]
+    import networkx as nx  # imported only when products can be coupled
+
     g = nx.Graph()
     g.add_nodes_from(names)
     if prob.monthly_budget_usd is not None:
