@@ -112,6 +112,17 @@ class Catalog:
         return sorted(rows, key=lambda p: (p.usd_per_gpu_hour, p.provider))
 
 
+def read_text(path: Path, noun: str, error: type[InputError] = InputError, where: str = "") -> str:
+    """The text of a user's file; a missing or unreadable one raises ``error`` as one line,
+    ``{where}{noun} not found: {path}``."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(f"{where}{noun} not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"{where}cannot read {noun} {path}: {exc}") from None
+
+
 def parse_yaml(text: str, where: Path | str, error: type[InputError] = InputError) -> Any:
     """Parse YAML ``text``; malformed input raises ``error`` naming ``where`` and the line."""
     try:
@@ -172,12 +183,7 @@ def load_catalog(extra_files: Iterable[Path | str] = (), include_shipped: bool =
                 files.append(f"catalogs/data/{name}")
     for extra in extra_files:
         path = Path(extra)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise CatalogError(f"--catalog: file not found: {path}") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise CatalogError(f"--catalog: cannot read {path}: {exc}") from None
+        text = read_text(path, "file", CatalogError, "--catalog: ")
         _merge_document(raw, parse_yaml(text, path, CatalogError), str(path))
         files.append(str(path))
 

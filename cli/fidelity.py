@@ -18,16 +18,11 @@ MIN_CALIBRATION_ROWS = 3
 
 
 def _read_measurements(path_text: str) -> tuple[Path, list[Any]]:
-    from fleetplan.catalogs.loader import InputError
+    from fleetplan.catalogs.loader import InputError, read_text
     from fleetplan.models.measurements import MeasurementError, parse_measurements
 
     path = Path(path_text)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"measurement file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read measurement file {path}: {exc}") from None
+    text = read_text(path, "measurement file")
     try:
         rows = parse_measurements(text, str(path))
     except MeasurementError as exc:

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from fleetplan.catalogs.loader import Catalog, InputError, parse_yaml
+from fleetplan.catalogs.loader import Catalog, InputError, parse_yaml, read_text
 from fleetplan.models.measurements import Measurement
 from fleetplan.models.presets import CalibrationFactors, Preset, normalize_engine
 from fleetplan.models.validation import predict
@@ -278,12 +278,7 @@ def profile_factors(f: Fit, comp: Sequence[Components]) -> list[dict[str, Any]]:
 
 def load_profile(path: Path) -> dict[str, Any]:
     """The profile document at ``path``, checked for its version and factor entries."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"--calibration: file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"--calibration: cannot read {path}: {exc}") from None
+    text = read_text(path, "file", InputError, "--calibration: ")
     doc = parse_yaml(text, path)
     if not isinstance(doc, dict) or doc.get("fleetplan_calibration") != PROFILE_VERSION:
         raise InputError(f"{path}: not a fleetplan calibration profile (expected 'fleetplan_calibration: {PROFILE_VERSION}')")

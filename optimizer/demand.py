@@ -12,7 +12,7 @@ import csv
 import io
 from pathlib import Path
 
-from fleetplan.catalogs.loader import InputError
+from fleetplan.catalogs.loader import InputError, read_text
 from fleetplan.optimizer.scenario import Product
 
 VALID_LENGTHS = (24, 168)
@@ -20,12 +20,7 @@ VALID_LENGTHS = (24, 168)
 
 def read_profile(path: Path, where: str) -> tuple[str, list[float]]:
     """(kind, values) from a profile CSV; ``kind`` is ``multiplier`` or ``qps``."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{where}: demand profile not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{where}: cannot read demand profile {path}: {exc}") from None
+    text = read_text(path, "demand profile", InputError, f"{where}: ")
     rows = [r for r in csv.reader(io.StringIO(text)) if r and any(c.strip() for c in r)]
     if not rows:
         raise InputError(f"{path}: empty demand profile")

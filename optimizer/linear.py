@@ -52,10 +52,6 @@ class LinearProblem:
         """Index of the variable called ``name``."""
         return self.col_index[name]
 
-    def with_col_upper(self, upper: list[float]) -> LinearProblem:
-        """A copy sharing everything but the column upper bounds."""
-        return self.with_bounds(self.col_lower, upper)
-
     def relaxed(self) -> LinearProblem:
         """The LP relaxation: the same problem with every variable continuous."""
         out = self.with_bounds(self.col_lower, self.col_upper)

@@ -46,9 +46,7 @@ class Timings:
     """Wall-clock seconds of each planning stage (not part of the plan's JSON: not deterministic)."""
 
     candidates_s: float = 0.0
-    build_s: float = 0.0
-    export_s: float = 0.0
-    solve_s: float = 0.0
+    solve_s: float = 0.0  # building, exporting and solving the MIPs
 
 
 @dataclass
@@ -74,6 +72,7 @@ class ProductPlan:
     kv_transfer: dict[str, Any] | None = None
     prefill_check: dict[str, Any] | None = None
     stranded_usd: float = 0.0
+    solve_objective: float = 0.0
 
     # ---- decode replicas
     def replicas_in_hour(self, h: int) -> int:
@@ -114,6 +113,20 @@ class ProductPlan:
     def pool_gpus(self) -> int:
         """Prefill-pool GPUs at the busiest hour."""
         return self.pool_replicas * (self.pool.tp if self.pool else 0)
+
+    def gpus_by_type(self, h: int) -> dict[str, int]:
+        """GPUs the product runs in hour ``h``, per GPU type (decode and prefill pool)."""
+        out: dict[str, int] = {}
+        if self.candidate is not None and self.replicas_in_hour(h):
+            out[self.candidate.gpu] = self.candidate.tp * self.replicas_in_hour(h)
+        if self.pool is not None and self.pool_replicas_in_hour(h):
+            out[self.pool.gpu] = out.get(self.pool.gpu, 0) + self.pool.tp * self.pool_replicas_in_hour(h)
+        return out
+
+    def gpu_prices(self) -> dict[str, float]:
+        """Plain GPU-hour price of each GPU type the product uses."""
+        parts = [p for p in (self.candidate, self.pool) if p is not None]
+        return {p.gpu: p.price.usd_per_gpu_hour for p in parts}
 
     # ---- costs (recomputed from the integer plan)
     def decode_cost_by_tier(self) -> dict[str, float]:
@@ -687,32 +700,36 @@ def _infeasible_message(prob: FleetProblem, names: list[str], solver: str) -> st
     return f"products[{who}]: infeasible: no configuration meets demand under the given limits"
 
 
+def _plan_alone(
+    prob: FleetProblem, data: ProductData, solver: str, opts: Any, availability: dict[str, int]
+) -> ProductPlan | None:
+    """One product planned on its own (instances kept, budget and other products ignored)."""
+    sub = FleetProblem(products={data.name: data}, hours=prob.hours, hours_per_month=prob.hours_per_month,
+                       tiers=prob.tiers, spot_max_share=prob.spot_max_share, gpu_availability=availability,
+                       instance_gpus=prob.instance_gpus)
+    found = solve_by_configuration(sub, data.name, solver, time_limit_s=opts.time_limit_s, mip_rel_gap=opts.mip_rel_gap)
+    if found is None:
+        return None
+    res, lp, sub_c = found
+    stand_in = Product.model_construct(name=data.name, model="", headroom=None, prefill="headroom")
+    pp = extract(lp, res, sub_c, Scenario.model_construct(products=[stand_in]))[0]
+    pp.solve_objective = float(res.objective or 0.0)
+    return pp
+
+
 def first_come_cost(prob: FleetProblem, order: list[str], solver: str, opts: Any) -> float | None:
     """Cost of planning products one after another, each taking what it needs of the scarce GPUs
     first (the baseline a joint plan is compared with); None if a later product is left unservable."""
     remaining = dict(prob.gpu_availability)
     total = 0.0
     for name in order:
-        sub = FleetProblem(products={name: prob.products[name]}, hours=prob.hours, hours_per_month=prob.hours_per_month,
-                           tiers=prob.tiers, spot_max_share=prob.spot_max_share, gpu_availability=dict(remaining),
-                           instance_gpus=prob.instance_gpus, monthly_budget_usd=None)
-        found = solve_by_configuration(sub, name, solver, time_limit_s=opts.time_limit_s, mip_rel_gap=opts.mip_rel_gap)
-        if found is None:
+        pp = _plan_alone(prob, prob.products[name], solver, opts, dict(remaining))
+        if pp is None:
             return None
-        res, lp, sub_c = found
-        total += float(res.objective or 0.0)
-        for g in remaining:
-            used = 0
-            for h in range(prob.hours):
-                n = 0
-                for c in sub_c.all_candidates():
-                    if c.gpu == g:
-                        n += c.tp * round(sum(res.values[lp.col_index[v]] for v in _replica_cols(lp, c.key, h)))
-                for k in sub_c.all_pool():
-                    if k.gpu == g:
-                        n += k.tp * round(sum(res.values[lp.col_index[v]] for v in _replica_cols(lp, k.key, h, pool=True)))
-                used = max(used, n)
-            remaining[g] = max(0, remaining[g] - used)
+        total += pp.solve_objective
+        for gpu, row in gpu_hours([pp], prob.hours).items():
+            if gpu in remaining:
+                remaining[gpu] = max(0, remaining[gpu] - max(row))
     return total
 
 
@@ -721,25 +738,23 @@ def separate_cost(prob: FleetProblem, pooled: ProductData, solver: str, opts: An
     replicas = gpus = 0
     cost = 0.0
     for m in pooled.members:
-        sub = FleetProblem(products={m.name: m}, hours=prob.hours, hours_per_month=prob.hours_per_month,
-                           tiers=prob.tiers, spot_max_share=prob.spot_max_share, instance_gpus=prob.instance_gpus)
-        found = solve_by_configuration(sub, m.name, solver, time_limit_s=opts.time_limit_s, mip_rel_gap=opts.mip_rel_gap)
-        if found is None:
+        pp = _plan_alone(prob, m, solver, opts, {})
+        if pp is None:
             return {"replicas": None, "gpus": None, "monthly_cost_usd": None}
-        res, lp, sub_c = found
-        cost += float(res.objective or 0.0)
-        scen = Scenario.model_construct(products=[Product.model_construct(name=m.name, model="", headroom=None,
-                                                                          prefill="headroom")])
-        pp = extract(lp, res, sub_c, scen)[0]
+        cost += pp.solve_objective
         replicas += pp.replicas
         gpus += pp.gpus + pp.pool_gpus
     return {"replicas": replicas, "gpus": gpus, "monthly_cost_usd": round(cost, 2)}
 
 
-def _replica_cols(lp: LinearProblem, key: str, h: int, pool: bool = False) -> list[str]:
-    pre = "pool_" if pool else ""
-    names = [f"{pre}reserved[{key}]", f"{pre}on_demand[{key}/{h}]", f"{pre}spot[{key}/{h}]"]
-    return [n for n in names if n in lp.col_index]
+def gpu_hours(products: list[ProductPlan], hours: int) -> dict[str, list[int]]:
+    """GPUs in use per GPU type and hour, summed over ``products``."""
+    out: dict[str, list[int]] = {}
+    for pp in products:
+        for h in range(hours):
+            for gpu, n in pp.gpus_by_type(h).items():
+                out.setdefault(gpu, [0] * hours)[h] += n
+    return out
 
 
 def _allocate_stranded(plan: Plan) -> None:
@@ -748,33 +763,23 @@ def _allocate_stranded(plan: Plan) -> None:
     prob = plan.problem
     if not prob.instance_gpus:
         return
-    for h in range(prob.hours):
-        users: dict[str, list[tuple[ProductPlan, int, float]]] = {}
-        for pp in plan.products:
-            for part, count in ((pp.candidate, pp.replicas_in_hour(h)), (pp.pool, pp.pool_replicas_in_hour(h))):
-                if part is not None and count:
-                    users.setdefault(part.gpu, []).append((pp, part.tp * count, part.price.usd_per_gpu_hour))
-        for gpu, rows in users.items():
-            n = prob.instance_gpus.get(gpu)
-            if not n:
-                continue
-            used = sum(r[1] for r in rows)
-            idle = math.ceil(used / n) * n - used
-            for pp, gpus, price in rows:
-                pp.stranded_usd += idle * price * prob.hour_weight * gpus / used
+    used = gpu_hours(plan.products, prob.hours)
+    for pp in plan.products:
+        prices = pp.gpu_prices()
+        for h in range(prob.hours):
+            for gpu, gpus in pp.gpus_by_type(h).items():
+                n = prob.instance_gpus.get(gpu)
+                if n:
+                    total = used[gpu][h]
+                    idle = math.ceil(total / n) * n - total
+                    pp.stranded_usd += idle * prices[gpu] * prob.hour_weight * gpus / total
 
 
 def _instances(plan: Plan) -> dict[str, dict[str, Any]]:
     """Per GPU type: GPUs in use at the busiest hour, instances bought, stranded GPUs, availability."""
     prob = plan.problem
     out: dict[str, dict[str, Any]] = {}
-    per_hour: dict[str, list[int]] = {}
-    for pp in plan.products:
-        for h in range(prob.hours):
-            if pp.candidate is not None:
-                per_hour.setdefault(pp.candidate.gpu, [0] * prob.hours)[h] += pp.replicas_in_hour(h) * pp.candidate.tp
-            if pp.pool is not None:
-                per_hour.setdefault(pp.pool.gpu, [0] * prob.hours)[h] += pp.pool_replicas_in_hour(h) * pp.pool.tp
+    per_hour = gpu_hours(plan.products, prob.hours)
     for gpu in sorted(per_hour):
         used = per_hour[gpu]
         n = prob.instance_gpus.get(gpu)

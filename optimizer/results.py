@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from fleetplan.optimizer.formulation import SECONDS_PER_HOUR
-from fleetplan.optimizer.plan import Plan, ProductPlan
+from fleetplan.optimizer.plan import Plan, ProductPlan, gpu_hours
 
 LIMITERS = {
     "per_user_speed": "min_tokens_per_s_per_user",
@@ -234,17 +234,8 @@ def stranded_cost(plan: Plan) -> float:
     prob = plan.problem
     if not prob.instance_gpus:
         return 0.0
-    price: dict[str, float] = {}
-    used: dict[str, list[int]] = {}
-    for pp in plan.products:
-        for part, tp, count in ((pp.candidate, pp.candidate.tp if pp.candidate else 0, pp.replicas_in_hour),
-                                (pp.pool, pp.pool.tp if pp.pool else 0, pp.pool_replicas_in_hour)):
-            if part is None:
-                continue
-            price[part.gpu] = part.price.usd_per_gpu_hour
-            row = used.setdefault(part.gpu, [0] * prob.hours)
-            for h in range(prob.hours):
-                row[h] += tp * count(h)
+    price = {g: v for pp in plan.products for g, v in pp.gpu_prices().items()}
+    used = gpu_hours(plan.products, prob.hours)
     total = 0.0
     for gpu, row in used.items():
         n = prob.instance_gpus.get(gpu)

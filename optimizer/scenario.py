@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator
 
-from fleetplan.catalogs.loader import InputError, format_validation_error, parse_yaml
+from fleetplan.catalogs.loader import InputError, format_validation_error, parse_yaml, read_text
 from fleetplan.catalogs.schema import Precision
 
 
@@ -182,11 +182,6 @@ def parse_scenario(raw: Any, where: str) -> Scenario:
 def load_scenario(path: Path | str) -> tuple[Scenario, Path]:
     """Read and validate a scenario file; returns it with its folder (for relative paths)."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError(f"scenario file not found: {p}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(f"cannot read scenario {p}: {exc}") from None
+    text = read_text(p, "scenario file", ScenarioError)
     raw = parse_yaml(text, p, ScenarioError)
     return parse_scenario(raw, str(p)), p.parent
