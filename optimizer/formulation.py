@@ -17,7 +17,9 @@ Objective
            + sum_h hour weight x (on-demand and spot replicas x their hourly price)
            + sum_h hour weight x 3600 x api tokens/s x API USD per output token
            + fixed self-hosting cost x self_host
-with hour weight = hours per month / |H| (each modelled hour stands for that many real hours).
+with hour weight = hours per month / |H| x n_h (each modelled hour stands for that many real
+hours; n_h = 1 unless hours of identical demand were merged into one, see ``FleetProblem.merged``;
+sums over the horizon, such as the spot and API shares, weigh each hour by n_h).
 
 Names follow ``{entity}-{rule}-{bound}`` once exported (see :mod:`fleetplan.optimizer.linear`).
 """
@@ -25,7 +27,7 @@ Names follow ``{entity}-{rule}-{bound}`` once exported (see :mod:`fleetplan.opti
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pyomo.core import Binary, ConcreteModel, Constraint, NonNegativeIntegers, NonNegativeReals, Objective, Var, minimize
 
@@ -61,6 +63,14 @@ class ProductData:
         """Whether the product may send tokens to a hosted API."""
         return self.api is not None and self.api_max_fraction > 0
 
+    def hour_signature(self, h: int) -> tuple[float, ...]:
+        """What hour ``h`` asks of the product. Without an API only whole replicas serve it, so
+        the hour is described exactly by the fewest replicas of each configuration (and pool
+        configuration) that meet its demand; with an API the demand itself."""
+        if self.has_api:
+            return (self.demand_tokens_per_s[h],)
+        return tuple(self.replica_bound(c, h) for c in self.candidates) + tuple(self.pool_bound(k, h) for k in self.pool)
+
     def replica_bound(self, c: Candidate, hour: int | None = None) -> int:
         """Replicas of ``c`` that alone meet the demand of ``hour`` (or the peak): never more."""
         d = self.peak_demand_tokens_per_s if hour is None else self.demand_tokens_per_s[hour]
@@ -84,6 +94,11 @@ class FleetProblem:
     gpu_availability: dict[str, int] = field(default_factory=dict)
     instance_gpus: dict[str, int] = field(default_factory=dict)
     monthly_budget_usd: float | None = None
+    # identical hours merged (see :meth:`merged`): real hours each modelled hour stands for, the
+    # modelled hour of every hour of the horizon, and each product's demand over the horizon
+    hour_counts: tuple[int, ...] = ()
+    hour_of: tuple[int, ...] = ()
+    full_demand: dict[str, tuple[float, ...]] = field(default_factory=dict)
     cand: dict[str, Candidate] = field(default_factory=dict)
     pools: dict[str, PoolCandidate] = field(default_factory=dict)
 
@@ -94,20 +109,119 @@ class FleetProblem:
             for k in p.pool:
                 self.pools[k.key] = k
 
+    def derive(self, **changes: object) -> FleetProblem:
+        """A copy with ``changes`` (products, limits); horizon, tiers and merged hours kept."""
+        return replace(self, cand={}, pools={}, **changes)  # type: ignore[arg-type]
+
     def restrict(self, names: list[str], *, limits: bool = True) -> FleetProblem:
         """The same problem over products ``names`` only (shared limits kept unless ``limits`` is False)."""
-        return FleetProblem(
-            products={n: self.products[n] for n in names}, hours=self.hours, hours_per_month=self.hours_per_month,
-            tiers=self.tiers, spot_max_share=self.spot_max_share,
+        return self.derive(
+            products={n: self.products[n] for n in names},
             gpu_availability=dict(self.gpu_availability) if limits else {},
             instance_gpus=dict(self.instance_gpus) if limits else {},
             monthly_budget_usd=self.monthly_budget_usd if limits else None,
+            full_demand={n: self.full_demand[n] for n in names if n in self.full_demand},
         )
 
     @property
+    def horizon_hours(self) -> int:
+        """Hours of the planning horizon (before identical hours are merged)."""
+        return len(self.hour_of) or self.hours
+
+    @property
     def hour_weight(self) -> float:
-        """Real hours each modelled hour stands for."""
-        return self.hours_per_month / self.hours
+        """Real hours of a month each hour of the horizon stands for."""
+        return self.hours_per_month / self.horizon_hours
+
+    def count(self, h: int) -> int:
+        """Hours of the horizon modelled hour ``h`` stands for (1 unless hours were merged)."""
+        return self.hour_counts[h] if self.hour_counts else 1
+
+    def weight(self, h: int) -> float:
+        """Real hours of a month modelled hour ``h`` stands for."""
+        return self.hour_weight * self.count(h)
+
+    @property
+    def hours_separable(self) -> bool:
+        """Whether nothing but the configuration and reserved replicas links one hour to another:
+        no spot share cap over the horizon and no API share limit that can bind. Then hours with
+        the same demand for every product have the same best decisions, and merging them is exact."""
+        if "spot" in self.tiers and self.spot_max_share < 1.0:
+            return False
+        return not any(p.has_api and (p.api_max_fraction < 1.0 or p.api_min_fraction > 0.0)
+                       for p in self.products.values())
+
+    def without_dominated(self) -> FleetProblem:
+        """The same problem without decode configurations that another configuration of the
+        product beats in every hour, when that is exact: the product has no API, capacity is
+        bought hour by hour (no reserved tier, no spot share cap), and c' is dropped for c on the
+        same GPU type, prefill mode and hourly prices when c needs no more GPUs than c' in any hour
+        (tp x fewest replicas). Then c' can be swapped for c in any plan without raising its cost,
+        its GPUs in any hour, or its instances (idle instance GPUs cost no more than used ones)."""
+        if "reserved" in self.tiers or ("spot" in self.tiers and self.spot_max_share < 1.0):
+            return self
+        hourly = self.hourly_tiers
+        changed = False
+        products = {}
+        for name, pd in self.products.items():
+            if pd.has_api or len(pd.candidates) < 2:
+                products[name] = pd
+                continue
+            gpus = {c.key: [c.tp * pd.replica_bound(c, h) for h in range(self.hours)] for c in pd.candidates}
+
+            def key(c: Candidate) -> tuple[object, ...]:
+                return (c.gpu, c.mode, tuple(c.price.tier(t) for t in hourly))
+
+            def priced_up(c: Candidate) -> bool:
+                return all(c.price.tier(t) >= c.price.usd_per_gpu_hour for t in hourly)
+
+            kept = []
+            for i, c in enumerate(pd.candidates):
+                beaten = priced_up(c) and any(
+                    key(d) == key(c) and all(x <= y for x, y in zip(gpus[d.key], gpus[c.key]))
+                    and (gpus[d.key] != gpus[c.key] or j < i)
+                    for j, d in enumerate(pd.candidates) if j != i
+                )
+                if not beaten:
+                    kept.append(c)
+            changed |= len(kept) < len(pd.candidates)
+            products[name] = replace(pd, candidates=tuple(kept))
+        return self.derive(products=products) if changed else self
+
+    def reduced(self) -> FleetProblem:
+        """:meth:`without_dominated`, then :meth:`merged`: the smaller problem with the same optimum
+        (one-hour problems are left as they are: their candidates are already pruned)."""
+        return self if self.hours == 1 else self.without_dominated().merged()
+
+    def merged(self) -> FleetProblem:
+        """The same problem with hours that ask the same of every product (:meth:`ProductData.hour_signature`)
+        merged into one weighted hour, when that is exact (:attr:`hours_separable`) and saves hours;
+        else itself. A daily profile tiled over a week, for one, leaves at most 24 distinct hours;
+        small products whose replica counts change only a few times a day leave fewer."""
+        if self.hour_of or self.hours == 1 or not self.hours_separable:
+            return self
+        classes: dict[tuple[float, ...], int] = {}  # numbered in order of first appearance
+        rep_hours: list[int] = []
+        hour_of: list[int] = []
+        for h in range(self.hours):
+            key = tuple(x for p in self.products.values() for x in p.hour_signature(h))
+            if key not in classes:
+                classes[key] = len(rep_hours)
+                rep_hours.append(h)
+            hour_of.append(classes[key])
+        if len(rep_hours) == self.hours:
+            return self
+        counts = [0] * len(rep_hours)
+        for i in hour_of:
+            counts[i] += 1
+        products = {
+            n: replace(p, demand_tokens_per_s=tuple(p.demand_tokens_per_s[h] for h in rep_hours))
+            for n, p in self.products.items()
+        }
+        return self.derive(
+            products=products, hours=len(rep_hours), hour_counts=tuple(counts), hour_of=tuple(hour_of),
+            full_demand={n: p.demand_tokens_per_s for n, p in self.products.items()},
+        )
 
     def all_candidates(self) -> list[Candidate]:
         """Every decode candidate, product by product."""
@@ -154,6 +268,12 @@ def define_variables(m: ConcreteModel, prob: FleetProblem) -> None:
     api_cands = [c.key for c in prob.all_candidates() if prob.products[c.product].has_api]
     m.api_for = Var([(k, h) for k in api_cands for h in hours], domain=NonNegativeReals,
                     bounds=lambda _m, k, h: (0, prob.products[prob.cand[k].product].demand_tokens_per_s[h]))
+
+
+def horizon_tokens(prob: FleetProblem, product: str) -> float:
+    """A product's demand summed over the hours of the horizon (tokens/s x hours)."""
+    d = prob.products[product].demand_tokens_per_s
+    return sum(prob.count(h) * d[h] for h in range(prob.hours))
 
 
 def replicas_in_hour(m: ConcreteModel, prob: FleetProblem, key: str, h: int) -> object:
@@ -268,8 +388,8 @@ def define_configuration_meets_demand(m: ConcreteModel, prob: FleetProblem) -> N
     )
     m.api_for_share_max = Constraint(
         [c.key for c in api_cands],
-        rule=lambda m, k: sum(m.api_for[k, h] for h in hours)
-        <= prob.products[prob.cand[k].product].api_max_fraction * sum(prob.products[prob.cand[k].product].demand_tokens_per_s) * m.use[k],
+        rule=lambda m, k: sum(prob.count(h) * m.api_for[k, h] for h in hours)
+        <= prob.products[prob.cand[k].product].api_max_fraction * horizon_tokens(prob, prob.cand[k].product) * m.use[k],
     )
 
 
@@ -280,14 +400,14 @@ def define_api_share_limits(m: ConcreteModel, prob: FleetProblem) -> None:
         return
     hours = range(prob.hours)
     m.api_share_max = Constraint(
-        names, rule=lambda m, p: sum(m.api[p, h] for h in hours)
-        <= prob.products[p].api_max_fraction * sum(prob.products[p].demand_tokens_per_s)
+        names, rule=lambda m, p: sum(prob.count(h) * m.api[p, h] for h in hours)
+        <= prob.products[p].api_max_fraction * horizon_tokens(prob, p)
     )
     mins = [p for p in names if prob.products[p].api_min_fraction > 0]
     if mins:
         m.api_share_min = Constraint(
-            mins, rule=lambda m, p: sum(m.api[p, h] for h in hours)
-            >= prob.products[p].api_min_fraction * sum(prob.products[p].demand_tokens_per_s)
+            mins, rule=lambda m, p: sum(prob.count(h) * m.api[p, h] for h in hours)
+            >= prob.products[p].api_min_fraction * horizon_tokens(prob, p)
         )
 
 
@@ -302,8 +422,8 @@ def define_spot_share_limit(m: ConcreteModel, prob: FleetProblem) -> None:
         keys = [c.key for c in prob.products[p].candidates]
         if not keys:
             return Constraint.Skip
-        spot = sum(m.spot[k, h] for k in keys for h in hours)
-        total = sum(replicas_in_hour(m, prob, k, h) for k in keys for h in hours)
+        spot = sum(prob.count(h) * m.spot[k, h] for k in keys for h in hours)
+        total = sum(prob.count(h) * replicas_in_hour(m, prob, k, h) for k in keys for h in hours)
         return spot <= s * total
 
     m.spot_share_limit = Constraint(list(prob.products), rule=rule)
@@ -425,36 +545,35 @@ def stranded_gpu_cost(m: ConcreteModel, prob: FleetProblem) -> object:
     """USD per month of GPUs bought with instances but left idle, at the plain GPU-hour price."""
     if not hasattr(m, "instances"):
         return 0
-    w = prob.hour_weight
     price = {}
     for c in prob.all_candidates():
         price.setdefault(c.gpu, c.price.usd_per_gpu_hour)
     for k in prob.all_pool():
         price.setdefault(k.gpu, k.price.usd_per_gpu_hour)
     return sum(
-        price[g] * w * (prob.instance_gpus[g] * m.instances[g, h] - gpus_in_hour(m, prob, g, h))
+        price[g] * prob.weight(h) * (prob.instance_gpus[g] * m.instances[g, h] - gpus_in_hour(m, prob, g, h))
         for (g, h) in m.instances.index_set()
     )
 
 
 def monthly_cost_expression(m: ConcreteModel, prob: FleetProblem) -> object:
     """The monthly cost in USD: replicas by tier, API tokens, fixed costs, stranded GPUs."""
-    w, hours = prob.hour_weight, range(prob.hours)
+    hours = range(prob.hours)
     terms = []
     for c in prob.all_candidates():
         if "reserved" in prob.tiers:
             terms.append(c.usd_per_replica_hour_in("reserved") * prob.hours_per_month * m.reserved[c.key])
         for t in prob.hourly_tiers:
-            terms.append(c.usd_per_replica_hour_in(t) * w * sum(getattr(m, t)[c.key, h] for h in hours))
+            terms.append(c.usd_per_replica_hour_in(t) * sum(prob.weight(h) * getattr(m, t)[c.key, h] for h in hours))
     for k in prob.all_pool():
         if "reserved" in prob.tiers:
             terms.append(k.usd_per_replica_hour_in("reserved") * prob.hours_per_month * m.pool_reserved[k.key])
         for t in prob.hourly_tiers:
-            terms.append(k.usd_per_replica_hour_in(t) * w * sum(getattr(m, f"pool_{t}")[k.key, h] for h in hours))
+            terms.append(k.usd_per_replica_hour_in(t) * sum(prob.weight(h) * getattr(m, f"pool_{t}")[k.key, h] for h in hours))
     for p in prob.products.values():
         if p.has_api:
             assert p.api is not None
-            terms.append(p.api.usd_per_output_token * SECONDS_PER_HOUR * w * sum(m.api[p.name, h] for h in hours))
+            terms.append(p.api.usd_per_output_token * SECONDS_PER_HOUR * sum(prob.weight(h) * m.api[p.name, h] for h in hours))
             terms.append(p.fixed_monthly_usd * m.self_host[p.name])
         else:
             terms.append(p.fixed_monthly_usd)

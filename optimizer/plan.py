@@ -400,6 +400,12 @@ def extract(lp: LinearProblem, result: SolveResult, prob: FleetProblem, scenario
         pp.api_tokens_per_s = [
             max(0.0, _value(lp, result, f"api[{product.name}/{h}]")) if pd.has_api else 0.0 for h in hours
         ]
+        if prob.hour_of:  # merged hours: back to every hour of the horizon
+            of = prob.hour_of
+            for name in ("on_demand", "spot", "pool_on_demand", "pool_spot", "api_tokens_per_s"):
+                row = getattr(pp, name)
+                setattr(pp, name, [row[i] for i in of])
+            pp.data = replace(pd, demand_tokens_per_s=prob.full_demand[product.name])
         out.append(pp)
     return out
 
@@ -426,6 +432,7 @@ def solve_by_configuration(
     ``strict=False`` a MIP stopped by its time limit counts with the solution it found. With one
     hour the product's whole model (``base_lp`` if given) is small enough to fix by bounds.
     """
+    prob = prob.reduced()
     pd = prob.products[product]
     choices: list[Candidate | None] = [c for c in pd.candidates if keep is None or keep(c)]
     if pd.has_api and pd.api_max_fraction >= 1.0 and keep is None:
@@ -459,9 +466,7 @@ def solve_by_configuration(
             candidates=(choice,) if choice is not None else (),
             pool=pd.pool if choice is not None and choice.mode == "pool" else (),
         )
-        sub = FleetProblem(products={product: data}, hours=prob.hours, hours_per_month=prob.hours_per_month,
-                           tiers=prob.tiers, spot_max_share=prob.spot_max_share, gpu_availability=prob.gpu_availability,
-                           instance_gpus=prob.instance_gpus, monthly_budget_usd=prob.monthly_budget_usd)
+        sub = prob.derive(products={product: data})
         lp = to_linear_problem(build_model(sub))
         if pd.has_api:
             lower, upper = list(lp.col_lower), list(lp.col_upper)
@@ -683,7 +688,7 @@ def _infeasible_message(prob: FleetProblem, names: list[str], solver: str) -> st
     """Why a coupled group has no plan: the budget (with the cheapest cost) or GPU availability."""
     who = ", ".join(names)
     if prob.monthly_budget_usd is not None:
-        relaxed = replace(prob.restrict(names), monthly_budget_usd=None)
+        relaxed = prob.restrict(names).derive(monthly_budget_usd=None).reduced()
         res = solve(to_linear_problem(build_model(relaxed)), solver)
         if res.optimal:
             cheapest = float(res.objective or 0.0)
@@ -704,9 +709,7 @@ def _plan_alone(
     prob: FleetProblem, data: ProductData, solver: str, opts: Any, availability: dict[str, int]
 ) -> ProductPlan | None:
     """One product planned on its own (instances kept, budget and other products ignored)."""
-    sub = FleetProblem(products={data.name: data}, hours=prob.hours, hours_per_month=prob.hours_per_month,
-                       tiers=prob.tiers, spot_max_share=prob.spot_max_share, gpu_availability=availability,
-                       instance_gpus=prob.instance_gpus)
+    sub = prob.derive(products={data.name: data}, gpu_availability=availability, monthly_budget_usd=None)
     found = solve_by_configuration(sub, data.name, solver, time_limit_s=opts.time_limit_s, mip_rel_gap=opts.mip_rel_gap)
     if found is None:
         return None
@@ -841,7 +844,7 @@ def make_plan(
             parts[name] = (whole, base_lp or lp, res)
             plans[name] = extract(lp, res, sub, scenario.model_construct(products=[by_name[name]]))[0]
         else:
-            whole = prob.restrict(names)
+            whole = prob.restrict(names).reduced()
             lp = to_linear_problem(build_model(whole))
             res = solve(lp, solver, time_limit_s=opts.time_limit_s, mip_rel_gap=opts.mip_rel_gap)
             if res.status == "infeasible":

@@ -6,7 +6,7 @@ import itertools
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from fleetplan.optimizer.candidates import generate_candidates
@@ -131,3 +131,96 @@ def test_joint_optimum_equals_brute_force(catalog, qps, models, avail, instances
     plan = make_plan(scenario, catalog, alternatives=False, compare_first_come=False)
     assert plan.monthly_cost_usd == pytest.approx(expected, rel=1e-6)
     assert check_invariants(plan) == []
+
+
+def _write_profile(path, levels) -> str:
+    path.write_text("hour,multiplier\n" + "".join(f"{h},{v}\n" for h, v in enumerate(levels)))
+    return path.name
+
+
+def brute_force_hours(catalog, scenario, prob) -> float:
+    """Cheapest choice of one configuration per product, on-demand only, hour by hour: each hour
+    the fewest replicas that meet its demand, GPUs of a type rounded up to whole instances."""
+    n = scenario.limits.gpus_per_instance
+    avail = scenario.limits.gpu_availability
+    w = prob.hour_weight
+    best = math.inf
+    for combo in itertools.product(*(pd.candidates for pd in prob.products.values())):
+        cost = 0.0
+        for h in range(prob.hours):
+            used: dict[str, int] = {}
+            price: dict[str, float] = {}
+            for pd, c in zip(prob.products.values(), combo):
+                r = pd.replica_bound(c, h)
+                used[c.gpu] = used.get(c.gpu, 0) + r * c.tp
+                price[c.gpu] = c.price.usd_per_gpu_hour
+                cost += r * c.usd_per_replica_hour_in("on_demand") * w
+            if any(used.get(g, 0) > a for g, a in avail.items()):
+                break
+            for g, u in used.items():
+                if n(g):
+                    cost += (math.ceil(u / n(g)) * n(g) - u) * price[g] * w
+        else:
+            best = min(best, cost)
+    return best
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    levels=st.lists(st.lists(st.sampled_from([0.25, 0.5, 0.75, 1.0]), min_size=24, max_size=24), min_size=2, max_size=2),
+    qps=st.lists(st.floats(2, 40), min_size=2, max_size=2),
+    tiers=st.sampled_from([["on_demand"], ["reserved", "on_demand"], ["reserved", "on_demand", "spot"]]),
+    api=st.booleans(),
+    avail=st.integers(8, 48),
+    instances=st.sampled_from([None, 8]),
+)
+@example(levels=[[0.25, 0.5, 1.0, 0.75] * 6, [1.0, 0.5] * 12], qps=[30.0, 12.0], tiers=["on_demand"], api=False,
+         avail=24, instances=8)
+def test_merging_identical_hours_is_exact(catalog, tmp_path, levels, qps, tiers, api, avail, instances):
+    """Hours that ask the same of every product are solved once, weighted by how often they occur,
+    and configurations beaten in every hour are dropped; the optimum equals the MIP over every
+    hour and every configuration, and brute force where that is closed-form."""
+    from fleetplan.optimizer.formulation import build_model
+    from fleetplan.optimizer.linear import to_linear_problem
+    from fleetplan.optimizer.solvers import solve
+
+    products = []
+    for i, (lv, q, m) in enumerate(zip(levels, qps, ["llama-3.1-8b", "qwen3-32b"])):
+        p = {"name": f"p{i}", "model": m, "precision": "fp8", "peak_qps": q, "input_tokens": 1000,
+             "output_tokens": 300, "min_tokens_per_s_per_user": 20,
+             "demand_profile": _write_profile(tmp_path / f"p{i}-{abs(hash(tuple(lv)))}.csv", lv)}
+        if api and i == 0:
+            p["api"] = {"model": "llama-3.1-8b", "max_fraction": 1.0}
+        products.append(p)
+    raw = {"preset": "seed", "products": products,
+           "options": {"gpus": ["h100-sxm", "a100-sxm-80gb"], "tp": [1, 2], "batch": [16, 64], "tiers": tiers,
+                       "spot_max_share": 1.0},
+           "limits": {"gpu_availability": {"h100-sxm": avail}, "instance_gpus": instances}}
+    scenario = parse_scenario(raw, "random")
+    prob, _, _ = build_problem(scenario, catalog, get_preset("seed"), tmp_path)
+    merged = prob.reduced()  # dominated configurations dropped, identical hours merged
+    assert merged.hours < prob.hours and sum(merged.hour_counts) == prob.hours
+    whole = solve(to_linear_problem(build_model(prob)), "highs")
+    fast = solve(to_linear_problem(build_model(merged)), "highs")
+    assert whole.status == fast.status
+    if whole.status != "optimal":
+        return
+    assert fast.objective == pytest.approx(whole.objective, rel=1e-7)
+    plan = make_plan(scenario, catalog, alternatives=False, compare_first_come=False, folder=tmp_path)
+    assert plan.monthly_cost_usd == pytest.approx(whole.objective, rel=1e-7)
+    assert check_invariants(plan) == [] and all(len(p.on_demand) == 24 for p in plan.products)
+    if tiers == ["on_demand"] and not api:
+        assert plan.monthly_cost_usd == pytest.approx(brute_force_hours(catalog, scenario, prob), rel=1e-7)
+
+
+def test_hours_not_merged_when_a_share_cap_links_them(catalog, examples):
+    """A spot share cap over the horizon (or an API share limit) links hours: no merging."""
+    scenario, folder = load_scenario(examples / "chat-diurnal-blend.yaml")
+    prob, _, _ = build_problem(scenario, catalog, get_preset(scenario.preset), folder)
+    assert not prob.hours_separable and prob.merged() is prob
+    scenario, folder = load_scenario(examples / "portfolio-20.yaml")
+    prob, _, _ = build_problem(scenario, catalog, get_preset(scenario.preset), folder)
+    merged = prob.merged()
+    assert prob.hours == 168 and merged.hours == 31 and len(merged.hour_of) == 168
+    reduced = prob.reduced()
+    assert reduced.hours == 27 and len(reduced.all_candidates()) == 50 < len(prob.all_candidates()) == 148
