@@ -95,7 +95,7 @@ class FleetProblem:
     spot_max_share: float = 0.0
     gpu_availability: dict[str, int] = field(default_factory=dict)
     instance_gpus: dict[str, int] = field(default_factory=dict)
-    monthly_budget_usd: float | None = None
+    monthly_budget_usd: float | None = None  # checked against the plan's total, not a row (the objective is the cost)
     # identical hours merged (see :meth:`merged`): real hours each modelled hour stands for, the
     # modelled hour of every hour of the horizon, and each product's demand over the horizon
     hour_counts: tuple[int, ...] = ()
@@ -585,13 +585,6 @@ def monthly_cost_expression(m: ConcreteModel, prob: FleetProblem) -> object:
     return sum(terms)
 
 
-def define_budget_limit(m: ConcreteModel, prob: FleetProblem) -> None:
-    """The whole plan costs at most the monthly budget (USD)."""
-    if prob.monthly_budget_usd is None:
-        return
-    m.budget_limit = Constraint(expr=monthly_cost_expression(m, prob) <= prob.monthly_budget_usd)
-
-
 def define_objective(m: ConcreteModel, prob: FleetProblem) -> None:
     """Minimise the monthly cost in USD (see :func:`monthly_cost_expression`)."""
     m.monthly_cost_usd = Objective(expr=monthly_cost_expression(m, prob), sense=minimize)
@@ -613,6 +606,5 @@ def build_model(prob: FleetProblem) -> ConcreteModel:
     define_pool_configuration_meets_demand(m, prob)
     define_gpu_availability(m, prob)
     define_whole_instances(m, prob)
-    define_budget_limit(m, prob)
     define_objective(m, prob)
     return m

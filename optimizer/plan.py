@@ -31,6 +31,7 @@ from fleetplan.optimizer.solvers import SolveResult, solve
 
 
 RUNNER_UP_TIME_LIMIT_S = 5.0
+RELIEF_TIME_LIMIT_S = 20.0
 
 
 class InfeasibleError(InputError):
@@ -429,7 +430,9 @@ def solve_by_configuration(
     first; they are solved in order of that bound and the search stops once the bound reaches
     the incumbent. ``keep`` limits the configurations (runner-up reports). Returns the best
     solution with its problem, or None if no configuration is feasible. With
-    ``strict=False`` a MIP stopped by its time limit counts with the solution it found. With one
+    ``strict=False`` a MIP stopped by its time limit counts with the solution it found, the time
+    limit covers the whole search (configurations not reached count with their LP bound) and the
+    result's gap is measured against the weakest bound left open. With one
     hour the product's whole model (``base_lp`` if given) is small enough to fix by bounds.
     """
     prob = prob.reduced()
@@ -479,16 +482,36 @@ def solve_by_configuration(
         staged.append((float(relaxed.objective or 0.0), choice.key if choice else "", lp, sub))
     staged.sort(key=lambda t: (t[0], t[1]))
     best: tuple[SolveResult, LinearProblem, FleetProblem] | None = None
+    deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
+    open_bounds: list[float] = []  # lower bounds of configurations not proven (time limit)
     for bound, _, lp, sub in staged:
         if best is not None and bound >= float(best[0].objective or 0.0) * (1 - mip_rel_gap) - 1e-7:
             break
-        res = solve(lp, solver, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap)
+        left = None if deadline is None else deadline - time.perf_counter()
+        if left is not None and left <= 0 and best is not None and not strict:
+            open_bounds.append(bound)  # not searched: its LP bound is all that is known
+            continue
+        res = solve(lp, solver, time_limit_s=None if left is None else max(left, 1.0), mip_rel_gap=mip_rel_gap)
         if res.status == "infeasible":
+            continue
+        if not res.optimal and not strict and not res.values:
+            open_bounds.append(bound)  # stopped before finding a plan for this configuration
             continue
         if not res.optimal and not (not strict and res.values):
             raise SolverError(f"{solver} returned no proven-optimal plan for {product}: {res.termination}")
+        if not res.optimal:
+            open_bounds.append(float(res.objective or 0.0) * (1 - (res.mip_gap or 0.0)))
         if best is None or float(res.objective or 0.0) < float(best[0].objective or 0.0) - 1e-7:
             best = (res, lp, sub)
+    if best is not None and open_bounds:
+        # the search stopped at the time limit: the gap is against the weakest bound left open
+        res = best[0]
+        value = float(res.objective or 0.0)
+        lower = min([value * (1 - (res.mip_gap or 0.0))] + open_bounds)
+        gap = (value - lower) / abs(value) if value else 0.0
+        if gap > mip_rel_gap:
+            res = replace(res, status="time_limit", termination=f"time limit reached (gap {gap:.3%})", mip_gap=gap)
+        best = (res, best[1], best[2])
     return best
 
 
@@ -657,19 +680,18 @@ def coupled_components(prob: FleetProblem) -> list[list[str]]:
     """Groups of products that must be planned together (networkx connected components).
 
     Two products are coupled when both may use a GPU type whose availability is limited or
-    that is bought in whole instances; a budget couples every product. Components are listed
-    in scenario order, products inside them too.
+    that is bought in whole instances. A budget couples nothing: the objective is the monthly
+    cost itself, so the cheapest plan meets the budget if any plan does, and the plan's total is
+    checked against it. Components are listed in scenario order, products inside them too.
     """
     names = list(prob.products)
-    shared_limits = prob.monthly_budget_usd is not None or prob.gpu_availability or prob.instance_gpus
+    shared_limits = prob.gpu_availability or prob.instance_gpus
     if len(names) == 1 or not shared_limits:
         return [[n] for n in names]
     import networkx as nx  # imported only when products can be coupled
 
     g = nx.Graph()
     g.add_nodes_from(names)
-    if prob.monthly_budget_usd is not None:
-        g.add_edges_from(zip(names, names[1:]))
     shared = set(prob.gpu_availability) | set(prob.instance_gpus)
     users: dict[str, list[str]] = {}
     for n in names:
@@ -685,17 +707,8 @@ def coupled_components(prob: FleetProblem) -> list[list[str]]:
 
 
 def _infeasible_message(prob: FleetProblem, names: list[str], solver: str) -> str:
-    """Why a coupled group has no plan: the budget (with the cheapest cost) or GPU availability."""
+    """Why a coupled group has no plan: GPU availability, or no configuration at all."""
     who = ", ".join(names)
-    if prob.monthly_budget_usd is not None:
-        relaxed = prob.restrict(names).derive(monthly_budget_usd=None).reduced()
-        res = solve(to_linear_problem(build_model(relaxed)), solver)
-        if res.optimal:
-            cheapest = float(res.objective or 0.0)
-            return (
-                f"limits.monthly_budget_usd: infeasible: the cheapest plan for {who} costs ${cheapest:,.0f} a month, "
-                f"${cheapest - prob.monthly_budget_usd:,.0f} over the budget of ${prob.monthly_budget_usd:,.0f}"
-            )
     if prob.gpu_availability:
         return (
             f"limits.gpu_availability: infeasible: {who} cannot all be served within "
@@ -798,6 +811,85 @@ def _instances(plan: Plan) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _cheapest(scenario: Scenario, catalog: Catalog, solver: str, preset: Preset, folder: Path | None,
+              with_api: bool) -> float:
+    """Cost of the cheapest plan of ``scenario`` (inf when none)."""
+    try:
+        return make_plan(scenario, catalog, solver, False, preset, folder, with_api=with_api,
+                         compare_first_come=False).monthly_cost_usd
+    except (InfeasibleError, SolverError):
+        return math.inf
+
+
+def check_budget(plan: Plan, original: Scenario, catalog: Catalog, solver: str, preset: Preset,
+                 folder: Path | None, with_api: bool) -> None:
+    """The budget is not a row of the MIP: the objective is the monthly cost, so the cheapest plan
+    meets the budget if any plan does. Raise, with what would make it fit, when it does not."""
+    budget = plan.problem.monthly_budget_usd
+    total = plan.monthly_cost_usd
+    if budget is None or total <= budget + 0.005:
+        return
+    who = ", ".join(p.name for p in original.products)
+    res = plan.solve_result
+    if not res.optimal:
+        bound = total * (1 - (res.mip_gap or 0.0))
+        head = (f"limits.monthly_budget_usd: no plan within the budget of ${budget:,.0f} found before the time limit: "
+                f"the best found for {who} costs ${total:,.0f} and none costs less than ${bound:,.0f}")
+    else:
+        head = (f"limits.monthly_budget_usd: infeasible: the cheapest plan for {who} costs ${total:,.0f} a month, "
+                f"${total - budget:,.0f} over the budget of ${budget:,.0f}")
+    raise InfeasibleError(head + "; " + budget_relief(original, catalog, solver, preset, folder, with_api))
+
+
+def budget_relief(scenario: Scenario, catalog: Catalog, solver: str, preset: Preset, folder: Path | None,
+                  with_api: bool = True) -> str:
+    """What a budget that cannot be met costs in API share or in per-user speed: the cheapest
+    plan when products with a capped API may send it everything, and the largest common factor
+    on every product's ``min_tokens_per_s_per_user`` whose cheapest plan fits the budget
+    (bisection to 1%)."""
+    budget = scenario.limits.monthly_budget_usd
+    assert budget is not None
+    # a search for what fits, not a proof: each plan to 0.1% and at most RELIEF_TIME_LIMIT_S per MIP search;
+    # a plan found that fits is a witness whatever its gap
+    opts = scenario.options
+    quick = opts.model_copy(update={"mip_rel_gap": max(opts.mip_rel_gap, 1e-3),
+                                    "time_limit_s": min(opts.time_limit_s or RELIEF_TIME_LIMIT_S, RELIEF_TIME_LIMIT_S)})
+    free = scenario.model_copy(update={"limits": scenario.limits.model_copy(update={"monthly_budget_usd": None}),
+                                       "options": quick})
+    out: list[str] = []
+    capped = [p for p in scenario.products if p.api is not None and p.api.max_fraction < 1.0] if with_api else []
+    if capped:
+        names = {p.name for p in capped}
+        products = [p.model_copy(update={"api": p.api.model_copy(update={"max_fraction": 1.0})}) if p.name in names
+                    else p for p in scenario.products]
+        cost = _cheapest(free.model_copy(update={"products": products}), catalog, solver, preset, folder, with_api)
+        verdict = "fits" if cost <= budget else "still does not fit"
+        out.append(f"with api.max_fraction 1 for {', '.join(sorted(names))} a plan costs ${cost:,.0f} ({verdict})")
+
+    def slower(f: float) -> float:
+        products = [p.model_copy(update={"min_tokens_per_s_per_user": p.min_tokens_per_s_per_user * f})
+                    for p in scenario.products]
+        return _cheapest(free.model_copy(update={"products": products}), catalog, solver, preset, folder, with_api)
+
+    lo, hi = 0.2, 1.0
+    cost_lo = slower(lo)
+    if cost_lo > budget:
+        out.append(f"even at {lo:.0%} of every min_tokens_per_s_per_user no plan found costs less than ${cost_lo:,.0f}")
+    else:
+        while hi - lo > 0.01:
+            mid = round((lo + hi) / 2, 4)
+            cost = slower(mid)
+            if cost <= budget:
+                lo, cost_lo = mid, cost
+            else:
+                hi = mid
+        f = math.floor(lo * 100) / 100
+        out.append(f"it fits (${cost_lo:,.0f}) with every min_tokens_per_s_per_user at {f:.2f}x its target ("
+                   + ", ".join(f"{p.name} {p.min_tokens_per_s_per_user * f:.3g}" for p in scenario.products[:3])
+                   + (", ..." if len(scenario.products) > 3 else "") + " tokens/s)")
+    return "; ".join(out)
+
+
 def make_plan(
     scenario: Scenario,
     catalog: Catalog,
@@ -830,21 +922,22 @@ def make_plan(
     plans: dict[str, ProductPlan] = {}
     parts: dict[str, tuple[FleetProblem, LinearProblem, SolveResult]] = {}
     components = coupled_components(prob)
+
     for names in components:
         t1 = time.perf_counter()
         if len(names) == 1:
             name = names[0]
-            whole = prob.restrict(names)
+            whole = prob.restrict(names).derive(monthly_budget_usd=None)
             base_lp = to_linear_problem(build_model(whole)) if whole.hours == 1 else None
             found = solve_by_configuration(whole, name, solver, time_limit_s=opts.time_limit_s,
-                                           mip_rel_gap=opts.mip_rel_gap, base_lp=base_lp)
+                                           mip_rel_gap=opts.mip_rel_gap, base_lp=base_lp, strict=False)
             if found is None:
                 raise InfeasibleError(_infeasible_message(prob, names, solver))
             res, lp, sub = found
             parts[name] = (whole, base_lp or lp, res)
             plans[name] = extract(lp, res, sub, scenario.model_construct(products=[by_name[name]]))[0]
         else:
-            whole = prob.restrict(names).reduced()
+            whole = prob.restrict(names).derive(monthly_budget_usd=None).reduced()
             lp = to_linear_problem(build_model(whole))
             res = solve(lp, solver, time_limit_s=opts.time_limit_s, mip_rel_gap=opts.mip_rel_gap)
             if res.status == "infeasible":
@@ -903,15 +996,19 @@ def make_plan(
             plan.separate[name] = separate_cost(prob, pd, solver, opts)
     if any(pd.members for pd in prob.products.values()):
         # pooling is allowed, not imposed: keep whichever of pooled and separate replicas is cheaper
-        unpooled = original.model_copy(update={"limits": original.limits.model_copy(update={"allow_pooling": False})})
+        unpooled = original.model_copy(update={"limits": original.limits.model_copy(
+            update={"allow_pooling": False, "monthly_budget_usd": None})})
         alt = make_plan(unpooled, catalog, solver, alternatives, preset, folder, with_api=with_api,
                         compare_first_come=compare_first_come)
         note = {"pooled_monthly_cost_usd": round(plan.monthly_cost_usd, 2),
                 "separate_monthly_cost_usd": round(alt.monthly_cost_usd, 2)}
         if alt.monthly_cost_usd < plan.monthly_cost_usd - 0.005:
             alt.pooling = {**note, "chosen": "separate"}
+            alt.problem = alt.problem.derive(monthly_budget_usd=prob.monthly_budget_usd)
+            check_budget(alt, original, catalog, solver, preset, folder, with_api)
             return alt
         plan.pooling = {**note, "chosen": "pooled"}
+    check_budget(plan, original, catalog, solver, preset, folder, with_api)
     if compare_first_come and prob.gpu_availability and len(scenario.products) > 1:
         plan.first_come_monthly_cost_usd = first_come_cost(prob, [p.name for p in scenario.products], solver, opts)
     return plan

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -43,9 +44,16 @@ def test_independent_products_are_separate_components(catalog):
     comps = coupled_components(prob)
     users = [n for n in ("a", "b") if any(c.gpu == "l40s" for c in prob.products[n].candidates)]
     assert len(comps) == (1 if len(users) == 2 else 2)
+    # a budget couples nothing: the objective is the cost, so the cheapest plan meets it if any does
     raw["limits"] = {"monthly_budget_usd": 1e9}
     prob, _, _ = build_problem(parse_scenario(raw, "s"), catalog, get_preset("default"))
-    assert coupled_components(prob) == [["a", "b"]]
+    assert coupled_components(prob) == [["a"], ["b"]]
+    alone = [make_plan(parse_scenario({**raw, "products": [p], "limits": {}}, "s"), catalog, alternatives=False)
+             for p in raw["products"]]
+    cheapest = sum(p.monthly_cost_usd for p in alone)
+    raw["limits"] = {"monthly_budget_usd": cheapest - 1.0}
+    with pytest.raises(InfeasibleError, match=rf"costs \${cheapest:,.0f} a month, \$1 over the budget"):
+        make_plan(parse_scenario(raw, "s"), catalog, alternatives=False)
 
 
 def test_budget_limit(catalog, examples):
@@ -53,8 +61,19 @@ def test_budget_limit(catalog, examples):
     free = make_plan(scenario, catalog, folder=folder, alternatives=False, compare_first_come=False).monthly_cost_usd
     raw = scenario.model_dump(mode="python")
     raw["limits"]["monthly_budget_usd"] = free - 1000
-    with pytest.raises(InfeasibleError, match=r"monthly_budget_usd: infeasible: .* over the budget"):
+    with pytest.raises(InfeasibleError, match=r"monthly_budget_usd: infeasible: .* over the budget") as err:
         make_plan(parse_scenario(raw, "s"), catalog, folder=folder, alternatives=False)
+    # what the budget costs in speed: the factor reported makes a plan within the budget, 5% less does not
+    factor = float(re.search(r"min_tokens_per_s_per_user at ([0-9.]+)x", str(err.value)).group(1))
+    assert 0.2 <= factor < 1.0
+
+    def cost_at(f: float) -> float:
+        slow = {**raw, "limits": {**raw["limits"], "monthly_budget_usd": None},
+                "products": [{**p, "min_tokens_per_s_per_user": p["min_tokens_per_s_per_user"] * f} for p in raw["products"]]}
+        return make_plan(parse_scenario(slow, "s"), catalog, folder=folder, alternatives=False,
+                         compare_first_come=False).monthly_cost_usd
+
+    assert cost_at(factor) <= free - 1000 < cost_at(min(1.0, factor + 0.02))
     raw["limits"]["monthly_budget_usd"] = free + 1000
     plan = make_plan(parse_scenario(raw, "s"), catalog, folder=folder, alternatives=False)
     assert plan.monthly_cost_usd == pytest.approx(free) and check_invariants(plan) == []
