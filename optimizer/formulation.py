@@ -94,6 +94,7 @@ class FleetProblem:
     tiers: tuple[str, ...] = ("on_demand",)
     spot_max_share: float = 0.0
     gpu_availability: dict[str, int] = field(default_factory=dict)
+    tier_availability: dict[tuple[str, str], int] = field(default_factory=dict)  # (GPU type, tier) -> GPUs
     instance_gpus: dict[str, int] = field(default_factory=dict)
     monthly_budget_usd: float | None = None  # checked against the plan's total, not a row (the objective is the cost)
     # identical hours merged (see :meth:`merged`): real hours each modelled hour stands for, the
@@ -120,6 +121,7 @@ class FleetProblem:
         return self.derive(
             products={n: self.products[n] for n in names},
             gpu_availability=dict(self.gpu_availability) if limits else {},
+            tier_availability=dict(self.tier_availability) if limits else {},
             instance_gpus=dict(self.instance_gpus) if limits else {},
             monthly_budget_usd=self.monthly_budget_usd if limits else None,
             full_demand={n: self.full_demand[n] for n in names if n in self.full_demand},
@@ -163,6 +165,8 @@ class FleetProblem:
         if "reserved" in self.tiers or ("spot" in self.tiers and self.spot_max_share < 1.0):
             return self
         hourly = self.hourly_tiers
+        if self.tier_availability and len(hourly) > 1:  # a TP group cannot be split across tiers
+            return self
         changed = False
         products = {}
         for name, pd in self.products.items():
@@ -510,20 +514,38 @@ def gpus_in_hour(m: ConcreteModel, prob: FleetProblem, gpu: str, h: int) -> obje
     )
 
 
+def gpus_in_tier(m: ConcreteModel, prob: FleetProblem, gpu: str, tier: str, h: int) -> object:
+    """Expression: GPUs of type ``gpu`` bought in pricing tier ``tier`` running in hour ``h``."""
+    if tier == "reserved":
+        return sum(c.tp * m.reserved[c.key] for c in prob.all_candidates() if c.gpu == gpu) + sum(
+            k.tp * m.pool_reserved[k.key] for k in prob.all_pool() if k.gpu == gpu)
+    decode, pool = getattr(m, tier), getattr(m, f"pool_{tier}")
+    return sum(c.tp * decode[c.key, h] for c in prob.all_candidates() if c.gpu == gpu) + sum(
+        k.tp * pool[k.key, h] for k in prob.all_pool() if k.gpu == gpu)
+
+
 def _gpu_types(prob: FleetProblem) -> list[str]:
     return sorted({c.gpu for c in prob.all_candidates()} | {k.gpu for k in prob.all_pool()})
 
 
 def define_gpu_availability(m: ConcreteModel, prob: FleetProblem) -> None:
     """In every hour, the GPUs of a scarce type in use stay within what can be obtained:
-    sum over configurations on that type of tp x replicas[c,h] <= availability[gpu]."""
+    sum over configurations on that type of tp x replicas[c,h] <= availability[gpu]; and, where
+    availability is given per pricing tier, the GPUs bought in that tier within its limit."""
     gpus = [g for g in _gpu_types(prob) if g in prob.gpu_availability]
-    if not gpus:
-        return
-    m.gpu_availability = Constraint(
-        [(g, h) for g in gpus for h in range(prob.hours)],
-        rule=lambda m, g, h: gpus_in_hour(m, prob, g, h) <= prob.gpu_availability[g],
-    )
+    if gpus:
+        m.gpu_availability = Constraint(
+            [(g, h) for g in gpus for h in range(prob.hours)],
+            rule=lambda m, g, h: gpus_in_hour(m, prob, g, h) <= prob.gpu_availability[g],
+        )
+    # per pricing tier: reserved replicas are held all month (one row), the others hour by hour
+    types = set(_gpu_types(prob))
+    tiers = [(g, t) for g, t in sorted(prob.tier_availability) if g in types and t in prob.tiers]
+    if tiers:
+        m.gpu_tier_availability = Constraint(
+            [(g, t, h) for g, t in tiers for h in (range(1) if t == "reserved" else range(prob.hours))],
+            rule=lambda m, g, t, h: gpus_in_tier(m, prob, g, t, h) <= prob.tier_availability[g, t],
+        )
 
 
 def define_whole_instances(m: ConcreteModel, prob: FleetProblem) -> None:

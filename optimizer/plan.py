@@ -124,6 +124,19 @@ class ProductPlan:
             out[self.pool.gpu] = out.get(self.pool.gpu, 0) + self.pool.tp * self.pool_replicas_in_hour(h)
         return out
 
+    def gpus_by_tier(self, h: int) -> dict[tuple[str, str], int]:
+        """GPUs the product runs in hour ``h``, per (GPU type, pricing tier)."""
+        out: dict[tuple[str, str], int] = {}
+        parts = [(self.candidate, self.reserved, self.on_demand, self.spot),
+                 (self.pool, self.pool_reserved, self.pool_on_demand, self.pool_spot)]
+        for part, reserved, on_demand, spot in parts:
+            if part is None:
+                continue
+            for tier, n in (("reserved", reserved), ("on_demand", on_demand[h]), ("spot", spot[h])):
+                if n:
+                    out[(part.gpu, tier)] = out.get((part.gpu, tier), 0) + part.tp * n
+        return out
+
     def gpu_prices(self) -> dict[str, float]:
         """Plain GPU-hour price of each GPU type the product uses."""
         parts = [p for p in (self.candidate, self.pool) if p is not None]
@@ -307,7 +320,8 @@ def build_problem(
     instance_gpus = {g: n for g in catalog.gpus if (n := lim.gpus_per_instance(g))}
     prob = FleetProblem(
         products=data, hours=hours, hours_per_month=preset.hours_per_month, tiers=tuple(opts.tiers),
-        spot_max_share=opts.spot_max_share, gpu_availability=dict(lim.gpu_availability),
+        spot_max_share=opts.spot_max_share, gpu_availability=lim.total_availability(),
+        tier_availability=lim.tier_availability(),
         instance_gpus=instance_gpus, monthly_budget_usd=lim.monthly_budget_usd,
     )
     return prob, sets, planned
@@ -685,14 +699,14 @@ def coupled_components(prob: FleetProblem) -> list[list[str]]:
     checked against it. Components are listed in scenario order, products inside them too.
     """
     names = list(prob.products)
-    shared_limits = prob.gpu_availability or prob.instance_gpus
+    shared_limits = prob.gpu_availability or prob.tier_availability or prob.instance_gpus
     if len(names) == 1 or not shared_limits:
         return [[n] for n in names]
     import networkx as nx  # imported only when products can be coupled
 
     g = nx.Graph()
     g.add_nodes_from(names)
-    shared = set(prob.gpu_availability) | set(prob.instance_gpus)
+    shared = set(prob.gpu_availability) | {g for g, _ in prob.tier_availability} | set(prob.instance_gpus)
     users: dict[str, list[str]] = {}
     for n in names:
         pd = prob.products[n]
@@ -709,20 +723,23 @@ def coupled_components(prob: FleetProblem) -> list[list[str]]:
 def _infeasible_message(prob: FleetProblem, names: list[str], solver: str) -> str:
     """Why a coupled group has no plan: GPU availability, or no configuration at all."""
     who = ", ".join(names)
-    if prob.gpu_availability:
+    if prob.gpu_availability or prob.tier_availability:
+        limits = [f"{g}: {n}" for g, n in sorted(prob.gpu_availability.items())]
+        limits += [f"{g} {t}: {n}" for (g, t), n in sorted(prob.tier_availability.items())]
         return (
             f"limits.gpu_availability: infeasible: {who} cannot all be served within "
-            + ", ".join(f"{g}: {n}" for g, n in sorted(prob.gpu_availability.items()))
-            + " GPUs (raise availability, allow other GPU types or add an API)"
+            + ", ".join(limits) + " GPUs (raise availability, allow other GPU types or add an API)"
         )
     return f"products[{who}]: infeasible: no configuration meets demand under the given limits"
 
 
 def _plan_alone(
-    prob: FleetProblem, data: ProductData, solver: str, opts: Any, availability: dict[str, int]
+    prob: FleetProblem, data: ProductData, solver: str, opts: Any, availability: dict[str, int],
+    tier_availability: dict[tuple[str, str], int] | None = None,
 ) -> ProductPlan | None:
     """One product planned on its own (instances kept, budget and other products ignored)."""
-    sub = prob.derive(products={data.name: data}, gpu_availability=availability, monthly_budget_usd=None)
+    sub = prob.derive(products={data.name: data}, gpu_availability=availability,
+                      tier_availability=tier_availability or {}, monthly_budget_usd=None)
     found = solve_by_configuration(sub, data.name, solver, time_limit_s=opts.time_limit_s, mip_rel_gap=opts.mip_rel_gap)
     if found is None:
         return None
@@ -737,15 +754,19 @@ def first_come_cost(prob: FleetProblem, order: list[str], solver: str, opts: Any
     """Cost of planning products one after another, each taking what it needs of the scarce GPUs
     first (the baseline a joint plan is compared with); None if a later product is left unservable."""
     remaining = dict(prob.gpu_availability)
+    remaining_tier = dict(prob.tier_availability)
     total = 0.0
     for name in order:
-        pp = _plan_alone(prob, prob.products[name], solver, opts, dict(remaining))
+        pp = _plan_alone(prob, prob.products[name], solver, opts, dict(remaining), dict(remaining_tier))
         if pp is None:
             return None
         total += pp.solve_objective
         for gpu, row in gpu_hours([pp], prob.hours).items():
             if gpu in remaining:
                 remaining[gpu] = max(0, remaining[gpu] - max(row))
+        for key, row in tier_gpu_hours([pp], prob.hours).items():
+            if key in remaining_tier:
+                remaining_tier[key] = max(0, remaining_tier[key] - max(row))
     return total
 
 
@@ -773,6 +794,16 @@ def gpu_hours(products: list[ProductPlan], hours: int) -> dict[str, list[int]]:
     return out
 
 
+def tier_gpu_hours(products: list[ProductPlan], hours: int) -> dict[tuple[str, str], list[int]]:
+    """GPUs in use per (GPU type, pricing tier) and hour, summed over ``products``."""
+    out: dict[tuple[str, str], list[int]] = {}
+    for pp in products:
+        for h in range(hours):
+            for key, n in pp.gpus_by_tier(h).items():
+                out.setdefault(key, [0] * hours)[h] += n
+    return out
+
+
 def _allocate_stranded(plan: Plan) -> None:
     """Charge idle instance GPUs (hour by hour, plain GPU-hour price) to the products on that GPU
     type in proportion to the GPUs they use, so products add up to the plan's total."""
@@ -796,6 +827,7 @@ def _instances(plan: Plan) -> dict[str, dict[str, Any]]:
     prob = plan.problem
     out: dict[str, dict[str, Any]] = {}
     per_hour = gpu_hours(plan.products, prob.hours)
+    per_tier = tier_gpu_hours(plan.products, prob.hours)
     for gpu in sorted(per_hour):
         used = per_hour[gpu]
         n = prob.instance_gpus.get(gpu)
@@ -807,7 +839,11 @@ def _instances(plan: Plan) -> dict[str, dict[str, Any]]:
             "gpus_per_instance": n,
             "stranded_gpus": (instances * n - peak) if n else 0,
             "available": prob.gpu_availability.get(gpu),
+            "gpus_by_tier": {t: max(row) for (g, t), row in sorted(per_tier.items()) if g == gpu},
         }
+        by_tier = {t: n for (g, t), n in sorted(prob.tier_availability.items()) if g == gpu}
+        if by_tier:
+            out[gpu]["available_by_tier"] = by_tier
     return out
 
 

@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from fleetplan.optimizer.formulation import SECONDS_PER_HOUR
-from fleetplan.optimizer.plan import Plan, ProductPlan, gpu_hours
+from fleetplan.optimizer.plan import Plan, ProductPlan, gpu_hours, tier_gpu_hours
 
 LIMITERS = {
     "per_user_speed": "min_tokens_per_s_per_user",
@@ -284,6 +284,10 @@ def check_invariants(plan: Plan) -> list[str]:
     for gpu, u in plan.instances.items():
         if u["available"] is not None and u["gpus"] > u["available"]:
             problems.append(f"{gpu}: {u['gpus']} GPUs in use > {u['available']} available")
+    for (gpu, tier), row in tier_gpu_hours(plan.products, plan.hours).items():
+        limit = plan.problem.tier_availability.get((gpu, tier))
+        if limit is not None and max(row) > limit:
+            problems.append(f"{gpu} {tier}: {max(row)} GPUs in use > {limit} available in that tier")
         if u["instances"] is not None and u["instances"] * u["gpus_per_instance"] < u["gpus"]:
             problems.append(f"{gpu}: instances do not hold the GPUs in use")
     budget = plan.problem.monthly_budget_usd

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator
 
-from fleetplan.catalogs.loader import InputError, format_validation_error, parse_yaml, read_text
+from fleetplan.catalogs.loader import InputError, format_validation_error, nearest, parse_yaml, read_text
 from fleetplan.catalogs.schema import Precision
 
 
@@ -118,21 +118,45 @@ class Options(_Strict):
         return v
 
 
+AVAILABILITY_KEYS = ("total", "reserved", "on_demand", "spot")
+
+
 class Limits(_Strict):
     """Limits the products share: scarce GPUs, whole instances, one budget."""
 
-    gpu_availability: dict[str, int] = Field(default_factory=dict, description="most GPUs of a type in any hour")
+    gpu_availability: dict[str, int | dict[str, int]] = Field(
+        default_factory=dict,
+        description="most GPUs of a type in any hour: a number (all tiers together) or per pricing tier "
+                    "({reserved: 32, spot: 16, total: 40})")
     instance_gpus: int | dict[str, int] | None = Field(default=None, description="GPUs per instance (node)")
     monthly_budget_usd: PositiveFloat | None = None
     allow_pooling: bool = False
 
     @field_validator("gpu_availability")
     @classmethod
-    def _non_negative(cls, v: dict[str, int]) -> dict[str, int]:
+    def _non_negative(cls, v: dict[str, Any]) -> dict[str, Any]:
         for gpu, n in v.items():
-            if n < 0:
-                raise ValueError(f"{gpu}: must be >= 0 (got {n})")
+            for tier, k in (n.items() if isinstance(n, dict) else [("", n)]):
+                if tier and tier not in AVAILABILITY_KEYS:
+                    raise ValueError(f"{gpu}.{tier}: unknown pricing tier{nearest(tier, AVAILABILITY_KEYS)}")
+                if k < 0:
+                    raise ValueError(f"{gpu}{'.' + tier if tier else ''}: must be >= 0 (got {k})")
         return v
+
+    def total_availability(self) -> dict[str, int]:
+        """Most GPUs of each limited type in any hour, all tiers together."""
+        out = {}
+        for gpu, n in self.gpu_availability.items():
+            if isinstance(n, int):
+                out[gpu] = n
+            elif "total" in n:
+                out[gpu] = n["total"]
+        return out
+
+    def tier_availability(self) -> dict[tuple[str, str], int]:
+        """Most GPUs of a type in one pricing tier in any hour, per (GPU type, tier)."""
+        return {(gpu, t): k for gpu, n in self.gpu_availability.items() if isinstance(n, dict)
+                for t, k in n.items() if t != "total"}
 
     def gpus_per_instance(self, gpu: str) -> int | None:
         """GPUs per instance of ``gpu`` (None: bought GPU by GPU)."""

@@ -243,3 +243,57 @@ def test_hours_not_merged_when_a_share_cap_links_them(catalog, examples):
     assert prob.hours == 168 and merged.hours == 31 and len(merged.hour_of) == 168
     reduced = prob.reduced()
     assert reduced.hours == 27 and len(reduced.all_candidates()) == 50 < len(prob.all_candidates()) == 148
+
+
+def brute_force_tiers(catalog, scenario, limit) -> float:
+    """Cheapest configurations and split of each product's replicas between reserved (at most
+    ``limit`` H100s in that tier over all products) and on-demand, one hour."""
+    preset = get_preset(scenario.preset)
+    options = []
+    for p in scenario.products:
+        cs = generate_candidates(p, catalog.models[p.model], catalog, scenario.options, preset, prune=False)
+        demand = p.peak_qps * p.output_tokens
+        options.append([(c, math.ceil(demand / c.usable_tokens_per_s - 1e-9)) for c in cs.candidates])
+    hours = preset.hours_per_month
+    best = math.inf
+    for combo in itertools.product(*options):
+        for reserved in itertools.product(*(range(n + 1) for _, n in combo)):
+            if sum(r * c.tp for (c, _), r in zip(combo, reserved)) > limit:
+                continue
+            cost = sum((r * c.usd_per_replica_hour_in("reserved") + (n - r) * c.usd_per_replica_hour_in("on_demand")) * hours
+                       for (c, n), r in zip(combo, reserved))
+            best = min(best, cost)
+    return best
+
+
+@pytest.mark.parametrize("limit", [0, 4, 12, 40])
+def test_availability_per_pricing_tier(catalog, limit):
+    """Reserved H100s are cheaper but scarce: the plan takes at most the limit in that tier and
+    the rest on demand; the optimum equals brute force over configurations and tier splits."""
+    raw = {
+        "preset": "seed",
+        "products": [
+            {"name": "chat", "model": "llama-3.1-70b", "precision": "fp8", "peak_qps": 12, "input_tokens": 1000,
+             "output_tokens": 300, "min_tokens_per_s_per_user": 25},
+            {"name": "code", "model": "llama-3.1-8b", "precision": "fp8", "peak_qps": 40, "input_tokens": 2000,
+             "output_tokens": 200, "min_tokens_per_s_per_user": 40},
+        ],
+        "options": {"gpus": ["h100-sxm"], "tp": [1, 2, 4], "batch": [16, 64], "tiers": ["reserved", "on_demand"]},
+        "limits": {"gpu_availability": {"h100-sxm": {"reserved": limit, "total": 200}}},
+    }
+    scenario = parse_scenario(raw, "tiers")
+    plan = make_plan(scenario, catalog, alternatives=False)
+    d = plan_to_dict(plan)
+    assert check_invariants(plan) == []
+    assert d["components"] == [["chat", "code"]]
+    usage = d["gpu_usage"]["h100-sxm"]
+    assert usage["available_by_tier"] == {"reserved": limit}
+    assert usage["gpus_by_tier"].get("reserved", 0) <= limit
+    assert plan.monthly_cost_usd == pytest.approx(brute_force_tiers(catalog, scenario, limit), rel=1e-9)
+
+
+def test_unknown_pricing_tier_in_availability_is_named(catalog):
+    raw = {"products": [{"name": "a", "model": "llama-3.1-8b", "peak_qps": 1, "input_tokens": 100, "output_tokens": 100}],
+           "limits": {"gpu_availability": {"h100-sxm": {"reserverd": 8}}}}
+    with pytest.raises(Exception, match=r"gpu_availability.*h100-sxm\.reserverd: unknown pricing tier \(nearest valid choice: reserved\)"):
+        parse_scenario(raw, "s")
