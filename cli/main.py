@@ -142,7 +142,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     scenario, folder = load_scenario(args.scenario[0])
     catalog = load_catalog([*(folder / c for c in scenario.catalogs), *args.catalog])
     preset = resolve_preset(scenario.preset, args.calibration) if args.calibration else None
-    plan = make_plan(scenario, catalog, solver=args.solver, alternatives=not args.no_alternatives, preset=preset, folder=folder)
+    plan = make_plan(scenario, catalog, solver=args.solver, alternatives=not args.no_alternatives, preset=preset,
+                     folder=folder, jobs=args.jobs)
     d = plan_to_dict(plan)
     if d["status"] != "optimal":
         print(f"fleetplan: warning: {d['termination']}: not proven optimal", file=sys.stderr)
@@ -341,7 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
              "scenario's old plan file is removed); without --out a batch writes no files",
     )
     pl.add_argument("--jobs", type=_int_in(1, 256, "--jobs"), default=1,
-                    help="a batch: plan this many scenarios at once in worker processes (same results for any value)")
+                    help="a batch: plan this many scenarios at once in worker processes; one scenario: solve this many "
+                         "independent multi-hour components at once (same results for any value)")
     pl.add_argument("--calibration", help="calibration profile YAML (from `fleetplan calibrate`)")
     pl.add_argument("--no-alternatives", action="store_true", help="skip the per-GPU-type runner-up solves")
     pl.set_defaults(func=cmd_plan)

@@ -690,6 +690,29 @@ def _why(pp: ProductPlan) -> str:
     return txt
 
 
+def solve_component(
+    task: tuple[FleetProblem, list[str], str, float | None, float],
+) -> tuple[FleetProblem, LinearProblem | None, LinearProblem | None, SolveResult | None, FleetProblem | None]:
+    """Solve one group of coupled products: (problem, MIP solved, whole one-hour MIP or None,
+    result or None if infeasible, problem to read the solution from). A single product goes
+    through :func:`solve_by_configuration`; a coupled group is one MIP after the exact reductions."""
+    whole, names, solver, time_limit_s, gap = task
+    if len(names) == 1:
+        base_lp = to_linear_problem(build_model(whole)) if whole.hours == 1 else None
+        found = solve_by_configuration(whole, names[0], solver, time_limit_s=time_limit_s, mip_rel_gap=gap,
+                                       base_lp=base_lp, strict=False)
+        if found is None:
+            return whole, None, base_lp, None, None
+        res, lp, sub = found
+        return whole, lp, base_lp, res, sub
+    small = whole.reduced()
+    lp = to_linear_problem(build_model(small))
+    res = solve(lp, solver, time_limit_s=time_limit_s, mip_rel_gap=gap)
+    if res.status == "infeasible":
+        return small, lp, None, None, None
+    return small, lp, None, res, small
+
+
 def coupled_components(prob: FleetProblem) -> list[list[str]]:
     """Groups of products that must be planned together (networkx connected components).
 
@@ -936,6 +959,7 @@ def make_plan(
     *,
     with_api: bool = True,
     compare_first_come: bool = True,
+    jobs: int = 1,
 ) -> Plan:
     """Solve ``scenario`` to proven optimality and explain the result.
 
@@ -944,7 +968,8 @@ def make_plan(
     by :func:`solve_by_configuration`; ``model_size`` counts the MIPs whose solutions are used.
     ``timings.solve_s`` covers building, exporting and solving them. ``preset`` replaces the scenario's named preset
     (e.g. one adjusted by a calibration profile); ``folder`` is where relative paths (demand
-    profiles) are resolved; ``with_api=False`` plans as if no product had an API.
+    profiles) are resolved; ``with_api=False`` plans as if no product had an API. ``jobs > 1``
+    solves independent multi-hour components in that many worker processes.
     """
     preset = preset or get_preset(scenario.preset)
     timings = Timings()
@@ -958,34 +983,32 @@ def make_plan(
     plans: dict[str, ProductPlan] = {}
     parts: dict[str, tuple[FleetProblem, LinearProblem, SolveResult]] = {}
     components = coupled_components(prob)
+    t1 = time.perf_counter()
+    tasks = [(prob.restrict(names).derive(monthly_budget_usd=None), names, solver, opts.time_limit_s, opts.mip_rel_gap)
+             for names in components]
+    heavy = [t for t in tasks if t[0].hours > 1]
+    if len(heavy) > 1 and jobs > 1:
+        # independent multi-hour components in worker processes; each result is what the same
+        # call gives in this process, so the plan does not depend on the scheduling. Workers are
+        # started fresh (spawn), so a calling script needs the usual ``if __name__ == "__main__"``.
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
 
-    for names in components:
-        t1 = time.perf_counter()
-        if len(names) == 1:
-            name = names[0]
-            whole = prob.restrict(names).derive(monthly_budget_usd=None)
-            base_lp = to_linear_problem(build_model(whole)) if whole.hours == 1 else None
-            found = solve_by_configuration(whole, name, solver, time_limit_s=opts.time_limit_s,
-                                           mip_rel_gap=opts.mip_rel_gap, base_lp=base_lp, strict=False)
-            if found is None:
-                raise InfeasibleError(_infeasible_message(prob, names, solver))
-            res, lp, sub = found
+        with ProcessPoolExecutor(min(len(heavy), jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
+            done = dict(zip([id(t) for t in heavy], pool.map(solve_component, heavy)))
+        outcomes = [done[id(t)] if id(t) in done else solve_component(t) for t in tasks]
+    else:
+        outcomes = [solve_component(t) for t in tasks]
+    for names, (whole, lp, base_lp, res, sub) in zip(components, outcomes):
+        if res is None:
+            raise InfeasibleError(_infeasible_message(prob, names, solver))
+        if not res.optimal and not (res.status == "time_limit" and res.values):
+            raise SolverError(f"{solver} returned no proven-optimal plan for {', '.join(names)}: {res.termination}")
+        for name in names:
             parts[name] = (whole, base_lp or lp, res)
-            plans[name] = extract(lp, res, sub, scenario.model_construct(products=[by_name[name]]))[0]
-        else:
-            whole = prob.restrict(names).derive(monthly_budget_usd=None).reduced()
-            lp = to_linear_problem(build_model(whole))
-            res = solve(lp, solver, time_limit_s=opts.time_limit_s, mip_rel_gap=opts.mip_rel_gap)
-            if res.status == "infeasible":
-                raise InfeasibleError(_infeasible_message(prob, names, solver))
-            if not res.optimal and not (res.status == "time_limit" and res.values):
-                raise SolverError(f"{solver} returned no proven-optimal plan for {', '.join(names)}: {res.termination}")
-            for name in names:
-                parts[name] = (whole, lp, res)
-            sub_scenario = scenario.model_construct(products=[by_name[n] for n in names])
-            for pp in extract(lp, res, whole, sub_scenario):
-                plans[pp.product.name] = pp
-        timings.solve_s += time.perf_counter() - t1
+        for pp in extract(lp, res, sub, scenario.model_construct(products=[by_name[n] for n in names])):
+            plans[pp.product.name] = pp
+    timings.solve_s += time.perf_counter() - t1
     products = [plans[p.name] for p in scenario.products]
 
     unique = {id(r): r for _, _, r in parts.values()}

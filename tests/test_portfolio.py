@@ -297,3 +297,14 @@ def test_unknown_pricing_tier_in_availability_is_named(catalog):
            "limits": {"gpu_availability": {"h100-sxm": {"reserverd": 8}}}}
     with pytest.raises(Exception, match=r"gpu_availability.*h100-sxm\.reserverd: unknown pricing tier \(nearest valid choice: reserved\)"):
         parse_scenario(raw, "s")
+
+
+def test_components_in_worker_processes_give_the_same_plan(catalog, examples):
+    """Independent multi-hour products solved two at a time in worker processes: same JSON."""
+    import json
+
+    scenario, folder = load_scenario(examples / "build-vs-buy.yaml")
+    one = make_plan(scenario, catalog, folder=folder, alternatives=False, jobs=1)
+    two = make_plan(scenario, catalog, folder=folder, alternatives=False, jobs=2)
+    assert len(one.components) == 3 and one.hours == 168
+    assert json.dumps(plan_to_dict(one), sort_keys=True) == json.dumps(plan_to_dict(two), sort_keys=True)
