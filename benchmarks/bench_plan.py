@@ -54,6 +54,9 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001 - a benchmark row per example, whatever happens
             print(f"{path.name:32} skipped: {exc}")
             continue
+        if len(scenario.products) > 5:
+            print(f"{path.name:32} skipped: a large portfolio, see benchmarks/bench_portfolio.py (as shipped)")
+            continue
         rows = []
         plan = None
         for _ in range(args.runs):

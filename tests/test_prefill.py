@@ -8,7 +8,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fleetplan.models.memory import kv_bytes_per_token
 from fleetplan.models.prefill import prefill_attention_flops, prefill_flops_per_request
 from fleetplan.models.presets import get_preset
 from fleetplan.optimizer.candidates import max_utilisation, queue_factor
