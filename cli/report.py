@@ -107,12 +107,49 @@ def print_plan(d: dict[str, Any], console: Console) -> None:
                     f"{a['monthly_cost_usd']:,.0f}", f"+{a['cost_difference_usd']:,.0f}",
                 )
             console.print(alt)
+    print_portfolio(d, console)
     for name, c in d["candidates"].items():
         console.print(
             f"[dim]{name}: {c['generated']:,} candidates generated, {c['feasible']:,} feasible, "
             f"{c['after_pruning']} after pruning[/dim]"
         )
     console.print(f"[dim]MIP: {d['model_size']['variables']:,} variables, {d['model_size']['constraints']:,} constraints[/dim]")
+
+
+def print_portfolio(d: dict[str, Any], console: Console) -> None:
+    """Shared limits: GPUs per type against availability and instances, components, pools, the
+    first-come comparison. Printed only when the plan has several products or GPU limits."""
+    usage = d.get("gpu_usage") or {}
+    if len(d["products"]) < 2 and not any(u["available"] is not None or u.get("available_by_tier") or u["instances"]
+                                          for u in usage.values()):
+        return
+    if usage:
+        t = Table(title="GPUs per type at the busiest hour", title_justify="left")
+        for col in ("gpu", "GPUs", "by tier", "available", "instances", "stranded GPUs"):
+            t.add_column(col, justify="left" if col in ("gpu", "by tier", "available") else "right")
+        for gpu, u in usage.items():
+            avail = "-" if u["available"] is None else f"{u['available']:,}"
+            if u.get("available_by_tier"):
+                avail += " (" + ", ".join(f"{k} {v:,}" for k, v in u["available_by_tier"].items()) + ")"
+            t.add_row(gpu, f"{u['gpus']:,}", ", ".join(f"{k} {v:,}" for k, v in u.get("gpus_by_tier", {}).items()),
+                      avail, _n(u["instances"], "{:,}") if u["instances"] is not None else "-",
+                      f"{u['stranded_gpus']:,}")
+        console.print(t)
+    comps = d.get("components") or []
+    if len(d["products"]) > 1 and comps:
+        joint = [c for c in comps if len(c) > 1]
+        console.print(f"components: {len(comps)} ({len(joint)} planned jointly"
+                      + (": " + "; ".join(", ".join(c) for c in joint) if joint else "") + ")")
+    for pool in d.get("pools") or []:
+        console.print(
+            f"{pool['name']}: {', '.join(pool['products'])} share {pool['replicas']:,} replicas ({pool['gpus']:,} GPUs) "
+            f"for ${pool['monthly_cost_usd']:,.0f}; separately {_n(pool.get('separate_gpus'), '{:,}')} GPUs for "
+            f"${_n(pool.get('separate_monthly_cost_usd'))}"
+        )
+    if d.get("first_come_monthly_cost_usd"):
+        fc, total = d["first_come_monthly_cost_usd"], d["monthly_cost_usd"]
+        console.print(f"planned one after another, first come first served: ${fc:,.0f} a month; the joint plan saves "
+                      f"${fc - total:,.0f} ({(fc - total) / fc:.0%})")
 
 
 def print_catalog(kind: str, rows: list[dict[str, Any]], console: Console) -> None:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from fleetplan.main import main
 
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 ESTIMATE = ["estimate", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "2", "--batch", "64",
             "--precision", "fp8", "--input-tokens", "2000", "--output-tokens", "400", "--preset", "seed", "--json"]
 
@@ -144,3 +147,17 @@ def test_console_script_runs_outside_repo(tmp_path):
     assert r.returncode == 0, r.stderr
     r = subprocess.run([sys.executable, "-m", "fleetplan.main", *ESTIMATE], cwd=tmp_path, capture_output=True, text=True)
     assert r.returncode == 0 and json.loads(r.stdout)["bound"] == "memory"
+
+
+def test_portfolio_table_shows_shared_limits(capsys):
+    """The table of a portfolio: GPUs per type against availability and instances, the
+    components, and the joint plan's saving against first come, first served (from its JSON)."""
+    code, out, _ = run(capsys, ["plan", str(EXAMPLES / "portfolio-3.yaml"), "--no-alternatives"])
+    assert code == 0
+    code, js, _ = run(capsys, ["plan", str(EXAMPLES / "portfolio-3.yaml"), "--no-alternatives", "--json"])
+    d = json.loads(js)
+    h100 = d["gpu_usage"]["h100-sxm"]
+    assert re.search(rf"h100-sxm\s*│\s*{h100['gpus']}\s*│ on_demand {h100['gpus']}\s*│ 64\s*│\s*{h100['instances']}\s*│", out)
+    assert "components: 1 (1 planned jointly: chat, rag, code)" in out
+    saving = d["first_come_monthly_cost_usd"] - d["monthly_cost_usd"]
+    assert f"the joint plan saves ${saving:,.0f}" in out
