@@ -35,10 +35,32 @@ class SolveResult:
         return self.status == "optimal"
 
 
+# HiGHS explores at most this many branch-and-bound nodes of a MIP before the same MIP goes to
+# SCIP (a count, not a time, so the hand-over is the same on every machine). Knapsack-like MIPs
+# (hours that round up against a capped API share) can leave HiGHS proving the last 0.01% for
+# minutes where SCIP's cuts close it in a second.
+HIGHS_NODE_LIMIT = 500
+
+
 def solve(lp: LinearProblem, solver: str = "highs", time_limit_s: float | None = None, mip_rel_gap: float = 1e-6) -> SolveResult:
-    """Solve ``lp`` with ``solver`` (``highs`` or ``ortools``)."""
+    """Solve ``lp`` with ``solver`` (``highs`` or ``ortools``). With ``highs`` a MIP not proven
+    within :data:`HIGHS_NODE_LIMIT` nodes is handed to SCIP (OR-Tools) for the rest of the time;
+    the result names both."""
     if solver == "highs":
-        return _solve_highs(lp, time_limit_s, mip_rel_gap)
+        first = _solve_highs(lp, time_limit_s, mip_rel_gap, max_nodes=HIGHS_NODE_LIMIT)
+        if first.status != "node_limit":
+            return first
+        left = None if time_limit_s is None else max(1.0, time_limit_s - first.solve_time_s)
+        second = _solve_ortools(lp, left, mip_rel_gap)
+        if not second.values and first.values:  # SCIP found nothing better to report
+            second = SolveResult(solver="highs", status="time_limit", termination=first.termination,
+                                 objective=first.objective, values=first.values, mip_gap=first.mip_gap)
+        return SolveResult(
+            solver="highs+ortools", status=second.status,
+            termination=f"HiGHS stopped after {HIGHS_NODE_LIMIT} nodes (gap {first.mip_gap or 0:.3%}); SCIP: {second.termination}",
+            objective=second.objective, values=second.values, mip_gap=second.mip_gap,
+            solve_time_s=first.solve_time_s + second.solve_time_s,
+        )
     if solver == "ortools":
         return _solve_ortools(lp, time_limit_s, mip_rel_gap)
     raise ValueError(f"unknown solver {solver!r} (valid: {', '.join(SOLVERS)})")
@@ -58,7 +80,8 @@ def _quiet_highs(highspy: Any) -> Any:
         os.close(null)
 
 
-def _solve_highs(lp: LinearProblem, time_limit_s: float | None, mip_rel_gap: float) -> SolveResult:
+def _solve_highs(lp: LinearProblem, time_limit_s: float | None, mip_rel_gap: float,
+                 max_nodes: int | None = None) -> SolveResult:
     import highspy
     import numpy as np
 
@@ -71,6 +94,8 @@ def _solve_highs(lp: LinearProblem, time_limit_s: float | None, mip_rel_gap: flo
         h.setOptionValue("presolve", os.environ["FLEETPLAN_PRESOLVE"])
     if time_limit_s is not None:
         h.setOptionValue("time_limit", float(time_limit_s))
+    if max_nodes is not None:
+        h.setOptionValue("mip_max_nodes", int(max_nodes))
     inf = highspy.kHighsInf
     model = highspy.HighsLp()
     model.num_col_ = lp.num_cols
@@ -106,6 +131,7 @@ def _solve_highs(lp: LinearProblem, time_limit_s: float | None, mip_rel_gap: flo
         highspy.HighsModelStatus.kUnbounded: "unbounded",
         highspy.HighsModelStatus.kUnboundedOrInfeasible: "infeasible",
         highspy.HighsModelStatus.kTimeLimit: "time_limit",
+        highspy.HighsModelStatus.kSolutionLimit: "node_limit",  # mip_max_nodes reached
     }.get(ms, "error")
     info = h.getInfo()
     has_solution = info.primal_solution_status == 2  # kSolutionStatusFeasible

@@ -135,3 +135,35 @@ def test_zero_demand_costs_nothing(catalog):
     raw = {"products": [{"name": "idle", "model": "llama-3.1-8b", "peak_qps": 0, "input_tokens": 100, "output_tokens": 100}]}
     plan = make_plan(parse_scenario(raw, "s"), catalog, alternatives=False)
     assert plan.monthly_cost_usd == 0 and plan.products[0].replicas == 0
+
+
+def test_highs_hands_an_unproven_mip_to_scip(monkeypatch):
+    """A MIP HiGHS has not proven within its node limit goes to SCIP: the same optimum as HiGHS
+    alone, and the same as brute force (a three-row knapsack of 16 items)."""
+    import itertools
+    import random
+
+    from fleetplan.optimizer import solvers
+    from fleetplan.optimizer.linear import LinearProblem
+
+    rng = random.Random(1)
+    n, m = 16, 3
+    w = [[rng.randint(20, 60) for _ in range(n)] for _ in range(m)]
+    values = [sum(w[i][j] for i in range(m)) * 3 + rng.randint(0, 5) for j in range(n)]
+    cap = [sum(w[i]) // 2 for i in range(m)]
+    lp = LinearProblem(
+        col_names=[f"x{j}" for j in range(n)], col_lower=[0.0] * n, col_upper=[1.0] * n, col_integer=[True] * n,
+        objective=[-float(v) for v in values], row_names=[f"c{i}" for i in range(m)], row_lower=[-math.inf] * m,
+        row_upper=[float(c) for c in cap], row_index=[list(range(n))] * m, row_value=[[float(x) for x in w[i]] for i in range(m)],
+    )
+    best = max(sum(v for v, x in zip(values, pick) if x) for pick in itertools.product((0, 1), repeat=n)
+               if all(sum(w[i][j] for j in range(n) if pick[j]) <= cap[i] for i in range(m)))
+    monkeypatch.setattr(solvers, "HIGHS_NODE_LIMIT", 10**9)
+    alone = solvers.solve(lp, "highs")
+    monkeypatch.setattr(solvers, "HIGHS_NODE_LIMIT", 1)
+    handed = solvers.solve(lp, "highs")
+    assert alone.solver == "highs" and alone.optimal and alone.objective == pytest.approx(-best)
+    assert handed.solver == "highs+ortools" and handed.optimal and "HiGHS stopped after 1 nodes" in handed.termination
+    assert handed.objective == pytest.approx(-best)
+    chosen = [j for j in range(n) if handed.values[j] > 0.5]
+    assert all(sum(w[i][j] for j in chosen) <= cap[i] for i in range(m))
