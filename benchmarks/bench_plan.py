@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from fleetplan.catalogs import load_catalog
 from fleetplan.optimizer.plan import make_plan
@@ -37,6 +38,12 @@ def full_catalog(scenario_path: Path) -> tuple[object, Path]:
     for p in raw["products"]:
         p["precision"] = None
     return parse_scenario(raw, str(scenario_path)), folder
+
+
+def candidate_counts(plan: Any) -> tuple[int, int, int]:
+    """Candidates generated, feasible and left after pruning, summed over the plan's products."""
+    sets = plan.candidate_sets.values()
+    return sum(cs.generated for cs in sets), sum(cs.feasible for cs in sets), sum(cs.after_pruning for cs in sets)
 
 
 def main() -> None:
@@ -65,9 +72,7 @@ def main() -> None:
             rows.append((plan.timings, time.perf_counter() - t0))
         assert plan is not None
         med = lambda f: statistics.median(f(r) for r in rows)  # noqa: E731
-        gen = sum(cs.generated for cs in plan.candidate_sets.values())
-        feas = sum(cs.feasible for cs in plan.candidate_sets.values())
-        kept = sum(cs.after_pruning for cs in plan.candidate_sets.values())
+        gen, feas, kept = candidate_counts(plan)
         print(
             f"{path.name:32} {len(plan.products):>8} {gen:>10,} {feas:>9,} {kept:>7,} {plan.model_size[0]:>6} {plan.model_size[1]:>6} "
             f"{med(lambda r: r[0].candidates_s):>8.4f} {med(lambda r: r[0].solve_s):>8.4f} {med(lambda r: r[1]):>8.4f}"

@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_plan import candidate_counts
 from fleetplan.catalogs import load_catalog
 from fleetplan.models.presets import get_preset
 from fleetplan.optimizer import formulation
@@ -86,9 +87,7 @@ def main() -> None:
                 rows.append((plan.timings, time.perf_counter() - t0))
             assert plan is not None
             med = lambda f: statistics.median(f(r) for r in rows)  # noqa: E731
-            gen = sum(cs.generated for cs in plan.candidate_sets.values())
-            feas = sum(cs.feasible for cs in plan.candidate_sets.values())
-            kept = sum(cs.after_pruning for cs in plan.candidate_sets.values())
+            gen, feas, kept = candidate_counts(plan)
             gap = plan.solve_result.mip_gap
             print(
                 f"{name:30} {len(plan.products):>4} {gen:>9,} {feas:>8,} {kept:>6,} {len(small.all_candidates()):>7} "

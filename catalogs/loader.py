@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -47,15 +47,50 @@ def nearest(word: str, choices: Iterable[str]) -> str:
     return f" (valid choices: {shown})"
 
 
-def format_validation_error(err: ValidationError, where: str) -> str:
-    """One line naming ``where`` and the first failing field of a pydantic error."""
-    first = err.errors()[0]
+def _model_at(schema: Any, loc: tuple[Any, ...]) -> Any:
+    """The pydantic model reached from ``schema`` along the field names of ``loc`` (list
+    indices skipped), or None."""
+    model = schema
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field_info = model.model_fields.get(part) if model is not None else None
+        if field_info is None:
+            return None
+        model = _inner_model(field_info.annotation)
+    return model
+
+
+def _inner_model(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        if (found := _inner_model(arg)) is not None:
+            return found
+    return None
+
+
+def first_error(err: ValidationError) -> Any:
+    """The error to report: an unknown field first (a misspelt name also shows up as a missing
+    one, and the unknown field is the one to correct), else the first."""
+    errors = err.errors()
+    return next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+
+
+def format_validation_error(err: ValidationError, where: str, schema: Any = None) -> str:
+    """One line naming ``where`` and the first failing field of a pydantic error; an unknown
+    field of ``schema`` (the model validated) comes with the nearest known field."""
+    first = first_error(err)
     loc = ".".join(str(p) for p in first["loc"])
-    msg = first["msg"]
+    msg = first["msg"].removeprefix("Value error, ")  # our validators' own messages stand alone
     if first["type"] == "extra_forbidden":
         msg = "unknown field"
+        model = _model_at(schema, tuple(first["loc"][:-1])) if schema is not None else None
+        if model is not None:
+            msg += nearest(str(first["loc"][-1]), model.model_fields)
     got = first.get("input")
-    got_txt = "" if first["type"] in ("missing", "extra_forbidden") or isinstance(got, dict) else f" (got {got!r})"
+    quiet = first["type"] in ("missing", "extra_forbidden") or isinstance(got, dict) or "(got " in msg
+    got_txt = "" if quiet else f" (got {got!r})"
     more = len(err.errors()) - 1
     tail = f" [and {more} more problem{'s' if more > 1 else ''}]" if more else ""
     return f"{where}.{loc}: {msg}{got_txt}{tail}" if loc else f"{where}: {msg}{got_txt}{tail}"
@@ -193,7 +228,7 @@ def load_catalog(extra_files: Iterable[Path | str] = (), include_shipped: bool =
             try:
                 obj = section.schema.model_validate(entry)
             except ValidationError as err:
-                raise CatalogError(format_validation_error(err, where)) from None
+                raise CatalogError(format_validation_error(err, where, section.schema)) from None
             if name == "gpus":
                 catalog.gpus[obj.id] = obj  # type: ignore[attr-defined]
             elif name == "models":

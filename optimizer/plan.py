@@ -116,12 +116,10 @@ class ProductPlan:
         return self.pool_replicas * (self.pool.tp if self.pool else 0)
 
     def gpus_by_type(self, h: int) -> dict[str, int]:
-        """GPUs the product runs in hour ``h``, per GPU type (decode and prefill pool)."""
+        """GPUs the product runs in hour ``h``, per GPU type (decode and prefill pool, all tiers)."""
         out: dict[str, int] = {}
-        if self.candidate is not None and self.replicas_in_hour(h):
-            out[self.candidate.gpu] = self.candidate.tp * self.replicas_in_hour(h)
-        if self.pool is not None and self.pool_replicas_in_hour(h):
-            out[self.pool.gpu] = out.get(self.pool.gpu, 0) + self.pool.tp * self.pool_replicas_in_hour(h)
+        for (gpu, _), n in self.gpus_by_tier(h).items():
+            out[gpu] = out.get(gpu, 0) + n
         return out
 
     def gpus_by_tier(self, h: int) -> dict[tuple[str, str], int]:
@@ -807,24 +805,24 @@ def separate_cost(prob: FleetProblem, pooled: ProductData, solver: str, opts: An
     return {"replicas": replicas, "gpus": gpus, "monthly_cost_usd": round(cost, 2)}
 
 
-def gpu_hours(products: list[ProductPlan], hours: int) -> dict[str, list[int]]:
-    """GPUs in use per GPU type and hour, summed over ``products``."""
-    out: dict[str, list[int]] = {}
+def _hourly_sum(products: list[ProductPlan], hours: int, usage: Callable[[ProductPlan, int], dict[Any, int]]
+                ) -> dict[Any, list[int]]:
+    out: dict[Any, list[int]] = {}
     for pp in products:
         for h in range(hours):
-            for gpu, n in pp.gpus_by_type(h).items():
-                out.setdefault(gpu, [0] * hours)[h] += n
+            for key, n in usage(pp, h).items():
+                out.setdefault(key, [0] * hours)[h] += n
     return out
+
+
+def gpu_hours(products: list[ProductPlan], hours: int) -> dict[str, list[int]]:
+    """GPUs in use per GPU type and hour, summed over ``products``."""
+    return _hourly_sum(products, hours, ProductPlan.gpus_by_type)
 
 
 def tier_gpu_hours(products: list[ProductPlan], hours: int) -> dict[tuple[str, str], list[int]]:
     """GPUs in use per (GPU type, pricing tier) and hour, summed over ``products``."""
-    out: dict[tuple[str, str], list[int]] = {}
-    for pp in products:
-        for h in range(hours):
-            for key, n in pp.gpus_by_tier(h).items():
-                out.setdefault(key, [0] * hours)[h] += n
-    return out
+    return _hourly_sum(products, hours, ProductPlan.gpus_by_tier)
 
 
 def _allocate_stranded(plan: Plan) -> None:
@@ -963,15 +961,30 @@ def make_plan(
 ) -> Plan:
     """Solve ``scenario`` to proven optimality and explain the result.
 
-    Products coupled by a shared limit (a scarce GPU type, whole instances, the budget) are
-    solved together in one MIP; every other product is its own MIP (same formulation), solved
-    by :func:`solve_by_configuration`; ``model_size`` counts the MIPs whose solutions are used.
-    ``timings.solve_s`` covers building, exporting and solving them. ``preset`` replaces the scenario's named preset
-    (e.g. one adjusted by a calibration profile); ``folder`` is where relative paths (demand
-    profiles) are resolved; ``with_api=False`` plans as if no product had an API. ``jobs > 1``
-    solves independent multi-hour components in that many worker processes.
+    Products coupled by a shared limit (a scarce GPU type, in total or in a pricing tier, or
+    whole instances) are solved together in one MIP; every other product is its own MIP (same
+    formulation), solved by :func:`solve_by_configuration`; ``model_size`` counts the MIPs whose
+    solutions are used. ``timings.solve_s`` covers building, exporting and solving them.
+    ``preset`` replaces the scenario's named preset (e.g. one adjusted by a calibration
+    profile); ``folder`` is where relative paths (demand profiles) are resolved;
+    ``with_api=False`` plans as if no product had an API. ``jobs > 1`` solves independent
+    multi-hour components in that many worker processes. The budget is checked against the
+    plan's total (:func:`check_budget`); with limited GPUs the plan also carries the cost of
+    planning the products first come, first served.
     """
     preset = preset or get_preset(scenario.preset)
+    plan = _solve_plan(scenario, catalog, solver, alternatives, preset, folder, with_api, jobs)
+    check_budget(plan, scenario, catalog, solver, preset, folder, with_api)
+    prob, planned = plan.problem, plan.scenario.products
+    if compare_first_come and (prob.gpu_availability or prob.tier_availability) and len(planned) > 1:
+        plan.first_come_monthly_cost_usd = first_come_cost(prob, [p.name for p in planned], solver, plan.scenario.options)
+    return plan
+
+
+def _solve_plan(scenario: Scenario, catalog: Catalog, solver: str, alternatives: bool, preset: Preset,
+                folder: Path | None, with_api: bool, jobs: int) -> Plan:
+    """The cheapest plan of ``scenario`` with its explanations (see :func:`make_plan`); with
+    ``allow_pooling``, the cheaper of pooled and separate replicas."""
     timings = Timings()
     t0 = time.perf_counter()
     original = scenario
@@ -1055,19 +1068,12 @@ def make_plan(
             plan.separate[name] = separate_cost(prob, pd, solver, opts)
     if any(pd.members for pd in prob.products.values()):
         # pooling is allowed, not imposed: keep whichever of pooled and separate replicas is cheaper
-        unpooled = original.model_copy(update={"limits": original.limits.model_copy(
-            update={"allow_pooling": False, "monthly_budget_usd": None})})
-        alt = make_plan(unpooled, catalog, solver, alternatives, preset, folder, with_api=with_api,
-                        compare_first_come=compare_first_come)
+        unpooled = original.model_copy(update={"limits": original.limits.model_copy(update={"allow_pooling": False})})
+        alt = _solve_plan(unpooled, catalog, solver, alternatives, preset, folder, with_api, jobs)
         note = {"pooled_monthly_cost_usd": round(plan.monthly_cost_usd, 2),
                 "separate_monthly_cost_usd": round(alt.monthly_cost_usd, 2)}
         if alt.monthly_cost_usd < plan.monthly_cost_usd - 0.005:
             alt.pooling = {**note, "chosen": "separate"}
-            alt.problem = alt.problem.derive(monthly_budget_usd=prob.monthly_budget_usd)
-            check_budget(alt, original, catalog, solver, preset, folder, with_api)
             return alt
         plan.pooling = {**note, "chosen": "pooled"}
-    check_budget(plan, original, catalog, solver, preset, folder, with_api)
-    if compare_first_come and prob.gpu_availability and len(scenario.products) > 1:
-        plan.first_come_monthly_cost_usd = first_come_cost(prob, [p.name for p in scenario.products], solver, opts)
     return plan

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator
 
-from fleetplan.catalogs.loader import InputError, format_validation_error, nearest, parse_yaml, read_text
+from fleetplan.catalogs.loader import InputError, first_error, format_validation_error, nearest, parse_yaml, read_text
 from fleetplan.catalogs.schema import Precision
 
 
@@ -121,6 +121,15 @@ class Options(_Strict):
 AVAILABILITY_KEYS = ("total", "reserved", "on_demand", "spot")
 
 
+def _whole(where: str, n: Any, least: int) -> None:
+    """A count of GPUs: a whole number of at least ``least``."""
+    head = f"{where}: " if where else ""
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise ValueError(f"{head}must be a whole number of GPUs (got {n!r})")
+    if n < least:
+        raise ValueError(f"{head}must be >= {least} (got {n})")
+
+
 class Limits(_Strict):
     """Limits the products share: scarce GPUs, whole instances, one budget."""
 
@@ -132,15 +141,24 @@ class Limits(_Strict):
     monthly_budget_usd: PositiveFloat | None = None
     allow_pooling: bool = False
 
-    @field_validator("gpu_availability")
+    @field_validator("gpu_availability", mode="before")
     @classmethod
-    def _non_negative(cls, v: dict[str, Any]) -> dict[str, Any]:
+    def _availability_counts(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            return v  # the type check names it
         for gpu, n in v.items():
             for tier, k in (n.items() if isinstance(n, dict) else [("", n)]):
+                where = f"{gpu}.{tier}" if tier else str(gpu)
                 if tier and tier not in AVAILABILITY_KEYS:
-                    raise ValueError(f"{gpu}.{tier}: unknown pricing tier{nearest(tier, AVAILABILITY_KEYS)}")
-                if k < 0:
-                    raise ValueError(f"{gpu}{'.' + tier if tier else ''}: must be >= 0 (got {k})")
+                    raise ValueError(f"{where}: unknown pricing tier{nearest(str(tier), AVAILABILITY_KEYS)}")
+                _whole(where, k, 0)
+        return v
+
+    @field_validator("instance_gpus", mode="before")
+    @classmethod
+    def _instance_sizes(cls, v: Any) -> Any:
+        for gpu, n in (v.items() if isinstance(v, dict) else [("", v)] if v is not None else []):
+            _whole(str(gpu), n, 1)
         return v
 
     def total_availability(self) -> dict[str, int]:
@@ -194,8 +212,8 @@ def parse_scenario(raw: Any, where: str) -> Scenario:
     try:
         return Scenario.model_validate(raw)
     except ValidationError as err:
-        msg = format_validation_error(err, where)
-        loc = err.errors()[0]["loc"]
+        msg = format_validation_error(err, where, Scenario)
+        loc = first_error(err)["loc"]
         if len(loc) >= 2 and loc[0] == "products" and isinstance(loc[1], int):
             products = raw.get("products") or []
             if loc[1] < len(products) and isinstance(products[loc[1]], dict) and "name" in products[loc[1]]:

@@ -93,15 +93,22 @@ def test_pooling_needs_fewer_gpus(catalog, examples):
     assert check_invariants(plan) == []
 
 
+def fewest_replicas(catalog, scenario) -> list[list[tuple[object, int]]]:
+    """Per product, every configuration (unpruned) with the fewest replicas meeting its peak."""
+    preset = get_preset(scenario.preset)
+    out = []
+    for p in scenario.products:
+        cs = generate_candidates(p, catalog.models[p.model], catalog, scenario.options, preset, prune=False)
+        demand = p.peak_qps * p.output_tokens
+        out.append([(c, math.ceil(demand / c.usable_tokens_per_s - 1e-9)) for c in cs.candidates])
+    return out
+
+
 def brute_force(catalog, scenario) -> float:
     """Cheapest pair of configurations with each product's fewest replicas, within availability,
     with whole 8-GPU instances charged per GPU type."""
     preset = get_preset(scenario.preset)
-    per_product = []
-    for p in scenario.products:
-        cs = generate_candidates(p, catalog.models[p.model], catalog, scenario.options, preset, prune=False)
-        demand = p.peak_qps * p.output_tokens
-        per_product.append([(c, math.ceil(demand / c.usable_tokens_per_s - 1e-9)) for c in cs.candidates])
+    per_product = fewest_replicas(catalog, scenario)
     avail = scenario.limits.gpu_availability
     n = scenario.limits.gpus_per_instance
     best = math.inf
@@ -249,11 +256,7 @@ def brute_force_tiers(catalog, scenario, limit) -> float:
     """Cheapest configurations and split of each product's replicas between reserved (at most
     ``limit`` H100s in that tier over all products) and on-demand, one hour."""
     preset = get_preset(scenario.preset)
-    options = []
-    for p in scenario.products:
-        cs = generate_candidates(p, catalog.models[p.model], catalog, scenario.options, preset, prune=False)
-        demand = p.peak_qps * p.output_tokens
-        options.append([(c, math.ceil(demand / c.usable_tokens_per_s - 1e-9)) for c in cs.candidates])
+    options = fewest_replicas(catalog, scenario)
     hours = preset.hours_per_month
     best = math.inf
     for combo in itertools.product(*options):
@@ -289,6 +292,7 @@ def test_availability_per_pricing_tier(catalog, limit):
     usage = d["gpu_usage"]["h100-sxm"]
     assert usage["available_by_tier"] == {"reserved": limit}
     assert usage["gpus_by_tier"].get("reserved", 0) <= limit
+    assert d["first_come_monthly_cost_usd"] >= d["monthly_cost_usd"] - 0.01  # a tier limit alone couples too
     assert plan.monthly_cost_usd == pytest.approx(brute_force_tiers(catalog, scenario, limit), rel=1e-9)
 
 
@@ -308,3 +312,24 @@ def test_components_in_worker_processes_give_the_same_plan(catalog, examples):
     two = make_plan(scenario, catalog, folder=folder, alternatives=False, jobs=2)
     assert len(one.components) == 3 and one.hours == 168
     assert json.dumps(plan_to_dict(one), sort_keys=True) == json.dumps(plan_to_dict(two), sort_keys=True)
+
+
+@pytest.mark.parametrize("limits, message", [
+    ({"instance_gpus": 0}, r"limits\.instance_gpus: must be >= 1 \(got 0\)$"),
+    ({"instance_gpus": {"h100-sxm": 4.5}}, r"limits\.instance_gpus: h100-sxm: must be a whole number of GPUs \(got 4\.5\)$"),
+    ({"gpu_availability": {"h100-sxm": {"reserved": "lots"}}},
+     r"limits\.gpu_availability: h100-sxm\.reserved: must be a whole number of GPUs \(got 'lots'\)$"),
+    ({"gpu_avail": {"h100-sxm": 8}}, r"limits\.gpu_avail: unknown field \(nearest valid choice: gpu_availability\)$"),
+])
+def test_bad_limits_get_one_line_naming_the_field(limits, message):
+    raw = {"products": [{"name": "a", "model": "llama-3.1-8b", "peak_qps": 1, "input_tokens": 100, "output_tokens": 100}],
+           "limits": limits}
+    with pytest.raises(Exception, match=message) as err:
+        parse_scenario(raw, "s")
+    assert "\n" not in str(err.value)
+
+
+def test_misspelt_product_field_names_the_nearest():
+    raw = {"products": [{"name": "a", "model": "llama-3.1-8b", "peek_qps": 1, "input_tokens": 100, "output_tokens": 100}]}
+    with pytest.raises(Exception, match=r"products\[a\]\.peek_qps: unknown field \(nearest valid choice: peak_qps\)"):
+        parse_scenario(raw, "s")
