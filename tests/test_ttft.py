@@ -256,3 +256,18 @@ def test_dense_batches_against_brute_force(catalog, model, first, count, inp, ou
     }
     raw["products"][0]["max_ttft_ms"] = _ttft_quantile(catalog, raw, ttft)
     _check_against_brute_force(catalog, raw, with_plan=False)
+
+
+def test_long_ttft_is_explained(catalog):
+    """A 30,000-token prompt spread over 1000 / 4 = 250 steps of 2 H100s: TTFT above 10 s is called out."""
+    raw = {
+        "preset": "seed",
+        "products": [{"name": "rag", "model": "llama-3.1-70b", "precision": "fp8", "peak_qps": 1,
+                      "input_tokens": 30_000, "output_tokens": 1000, "min_tokens_per_s_per_user": 5,
+                      "prefill": "colocated"}],
+        "options": {"gpus": ["h100-sxm"], "tp": [2], "batch": [4]},
+    }
+    d = plan_to_dict(make_plan(parse_scenario(raw, "s"), catalog, alternatives=False))["products"][0]
+    assert d["ttft_ms"] > 10_000
+    assert "exceeds 10 s: each 30,000-token prompt is prefilled colocated over 250.0 steps" in d["why"]
+    assert "headroom raised from 10% to 20%" in d["why"]
