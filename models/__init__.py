@@ -5,6 +5,7 @@
 - :mod:`fleetplan.models.parallel`: which tensor-parallel degrees a model and GPU allow;
 - :mod:`fleetplan.models.roofline`: the decode-step roofline (time, bound, tokens/s, memory);
 - :mod:`fleetplan.models.prefill`: prefill FLOPs per request (linear layers and attention);
+- :mod:`fleetplan.models.ttft`: time to first token per prefill mode, with its queueing allowance;
 - :mod:`fleetplan.models.physics`: the default preset's physical parameters, in one place;
 - :mod:`fleetplan.models.communication`, :mod:`~fleetplan.models.overhead`, :mod:`~fleetplan.models.moe`,
   :mod:`~fleetplan.models.interference`: the default preset's terms beyond first order;

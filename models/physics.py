@@ -92,3 +92,17 @@ DEFAULT_PHYSICS = Physics(
     # max_batch_size, SGLang max_running_requests); 1024 is the largest default among them.
     max_num_seqs=1024,
 )
+
+
+# Queueing allowance on time to first token when a product sets no ``max_ttft_ms``: the plan keeps
+# every queue a request waits in (a prefill pool's replicas, a colocated replica's decode steps)
+# at a utilisation where the modelled TTFT is at most this multiple of its zero-load value. For
+# the M/D/1 queue of :mod:`fleetplan.models.ttft` a multiple of 3 is a utilisation of 0.8, the
+# usual ceiling for latency-sensitive serving at peak: above it the wait grows steeply (5.5x the
+# service time at 0.9, 10.5x at 0.95, unbounded at 1), so a few percent more demand than forecast
+# would multiply TTFT, while below it each extra replica buys little latency (2x at 0.67).
+DEFAULT_TTFT_QUEUE_MULTIPLE: float = 3.0
+
+# A modelled TTFT above this is called out in the plan's explanation even when it meets every
+# target: interactive users abandon requests that show nothing for about ten seconds.
+TTFT_WARNING_S: float = 10.0

@@ -4,12 +4,12 @@ Decode candidates. Every decode-step quantity the roofline gives gets worse as t
 (step time, per-user speed, memory), while replica throughput B / step only grows. So for one
 (GPU, TP, precision, prefill mode) shape the batches meeting speed and memory form a prefix
 of the sorted batch options, found by binary search, and the largest feasible batch gives the
-most throughput for the same price. A colocated replica's time-to-first-token first falls
-with the batch (more prefill per step) and then rises (longer steps), so the largest batch
-that also meets a TTFT target is found on the rising side.
+most throughput for the same price. With a TTFT target (colocated and headroom modes) the
+largest batch of that prefix whose TTFT meets it is searched exactly (:func:`_largest_ok`).
 
 Prefill modes of a decode candidate:
     headroom   decode only; the product's headroom (30% by default) stands in for prefill;
+               TTFT is estimated as for colocated (prefill shares the decode steps);
     colocated  each decode step also carries its share of new requests' prefill (chunked
                prefill): B / output_tokens requests finish per step, so as many start, each
                bringing its uncached prompt; headroom is burst only (10% by default);
@@ -17,10 +17,13 @@ Prefill modes of a decode candidate:
 
 Pool candidates: (GPU, TP, precision) replicas that prefill one request at a time at
 max(compute time, weight-read time); their capacity in FLOP/s is derated to the utilisation
-a TTFT target allows (queueing below).
+a TTFT target allows.
 
-Queueing allowance (M/D/1, each replica its own queue): a request waits on average
-rho / (2 (1 - rho)) service times at utilisation rho.
+TTFT and its queueing allowance come from :mod:`fleetplan.models.ttft`. A colocated or
+headroom-mode candidate's TTFT is checked at utilisation 1 - headroom (the most the plan may
+load a replica). Without ``max_ttft_ms`` every queue is kept at or below
+``DEFAULT_MAX_UTILISATION`` (pool utilisation capped, decode headroom raised where needed), so
+TTFT stays within ``DEFAULT_TTFT_QUEUE_MULTIPLE`` times its zero-load value.
 
 Across shapes, a candidate is dominated when another one of the same product, GPU type and
 prefill mode uses no more GPUs per replica, costs no more and delivers at least as much.
@@ -41,6 +44,14 @@ from fleetplan.models.prefill import prefill_flops_per_request
 from fleetplan.models.presets import Preset
 from fleetplan.models.roofline import StepEstimate, compute_precision, decode_step, effective_kv_precision
 from fleetplan.models.memory import weight_bytes
+from fleetplan.models.ttft import (
+    DEFAULT_MAX_UTILISATION,
+    colocated_ttft_s,
+    kv_transfer_s,
+    max_utilisation,
+    pool_service_s,
+    pool_ttft_s,
+)
 from fleetplan.optimizer.scenario import Options, Product
 
 DEFAULT_TP: tuple[int, ...] = (1, 2, 4, 8)
@@ -66,23 +77,6 @@ class GPUPriceChoice:
         return dict(self.tier_sources).get(tier, self.source)
 
 
-def queue_factor(rho: float) -> float:
-    """Time in system over service time at utilisation ``rho`` (M/D/1): 1 + rho / (2 (1 - rho))."""
-    if rho >= 1.0:
-        return math.inf
-    return 1.0 + rho / (2.0 * (1.0 - rho))
-
-
-def max_utilisation(service_s: float, budget_s: float) -> float:
-    """Highest utilisation at which service time x queue factor stays within ``budget_s``."""
-    if service_s <= 0:
-        return 1.0
-    a = budget_s / service_s - 1.0
-    if a < 0:
-        return 0.0
-    return 2.0 * a / (1.0 + 2.0 * a)
-
-
 @dataclass(frozen=True)
 class Candidate:
     """One decode replica configuration of one product, at its largest feasible batch."""
@@ -100,6 +94,16 @@ class Candidate:
     batch_limited_by: str
     ttft_s: float | None = None
     prefill_flops_per_step: float = 0.0
+    ttft_step_time_s: float = 0.0
+    output_tokens: float = 1.0
+    requested_headroom: float | None = None
+
+    def ttft_at(self, utilisation: float) -> float | None:
+        """Modelled TTFT of a colocated or headroom-mode replica loaded to ``utilisation`` of its
+        throughput (None in pool mode, where the pool sets TTFT)."""
+        if self.mode == "pool":
+            return None
+        return colocated_ttft_s(self.ttft_step_time_s, self.batch, self.output_tokens, utilisation)
 
     @property
     def key(self) -> str:
@@ -168,7 +172,7 @@ class PoolCandidate:
 
     def ttft_s(self, utilisation: float) -> float:
         """Time to first token at pool utilisation ``utilisation``: queue + prefill + KV hand-off."""
-        return self.service_s * queue_factor(utilisation) + self.transfer_s
+        return pool_ttft_s(self.service_s, self.transfer_s, utilisation)
 
     def usd_per_replica_hour_in(self, tier: str) -> float:
         """Price of one pool replica for one hour in capacity tier ``tier``."""
@@ -292,20 +296,40 @@ def _shape_precisions(product: Product, options: Options) -> tuple[str, ...]:
     return product.precisions or tuple(options.precisions or PRECISIONS)
 
 
-def _largest_ok(batches: list[int], n_prefix: int, ok: Callable[[int], bool], turn: int) -> int:
-    """Count of batches up to the largest index < n_prefix meeting ``ok``, for a condition that
-    fails, then holds, then fails again as the batch grows and is best at ``turn``; 0 if none."""
-    if n_prefix == 0:
-        return 0
-    if ok(batches[n_prefix - 1]):
-        return n_prefix
-    lo = bisect.bisect_left(batches, turn, 0, n_prefix)
-    lo = min(lo, n_prefix - 1)
-    if not ok(batches[lo]):
-        return 0
-    # ok holds at lo and fails at n_prefix-1, and is monotone (holds then fails) in between
-    first_bad = bisect.bisect_left(range(lo, n_prefix), True, key=lambda i: not ok(batches[i]))
-    return lo + first_bad
+# batch lists up to this long are scanned in full when a TTFT target is checked (no assumption on
+# the shape of TTFT against the batch); longer ones (the default 1..max_batch) are searched in
+# O(log n) steps using the shape models.ttft documents
+SCAN_BATCHES = 64
+
+
+def _lowest(batches: list[int], n: int, f: Callable[[int], float]) -> int:
+    """Index of the lowest ``f`` over ``batches[:n]`` (the first of equals when scanned).
+
+    Up to :data:`SCAN_BATCHES` batches every one is evaluated. Beyond, ``f`` is taken to be
+    non-increasing then non-decreasing: the first index whose successor is strictly larger is
+    a global minimum of such a function wherever its turn lies, found by binary search.
+    """
+    if n <= SCAN_BATCHES:
+        return min(range(n), key=lambda i: (f(batches[i]), i))
+    return bisect.bisect_left(range(n - 1), True, key=lambda i: f(batches[i + 1]) > f(batches[i]))
+
+
+def _largest_ok(batches: list[int], n: int, f: Callable[[int], float], limit: float) -> tuple[int, int]:
+    """(count of batches up to the largest index < ``n`` whose ``f`` is at most ``limit``, or 0 if
+    none; index of the lowest ``f`` in ``batches[:n]``).
+
+    Short lists are scanned. Longer ones use the shape :func:`_lowest` relies on: the batches
+    meeting the limit form a run around the minimum, and beyond the minimum ``f`` only grows,
+    so the end of the run is found by binary search.
+    """
+    if n == 0:
+        return 0, -1
+    m = _lowest(batches, n, f)
+    if f(batches[m]) > limit:
+        return 0, m
+    if n <= SCAN_BATCHES:
+        return max(i for i in range(m, n) if f(batches[i]) <= limit) + 1, m
+    return m + bisect.bisect_left(range(m, n), True, key=lambda i: f(batches[i]) > limit), m
 
 
 def generate_candidates(
@@ -357,32 +381,56 @@ def generate_candidates(
     return result
 
 
+def decode_headroom(headroom: float, max_ttft_s: float | None) -> float:
+    """Headroom a colocated or headroom-mode replica keeps: the product's, raised without a TTFT
+    target so the replica's load stays within ``DEFAULT_MAX_UTILISATION``."""
+    return headroom if max_ttft_s is not None else max(headroom, 1.0 - DEFAULT_MAX_UTILISATION)
+
+
 def _best_decode(
     product: Product, llm: LLM, gpu: GPU, tp: int, precision: str, mode: str, batches: list[int],
     preset: Preset, price: GPUPriceChoice, work: float, headroom: float, max_ttft_s: float | None,
     result: CandidateSet,
 ) -> Candidate | None:
-    """The largest feasible batch of one shape in one prefill mode, as a candidate (or None)."""
+    """The largest feasible batch of one shape in one prefill mode, as a candidate (or None).
+
+    Speed and memory are checked on the step the replica runs (with its prefill share when
+    colocated); TTFT (colocated and headroom modes) on a step carrying the prefill share, at
+    utilisation 1 - headroom.
+    """
     per_request = work if mode == "colocated" else 0.0
     cache: dict[int, StepEstimate] = {}
+    mixed: dict[int, StepEstimate] = {}
+    if mode != "pool":
+        headroom = decode_headroom(headroom, max_ttft_s)
+    rho = 1.0 - headroom
+
+    def step(b: int, prefill_per_request: float) -> StepEstimate:
+        return decode_step(
+            llm, gpu, precision=precision, tp=tp, batch=b, input_tokens=product.input_tokens,
+            output_tokens=product.output_tokens, preset=preset, kv_precision=product.kv_precision,
+            prefill_flops_per_step=b / product.output_tokens * prefill_per_request,
+        )
 
     def est(b: int) -> StepEstimate:
         if b not in cache:
-            cache[b] = decode_step(
-                llm, gpu, precision=precision, tp=tp, batch=b, input_tokens=product.input_tokens,
-                output_tokens=product.output_tokens, preset=preset, kv_precision=product.kv_precision,
-                prefill_flops_per_step=b / product.output_tokens * per_request,
-            )
+            cache[b] = step(b, per_request)
         return cache[b]
+
+    def prefill_step(b: int) -> StepEstimate:
+        """The step as it runs with prefill sharing it (the same step when colocated)."""
+        if mode == "colocated":
+            return est(b)
+        if b not in mixed:
+            mixed[b] = step(b, work)
+        return mixed[b]
 
     def speed_ok(b: int) -> bool:
         e = est(b)
         return e.fits and e.per_user_tokens_per_s >= product.min_tokens_per_s_per_user
 
     def ttft(b: int) -> float:
-        # a new request's prompt is spread over max(1, output/B) steps of chunked prefill
-        steps = max(1.0, product.output_tokens / b)
-        return steps * est(b).step_time_s * queue_factor(1.0 - headroom)
+        return colocated_ttft_s(prefill_step(b).step_time_s, b, product.output_tokens, rho)
 
     where = f"{gpu.id} tp{tp} {precision} batch {batches[0]}"
     first = est(batches[0])
@@ -396,11 +444,10 @@ def _best_decode(
     result.any_meets_speed = True
     n_ok = bisect.bisect_left(range(len(batches)), True, key=lambda i: not speed_ok(batches[i]))
     limited_by = "batch_options" if n_ok == len(batches) else ("memory" if not est(batches[n_ok]).fits else "per_user_speed")
-    if mode == "colocated" and max_ttft_s is not None:
-        turn = product.output_tokens
-        best_i = min(bisect.bisect_left(batches, turn, 0, n_ok), n_ok - 1)
-        result.note_ttft(ttft(batches[best_i]), f"colocated on {gpu.id} tp{tp} {precision} batch {batches[best_i]}")
-        n_ttft = _largest_ok(batches, n_ok, lambda b: ttft(b) <= max_ttft_s, turn)
+    if mode != "pool" and max_ttft_s is not None:
+        n_ttft, low = _largest_ok(batches, n_ok, ttft, max_ttft_s)
+        result.note_ttft(ttft(batches[low]), f"{'colocated' if mode == 'colocated' else 'headroom mode'} on {gpu.id} tp{tp} {precision} batch {batches[low]} "
+                                             f"at {rho:.0%} utilisation")
         if n_ttft == 0:
             return None
         if n_ttft < n_ok:
@@ -411,7 +458,9 @@ def _best_decode(
     return Candidate(
         product=product.name, gpu=gpu.id, tp=tp, precision=precision, batch=b, mode=mode, estimate=est(b),
         price=price, hours_per_month=preset.hours_per_month, headroom=headroom, batch_limited_by=limited_by,
-        ttft_s=ttft(b) if mode == "colocated" else None, prefill_flops_per_step=b / product.output_tokens * per_request,
+        ttft_s=ttft(b) if mode != "pool" else None, prefill_flops_per_step=b / product.output_tokens * per_request,
+        ttft_step_time_s=prefill_step(b).step_time_s if mode != "pool" else 0.0,
+        output_tokens=float(product.output_tokens), requested_headroom=product.effective_headroom,
     )
 
 
@@ -448,12 +497,12 @@ def generate_pool_candidates(
                 if w + kv_bytes > tp * gpu.memory_bytes * preset.usable_memory_fraction:
                     continue
                 rate = tp * gpu.flops_per_s(compute_precision(preset, gpu, precision)) * preset.compute_efficiency
-                service = max(work / rate, w / (tp * gpu.mem_bandwidth_bytes_per_s * preset.bandwidth_efficiency))
+                service = pool_service_s(work, rate, w, tp * gpu.mem_bandwidth_bytes_per_s * preset.bandwidth_efficiency)
                 _, link_bw = kv_link(gpu)
-                transfer = kv_bytes / (tp * link_bw)
-                rho = 1.0
+                transfer = kv_transfer_s(kv_bytes, tp * link_bw)
+                rho = DEFAULT_MAX_UTILISATION
                 if max_ttft_s is not None:
-                    result.note_ttft(service + transfer, f"pool on {gpu_id} tp{tp} {precision} at zero load")
+                    result.note_ttft(pool_ttft_s(service, transfer, 0.0), f"pool on {gpu_id} tp{tp} {precision} at zero load")
                     rho = max_utilisation(service, max_ttft_s - transfer)
                     if rho <= 0.0:
                         continue

@@ -12,7 +12,9 @@ from typing import Any, Callable
 from fleetplan.catalogs.loader import Catalog, InputError
 from fleetplan.models.memory import kv_bytes_per_token
 from fleetplan.models.presets import Preset, get_preset
+from fleetplan.models.physics import DEFAULT_TTFT_QUEUE_MULTIPLE, TTFT_WARNING_S
 from fleetplan.models.roofline import decode_step
+from fleetplan.models.ttft import colocated_prefill_steps, queue_factor
 from fleetplan.optimizer.api import resolve_api
 from fleetplan.optimizer.candidates import (
     Candidate,
@@ -99,6 +101,43 @@ class ProductPlan:
     def capacity_tokens_per_s(self) -> float:
         """Usable decode throughput at the busiest hour (after headroom)."""
         return self.replicas * (self.candidate.usable_tokens_per_s if self.candidate else 0.0)
+
+    def served_tokens_per_s(self) -> list[float]:
+        """Self-hosted output tokens/s in each hour (demand less the API's share)."""
+        return [max(0.0, d - a) for d, a in zip(self.data.demand_tokens_per_s, self.api_tokens_per_s)]
+
+    @property
+    def decode_peak_utilisation(self) -> float | None:
+        """Highest hourly load of the decode replicas as a share of their full throughput
+        (at most 1 - headroom)."""
+        c = self.candidate
+        if c is None:
+            return None
+        loads = [s / (self.replicas_in_hour(h) * c.replica_tokens_per_s)
+                 for h, s in enumerate(self.served_tokens_per_s()) if self.replicas_in_hour(h) > 0]
+        return max(loads, default=0.0)
+
+    @property
+    def pool_peak_utilisation(self) -> float | None:
+        """Highest hourly load of the prefill pool as a share of its FLOP/s."""
+        if self.pool is None:
+            return None
+        f = self.data.prefill_flops_per_output_token
+        loads = [f * s / (self.pool_replicas_in_hour(h) * self.pool.flops_per_s)
+                 for h, s in enumerate(self.served_tokens_per_s()) if self.pool_replicas_in_hour(h) > 0]
+        return max(loads, default=0.0)
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Modelled time to first token in the busiest hour (:mod:`fleetplan.models.ttft`):
+        through the pool at its peak utilisation, or, colocated and in headroom mode, spread
+        over the decode steps at the decode replicas' peak utilisation. None when all-API."""
+        c = self.candidate
+        if c is None:
+            return None
+        if c.mode == "pool":
+            return self.pool.ttft_s(self.pool_peak_utilisation or 0.0) if self.pool is not None else None
+        return c.ttft_at(self.decode_peak_utilisation or 0.0)
 
     # ---- pool
     def pool_replicas_in_hour(self, h: int) -> int:
@@ -238,6 +277,12 @@ class Plan:
         return self.problem.hours
 
 
+def format_ms(seconds: float) -> str:
+    """Milliseconds for a message: whole above 10 ms, two significant digits below (never "0")."""
+    ms = seconds * 1e3
+    return f"{ms:,.0f}" if ms >= 10 else f"{ms:.2g}"
+
+
 def explain_no_candidates(product: Product, cs: CandidateSet) -> str:
     """Which constraint no configuration of ``product`` can meet, and the best value reachable."""
     where = f"products[{product.name}]"
@@ -256,7 +301,7 @@ def explain_no_candidates(product: Product, cs: CandidateSet) -> str:
             f"{cs.best_per_user_tokens_per_s:.1f} tokens/s ({cs.best_per_user_at})"
         )
     if product.max_ttft_ms is not None:
-        best = "none" if cs.best_ttft_s == float("inf") else f"{cs.best_ttft_s * 1e3:,.0f} ms ({cs.best_ttft_at})"
+        best = "none" if cs.best_ttft_s == float("inf") else f"{format_ms(cs.best_ttft_s)} ms ({cs.best_ttft_at})"
         return (
             f"{where}.max_ttft_ms: infeasible: no configuration reaches a time to first token of "
             f"{product.max_ttft_ms:g} ms; the best reachable is {best}"
@@ -680,12 +725,42 @@ def _why(pp: ProductPlan) -> str:
         txt += (
             f"; prefill runs on {pp.pool_replicas} x {pp.pool.tp} {pp.pool.gpu} ({pp.pool.precision}) sized to "
             f"{pp.pool.max_utilisation:.0%} utilisation at most"
-            + ("" if pp.product.max_ttft_ms else " (no max_ttft_ms: queueing at high utilisation lengthens TTFT)")
+            + ("" if pp.product.max_ttft_ms else
+               f" (no max_ttft_ms: the default keeps queueing within {DEFAULT_TTFT_QUEUE_MULTIPLE:g}x the zero-load TTFT)")
         )
+    if c.requested_headroom is not None and c.headroom > c.requested_headroom + 1e-12:
+        txt += (
+            f"; headroom raised from {c.requested_headroom:.0%} to {c.headroom:.0%} (no max_ttft_ms: the default keeps "
+            f"queueing within {DEFAULT_TTFT_QUEUE_MULTIPLE:g}x the zero-load TTFT)"
+        )
+    txt += _ttft_note(pp)
     if len(pp.mode_costs) > 1:
         parts = [f"{m} ${v:,.0f}" if v is not None else f"{m} infeasible" for m, v in sorted(pp.mode_costs.items())]
         txt += f"; prefill mode {c.mode} chosen by cost ({', '.join(parts)} per month for the whole plan)"
     return txt
+
+
+def _ttft_note(pp: ProductPlan) -> str:
+    """Why the modelled TTFT is long, when it exceeds ``TTFT_WARNING_S``; else nothing."""
+    c, ttft = pp.candidate, pp.ttft_s
+    if c is None or ttft is None or ttft <= TTFT_WARNING_S:
+        return ""
+    head = f"; modelled TTFT {format_ms(ttft)} ms exceeds {TTFT_WARNING_S:g} s"
+    if c.mode == "pool" and pp.pool is not None:
+        rho = pp.pool_peak_utilisation or 0.0
+        return head + (
+            f": one {pp.product.input_tokens:,}-token prefill takes {format_ms(pp.pool.service_s)} ms on a "
+            f"{pp.pool.gpu} tp{pp.pool.tp} pool replica, x{queue_factor(rho):.2f} queueing at {rho:.0%} utilisation, "
+            f"plus {format_ms(pp.pool.transfer_s)} ms KV hand-off (set max_ttft_ms to size the pool for a target)"
+        )
+    rho = pp.decode_peak_utilisation or 0.0
+    steps = colocated_prefill_steps(c.batch, c.output_tokens)
+    where = "colocated" if c.mode == "colocated" else "sharing the decode steps (headroom mode)"
+    return head + (
+        f": each {pp.product.input_tokens:,}-token prompt is prefilled {where} over {steps:,.1f} steps of "
+        f"{format_ms(c.ttft_step_time_s)} ms at batch {c.batch}, x{queue_factor(rho):.2f} queueing at {rho:.0%} "
+        f"utilisation (set max_ttft_ms, or prefill: pool)"
+    )
 
 
 def solve_component(

@@ -25,32 +25,17 @@ def _r(x: float | None, nd: int = 4) -> float | None:
 
 def served_tokens(pp: ProductPlan) -> list[float]:
     """Self-hosted output tokens/s in each hour (demand less the API's share)."""
-    return [max(0.0, d - a) for d, a in zip(pp.data.demand_tokens_per_s, pp.api_tokens_per_s)]
+    return pp.served_tokens_per_s()
 
 
 def pool_utilisation(pp: ProductPlan) -> float | None:
     """Highest hourly load of the prefill pool as a share of its FLOP/s."""
-    if pp.pool is None:
-        return None
-    f = pp.data.prefill_flops_per_output_token
-    loads = [
-        f * s / (pp.pool_replicas_in_hour(h) * pp.pool.flops_per_s)
-        for h, s in enumerate(served_tokens(pp)) if pp.pool_replicas_in_hour(h) > 0
-    ]
-    return max(loads, default=0.0)
+    return pp.pool_peak_utilisation
 
 
 def ttft_s(pp: ProductPlan) -> float | None:
-    """Modelled time to first token of the chosen configuration (None in headroom mode)."""
-    c = pp.candidate
-    if c is None:
-        return None
-    if c.mode == "colocated":
-        return c.ttft_s
-    if c.mode == "pool" and pp.pool is not None:
-        rho = pool_utilisation(pp) or 0.0
-        return pp.pool.ttft_s(rho)
-    return None
+    """Modelled time to first token of the plan in its busiest hour, in every prefill mode."""
+    return pp.ttft_s
 
 
 def utilisation(pp: ProductPlan) -> float | None:
@@ -266,6 +251,9 @@ def check_invariants(plan: Plan) -> list[str]:
                 need = pp.data.prefill_flops_per_output_token * (d - pp.api_tokens_per_s[h])
                 if pp.pool_replicas_in_hour(h) * pp.pool.usable_flops_per_s < need * (1 - 1e-9) - 1e3:
                     problems.append(f"{name}: hour {h}: prefill pool below demand")
+        ttft = pp.ttft_s
+        if ttft is not None and pp.product.max_ttft_ms is not None and ttft * 1e3 > pp.product.max_ttft_ms * (1 + 1e-9):
+            problems.append(f"{name}: TTFT {ttft * 1e3:.1f} ms above max_ttft_ms {pp.product.max_ttft_ms:g}")
         replica_hours = sum(pp.replicas_in_hour(h) for h in range(len(pp.on_demand)))
         if sum(pp.spot) > plan.problem.spot_max_share * replica_hours + tol:
             problems.append(f"{name}: spot share above its cap")

@@ -28,8 +28,8 @@ EXPECTED_ROWS = [
     ("bad-model", "", "error", "", "", "", "", "", "", "", "", ""),
     ("seed-chat-70b", "", "optimal", "295650.0", "", "", "", "", "", "162", "", "0"),
     ("seed-chat-70b", "chat", "optimal", "295650.0", "h100-sxm", "2", "64", "fp8", "81", "162", "headroom", ""),
-    ("seed-chat-70b-pool", "", "optimal", "660650.0", "", "", "", "", "", "162", "", "200"),
-    ("seed-chat-70b-pool", "chat", "optimal", "660650.0", "h100-sxm", "2", "64", "fp8", "81", "162", "pool", "200"),
+    ("seed-chat-70b-pool", "", "optimal", "751900.0", "", "", "", "", "", "162", "", "250"),
+    ("seed-chat-70b-pool", "chat", "optimal", "751900.0", "h100-sxm", "2", "64", "fp8", "81", "162", "pool", "250"),
 ]
 KEYS = ("scenario", "product", "status", "monthly_cost_usd", "gpu", "tp", "batch", "precision", "replicas", "gpus",
         "prefill_mode", "prefill_gpus")
@@ -68,13 +68,13 @@ def test_batch_of_files_reports_failure_and_solves_the_rest(capsys, batch_dir, t
         f"fleetplan: error: {batch_dir / 'bad-model.yaml'}: products[chat].model: unknown model id 'llama-9-70b' "
         "(nearest valid choice: llama-3-70b)"
     ]
-    assert "seed-chat-70b-pool" in stdout and "295,650" in stdout and "660,650" in stdout
+    assert "seed-chat-70b-pool" in stdout and "295,650" in stdout and "751,900" in stdout
 
     seed = json.loads((out / "seed-chat-70b.json").read_text(encoding="utf-8"))
     assert seed["status"] == "optimal" and seed["monthly_cost_usd"] == 295_650
     assert (seed["products"][0]["replicas"], seed["products"][0]["gpus"]) == (81, 162)
     pool = json.loads((out / "seed-chat-70b-pool.json").read_text(encoding="utf-8"))
-    assert pool["monthly_cost_usd"] == 660_650 and pool["products"][0]["prefill"]["gpus"] == 200
+    assert pool["monthly_cost_usd"] == 751_900 and pool["products"][0]["prefill"]["gpus"] == 250
     assert not (out / "bad-model.json").exists()
     assert sorted(p.name for p in out.iterdir()) == ["seed-chat-70b-pool.json", "seed-chat-70b.json", "summary.csv", "summary.json"]
 
@@ -117,7 +117,7 @@ def test_batch_json_prints_summary_and_passes_when_all_solve(capsys, batch_dir, 
     rows = json.loads(stdout)
     assert [(r["scenario"], r["product"], r["monthly_cost_usd"]) for r in rows] == [
         ("seed-chat-70b", "", 295650.0), ("seed-chat-70b", "chat", 295650.0),
-        ("seed-chat-70b-pool", "", 660650.0), ("seed-chat-70b-pool", "chat", 660650.0),
+        ("seed-chat-70b-pool", "", 751900.0), ("seed-chat-70b-pool", "chat", 751900.0),
     ]
     assert not list(tmp_path.glob("**/*.json")), "without --out a batch writes no files"
 

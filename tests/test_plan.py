@@ -77,7 +77,8 @@ def brute_force_cost(catalog, scenario) -> float:
                     if not e.fits or e.per_user_tokens_per_s < prod.min_tokens_per_s_per_user:
                         continue
                     n = 0
-                    while n * e.replica_tokens_per_s * (1 - prod.headroom) < demand:
+                    # without max_ttft_ms a replica is loaded to 80% at most (3x the zero-load TTFT)
+                    while n * e.replica_tokens_per_s * min(1 - prod.headroom, 0.8) < demand:
                         n += 1
                     best = min(best, n * tp * price * preset.hours_per_month)
     return best

@@ -79,14 +79,26 @@ def test_budget_limit(catalog, examples):
     assert plan.monthly_cost_usd == pytest.approx(free) and check_invariants(plan) == []
 
 
-def test_pooling_needs_fewer_gpus(catalog, examples):
+@pytest.mark.parametrize(("max_ttft_ms", "gpus", "cost"), [(None, 24, 69_116.4), (1000, 16, 50_107.2)])
+def test_pooling_is_cheaper(catalog, examples, max_ttft_ms, gpus, cost):
+    """Pooled replicas cost less than separate ones. Without a TTFT target the default queueing
+    bound keeps colocated replicas at 80% at most: 9 H200 tp2 replicas would need a third 8-GPU
+    instance, so 12 H100 tp2 replicas win; a 1,000 ms target allows 90% (TTFT 685 ms): 8 H200 tp2."""
     scenario, folder = load_scenario(examples / "pooling-2chat.yaml")
+    if max_ttft_ms is not None:
+        raw = scenario.model_dump(mode="python")
+        for p in raw["products"]:
+            p["max_ttft_ms"] = max_ttft_ms
+        scenario = parse_scenario(raw, "s")
     plan = make_plan(scenario, catalog, folder=folder, alternatives=False)
     d = plan_to_dict(plan)
     assert d["pooling"]["chosen"] == "pooled"
     (pool,) = d["pools"]
     assert pool["products"] == ["consumer-chat", "internal-assistant"]
-    assert pool["gpus"] < pool["separate_gpus"]
+    assert pool["gpus"] == gpus and d["monthly_cost_usd"] == pytest.approx(cost, abs=0.01)
+    if max_ttft_ms is not None:
+        assert pool["gpus"] < pool["separate_gpus"]
+        assert all(p["ttft_ms"] <= max_ttft_ms for p in d["products"])
     assert pool["monthly_cost_usd"] < pool["separate_monthly_cost_usd"]
     assert sum(p["monthly_cost_usd"] for p in d["products"]) == pytest.approx(d["monthly_cost_usd"], abs=0.05)
     assert pool["per_user_tokens_per_s"] >= 25  # the strictest target of the pooled products
