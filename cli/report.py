@@ -186,11 +186,18 @@ def print_plan(d: dict[str, Any], console: Console) -> None:
                 )
             console.print(alt)
     print_portfolio(d, console)
+    unpriced = d.get("unpriced_gpus") or []
+    if unpriced:
+        console.print(f"no price for {', '.join(unpriced)}: left out of the plan (give one in options.gpu_hour_usd "
+                      "or a prices catalog)")
     for name, c in d["candidates"].items():
-        console.print(
-            f"[dim]{name}: {c['generated']:,} candidates generated, {c['feasible']:,} feasible, "
-            f"{c['after_pruning']} after pruning[/dim]"
-        )
+        line = (f"{name}: decode configurations (GPU x TP x precision x mode x batch): {c['generated']:,} generated, "
+                f"{c['feasible']:,} feasible; {c['after_pruning']:,} decode candidates after pruning "
+                f"(largest feasible batch per shape, dominated dropped)")
+        if c.get("pool_generated"):
+            line += (f"; prefill-pool shapes (GPU x TP x precision): {c['pool_generated']:,} generated, "
+                     f"{c['pool_feasible']:,} feasible, {c['pool_after_pruning']:,} after pruning")
+        console.print(f"[dim]{line}[/dim]")
     console.print(f"[dim]MIP: {d['model_size']['variables']:,} variables, {d['model_size']['constraints']:,} constraints[/dim]")
 
 

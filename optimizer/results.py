@@ -312,13 +312,22 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
 
 
 def candidate_counts(cs: CandidateSet) -> dict[str, Any]:
-    """How many configurations of one product were generated, feasible and kept for the solver."""
+    """How many configurations of one product were generated, feasible and kept for the solver.
+
+    Decode (``generated``, ``invalid_shapes``, ``feasible``) counts configurations GPU x TP x
+    precision x prefill mode x batch on priced GPUs; ``after_pruning`` counts the decode
+    candidates the solver sees (one batch per shape, dominated ones dropped), so
+    generated >= feasible >= after_pruning. ``pool_*`` count prefill-pool shapes GPU x TP x
+    precision the same way.
+    """
     return {
         "generated": cs.generated,
         "feasible": cs.feasible,
         "invalid_shapes": cs.invalid_shapes,
         "after_pruning": cs.after_pruning,
-        "pool_after_pruning": len(cs.pool),
+        "pool_generated": cs.pool_generated,
+        "pool_feasible": cs.pool_feasible,
+        "pool_after_pruning": cs.pool_after_pruning,
         "unpriced_gpus": cs.unpriced_gpus,
     }
 
