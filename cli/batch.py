@@ -22,7 +22,7 @@ SUFFIXES = (".yaml", ".yml")
 SUMMARY_STEM = "summary"
 COLUMNS = (
     "scenario", "product", "status", "error", "monthly_cost_usd", "gpu", "tp", "batch", "precision",
-    "replicas", "gpus", "prefill_mode", "prefill_gpus", "api_fraction",
+    "replicas", "gpus", "prefill_mode", "prefill_gpus", "api_fraction", "pooled_in",
 )
 
 
@@ -149,14 +149,17 @@ def solve_all(files: list[str], settings: Settings, jobs: int = 1,
 
 
 def summary_rows(outcomes: list[Outcome]) -> list[dict[str, Any]]:
-    """One row per scenario, followed by one row per product of its plan.
+    """One row per scenario, followed by one row per product of its plan and one per pooled group.
 
-    The scenario row has an empty ``product``, the plan's total ``monthly_cost_usd`` and the
-    totals of decode ``gpus`` and ``prefill_gpus`` over its products; a failed scenario has
-    only this row, with status ``error`` and the error message. Product rows give the chosen
-    configuration: decode GPU, TP, batch, precision, replicas and GPUs, the prefill mode and
-    pool GPUs (null without a pool) and the API's share of output tokens. Numbers are those of
-    the plan's JSON (rounded there).
+    The scenario row has an empty ``product`` and the plan's ``totals``: ``monthly_cost_usd``,
+    decode ``replicas`` and ``gpus`` and ``prefill_gpus``, each replica and GPU counted once; a
+    failed scenario has only this row, with status ``error`` and the error message. Product rows
+    give the chosen configuration: decode GPU, TP, batch, precision, replicas and GPUs, the
+    prefill mode and pool GPUs (null without a pool) and the API's share of output tokens. A
+    product of a pooled group names the group in ``pooled_in``, carries its share of the cost
+    and 0 replicas and GPUs of its own; the group's row (``product`` is the group's name) carries
+    the shared replicas and GPUs and no cost (its cost is in its members' rows). So each numeric
+    column of the product rows adds up to the scenario row. Numbers are those of the plan's JSON.
     """
     rows: list[dict[str, Any]] = []
     blank = dict.fromkeys(COLUMNS)
@@ -165,19 +168,32 @@ def summary_rows(outcomes: list[Outcome]) -> list[dict[str, Any]]:
             rows.append({**blank, "scenario": o.stem, "product": "", "status": "error", "error": o.error})
             continue
         products = o.plan["products"]
+        totals = o.plan.get("totals") or {}
         rows.append({
             **blank, "scenario": o.stem, "product": "", "status": o.plan["status"], "error": "",
             "monthly_cost_usd": o.plan["monthly_cost_usd"],
-            "gpus": sum(p["gpus"] for p in products),
-            "prefill_gpus": sum(p["prefill"]["gpus"] or 0 for p in products),
+            "replicas": totals.get("replicas"),
+            "gpus": totals.get("gpus", sum(p["gpus"] for p in products)),
+            "prefill_gpus": totals.get("prefill_gpus", sum(p["prefill"]["gpus"] or 0 for p in products)),
+            "pooled_in": "",
         })
+        pools = {pool["name"]: pool for pool in o.plan.get("pools") or []}
         for p in products:
+            pool_name = p.get("pooled_in") or ""
+            if pool_name in pools:
+                pool = pools.pop(pool_name)
+                rows.append({
+                    **blank, "scenario": o.stem, "product": pool_name, "status": o.plan["status"], "error": "",
+                    "gpu": pool["gpu"], "tp": pool["tp"], "batch": pool["batch"], "precision": pool["precision"],
+                    "replicas": pool["replicas"], "gpus": pool["gpus"], "prefill_mode": pool.get("prefill_mode"),
+                    "prefill_gpus": pool.get("prefill_gpus"), "pooled_in": "",
+                })
             rows.append({
                 "scenario": o.stem, "product": p["name"], "status": o.plan["status"], "error": "",
                 "monthly_cost_usd": p["monthly_cost_usd"], "gpu": p["gpu"], "tp": p["tp"], "batch": p["batch"],
                 "precision": p["precision"], "replicas": p["replicas"], "gpus": p["gpus"],
                 "prefill_mode": p["prefill"]["mode"], "prefill_gpus": p["prefill"]["gpus"],
-                "api_fraction": p["api_fraction"],
+                "api_fraction": p["api_fraction"], "pooled_in": pool_name,
             })
     return rows
 
@@ -196,6 +212,8 @@ def print_summary(rows: list[dict[str, Any]], console: Any) -> None:
     """The summary as a rich table: scenario rows in bold; an error column when a scenario failed."""
     from rich.table import Table
 
+    from fleetplan.optimizer.text import pct
+
     def n(x: Any, fmt: str = "{:,}") -> str:
         return "" if x is None else fmt.format(x)
 
@@ -211,11 +229,12 @@ def print_summary(rows: list[dict[str, Any]], console: Any) -> None:
             t.add_section()
         cost = n(r["monthly_cost_usd"], "{:,.0f}")
         t.add_row(
-            f"[bold]{r['scenario']}[/bold]" if scen else "", r["product"],
+            f"[bold]{r['scenario']}[/bold]" if scen else "",
+            f"  {r['product']}" if r.get("pooled_in") else r["product"],
             "[red]error[/red]" if r["status"] == "error" else r["status"],
             f"[bold]{cost}[/bold]" if scen else cost, r["gpu"] or "", n(r["tp"]), n(r["batch"]), r["precision"] or "",
             n(r["replicas"]), n(r["gpus"]), r["prefill_mode"] or "", n(r["prefill_gpus"]),
-            n(r["api_fraction"], "{:.1%}"), *((r["error"] or "",) if errors else ()),
+            "" if r["api_fraction"] is None else pct(r["api_fraction"]), *((r["error"] or "",) if errors else ()),
         )
     console.print(t)
 

@@ -7,6 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from fleetplan.optimizer.text import pct
+
 
 def _gb(x: float) -> str:
     return f"{x / 1e9:,.1f} GB"
@@ -40,8 +42,46 @@ def _n(x: Any, fmt: str = "{:,.0f}") -> str:
     return "-" if x is None else fmt.format(x)
 
 
+def whole_dollars(parts: list[float], total: float) -> list[int]:
+    """``parts`` rounded to whole dollars so that they add up to ``total`` rounded (largest
+    remainder; ties to the earlier part): a table's column then sums to its total line."""
+    target = round(total)
+    floors = [int(x // 1) for x in parts]
+    left = target - sum(floors)
+    order = sorted(range(len(parts)), key=lambda i: (-(parts[i] - floors[i]), i))
+    out = list(floors)
+    for i in order[: max(0, left)]:
+        out[i] += 1
+    for i in order[::-1][: max(0, -left)]:
+        out[i] -= 1
+    return out
+
+
+def _product_parts(p: dict[str, Any]) -> list[float]:
+    """Decode (with stranded GPUs), prefill pool, API and fixed cost of a product row, in USD."""
+    b = p["monthly_cost_breakdown_usd"]
+    pre = p["prefill"]["monthly_cost_usd"] or 0.0
+    return [p["monthly_cost_usd"] - pre - b["api"] - b["fixed"], pre, b["api"], b["fixed"]]
+
+
+def price_lines(p: dict[str, Any]) -> list[str]:
+    """The GPU-hour prices a product's replicas pay, per tier used, with their sources."""
+    out = []
+    for part, paid, gpu in (("decode", p.get("prices_paid") or {}, p["gpu"]),
+                            ("prefill pool", p["prefill"].get("prices_paid") or {}, p["prefill"]["gpu"])):
+        if paid:
+            out.append(f"{part} price paid ({gpu}): " + "; ".join(
+                f"{tier.replace('_', ' ')} ${v['usd_per_gpu_hour']:.2f}/GPU-hour from {v['source']}"
+                for tier, v in paid.items()))
+    if not out and p["usd_per_gpu_hour"] is not None:
+        out.append(f"price: ${p['usd_per_gpu_hour']:.2f}/GPU-hour from {p['price_source']}")
+    return out
+
+
 def print_plan(d: dict[str, Any], console: Console) -> None:
-    """The plan: decode and prefill lines per product, product totals, reasons and alternatives."""
+    """The plan: decode and prefill lines per product (a pooled group once, with its members'
+    shares of the cost), product totals, reasons and alternatives. Every column that has a total
+    line adds up to it: GPUs are counted once and dollars are rounded so the parts sum."""
     hours = d.get("hours", 1)
     title = f"fleetplan: {d['status']} ({d['solver']}, preset {d['preset']}"
     title += f", calibration {d['calibration']}" if d.get("calibration") else ""
@@ -50,42 +90,80 @@ def print_plan(d: dict[str, Any], console: Console) -> None:
     for col in ("product", "part", "gpu", "tp", "prec", "batch", "replicas", "GPUs", "tok/s/user", "tok/s/replica",
                 "TTFT ms", "$/month", "$/M tok"):
         t.add_column(col, justify="left" if col in ("product", "part", "gpu", "prec") else "right", no_wrap=True)
+    pools = {pool["name"]: pool for pool in d.get("pools") or []}
+    sections: list[tuple[str, list[dict[str, Any]]]] = []  # (pool name or "", rows)
     for p in d["products"]:
-        pre = p["prefill"]
-        t.add_row(
-            p["name"], f"decode ({pre['mode'] or 'api'})", p["gpu"] or "-", _n(p["tp"], "{}"), p["precision"] or "-",
-            _n(p["batch"], "{}"), f"{p['replicas']:,}", f"{p['gpus']:,}", _n(p["per_user_tokens_per_s"], "{:,.1f}"),
-            _n(p["replica_tokens_per_s"]), _n(p["ttft_ms"]),
-            f"{p['monthly_cost_usd'] - pre['monthly_cost_usd'] - p['monthly_cost_breakdown_usd']['api'] - p['monthly_cost_breakdown_usd']['fixed']:,.0f}",
-            "",
-        )
+        name = p.get("pooled_in")
+        if name and sections and sections[-1][0] == name:
+            sections[-1][1].append(p)
+        else:
+            sections.append((name or "", [p]))
+    shown = whole_dollars([sum(p["monthly_cost_usd"] for p in rows) for _, rows in sections], d["monthly_cost_usd"])
+
+    def decode_row(label: str, p: dict[str, Any], part: str, replicas: int, gpus: int, cost: str) -> None:
+        t.add_row(label, part, p["gpu"] or "-", _n(p["tp"], "{}"), p["precision"] or "-", _n(p["batch"], "{}"),
+                  f"{replicas:,}", f"{gpus:,}", _n(p["per_user_tokens_per_s"], "{:,.1f}"),
+                  _n(p["replica_tokens_per_s"]), _n(p["ttft_ms"]), cost, "")
+
+    n_pools = sum(1 for name, _ in sections if name)
+    seen_pools = 0
+    for (pool_name, rows), total_shown in zip(sections, shown):
+        if pool_name:
+            pool, first = pools[pool_name], rows[0]
+            pre = first["prefill"]
+            seen_pools += 1
+            label = "shared pool" + (f" {seen_pools}" if n_pools > 1 else "")
+            decode_row(label, first, f"decode ({pre['mode'] or 'api'})", pool["replicas"], pool["gpus"], "")
+            if pool.get("prefill_gpu"):
+                t.add_row("", "prefill pool", pool["prefill_gpu"], str(pre["tp"]), pre["precision"], "",
+                          f"{pool['prefill_replicas']:,}", f"{pool['prefill_gpus']:,}", "", "", "", "", "")
+            member_shown = whole_dollars([p["monthly_cost_usd"] for p in rows], total_shown)
+            for p, cost in zip(rows, member_shown):
+                t.add_row(f"  {p['name']}", f"share: {pct(p['pool_share'])} of tokens", "", "", "", "", "-", "-",
+                          "", "", "", f"{cost:,}", _n(p["cost_per_million_tokens_usd"], "{:.3f}"))
+            gpus = pool["gpus"] + (pool.get("prefill_gpus") or 0)
+            t.add_row(f"[bold]{label} total[/bold]", "", "", "", "", "", "", f"{gpus:,}", "", "", "",
+                      f"[bold]{total_shown:,}[/bold]", "")
+            t.add_section()
+            continue
+        (p,) = rows
+        pre, b = p["prefill"], p["monthly_cost_breakdown_usd"]
+        decode_usd, pre_usd, api_usd, fixed_usd = whole_dollars(_product_parts(p), total_shown)
+        decode_row(p["name"], p, f"decode ({pre['mode'] or 'api'})", p["replicas"], p["gpus"], f"{decode_usd:,}")
         if pre["gpu"]:
             t.add_row("", "prefill pool", pre["gpu"], str(pre["tp"]), pre["precision"], "", f"{pre['replicas']:,}",
-                      f"{pre['gpus']:,}", "", "", "", f"{pre['monthly_cost_usd']:,.0f}", "")
-        b = p["monthly_cost_breakdown_usd"]
+                      f"{pre['gpus']:,}", "", "", "", f"{pre_usd:,}", "")
         if b["api"]:
-            t.add_row("", f"api ({p['api_fraction']:.0%} of tokens)", p["api"]["id"], "", "", "", "", "", "", "", "",
-                      f"{b['api']:,.0f}", "")
+            t.add_row("", f"api ({pct(p['api_fraction'])} of tokens)", p["api"]["id"], "", "", "", "", "", "", "", "",
+                      f"{api_usd:,}", "")
         if b["fixed"]:
-            t.add_row("", "fixed self-hosting", "", "", "", "", "", "", "", "", "", f"{b['fixed']:,.0f}", "")
+            t.add_row("", "fixed self-hosting", "", "", "", "", "", "", "", "", "", f"{fixed_usd:,}", "")
         t.add_row(f"[bold]{p['name']} total[/bold]", "", "", "", "", "", "", f"{p['gpus'] + (pre['gpus'] or 0):,}", "", "", "",
-                  f"[bold]{p['monthly_cost_usd']:,.0f}[/bold]", _n(p["cost_per_million_tokens_usd"], "{:.3f}"))
+                  f"[bold]{total_shown:,}[/bold]", _n(p["cost_per_million_tokens_usd"], "{:.3f}"))
         t.add_section()
-    gpus = sum(p["gpus"] + (p["prefill"]["gpus"] or 0) for p in d["products"])
-    t.add_row("[bold]total[/bold]", "", "", "", "", "", "", f"{gpus:,}", "", "", "", f"[bold]{d['monthly_cost_usd']:,.0f}[/bold]", "")
+    totals = d.get("totals") or {}
+    gpus = totals.get("all_gpus", sum(p["gpus"] + (p["prefill"]["gpus"] or 0) for p in d["products"]))
+    t.add_row("[bold]total[/bold]", "", "", "", "", "", "", f"{gpus:,}", "", "", "", f"[bold]{round(d['monthly_cost_usd']):,}[/bold]", "")
     console.print(t)
     if hours > 1 or any(v for k, v in d["monthly_cost_breakdown_usd"].items() if k != "on_demand"):
         b = d["monthly_cost_breakdown_usd"]
         console.print("cost breakdown per month: " + ", ".join(f"{k} ${v:,.0f}" for k, v in b.items()))
+    explained: set[str] = set()
     for p in d["products"]:
-        console.print(f"[bold]{p['name']}[/bold]: {p['why']}.")
-        if p["usd_per_gpu_hour"] is not None:
-            console.print(f"  price: ${p['usd_per_gpu_hour']:.2f}/GPU-hour from {p['price_source']}")
+        name = p["name"]
+        if p.get("pooled_in"):  # a pooled group's reasons are those of its shared replicas: once
+            if p["pooled_in"] in explained:
+                continue
+            explained.add(p["pooled_in"])
+            name = f"shared pool ({', '.join(pools[p['pooled_in']]['products'])})"
+        console.print(f"[bold]{name}[/bold]: {p['why']}.")
+        for line in price_lines(p):
+            console.print(f"  {line}")
         if hours > 1 and p["utilisation"] is not None:
             console.print(
-                f"  utilisation {p['utilisation']:.0%} of self-hosted capacity; cost ${p['cost_per_million_tokens_usd']:.3f} "
+                f"  utilisation {pct(p['utilisation'])} of self-hosted capacity; cost ${p['cost_per_million_tokens_usd']:.3f} "
                 f"per million tokens against ${p['ideal_cost_per_million_tokens_usd']:.3f} for the fleet at 100%; "
-                f"API share {p['api_fraction']:.1%}"
+                f"API share {pct(p['api_fraction'])}"
             )
         chk = p.get("prefill_check")
         if chk and p["prefill"]["mode"] != "headroom":
@@ -94,11 +172,11 @@ def print_plan(d: dict[str, Any], console: Console) -> None:
         if kv:
             console.print(
                 f"  KV hand-off: {kv['bytes_per_request'] / 1e6:,.0f} MB per request, {kv['peak_bytes_per_s'] / 1e9:,.1f} GB/s at peak "
-                f"over the {kv['link']} link ({kv['link_utilisation']:.1%} of {kv['link_bytes_per_s'] / 1e9:,.0f} GB/s), "
+                f"over the {kv['link']} link ({pct(kv['link_utilisation'])} of {kv['link_bytes_per_s'] / 1e9:,.0f} GB/s), "
                 f"{kv['transfer_ms_per_request']:.1f} ms per request"
             )
         if p["alternatives"]:
-            alt = Table(title=f"{p['name']}: cheapest plan on each other GPU type", title_justify="left")
+            alt = Table(title=f"{name}: cheapest plan on each other GPU type", title_justify="left")
             for col in ("gpu", "tp", "prec", "batch", "replicas", "GPUs", "product $/month", "plan vs chosen"):
                 alt.add_column(col, justify="left" if col in ("gpu", "prec") else "right")
             for a in p["alternatives"]:
@@ -108,11 +186,18 @@ def print_plan(d: dict[str, Any], console: Console) -> None:
                 )
             console.print(alt)
     print_portfolio(d, console)
+    unpriced = d.get("unpriced_gpus") or []
+    if unpriced:
+        console.print(f"no price for {', '.join(unpriced)}: left out of the plan (give one in options.gpu_hour_usd "
+                      "or a prices catalog)")
     for name, c in d["candidates"].items():
-        console.print(
-            f"[dim]{name}: {c['generated']:,} candidates generated, {c['feasible']:,} feasible, "
-            f"{c['after_pruning']} after pruning[/dim]"
-        )
+        line = (f"{name}: decode configurations (GPU x TP x precision x mode x batch): {c['generated']:,} generated, "
+                f"{c['feasible']:,} feasible; {c['after_pruning']:,} decode candidates after pruning "
+                f"(largest feasible batch per shape, dominated dropped)")
+        if c.get("pool_generated"):
+            line += (f"; prefill-pool shapes (GPU x TP x precision): {c['pool_generated']:,} generated, "
+                     f"{c['pool_feasible']:,} feasible, {c['pool_after_pruning']:,} after pruning")
+        console.print(f"[dim]{line}[/dim]")
     console.print(f"[dim]MIP: {d['model_size']['variables']:,} variables, {d['model_size']['constraints']:,} constraints[/dim]")
 
 
@@ -149,7 +234,7 @@ def print_portfolio(d: dict[str, Any], console: Console) -> None:
     if d.get("first_come_monthly_cost_usd"):
         fc, total = d["first_come_monthly_cost_usd"], d["monthly_cost_usd"]
         console.print(f"planned one after another, first come first served: ${fc:,.0f} a month; the joint plan saves "
-                      f"${fc - total:,.0f} ({(fc - total) / fc:.0%})")
+                      f"${fc - total:,.0f} ({pct((fc - total) / fc)})")
 
 
 def print_catalog(kind: str, rows: list[dict[str, Any]], console: Console) -> None:

@@ -186,7 +186,15 @@ class PoolCandidate:
 
 @dataclass
 class CandidateSet:
-    """Candidates of one product, with counts for reporting and the best unmet values."""
+    """Candidates of one product, with counts for reporting and the best unmet values.
+
+    Decode counts are of configurations (GPU x TP x precision x prefill mode x batch) on priced
+    GPUs: ``generated`` enumerated, ``invalid_shapes`` of them with a TP the model cannot be
+    split by, ``feasible`` fitting in memory and meeting the speed and TTFT targets. Decode
+    candidates (``candidates``) are one per feasible shape, at its largest feasible batch,
+    less the dominated ones. Prefill-pool counts are of shapes (GPU x TP x precision):
+    ``pool_generated`` enumerated, ``pool_feasible`` fitting and meeting the TTFT target.
+    """
 
     product: str
     candidates: list[Candidate] = field(default_factory=list)
@@ -194,6 +202,8 @@ class CandidateSet:
     generated: int = 0
     feasible: int = 0
     invalid_shapes: int = 0
+    pool_generated: int = 0
+    pool_feasible: int = 0
     unpriced_gpus: list[str] = field(default_factory=list)
     best_per_user_tokens_per_s: float = 0.0
     best_per_user_at: str = ""
@@ -204,8 +214,13 @@ class CandidateSet:
 
     @property
     def after_pruning(self) -> int:
-        """Candidates the solver sees (decode and pool)."""
-        return len(self.candidates) + len(self.pool)
+        """Decode candidates the solver sees (one batch per shape, dominated ones dropped)."""
+        return len(self.candidates)
+
+    @property
+    def pool_after_pruning(self) -> int:
+        """Prefill-pool candidates the solver sees."""
+        return len(self.pool)
 
     def note_ttft(self, ttft_s: float, where: str) -> None:
         """Remember the best TTFT reachable, for infeasibility reports."""
@@ -453,7 +468,12 @@ def _best_decode(
         if n_ttft < n_ok:
             limited_by = "max_ttft_ms"
         n_ok = n_ttft
-    result.feasible += n_ok
+        # TTFT falls then rises with the batch: the batches meeting it run from the first one
+        # that does (on the falling side) to the largest
+        first_ok = bisect.bisect_left(range(n_ok - 1), True, key=lambda i: ttft(batches[i]) <= max_ttft_s)
+        result.feasible += n_ok - first_ok
+    else:
+        result.feasible += n_ok
     b = batches[n_ok - 1]
     return Candidate(
         product=product.name, gpu=gpu.id, tp=tp, precision=precision, batch=b, mode=mode, estimate=est(b),
@@ -488,11 +508,15 @@ def generate_pool_candidates(
         gpu = catalog.gpus[gpu_id]
         price = resolve_gpu_price(catalog, options, gpu_id)
         if price is None:
+            if gpu_id not in result.unpriced_gpus:
+                result.unpriced_gpus.append(gpu_id)
             continue
         for tp in tps:
             if tp_problem(llm, gpu, tp) is not None:
+                result.pool_generated += len(_shape_precisions(product, options))
                 continue
             for precision in _shape_precisions(product, options):
+                result.pool_generated += 1
                 w = weight_bytes(llm, precision)
                 if w + kv_bytes > tp * gpu.memory_bytes * preset.usable_memory_fraction:
                     continue
@@ -506,6 +530,7 @@ def generate_pool_candidates(
                     rho = max_utilisation(service, max_ttft_s - transfer)
                     if rho <= 0.0:
                         continue
+                result.pool_feasible += 1
                 out.append(PoolCandidate(
                     product=product.name, gpu=gpu_id, tp=tp, precision=precision, price=price,
                     hours_per_month=preset.hours_per_month, service_s=service, transfer_s=transfer,

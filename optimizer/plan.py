@@ -30,6 +30,7 @@ from fleetplan.optimizer.formulation import SECONDS_PER_HOUR, FleetProblem, Prod
 from fleetplan.optimizer.linear import LinearProblem, to_linear_problem
 from fleetplan.optimizer.scenario import Product, Scenario
 from fleetplan.optimizer.solvers import SolveResult, solve
+from fleetplan.optimizer.text import pct
 
 
 RUNNER_UP_TIME_LIMIT_S = 5.0
@@ -173,6 +174,18 @@ class ProductPlan:
                 if n:
                     out[(part.gpu, tier)] = out.get((part.gpu, tier), 0) + part.tp * n
         return out
+
+    def decode_tiers(self) -> list[str]:
+        """Pricing tiers the decode replicas run in at some hour (reserved, on_demand, spot order)."""
+        used = {"reserved": self.reserved > 0, "on_demand": any(self.on_demand), "spot": any(self.spot)}
+        return [t for t in ("reserved", "on_demand", "spot") if used[t]]
+
+    def pool_tiers(self) -> list[str]:
+        """Pricing tiers the prefill-pool replicas run in at some hour."""
+        if self.pool is None:
+            return []
+        used = {"reserved": self.pool_reserved > 0, "on_demand": any(self.pool_on_demand), "spot": any(self.pool_spot)}
+        return [t for t in ("reserved", "on_demand", "spot") if used[t]]
 
     def gpu_prices(self) -> dict[str, float]:
         """Plain GPU-hour price of each GPU type the product uses."""
@@ -684,7 +697,11 @@ def prefill_headroom_check(pp: ProductPlan, catalog: Catalog, preset: Preset, op
     }
 
 
+TIER_WORDS = {"reserved": "reserved", "on_demand": "on demand", "spot": "spot"}
+
+
 def _why(pp: ProductPlan) -> str:
+    """Why the product runs what it runs, quoting the GPU-hour price paid in each tier used."""
     c = pp.candidate
     if c is None:
         assert pp.data.api is not None
@@ -699,11 +716,18 @@ def _why(pp: ProductPlan) -> str:
         "batch_options": "the largest batch allowed",
         "max_ttft_ms": f"a larger batch would break the {pp.product.max_ttft_ms or 0:g} ms TTFT target",
     }[c.batch_limited_by]
-    usd_per_ktok = c.monthly_cost_per_replica_usd / c.usable_tokens_per_s * 1000
+    tiers = pp.decode_tiers() or ["on_demand"]
+    paid = []
+    for tier in tiers:
+        month = c.usd_per_replica_hour_in(tier) * pp.hours_per_month
+        paid.append(
+            f"${month:,.0f}/month {TIER_WORDS[tier]} at ${c.price.tier(tier):,.2f}/GPU-hour "
+            f"(${month / c.usable_tokens_per_s * 1000:,.0f} per 1,000 tokens/s-month)"
+        )
     txt = (
         f"{c.gpu} tp{c.tp} {c.precision} at batch {c.batch} ({limiter}) is {e.bound}-bound at "
-        f"{e.step_time_s * 1e3:.1f} ms per step and delivers {c.usable_tokens_per_s:,.0f} usable tokens/s per replica "
-        f"for ${c.monthly_cost_per_replica_usd:,.0f}/month: ${usd_per_ktok:,.0f} per 1,000 tokens/s-month"
+        f"{e.step_time_s * 1e3:.1f} ms per step and delivers {c.usable_tokens_per_s:,.0f} usable tokens/s per replica; "
+        f"a replica costs " + ", ".join(paid)
     )
     if pp.alternatives:
         a = pp.alternatives[0]
@@ -717,7 +741,7 @@ def _why(pp: ProductPlan) -> str:
         share = sum(pp.api_tokens_per_s) / sum(demand) if sum(demand) else 0.0
         busiest = sorted(api_hours, key=lambda h: (-demand[h], h))[:3]
         txt += (
-            f"; the API ({pp.data.api.price.id}) takes {share:.2%} of output tokens in {len(api_hours)} of "
+            f"; the API ({pp.data.api.price.id}) takes {pct(share)} of output tokens in {len(api_hours)} of "
             f"{len(demand)} hours (busiest: hour {', '.join(str(h) for h in busiest)}), where sending the remainder "
             f"costs less than another replica"
         )

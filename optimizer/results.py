@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from fleetplan.optimizer.formulation import SECONDS_PER_HOUR
+from fleetplan.optimizer.candidates import Candidate, CandidateSet, PoolCandidate
 from fleetplan.optimizer.plan import Plan, ProductPlan, gpu_hours, tier_gpu_hours
 
 LIMITERS = {
@@ -45,6 +46,18 @@ def utilisation(pp: ProductPlan) -> float | None:
         return None
     cap = sum(pp.replicas_in_hour(h) * c.usable_tokens_per_s for h in range(len(pp.on_demand)))
     return sum(served_tokens(pp)) / cap if cap else None
+
+
+def prices_paid(part: Candidate | PoolCandidate, tiers: list[str]) -> dict[str, dict[str, Any]]:
+    """GPU-hour price and its source in each tier ``part``'s replicas run in."""
+    return {t: {"usd_per_gpu_hour": _r(part.price.tier(t), 6), "source": part.price.tier_source(t)} for t in tiers}
+
+
+def _sig(x: float, digits: int = 4) -> float:
+    """``x`` rounded to ``digits`` significant digits (a small non-zero share stays non-zero)."""
+    if x == 0 or math.isinf(x) or math.isnan(x):
+        return float(x)
+    return float(round(x, digits - 1 - math.floor(math.log10(abs(x)))))
 
 
 def product_to_dict(pp: ProductPlan, plan: Plan) -> dict[str, Any]:
@@ -91,6 +104,7 @@ def product_to_dict(pp: ProductPlan, plan: Plan) -> dict[str, Any]:
         "memory_usable_bytes": _r(e.memory_usable_bytes, 0) if e else None,
         "usd_per_gpu_hour": c.price.usd_per_gpu_hour if c else None,
         "price_source": c.price.source if c else None,
+        "prices_paid": prices_paid(c, pp.decode_tiers()) if c else {},
         "monthly_cost_usd": _r(pp.monthly_cost_usd, 2),
         "monthly_cost_breakdown_usd": {k: _r(v, 2) for k, v in breakdown.items()},
         "cost_per_million_output_tokens_usd": _r(pp.monthly_cost_usd / (tokens_month / 1e6), 4) if tokens_month else None,
@@ -98,7 +112,7 @@ def product_to_dict(pp: ProductPlan, plan: Plan) -> dict[str, Any]:
         "ideal_cost_per_million_tokens_usd": _r(ideal, 4),
         "self_hosted_cost_per_million_tokens_usd": _r(fleet_cost / (self_tokens_month / 1e6), 4) if self_tokens_month else None,
         "utilisation": _r(utilisation(pp)),
-        "api_fraction": _r(api_month / tokens_month if tokens_month else 0.0),
+        "api_fraction": _sig(api_month / tokens_month if tokens_month else 0.0),
         "api": (
             {"id": pp.data.api.price.id, "usd_per_million_output_tokens": _r(pp.data.api.usd_per_million_output_tokens),
              "source": pp.data.api.price.source, "as_of": pp.data.api.price.as_of.isoformat()}
@@ -116,6 +130,7 @@ def product_to_dict(pp: ProductPlan, plan: Plan) -> dict[str, Any]:
             "gpus": pp.pool_gpus if pool else None,
             "pflops_per_s_needed": _r(peak_prefill / 1e15),
             "monthly_cost_usd": _r(pp.pool_cost_usd, 2),
+            "prices_paid": prices_paid(pool, pp.pool_tiers()) if pool else {},
             "utilisation": _r(pool_utilisation(pp)),
             "prefix_cache_hit_rate": pp.product.prefix_cache_hit_rate,
             "kv_transfer": pp.kv_transfer,
@@ -141,45 +156,117 @@ def product_to_dict(pp: ProductPlan, plan: Plan) -> dict[str, Any]:
     return d
 
 
+BREAKDOWN_KEYS = ("reserved", "on_demand", "spot", "api", "fixed", "stranded")
+
+
+def split_cents(total_cents: int, weights: list[float]) -> list[int]:
+    """``total_cents`` split in proportion to ``weights`` (largest remainder): whole cents that
+    add up to ``total_cents`` exactly; ties go to the earlier entry."""
+    if not weights:
+        return []
+    w = sum(weights)
+    if w <= 0:
+        weights, w = [1.0] * len(weights), float(len(weights))
+    exact = [total_cents * x / w for x in weights]
+    out = [math.floor(e) for e in exact]
+    left = total_cents - sum(out)
+    order = sorted(range(len(exact)), key=lambda i: (-(exact[i] - out[i]), i))
+    for i in order[:left]:
+        out[i] += 1
+    return out
+
+
+def _cents(x: float) -> int:
+    return int(round(x * 100))
+
+
+def breakdown_cents(pp: ProductPlan) -> dict[str, int]:
+    """The product's monthly cost per kind in whole cents (each kind rounded on its own)."""
+    return {k: _cents(v) for k, v in pp.cost_breakdown().items()}
+
+
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
-    """The whole plan as plain data; identical scenarios give identical dicts."""
+    """The whole plan as plain data; identical scenarios give identical dicts.
+
+    Money is rounded to cents per cost kind; a product's ``monthly_cost_usd`` is the sum of its
+    rounded breakdown and the plan's totals are sums of the product rows, so every total equals
+    the sum of the parts listed. A pooled group is listed once in ``pools`` with its replicas,
+    GPUs and cost; each member's row points at it (``pooled_in``), carries its share of the
+    cost (split by its share of output tokens, in whole cents) and lists 0 replicas and GPUs of
+    its own (the pool's are in ``shared_replicas`` and ``shared_gpus``). ``totals`` counts every
+    replica and GPU once: each product's (or pool's) busiest hour, summed.
+    """
     res = plan.solve_result
     products: list[dict[str, Any]] = []
     pools: list[dict[str, Any]] = []
+    counted: list[dict[str, Any]] = []  # the rows whose replicas and GPUs are the plan's (products and pools)
     for pp in plan.products:
         d = product_to_dict(pp, plan)
+        cents = breakdown_cents(pp)
         members = plan.members.get(pp.product.name, [])
         if not pp.data.members:
+            d["monthly_cost_breakdown_usd"] = {k: v / 100 for k, v in cents.items()}
+            d["monthly_cost_usd"] = sum(cents.values()) / 100
             products.append(d)
+            counted.append(d)
             continue
-        total = sum(sum(m.demand_tokens_per_s) for m in pp.data.members) or 1.0
-        for member, mdata in zip(members, pp.data.members):
-            share = sum(mdata.demand_tokens_per_s) / total
+        weights = [sum(m.demand_tokens_per_s) for m in pp.data.members]
+        total = sum(weights) or 1.0
+        member_cents = [dict.fromkeys(cents, 0) for _ in members]
+        for k, v in cents.items():
+            for i, c in enumerate(split_cents(v, weights)):
+                member_cents[i][k] = c
+        pool_total = sum(cents.values())
+        pool_cents = _cents(pp.pool_cost_usd)
+        pool_member_cents = split_cents(pool_cents, weights)
+        for i, (member, mdata) in enumerate(zip(members, pp.data.members)):
+            mc = member_cents[i]
             row = dict(d)
             row.update({
                 "name": member.name,
                 "pooled_in": pp.product.name,
-                "pool_share": _r(share, 6),
+                "pool_share": _r(weights[i] / total, 6),
+                "replicas": 0,
+                "gpus": 0,
+                "shared_replicas": d["replicas"],
+                "shared_gpus": d["gpus"],
                 "demand_tokens_per_s": _r(mdata.peak_demand_tokens_per_s),
-                "monthly_cost_usd": _r(pp.monthly_cost_usd * share, 2),
-                "monthly_cost_breakdown_usd": {k: _r(v * share, 2) for k, v in pp.cost_breakdown().items()},
+                "monthly_cost_usd": sum(mc.values()) / 100,
+                "monthly_cost_breakdown_usd": {k: v / 100 for k, v in mc.items()},
                 "min_tokens_per_s_per_user": member.min_tokens_per_s_per_user,
+                "prefill": {
+                    **d["prefill"],
+                    "replicas": 0 if d["prefill"]["gpu"] else None,
+                    "gpus": 0 if d["prefill"]["gpu"] else None,
+                    "monthly_cost_usd": pool_member_cents[i] / 100,
+                },
             })
             row.pop("hourly", None)
             products.append(row)
         sep = plan.separate.get(pp.product.name, {})
-        pools.append({
+        pool = {
             "name": pp.product.name, "model": pp.product.model, "products": [m.name for m in members],
             "gpu": d["gpu"], "tp": d["tp"], "batch": d["batch"], "precision": d["precision"],
-            "replicas": d["replicas"], "gpus": d["gpus"], "monthly_cost_usd": d["monthly_cost_usd"],
+            "replicas": d["replicas"], "gpus": d["gpus"], "monthly_cost_usd": pool_total / 100,
+            "monthly_cost_breakdown_usd": {k: v / 100 for k, v in cents.items()},
+            "prefill_mode": d["prefill"]["mode"],
+            "prefill_gpu": d["prefill"]["gpu"], "prefill_replicas": d["prefill"]["replicas"],
+            "prefill_gpus": d["prefill"]["gpus"], "prefill_monthly_cost_usd": pool_cents / 100,
+            "member_monthly_cost_usd": {m.name: sum(mc.values()) / 100 for m, mc in zip(members, member_cents)},
             "per_user_tokens_per_s": d["per_user_tokens_per_s"],
             "separate_replicas": sep.get("replicas"), "separate_gpus": sep.get("gpus"),
             "separate_monthly_cost_usd": sep.get("monthly_cost_usd"),
             **({"hourly": d["hourly"]} if "hourly" in d else {}),
-        })
-    total_breakdown = {
-        k: _r(sum(pp.cost_breakdown()[k] for pp in plan.products), 2) for k in ("reserved", "on_demand", "spot", "api", "fixed", "stranded")
-    }
+        }
+        pools.append(pool)
+        counted.append({"replicas": pool["replicas"], "gpus": pool["gpus"],
+                        "prefill": {"replicas": pool["prefill_replicas"], "gpus": pool["prefill_gpus"]}})
+    total_cents = {k: sum(_cents(p["monthly_cost_breakdown_usd"][k]) for p in products) for k in BREAKDOWN_KEYS}
+    replicas = sum(r["replicas"] for r in counted)
+    gpus = sum(r["gpus"] for r in counted)
+    prefill_replicas = sum(r["prefill"]["replicas"] or 0 for r in counted)
+    prefill_gpus = sum(r["prefill"]["gpus"] or 0 for r in counted)
+    unpriced = sorted({g for cs in plan.candidate_sets.values() for g in cs.unpriced_gpus})
     return {
         "status": res.status,
         "solver": res.solver,
@@ -188,22 +275,17 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "calibration": plan.preset.calibration,
         "hours": plan.hours,
         "tiers": list(plan.problem.tiers),
-        "monthly_cost_usd": _r(plan.monthly_cost_usd, 2),
+        "monthly_cost_usd": sum(total_cents.values()) / 100,
         "objective_usd": _r(res.objective or 0.0, 2),
         "mip_gap": _r(res.mip_gap, 8),
-        "monthly_cost_breakdown_usd": total_breakdown,
-        "products": products,
-        "candidates": {
-            name: {
-                "generated": cs.generated,
-                "feasible": cs.feasible,
-                "invalid_shapes": cs.invalid_shapes,
-                "after_pruning": cs.after_pruning,
-                "pool_after_pruning": len(cs.pool),
-                "unpriced_gpus": cs.unpriced_gpus,
-            }
-            for name, cs in plan.candidate_sets.items()
+        "monthly_cost_breakdown_usd": {k: v / 100 for k, v in total_cents.items()},
+        "totals": {
+            "replicas": replicas, "gpus": gpus, "prefill_replicas": prefill_replicas, "prefill_gpus": prefill_gpus,
+            "all_gpus": gpus + prefill_gpus, "monthly_cost_usd": sum(total_cents.values()) / 100,
         },
+        "products": products,
+        "candidates": {name: candidate_counts(cs) for name, cs in plan.candidate_sets.items()},
+        "unpriced_gpus": unpriced,
         "model_size": {"variables": plan.model_size[0], "constraints": plan.model_size[1]},
         "pools": pools,
         "pooling": plan.pooling,
@@ -211,6 +293,27 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                        for comp in plan.components],
         "gpu_usage": plan.instances,
         "first_come_monthly_cost_usd": _r(plan.first_come_monthly_cost_usd, 2),
+    }
+
+
+def candidate_counts(cs: CandidateSet) -> dict[str, Any]:
+    """How many configurations of one product were generated, feasible and kept for the solver.
+
+    Decode (``generated``, ``invalid_shapes``, ``feasible``) counts configurations GPU x TP x
+    precision x prefill mode x batch on priced GPUs; ``after_pruning`` counts the decode
+    candidates the solver sees (one batch per shape, dominated ones dropped), so
+    generated >= feasible >= after_pruning. ``pool_*`` count prefill-pool shapes GPU x TP x
+    precision the same way.
+    """
+    return {
+        "generated": cs.generated,
+        "feasible": cs.feasible,
+        "invalid_shapes": cs.invalid_shapes,
+        "after_pruning": cs.after_pruning,
+        "pool_generated": cs.pool_generated,
+        "pool_feasible": cs.pool_feasible,
+        "pool_after_pruning": cs.pool_after_pruning,
+        "unpriced_gpus": cs.unpriced_gpus,
     }
 
 

@@ -26,9 +26,9 @@ INFEASIBLE = UNKNOWN_MODEL.replace("llama-9-70b", "llama-3.1-70b").replace(": 30
 # (scenario, product, status, monthly_cost_usd, gpu, tp, batch, precision, replicas, gpus, prefill_mode, prefill_gpus)
 EXPECTED_ROWS = [
     ("bad-model", "", "error", "", "", "", "", "", "", "", "", ""),
-    ("seed-chat-70b", "", "optimal", "295650.0", "", "", "", "", "", "162", "", "0"),
+    ("seed-chat-70b", "", "optimal", "295650.0", "", "", "", "", "81", "162", "", "0"),
     ("seed-chat-70b", "chat", "optimal", "295650.0", "h100-sxm", "2", "64", "fp8", "81", "162", "headroom", ""),
-    ("seed-chat-70b-pool", "", "optimal", "751900.0", "", "", "", "", "", "162", "", "250"),
+    ("seed-chat-70b-pool", "", "optimal", "751900.0", "", "", "", "", "81", "162", "", "250"),
     ("seed-chat-70b-pool", "chat", "optimal", "751900.0", "h100-sxm", "2", "64", "fp8", "81", "162", "pool", "250"),
 ]
 KEYS = ("scenario", "product", "status", "monthly_cost_usd", "gpu", "tp", "batch", "precision", "replicas", "gpus",
@@ -86,7 +86,7 @@ def test_batch_of_files_reports_failure_and_solves_the_rest(capsys, batch_dir, t
     assert json.loads((out / "summary.json").read_text(encoding="utf-8"))[2] == {
         "scenario": "seed-chat-70b", "product": "chat", "status": "optimal", "error": "", "monthly_cost_usd": 295650.0,
         "gpu": "h100-sxm", "tp": 2, "batch": 64, "precision": "fp8", "replicas": 81, "gpus": 162,
-        "prefill_mode": "headroom", "prefill_gpus": None, "api_fraction": 0.0,
+        "prefill_mode": "headroom", "prefill_gpus": None, "api_fraction": 0.0, "pooled_in": "",
     }
 
 
