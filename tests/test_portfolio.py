@@ -85,11 +85,10 @@ def test_pooling_is_cheaper(catalog, examples, max_ttft_ms, gpus, cost):
     bound keeps colocated replicas at 80% at most: 9 H200 tp2 replicas would need a third 8-GPU
     instance, so 12 H100 tp2 replicas win; a 1,000 ms target allows 90% (TTFT 685 ms): 8 H200 tp2."""
     scenario, folder = load_scenario(examples / "pooling-2chat.yaml")
-    if max_ttft_ms is not None:
-        raw = scenario.model_dump(mode="python")
-        for p in raw["products"]:
-            p["max_ttft_ms"] = max_ttft_ms
-        scenario = parse_scenario(raw, "s")
+    raw = scenario.model_dump(mode="python")
+    for p in raw["products"]:
+        p["max_ttft_ms"] = max_ttft_ms
+    scenario = parse_scenario(raw, "s")
     plan = make_plan(scenario, catalog, folder=folder, alternatives=False)
     d = plan_to_dict(plan)
     assert d["pooling"]["chosen"] == "pooled"
