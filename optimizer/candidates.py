@@ -297,7 +297,9 @@ def check_options(catalog: Catalog, options: Options) -> None:
 
 def prefill_modes(product: Product) -> tuple[str, ...]:
     """Decode modes the MIP may choose for ``product``: auto offers colocated and pool."""
-    return ("colocated", "pool") if product.prefill == "auto" else (product.prefill,)
+    if product.prefill == "auto":
+        return ("colocated", "pool")
+    return (product.prefill or "headroom",)
 
 
 def prefill_work_per_request(llm: LLM, product: Product, preset: Preset) -> float:

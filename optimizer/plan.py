@@ -29,12 +29,16 @@ from fleetplan.optimizer.demand import horizon, product_qps, profile_lengths
 from fleetplan.optimizer.formulation import SECONDS_PER_HOUR, FleetProblem, ProductData, build_model
 from fleetplan.optimizer.linear import LinearProblem, to_linear_problem
 from fleetplan.optimizer.scenario import Product, Scenario
-from fleetplan.optimizer.solvers import SolveResult, solve
+from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline
+from fleetplan.optimizer.solvers import Session, SolveResult, solve
 from fleetplan.optimizer.text import pct
 
 
-RUNNER_UP_TIME_LIMIT_S = 5.0
-RELIEF_TIME_LIMIT_S = 20.0
+# Of the time a plan is given, the main solve may use this share; the explanations (runner-ups on
+# other GPU types, the cost of each prefill mode) share what is left of the rest. Proven plans
+# take far less, so explanations usually get most of the time in practice.
+MAIN_SOLVE_SHARE = 0.75
+EXPLAIN_SHARE = 0.8
 
 
 class InfeasibleError(InputError):
@@ -77,6 +81,7 @@ class ProductPlan:
     prefill_check: dict[str, Any] | None = None
     stranded_usd: float = 0.0
     solve_objective: float = 0.0
+    solve_optimal: bool = True
 
     # ---- decode replicas
     def replicas_in_hour(self, h: int) -> int:
@@ -278,6 +283,7 @@ class Plan:
     members: dict[str, list[Product]] = field(default_factory=dict)
     separate: dict[str, dict[str, Any]] = field(default_factory=dict)
     pooling: dict[str, Any] | None = None
+    stopped: list[str] = field(default_factory=list)  # stages cut short by the deadline
 
     @property
     def monthly_cost_usd(self) -> float:
@@ -481,122 +487,199 @@ def extract(lp: LinearProblem, result: SolveResult, prob: FleetProblem, scenario
     return out
 
 
+def _owned_columns(lp: LinearProblem) -> dict[str, list[int]]:
+    """Columns of ``lp`` per configuration key they belong to (``use[k]``, ``reserved[k]``,
+    ``on_demand[k/h]``, ``api_for[k/h]``, pool columns alike); built once per problem."""
+    owned = lp.__dict__.get("_owned")
+    if owned is None:
+        owned = {}
+        for j, name in enumerate(lp.col_names):
+            entity = name[name.index("[") + 1:-1]
+            head, _, tail = entity.rpartition("/")
+            key = head if tail.isdigit() and head else entity
+            owned.setdefault(key, []).append(j)
+        lp.__dict__["_owned"] = owned
+    return owned
+
+
+def _fixing(lp: LinearProblem, pd: ProductData, choice: tuple[Candidate | None, PoolCandidate | None],
+            allowed: set[str] | None = None) -> tuple[list[float], list[float]]:
+    """Column bounds of ``lp`` that fix product ``pd`` to one decode (and pool) configuration, or to
+    none (all-API): every column of another configuration is fixed at zero. With ``allowed``,
+    the decode configurations outside it are switched off and the choice among the rest is left
+    to the solver; a pool-mode configuration chosen without a pool leaves the pool to the solver."""
+    lower, upper = list(lp.col_lower), list(lp.col_upper)
+    col = lp.col_index
+    owned = _owned_columns(lp)
+    c, k = choice
+    pool_free = k is None and c is not None and c.mode == "pool"  # the pool is left to the solver
+
+    def off(key: str) -> None:
+        for j in owned.get(key, ()):
+            lower[j] = upper[j] = 0.0
+
+    for d in pd.candidates:
+        if allowed is not None:
+            if d.key not in allowed:
+                off(d.key)
+        elif c is not None and d.key == c.key:
+            lower[col[f"use[{d.key}]"]] = 1.0
+        else:
+            off(d.key)
+    if allowed is None and not pool_free:
+        for q in pd.pool:
+            if k is not None and q.key == k.key:
+                lower[col[f"pool_use[{q.key}]"]] = 1.0
+            else:
+                off(q.key)
+    if pd.has_api and (allowed is None or allowed):
+        j = col[f"self_host[{pd.name}]"]
+        lower[j] = upper[j] = 0.0 if (allowed is None and c is None) else 1.0
+    return lower, upper
+
+
+def _bounds(session: Session, lp: LinearProblem, pd: ProductData,
+            choices: list[tuple[Candidate | None, PoolCandidate | None]], deadline: Deadline, floor: float,
+            open_bounds: list[float], stage: str) -> list[tuple[float, tuple[Candidate | None, PoolCandidate | None]]]:
+    """LP bound of each choice, cheapest first (ties by key); infeasible choices are dropped. Past
+    the deadline a choice is not relaxed: ``floor`` (a bound valid for all) goes to ``open_bounds``."""
+    out = []
+    for i, choice in enumerate(choices):
+        if deadline.expired:
+            open_bounds.append(floor)
+            continue
+        relaxed = session.solve(*_fixing(lp, pd, choice), relax=True)
+        if relaxed.status == "optimal":
+            key = "/".join(x.key for x in choice if x is not None)
+            out.append((max(floor, float(relaxed.objective or 0.0)), key, choice))
+        deadline.progress.update(stage, i + 1, len(choices))
+    out.sort(key=lambda t: (t[0], t[1]))
+    return [(b, ch) for b, _, ch in out]
+
+
 def solve_by_configuration(
     prob: FleetProblem,
     product: str,
     solver: str,
     *,
     keep: Callable[[Candidate], bool] | None = None,
-    time_limit_s: float | None = None,
+    deadline: Deadline | None = None,
     mip_rel_gap: float = 1e-6,
-    strict: bool = True,
     base_lp: LinearProblem | None = None,
 ) -> tuple[SolveResult, LinearProblem, FleetProblem] | None:
     """Solve the MIP of one product by branching on its configuration first.
 
-    Exactly one configuration runs (or none when the product may go all-API), so the optimum
-    is the best of the MIPs restricted to each configuration in turn (each the same
-    formulation with a single configuration). Each restricted MIP's LP relaxation is solved
-    first; they are solved in order of that bound and the search stops once the bound reaches
-    the incumbent. ``keep`` limits the configurations (runner-up reports). Returns the best
-    solution with its problem, or None if no configuration is feasible. With
-    ``strict=False`` a MIP stopped by its time limit counts with the solution it found, the time
-    limit covers the whole search (configurations not reached count with their LP bound) and the
-    result's gap is measured against the weakest bound left open. With one
-    hour the product's whole model (``base_lp`` if given) is small enough to fix by bounds.
+    Exactly one decode configuration runs (with one prefill-pool configuration in pool mode), or
+    none when the product may go all-API, so the optimum is the best of the MIPs with each such
+    choice fixed. The product's model is built and loaded into the solver once; each choice is
+    fixed by column bounds. Each choice's LP relaxation is solved first; the MIPs are solved in
+    order of that bound and the search stops once the bound reaches the incumbent. ``keep``
+    limits the configurations (runner-up reports). Returns the best solution with its problem,
+    or None if no choice is feasible.
+
+    At the ``deadline`` the best plan found so far is returned with status ``time_limit`` and a
+    gap measured against the weakest bound left open (a choice not reached counts with its LP
+    bound, or the whole model's when its own was not computed). One-hour problems are small:
+    the whole model is solved once, with the configurations ``keep`` rejects switched off.
+    ``base_lp``, if given, is the exported model of ``prob.reduced()`` (built once per product
+    and shared by the runner-up searches).
     """
+    deadline = deadline or Deadline(at=None)
     prob = prob.reduced()
     pd = prob.products[product]
-    choices: list[Candidate | None] = [c for c in pd.candidates if keep is None or keep(c)]
-    if pd.has_api and pd.api_max_fraction >= 1.0 and keep is None:
-        choices.append(None)
-    staged: list[tuple[float, str, LinearProblem, FleetProblem]] = []
+    lp = base_lp if base_lp is not None else to_linear_problem(build_model(prob))
+    session = Session(lp, solver)
+    decode = [c for c in pd.candidates if keep is None or keep(c)]
+    api_alone = pd.has_api and pd.api_max_fraction >= 1.0 and keep is None
     if prob.hours == 1:
-        # one hour: the whole model is small and its relaxation tight; solve it once, with the
-        # configurations ``keep`` rejects switched off by bounds
-        whole_lp = base_lp or to_linear_problem(build_model(prob))
-        upper = list(whole_lp.col_upper)
-        allowed = {c.key for c in choices if c is not None}
-        for c in pd.candidates:
-            if c.key not in allowed:
-                upper[whole_lp.col_index[f"use[{c.key}]"]] = 0.0
-        lower = list(whole_lp.col_lower)
-        if pd.has_api and None not in choices:
-            j = whole_lp.col_index[f"self_host[{product}]"]
-            lower[j] = upper[j] = 1.0
-        if not allowed and None not in choices:
+        if not decode and not api_alone:
             return None
-        lp = whole_lp.with_bounds(lower, upper)
-        res = solve(lp, solver, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap)
-        if res.status == "infeasible":
-            return None
-        if not res.optimal and not (not strict and res.values):
-            raise SolverError(f"{solver} returned no proven-optimal plan for {product}: {res.termination}")
-        return res, lp, prob
-    for choice in choices:
-        data = replace(
-            pd,
-            candidates=(choice,) if choice is not None else (),
-            pool=pd.pool if choice is not None and choice.mode == "pool" else (),
-        )
-        sub = prob.derive(products={product: data})
-        lp = to_linear_problem(build_model(sub))
-        if pd.has_api:
-            lower, upper = list(lp.col_lower), list(lp.col_upper)
+        lower, upper = _fixing(lp, pd, (None, None), allowed={c.key for c in decode})
+        if pd.has_api and api_alone:
             j = lp.col_index[f"self_host[{product}]"]
-            lower[j] = upper[j] = 0.0 if choice is None else 1.0
-            lp = lp.with_bounds(lower, upper)
-        relaxed = solve(lp.relaxed(), solver)
-        if relaxed.status != "optimal":
-            continue
-        staged.append((float(relaxed.objective or 0.0), choice.key if choice else "", lp, sub))
-    staged.sort(key=lambda t: (t[0], t[1]))
-    best: tuple[SolveResult, LinearProblem, FleetProblem] | None = None
-    deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
-    open_bounds: list[float] = []  # lower bounds of configurations not proven (time limit)
-    for bound, _, lp, sub in staged:
-        if best is not None and bound >= float(best[0].objective or 0.0) * (1 - mip_rel_gap) - 1e-7:
+            lower[j], upper[j] = lp.col_lower[j], lp.col_upper[j]
+        res = session.solve(lower, upper, time_limit_s=deadline.solver_limit(), mip_rel_gap=mip_rel_gap)
+        if res.status == "infeasible" or not res.values:
+            if res.status not in ("infeasible", "optimal") and not res.values:
+                raise SolverError(f"{solver} returned no plan for {product}: {res.termination}")
+            return None
+        return res, lp.with_bounds(lower, upper), prob
+    # first by decode configuration (a pool configuration left to the LP), then, in pool mode,
+    # by pool configuration: far fewer relaxations than every (decode, pool) pair
+    choices: list[tuple[Candidate | None, PoolCandidate | None]] = [(c, None) for c in decode]
+    if api_alone:
+        choices.append((None, None))
+    whole = session.solve(lp.col_lower, lp.col_upper, relax=True)
+    floor = float(whole.objective or 0.0) if whole.status == "optimal" else 0.0
+    open_bounds: list[float] = []
+    staged = _bounds(session, lp, pd, choices, deadline, floor, open_bounds, f"{product}: bounding configurations")
+    best: tuple[SolveResult, list[float], list[float]] | None = None
+
+    def incumbent() -> float:
+        return float(best[0].objective or 0.0) if best is not None else math.inf
+
+    for n, (bound, choice) in enumerate(staged):
+        if bound >= incumbent() * (1 - mip_rel_gap) - 1e-7:
             break
-        left = None if deadline is None else deadline - time.perf_counter()
-        if left is not None and left <= 0 and best is not None and not strict:
-            open_bounds.append(bound)  # not searched: its LP bound is all that is known
-            continue
-        res = solve(lp, solver, time_limit_s=None if left is None else max(left, 1.0), mip_rel_gap=mip_rel_gap)
-        if res.status == "infeasible":
-            continue
-        if not res.optimal and not strict and not res.values:
-            open_bounds.append(bound)  # stopped before finding a plan for this configuration
-            continue
-        if not res.optimal and not (not strict and res.values):
-            raise SolverError(f"{solver} returned no proven-optimal plan for {product}: {res.termination}")
-        if not res.optimal:
-            open_bounds.append(float(res.objective or 0.0) * (1 - (res.mip_gap or 0.0)))
-        if best is None or float(res.objective or 0.0) < float(best[0].objective or 0.0) - 1e-7:
-            best = (res, lp, sub)
-    if best is not None and open_bounds:
-        # the search stopped at the time limit: the gap is against the weakest bound left open
-        res = best[0]
+        c = choice[0]
+        if c is not None and c.mode == "pool":
+            pairs = _bounds(session, lp, pd, [(c, k) for k in pd.pool], deadline, bound, open_bounds,
+                            f"{product}: bounding pools of {c.key}")
+        else:
+            pairs = [(bound, choice)]
+        for pair_bound, pair in pairs:
+            if pair_bound >= incumbent() * (1 - mip_rel_gap) - 1e-7:
+                break
+            if deadline.expired and best is not None:
+                open_bounds.append(pair_bound)  # not searched: its LP bound is all that is known
+                continue
+            lower, upper = _fixing(lp, pd, pair)
+            res = session.solve(lower, upper, time_limit_s=deadline.solver_limit(), mip_rel_gap=mip_rel_gap)
+            deadline.progress.update(f"{product}: searching configurations", n + 1, len(staged),
+                                     best=min(incumbent(), float(res.objective or math.inf)), bound=pair_bound)
+            if res.status == "infeasible":
+                continue
+            if not res.values:
+                open_bounds.append(pair_bound)  # stopped before finding a plan for this choice
+                continue
+            if not res.optimal:
+                open_bounds.append(max(pair_bound, float(res.objective or 0.0) * (1 - (res.mip_gap or 0.0))))
+            if float(res.objective or 0.0) < incumbent() - 1e-7:
+                best = (res, lower, upper)
+    if best is None:
+        if open_bounds:
+            deadline.note(f"{product}: configuration search")
+            raise SolverError(f"{solver} found no plan for {product} before the time limit")
+        return None
+    res = best[0]
+    if open_bounds:
+        # the search stopped at the deadline: the gap is against the weakest bound left open
         value = float(res.objective or 0.0)
-        lower = min([value * (1 - (res.mip_gap or 0.0))] + open_bounds)
-        gap = (value - lower) / abs(value) if value else 0.0
+        lower_bound = min([value * (1 - (res.mip_gap or 0.0))] + open_bounds)
+        gap = (value - lower_bound) / abs(value) if value else 0.0
         if gap > mip_rel_gap:
+            deadline.note(f"{product}: configuration search")
             res = replace(res, status="time_limit", termination=f"time limit reached (gap {gap:.3%})", mip_gap=gap)
-        best = (res, best[1], best[2])
-    return best
+    return res, lp.with_bounds(best[1], best[2]), prob
 
 
 def _alternatives(prob: FleetProblem, pp: ProductPlan, base: float, solver: str,
-                  scenario: Scenario, base_lp: LinearProblem | None = None) -> list[dict[str, Any]]:
-    """Cheapest plan with the product's decode forced onto each other GPU type."""
+                  scenario: Scenario, deadline: Deadline, base_lp: LinearProblem | None = None) -> list[dict[str, Any]]:
+    """Cheapest plan with the product's decode forced onto each other GPU type (those not reached
+    before the deadline are left out, and the deadline notes it)."""
     if pp.candidate is None:
         return []
     alts: list[dict[str, Any]] = []
     name = pp.product.name
-    for gpu in sorted({c.gpu for c in prob.products[name].candidates} - {pp.candidate.gpu}):
+    gpus = sorted({c.gpu for c in prob.products[name].candidates} - {pp.candidate.gpu})
+    for i, gpu in enumerate(gpus):
+        if deadline.expired:
+            deadline.note(f"{name}: runner-ups on other GPU types")
+            break
+        each = deadline.share(1.0 / (len(gpus) - i))
         try:
             found = solve_by_configuration(prob, name, solver, keep=lambda c, gpu=gpu: c.gpu == gpu,
-                                           time_limit_s=RUNNER_UP_TIME_LIMIT_S, mip_rel_gap=1e-4, strict=False,
-                                           base_lp=base_lp)
+                                           deadline=each, mip_rel_gap=1e-4, base_lp=base_lp)
         except SolverError:
             continue
         if found is None:
@@ -788,23 +871,24 @@ def _ttft_note(pp: ProductPlan) -> str:
 
 
 def solve_component(
-    task: tuple[FleetProblem, list[str], str, float | None, float],
+    task: tuple[FleetProblem, list[str], str, Deadline | float | None, float],
 ) -> tuple[FleetProblem, LinearProblem | None, LinearProblem | None, SolveResult | None, FleetProblem | None]:
-    """Solve one group of coupled products: (problem, MIP solved, whole one-hour MIP or None,
+    """Solve one group of coupled products: (problem, MIP solved, the product's whole model or None,
     result or None if infeasible, problem to read the solution from). A single product goes
     through :func:`solve_by_configuration`; a coupled group is one MIP after the exact reductions."""
-    whole, names, solver, time_limit_s, gap = task
+    whole, names, solver, deadline, gap = task
+    if not isinstance(deadline, Deadline):  # seconds, in a worker process
+        deadline = Deadline.after(deadline)
     if len(names) == 1:
-        base_lp = to_linear_problem(build_model(whole)) if whole.hours == 1 else None
-        found = solve_by_configuration(whole, names[0], solver, time_limit_s=time_limit_s, mip_rel_gap=gap,
-                                       base_lp=base_lp, strict=False)
+        base_lp = to_linear_problem(build_model(whole.reduced()))
+        found = solve_by_configuration(whole, names[0], solver, deadline=deadline, mip_rel_gap=gap, base_lp=base_lp)
         if found is None:
             return whole, None, base_lp, None, None
         res, lp, sub = found
         return whole, lp, base_lp, res, sub
     small = whole.reduced()
     lp = to_linear_problem(build_model(small))
-    res = solve(lp, solver, time_limit_s=time_limit_s, mip_rel_gap=gap)
+    res = solve(lp, solver, time_limit_s=deadline.solver_limit(), mip_rel_gap=gap)
     if res.status == "infeasible":
         return small, lp, None, None, None
     return small, lp, None, res, small
@@ -855,30 +939,42 @@ def _infeasible_message(prob: FleetProblem, names: list[str], solver: str) -> st
 
 def _plan_alone(
     prob: FleetProblem, data: ProductData, solver: str, opts: Any, availability: dict[str, int],
-    tier_availability: dict[tuple[str, str], int] | None = None,
+    tier_availability: dict[tuple[str, str], int] | None = None, deadline: Deadline | None = None,
 ) -> ProductPlan | None:
     """One product planned on its own (instances kept, budget and other products ignored)."""
     sub = prob.derive(products={data.name: data}, gpu_availability=availability,
                       tier_availability=tier_availability or {}, monthly_budget_usd=None)
-    found = solve_by_configuration(sub, data.name, solver, time_limit_s=opts.time_limit_s, mip_rel_gap=opts.mip_rel_gap)
+    found = solve_by_configuration(sub, data.name, solver, deadline=deadline, mip_rel_gap=opts.mip_rel_gap)
     if found is None:
         return None
     res, lp, sub_c = found
     stand_in = Product.model_construct(name=data.name, model="", headroom=None, prefill="headroom")
     pp = extract(lp, res, sub_c, Scenario.model_construct(products=[stand_in]))[0]
     pp.solve_objective = float(res.objective or 0.0)
+    pp.solve_optimal = res.optimal
     return pp
 
 
-def first_come_cost(prob: FleetProblem, order: list[str], solver: str, opts: Any) -> float | None:
+def first_come_cost(prob: FleetProblem, order: list[str], solver: str, opts: Any,
+                    deadline: Deadline | None = None) -> float | None:
     """Cost of planning products one after another, each taking what it needs of the scarce GPUs
-    first (the baseline a joint plan is compared with); None if a later product is left unservable."""
+    first (the baseline a joint plan is compared with); None if a later product is left
+    unservable, or if the deadline comes first (noted)."""
+    deadline = deadline or Deadline(at=None)
     remaining = dict(prob.gpu_availability)
     remaining_tier = dict(prob.tier_availability)
     total = 0.0
-    for name in order:
-        pp = _plan_alone(prob, prob.products[name], solver, opts, dict(remaining), dict(remaining_tier))
-        if pp is None:
+    for i, name in enumerate(order):
+        deadline.progress.update("first-come baseline", i, len(order))
+        try:
+            pp = (None if deadline.expired else
+                  _plan_alone(prob, prob.products[name], solver, opts, dict(remaining), dict(remaining_tier),
+                              deadline.share(1.0 / (len(order) - i))))
+        except SolverError:
+            pp = None
+        if pp is None or not pp.solve_optimal:
+            if deadline.expired or (pp is not None and not pp.solve_optimal):
+                deadline.note("first-come baseline")
             return None
         total += pp.solve_objective
         for gpu, row in gpu_hours([pp], prob.hours).items():
@@ -890,12 +986,18 @@ def first_come_cost(prob: FleetProblem, order: list[str], solver: str, opts: Any
     return total
 
 
-def separate_cost(prob: FleetProblem, pooled: ProductData, solver: str, opts: Any) -> dict[str, Any]:
+def separate_cost(prob: FleetProblem, pooled: ProductData, solver: str, opts: Any,
+                  deadline: Deadline | None = None) -> dict[str, Any]:
     """Replicas and cost if a pooled group's products each had their own replicas (no shared limits)."""
+    deadline = deadline or Deadline(at=None)
     replicas = gpus = 0
     cost = 0.0
-    for m in pooled.members:
-        pp = _plan_alone(prob, m, solver, opts, {})
+    for i, m in enumerate(pooled.members):
+        try:
+            pp = None if deadline.expired else _plan_alone(prob, m, solver, opts, {}, None,
+                                                           deadline.share(1.0 / (len(pooled.members) - i)))
+        except SolverError:
+            pp = None
         if pp is None:
             return {"replicas": None, "gpus": None, "monthly_cost_usd": None}
         cost += pp.solve_objective
@@ -968,17 +1070,17 @@ def _instances(plan: Plan) -> dict[str, dict[str, Any]]:
 
 
 def _cheapest(scenario: Scenario, catalog: Catalog, solver: str, preset: Preset, folder: Path | None,
-              with_api: bool) -> float:
-    """Cost of the cheapest plan of ``scenario`` (inf when none)."""
+              with_api: bool, deadline: Deadline) -> float:
+    """Cost of the cheapest plan of ``scenario`` found by ``deadline`` (inf when none)."""
     try:
         return make_plan(scenario, catalog, solver, False, preset, folder, with_api=with_api,
-                         compare_first_come=False).monthly_cost_usd
+                         compare_first_come=False, deadline=deadline).monthly_cost_usd
     except (InfeasibleError, SolverError):
         return math.inf
 
 
 def check_budget(plan: Plan, original: Scenario, catalog: Catalog, solver: str, preset: Preset,
-                 folder: Path | None, with_api: bool) -> None:
+                 folder: Path | None, with_api: bool, deadline: Deadline) -> None:
     """The budget is not a row of the MIP: the objective is the monthly cost, so the cheapest plan
     meets the budget if any plan does. Raise, with what would make it fit, when it does not."""
     budget = plan.problem.monthly_budget_usd
@@ -994,22 +1096,27 @@ def check_budget(plan: Plan, original: Scenario, catalog: Catalog, solver: str, 
     else:
         head = (f"limits.monthly_budget_usd: infeasible: the cheapest plan for {who} costs ${total:,.0f} a month, "
                 f"${total - budget:,.0f} over the budget of ${budget:,.0f}")
-    raise InfeasibleError(head + "; " + budget_relief(original, catalog, solver, preset, folder, with_api))
+    raise InfeasibleError(head + "; " + budget_relief(original, catalog, solver, preset, folder, with_api, deadline))
 
 
 def budget_relief(scenario: Scenario, catalog: Catalog, solver: str, preset: Preset, folder: Path | None,
-                  with_api: bool = True) -> str:
+                  with_api: bool = True, deadline: Deadline | None = None) -> str:
     """What a budget that cannot be met costs in API share or in per-user speed: the cheapest
     plan when products with a capped API may send it everything, and the largest common factor
     on every product's ``min_tokens_per_s_per_user`` whose cheapest plan fits the budget
-    (bisection to 1%)."""
+    (bisection to 1%, stopped at the deadline with the best factor found so far)."""
     budget = scenario.limits.monthly_budget_usd
     assert budget is not None
-    # a search for what fits, not a proof: each plan to 0.1% and at most RELIEF_TIME_LIMIT_S per MIP search;
+    deadline = deadline or Deadline(at=None)
+    # a search for what fits, not a proof: each plan to 0.1% within its share of the deadline;
     # a plan found that fits is a witness whatever its gap
     opts = scenario.options
-    quick = opts.model_copy(update={"mip_rel_gap": max(opts.mip_rel_gap, 1e-3),
-                                    "time_limit_s": min(opts.time_limit_s or RELIEF_TIME_LIMIT_S, RELIEF_TIME_LIMIT_S)})
+    quick = opts.model_copy(update={"mip_rel_gap": max(opts.mip_rel_gap, 1e-3)})
+    calls = [9]  # plans this search may still run (two ends and about seven bisection steps)
+
+    def each() -> Deadline:
+        calls[0] = max(1, calls[0] - 1)
+        return deadline.share(1.0 / (calls[0] + 1))
     free = scenario.model_copy(update={"limits": scenario.limits.model_copy(update={"monthly_budget_usd": None}),
                                        "options": quick})
     out: list[str] = []
@@ -1018,14 +1125,15 @@ def budget_relief(scenario: Scenario, catalog: Catalog, solver: str, preset: Pre
         names = {p.name for p in capped}
         products = [p.model_copy(update={"api": p.api.model_copy(update={"max_fraction": 1.0})}) if p.name in names
                     else p for p in scenario.products]
-        cost = _cheapest(free.model_copy(update={"products": products}), catalog, solver, preset, folder, with_api)
+        cost = _cheapest(free.model_copy(update={"products": products}), catalog, solver, preset, folder, with_api, each())
         verdict = "fits" if cost <= budget else "still does not fit"
         out.append(f"with api.max_fraction 1 for {', '.join(sorted(names))} a plan costs ${cost:,.0f} ({verdict})")
 
     def slower(f: float) -> float:
         products = [p.model_copy(update={"min_tokens_per_s_per_user": p.min_tokens_per_s_per_user * f})
                     for p in scenario.products]
-        return _cheapest(free.model_copy(update={"products": products}), catalog, solver, preset, folder, with_api)
+        return _cheapest(free.model_copy(update={"products": products}), catalog, solver, preset, folder, with_api,
+                         each())
 
     lo, hi = 0.2, 1.0
     cost_lo = slower(lo)
@@ -1033,6 +1141,10 @@ def budget_relief(scenario: Scenario, catalog: Catalog, solver: str, preset: Pre
         out.append(f"even at {lo:.0%} of every min_tokens_per_s_per_user no plan found costs less than ${cost_lo:,.0f}")
     else:
         while hi - lo > 0.01:
+            if deadline.expired:
+                deadline.note("budget relief search")
+                out.append(f"(search stopped at the time limit: the factor is between {lo:.2f} and {hi:.2f})")
+                break
             mid = round((lo + hi) / 2, 4)
             cost = slower(mid)
             if cost <= budget:
@@ -1057,8 +1169,9 @@ def make_plan(
     with_api: bool = True,
     compare_first_come: bool = True,
     jobs: int = 1,
+    deadline: Deadline | None = None,
 ) -> Plan:
-    """Solve ``scenario`` to proven optimality and explain the result.
+    """Solve ``scenario`` to proven optimality, or as far as the deadline allows, and explain the result.
 
     Products coupled by a shared limit (a scarce GPU type, in total or in a pricing tier, or
     whole instances) are solved together in one MIP; every other product is its own MIP (same
@@ -1070,24 +1183,34 @@ def make_plan(
     multi-hour components in that many worker processes. The budget is checked against the
     plan's total (:func:`check_budget`); with limited GPUs the plan also carries the cost of
     planning the products first come, first served.
+
+    Everything runs within one ``deadline`` (by default ``options.time_limit_s`` from now, or
+    :data:`DEFAULT_TIME_LIMIT_S`): the plan itself gets most of it and stops with the best plan
+    found and its proven gap (status ``time_limit``); explanations share what is left and are
+    skipped once it is spent. ``plan.stopped`` lists what the deadline cut short.
     """
     preset = preset or get_preset(scenario.preset)
-    plan = _solve_plan(scenario, catalog, solver, alternatives, preset, folder, with_api, jobs)
-    check_budget(plan, scenario, catalog, solver, preset, folder, with_api)
+    if deadline is None:
+        deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S)
+    plan = _solve_plan(scenario, catalog, solver, alternatives, preset, folder, with_api, jobs, deadline)
+    check_budget(plan, scenario, catalog, solver, preset, folder, with_api, deadline)
     prob, planned = plan.problem, plan.scenario.products
     if compare_first_come and (prob.gpu_availability or prob.tier_availability) and len(planned) > 1:
-        plan.first_come_monthly_cost_usd = first_come_cost(prob, [p.name for p in planned], solver, plan.scenario.options)
+        plan.first_come_monthly_cost_usd = first_come_cost(prob, [p.name for p in planned], solver,
+                                                           plan.scenario.options, deadline)
+    plan.stopped = list(deadline.stopped)
     return plan
 
 
 def _solve_plan(scenario: Scenario, catalog: Catalog, solver: str, alternatives: bool, preset: Preset,
-                folder: Path | None, with_api: bool, jobs: int) -> Plan:
+                folder: Path | None, with_api: bool, jobs: int, deadline: Deadline) -> Plan:
     """The cheapest plan of ``scenario`` with its explanations (see :func:`make_plan`); with
-    ``allow_pooling``, the cheaper of pooled and separate replicas."""
+    ``allow_pooling``, the cheaper of pooled and separate replicas (each with half the time)."""
     timings = Timings()
     t0 = time.perf_counter()
     original = scenario
     prob, sets, planned = build_problem(scenario, catalog, preset, folder, with_api=with_api)
+    own = deadline.share(0.5) if any(pd.members for pd in prob.products.values()) else deadline
     scenario = scenario.model_construct(**{**dict(scenario), "products": [p for p, _ in planned]})
     timings.candidates_s = time.perf_counter() - t0
     opts = scenario.options
@@ -1096,7 +1219,8 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: str, alternatives:
     parts: dict[str, tuple[FleetProblem, LinearProblem, SolveResult]] = {}
     components = coupled_components(prob)
     t1 = time.perf_counter()
-    tasks = [(prob.restrict(names).derive(monthly_budget_usd=None), names, solver, opts.time_limit_s, opts.mip_rel_gap)
+    main = own.share(MAIN_SOLVE_SHARE)
+    tasks = [(prob.restrict(names).derive(monthly_budget_usd=None), names, solver, main, opts.mip_rel_gap)
              for names in components]
     heavy = [t for t in tasks if t[0].hours > 1]
     if len(heavy) > 1 and jobs > 1:
@@ -1106,11 +1230,17 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: str, alternatives:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
+        timed = [(w, n, so, main.left(), g) for w, n, so, _, g in heavy]  # seconds: a deadline stays in this process
         with ProcessPoolExecutor(min(len(heavy), jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
-            done = dict(zip([id(t) for t in heavy], pool.map(solve_component, heavy)))
+            done = dict(zip([id(t) for t in heavy], pool.map(solve_component, timed)))
         outcomes = [done[id(t)] if id(t) in done else solve_component(t) for t in tasks]
     else:
-        outcomes = [solve_component(t) for t in tasks]
+        weights = [max(1, sum(len(p.candidates) + len(p.pool) for p in t[0].products.values()) * t[0].hours)
+                   for t in tasks]
+        outcomes = []
+        for i, (w, n, so, _, g) in enumerate(tasks):
+            main.progress.update("planning", i, len(tasks))
+            outcomes.append(solve_component((w, n, so, main.share(weights[i] / sum(weights[i:])), g)))
     for names, (whole, lp, base_lp, res, sub) in zip(components, outcomes):
         if res is None:
             raise InfeasibleError(_infeasible_message(prob, names, solver))
@@ -1133,21 +1263,26 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: str, alternatives:
                      if stopped else "optimal (every MIP proven optimal)"),
         objective=total, mip_gap=max(gaps) if gaps else None, solve_time_s=timings.solve_s,
     )
-    for pp in products:
+    explain = own.share(EXPLAIN_SHARE)
+    for i, pp in enumerate(products):
         name = pp.product.name
         whole, whole_lp, res = parts[name]
-        base_lp = whole_lp if whole.hours == 1 and len(whole.products) == 1 else None
+        single = len(whole.products) == 1
+        base_lp = whole_lp if single else None
         base = float(res.objective or 0.0)
         scen = scenario.model_construct(products=[pp.product])
-        single = len(whole.products) == 1
+        mine = explain.share(1.0 / (len(products) - i))
         if alternatives and single:
-            pp.alternatives = _alternatives(whole, pp, base, solver, scen, base_lp)
+            pp.alternatives = _alternatives(whole, pp, base, solver, scen, mine.share(0.7), base_lp)
         modes = sorted({c.mode for c in whole.products[name].candidates})
         if len(modes) > 1 and single:
-            for mode in modes:
+            for j, mode in enumerate(modes):
+                if mine.expired:
+                    mine.note(f"{name}: cost of each prefill mode")
+                    break
                 try:
                     found = solve_by_configuration(whole, name, solver, keep=lambda c, mode=mode: c.mode == mode,
-                                                   time_limit_s=RUNNER_UP_TIME_LIMIT_S, mip_rel_gap=1e-4, strict=False,
+                                                   deadline=mine.share(1.0 / (len(modes) - j)), mip_rel_gap=1e-4,
                                                    base_lp=base_lp)
                 except SolverError:
                     found = None
@@ -1164,11 +1299,11 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: str, alternatives:
     _allocate_stranded(plan)
     for name, pd in prob.products.items():
         if pd.members:
-            plan.separate[name] = separate_cost(prob, pd, solver, opts)
+            plan.separate[name] = separate_cost(prob, pd, solver, opts, own)
     if any(pd.members for pd in prob.products.values()):
         # pooling is allowed, not imposed: keep whichever of pooled and separate replicas is cheaper
         unpooled = original.model_copy(update={"limits": original.limits.model_copy(update={"allow_pooling": False})})
-        alt = _solve_plan(unpooled, catalog, solver, alternatives, preset, folder, with_api, jobs)
+        alt = _solve_plan(unpooled, catalog, solver, alternatives, preset, folder, with_api, jobs, deadline)
         note = {"pooled_monthly_cost_usd": round(plan.monthly_cost_usd, 2),
                 "separate_monthly_cost_usd": round(alt.monthly_cost_usd, 2)}
         if alt.monthly_cost_usd < plan.monthly_cost_usd - 0.005:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator,
+                      model_validator)
 
 from fleetplan.catalogs.loader import InputError, first_error, format_validation_error, nearest, parse_yaml, read_text
 from fleetplan.catalogs.schema import Precision
@@ -20,6 +21,8 @@ class _Strict(BaseModel):
 
 
 PrefillMode = Literal["headroom", "colocated", "pool", "auto"]
+# prefill sizing of a product that leaves ``prefill`` out, per preset
+PRESET_PREFILL: dict[str, PrefillMode] = {"seed": "headroom", "default": "auto"}
 Tier = Literal["reserved", "on_demand", "spot"]
 
 
@@ -52,7 +55,9 @@ class Product(_Strict):
     min_tokens_per_s_per_user: PositiveFloat = 1.0
     headroom: float | None = Field(default=None, ge=0, lt=1)
     prefix_cache_hit_rate: float = Field(default=0.0, ge=0, le=1)
-    prefill: PrefillMode = "headroom"
+    prefill: PrefillMode | None = Field(
+        default=None,
+        description="how prefill is sized; left out: the preset's rule (auto in default, headroom in seed)")
     prefill_gpus: list[str] | None = None
     max_ttft_ms: PositiveFloat | None = None
     demand_profile: str | None = None
@@ -65,7 +70,7 @@ class Product(_Strict):
         rule), 10% burst headroom when prefill is computed (colocated, pool, auto)."""
         if self.headroom is not None:
             return self.headroom
-        return 0.30 if self.prefill == "headroom" else 0.10
+        return 0.30 if self.prefill in ("headroom", None) else 0.10
 
     @property
     def precisions(self) -> tuple[str, ...] | None:
@@ -193,6 +198,18 @@ class Scenario(_Strict):
     products: list[Product] = Field(min_length=1)
     options: Options = Field(default_factory=Options)
     limits: Limits = Field(default_factory=Limits)
+
+    @model_validator(mode="after")
+    def _preset_prefill(self) -> Scenario:
+        """A product that leaves ``prefill`` out gets its preset's rule: computed (``auto``: the
+        MIP picks colocated or a pool, whichever is cheaper) in ``default``, the flat ``headroom``
+        in ``seed``, whose document sizes prefill that way."""
+        mode = PRESET_PREFILL[self.preset]
+        if all(p.prefill is not None for p in self.products):
+            return self
+        products = [p if p.prefill is not None else p.model_copy(update={"prefill": mode}) for p in self.products]
+        object.__setattr__(self, "products", products)
+        return self
 
     @field_validator("products")
     @classmethod

@@ -46,12 +46,39 @@ def solve(lp: LinearProblem, solver: str = "highs", time_limit_s: float | None =
     """Solve ``lp`` with ``solver`` (``highs`` or ``ortools``). With ``highs`` a MIP not proven
     within :data:`HIGHS_NODE_LIMIT` nodes is handed to SCIP (OR-Tools) for the rest of the time;
     the result names both."""
-    if solver == "highs":
-        first = _solve_highs(lp, time_limit_s, mip_rel_gap, max_nodes=HIGHS_NODE_LIMIT)
+    return Session(lp, solver).solve(lp.col_lower, lp.col_upper, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap)
+
+
+class Session:
+    """One :class:`LinearProblem` loaded into its solver once and solved again under other column
+    bounds, as an LP relaxation or as the MIP: a per-configuration search fixes a configuration
+    by bounds instead of building a model per configuration.
+
+    With HiGHS the model stays loaded and only bounds and integrality change between solves;
+    a MIP starts from a cleared solver state, so its result does not depend on earlier solves.
+    OR-Tools (SCIP) is given the problem afresh each time.
+    """
+
+    def __init__(self, lp: LinearProblem, solver: str = "highs") -> None:
+        if solver not in SOLVERS:
+            raise ValueError(f"unknown solver {solver!r} (valid: {', '.join(SOLVERS)})")
+        self.lp = lp
+        self.solver = solver
+        self._highs: Any = None
+        self._relaxed = False
+
+    def solve(self, lower: list[float], upper: list[float], *, relax: bool = False,
+              time_limit_s: float | None = None, mip_rel_gap: float = 1e-6) -> SolveResult:
+        """Solve under column bounds ``lower``/``upper`` (the MIP, or its LP relaxation with ``relax``)."""
+        if self.solver == "ortools":
+            lp = self.lp.with_bounds(list(lower), list(upper))
+            return _solve_ortools(lp.relaxed() if relax else lp, time_limit_s, mip_rel_gap)
+        first = self._run_highs(lower, upper, relax, time_limit_s, mip_rel_gap,
+                                None if relax else HIGHS_NODE_LIMIT)
         if first.status != "node_limit":
             return first
-        left = None if time_limit_s is None else max(1.0, time_limit_s - first.solve_time_s)
-        second = _solve_ortools(lp, left, mip_rel_gap)
+        left = None if time_limit_s is None else max(0.05, time_limit_s - first.solve_time_s)
+        second = _solve_ortools(self.lp.with_bounds(list(lower), list(upper)), left, mip_rel_gap)
         if not second.values and first.values:  # SCIP found nothing better to report
             second = SolveResult(solver="highs", status="time_limit", termination=first.termination,
                                  objective=first.objective, values=first.values, mip_gap=first.mip_gap)
@@ -61,9 +88,35 @@ def solve(lp: LinearProblem, solver: str = "highs", time_limit_s: float | None =
             objective=second.objective, values=second.values, mip_gap=second.mip_gap,
             solve_time_s=first.solve_time_s + second.solve_time_s,
         )
-    if solver == "ortools":
-        return _solve_ortools(lp, time_limit_s, mip_rel_gap)
-    raise ValueError(f"unknown solver {solver!r} (valid: {', '.join(SOLVERS)})")
+
+    def _run_highs(self, lower: list[float], upper: list[float], relax: bool, time_limit_s: float | None,
+                   mip_rel_gap: float, max_nodes: int | None) -> SolveResult:
+        import highspy
+        import numpy as np
+
+        lp = self.lp
+        if self._highs is None:
+            self._highs = _load_highs(lp)
+            if self._highs is None:
+                return SolveResult(solver="highs", status="error", termination="HiGHS rejected the model (passModel)")
+        h = self._highs
+        n = lp.num_cols
+        cols = np.arange(n, dtype=np.int32)
+        inf = highspy.kHighsInf
+        h.changeColsBounds(n, cols, np.array([max(-inf, x) for x in lower], dtype=float),
+                           np.array([min(inf, x) for x in upper], dtype=float))
+        integer = any(lp.col_integer) and not relax
+        if relax != self._relaxed and any(lp.col_integer):
+            kinds = [highspy.HighsVarType.kInteger if (i and not relax) else highspy.HighsVarType.kContinuous
+                     for i in lp.col_integer]
+            h.changeColsIntegrality(n, cols, np.array(kinds))
+            self._relaxed = relax
+        if integer:
+            h.clearSolver()
+        h.setOptionValue("mip_rel_gap", mip_rel_gap)
+        h.setOptionValue("time_limit", float(time_limit_s) if time_limit_s is not None else inf)
+        h.setOptionValue("mip_max_nodes", int(max_nodes) if max_nodes is not None else 2**31 - 1)
+        return _run(h, highspy, integer)
 
 
 def _quiet_highs(highspy: Any) -> Any:
@@ -80,8 +133,8 @@ def _quiet_highs(highspy: Any) -> Any:
         os.close(null)
 
 
-def _solve_highs(lp: LinearProblem, time_limit_s: float | None, mip_rel_gap: float,
-                 max_nodes: int | None = None) -> SolveResult:
+def _load_highs(lp: LinearProblem) -> Any:
+    """A quiet, single-threaded, seeded HiGHS instance holding ``lp`` (None if HiGHS rejects it)."""
     import highspy
     import numpy as np
 
@@ -89,13 +142,8 @@ def _solve_highs(lp: LinearProblem, time_limit_s: float | None, mip_rel_gap: flo
     h.setOptionValue("output_flag", bool(os.environ.get("FLEETPLAN_SOLVER_LOG")))
     h.setOptionValue("random_seed", 0)
     h.setOptionValue("threads", 1)
-    h.setOptionValue("mip_rel_gap", mip_rel_gap)
     if os.environ.get("FLEETPLAN_PRESOLVE"):
         h.setOptionValue("presolve", os.environ["FLEETPLAN_PRESOLVE"])
-    if time_limit_s is not None:
-        h.setOptionValue("time_limit", float(time_limit_s))
-    if max_nodes is not None:
-        h.setOptionValue("mip_max_nodes", int(max_nodes))
     inf = highspy.kHighsInf
     model = highspy.HighsLp()
     model.num_col_ = lp.num_cols
@@ -119,7 +167,12 @@ def _solve_highs(lp: LinearProblem, time_limit_s: float | None, mip_rel_gap: flo
     model.a_matrix_.value_ = np.array(value, dtype=float)
     model.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous for i in lp.col_integer]
     if h.passModel(model) == highspy.HighsStatus.kError:
-        return SolveResult(solver="highs", status="error", termination="HiGHS rejected the model (passModel)")
+        return None
+    return h
+
+
+def _run(h: Any, highspy: Any, integer: bool) -> SolveResult:
+    """Run a loaded HiGHS instance and read its outcome."""
     t0 = time.perf_counter()
     h.run()
     elapsed = time.perf_counter() - t0
@@ -136,7 +189,7 @@ def _solve_highs(lp: LinearProblem, time_limit_s: float | None, mip_rel_gap: flo
     info = h.getInfo()
     has_solution = info.primal_solution_status == 2  # kSolutionStatusFeasible
     values = list(h.getSolution().col_value) if has_solution else []
-    gap = float(info.mip_gap) if any(lp.col_integer) and has_solution else None
+    gap = float(info.mip_gap) if integer and has_solution else None
     return SolveResult(
         solver="highs", status=status, termination=name, objective=float(info.objective_function_value) if has_solution else None,
         values=values, mip_gap=None if gap is None or math.isinf(gap) else gap, solve_time_s=elapsed,
@@ -151,7 +204,7 @@ def _solve_ortools(lp: LinearProblem, time_limit_s: float | None, mip_rel_gap: f
         return SolveResult(solver="ortools", status="error", termination="SCIP backend not available")
     s.SetNumThreads(1)
     if time_limit_s is not None:
-        s.SetTimeLimit(int(time_limit_s * 1000))
+        s.SetTimeLimit(max(1, int(time_limit_s * 1000)))
     inf = s.infinity()
     xs = []
     for j in range(lp.num_cols):

@@ -107,7 +107,7 @@ def test_mip_equals_brute_force(catalog, gpus, model, tps, batches, precisions, 
     raw = {
         "preset": preset,
         "products": [{"name": "p", "model": model, "peak_qps": qps, "input_tokens": inp, "output_tokens": out,
-                      "min_tokens_per_s_per_user": target, "headroom": headroom}],
+                      "min_tokens_per_s_per_user": target, "headroom": headroom, "prefill": "headroom"}],
         "options": {"gpus": gpus, "tp": tps, "batch": batches, "precisions": precisions},
     }
     scenario = parse_scenario(raw, "random")

@@ -260,7 +260,7 @@ def test_hours_not_merged_when_a_share_cap_links_them(catalog, examples):
     merged = prob.merged()
     assert prob.hours == 168 and merged.hours == 31 and len(merged.hour_of) == 168
     reduced = prob.reduced()
-    assert reduced.hours == 27 and len(reduced.all_candidates()) == 50 < len(prob.all_candidates()) == 148
+    assert reduced.hours == 30 and len(reduced.all_candidates()) == 52 < len(prob.all_candidates()) == 148
 
 
 def brute_force_tiers(catalog, scenario, limit) -> float:
