@@ -139,14 +139,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from fleetplan.optimizer.results import plan_to_dict
     from fleetplan.optimizer.scenario import load_scenario
 
+    from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline, Progress
+
     scenario, folder = load_scenario(args.scenario[0])
     catalog = load_catalog([*(folder / c for c in scenario.catalogs), *args.catalog])
     preset = resolve_preset(scenario.preset, args.calibration) if args.calibration else None
-    plan = make_plan(scenario, catalog, solver=args.solver, alternatives=not args.no_alternatives, preset=preset,
-                     folder=folder, jobs=args.jobs)
+    progress = Progress.for_terminal(quiet=args.json)
+    deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S, progress)
+    try:
+        plan = make_plan(scenario, catalog, solver=args.solver, alternatives=not args.no_alternatives, preset=preset,
+                         folder=folder, jobs=args.jobs, deadline=deadline)
+    finally:
+        progress.close()
     d = plan_to_dict(plan)
     if d["status"] != "optimal":
         print(f"fleetplan: warning: {d['termination']}: not proven optimal", file=sys.stderr)
+    for what in d.get("stopped_by_time_limit", []):
+        print(f"fleetplan: note: time limit ({d['time_limit_s']:g} s): {what} cut short", file=sys.stderr)
     text = dumps(d)
     if args.out:
         write_atomically(Path(args.out), text)
@@ -172,7 +181,16 @@ def cmd_breakeven(args: argparse.Namespace) -> int:
     scales = tuple(args.scales) if args.scales else DEFAULT_SCALES
     if args.plot and Path(args.plot).suffix.lower() not in (".png", ".svg"):
         raise InputError(f"--plot: file must end in .png or .svg (got {args.plot})")
-    result = breakeven(scenario, catalog, folder, scales, solver=args.solver)
+    def show(p: dict[str, Any]) -> None:
+        if not args.json:
+            own = "-" if p["self_host_usd"] is None else f"${p['self_host_usd']:,.0f}"
+            blend = "-" if p["blend_usd"] is None else f"${p['blend_usd']:,.0f}"
+            print(f"scale {p['scale']:g}: all API ${p['all_api_usd']:,.0f}, self-host {own}, blend {blend}"
+                  + ("" if p["proven_optimal"] else " (not proven optimal: time limit)"), file=sys.stderr, flush=True)
+
+    result = breakeven(scenario, catalog, folder, scales, solver=args.solver, on_point=show)
+    for what in result["stopped"]:
+        print(f"fleetplan: note: time limit reached: {what} not computed", file=sys.stderr)
     if args.plot:
         plot(result, Path(args.plot), f"build vs buy: {Path(args.scenario).name}")
     if args.json:

@@ -166,8 +166,8 @@ def print_plan(d: dict[str, Any], console: Console) -> None:
                 f"API share {pct(p['api_fraction'])}"
             )
         chk = p.get("prefill_check")
-        if chk and p["prefill"]["mode"] != "headroom":
-            console.print(f"  prefill check: {chk['verdict']}")
+        if chk and p["prefill"]["mode"] == "headroom" and not chk["covered"]:
+            console.print(f"  [bold]prefill under-sized[/bold]: {chk['verdict']} (set prefill: auto to size it)")
         kv = p["prefill"].get("kv_transfer")
         if kv:
             console.print(

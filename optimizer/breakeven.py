@@ -5,14 +5,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from fleetplan.catalogs.loader import Catalog, InputError
 from fleetplan.models.presets import Preset, get_preset
 from fleetplan.optimizer.api import resolve_api
 from fleetplan.optimizer.demand import horizon, product_qps, profile_lengths
 from fleetplan.optimizer.formulation import SECONDS_PER_HOUR
-from fleetplan.optimizer.plan import InfeasibleError, make_plan
+from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline
+from fleetplan.optimizer.plan import InfeasibleError, SolverError, make_plan
 from fleetplan.optimizer.scenario import Scenario
 
 DEFAULT_SCALES: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
@@ -51,31 +52,50 @@ def all_api_cost(scenario: Scenario, catalog: Catalog, folder: Path, preset: Pre
 
 
 def breakeven(
-    scenario: Scenario, catalog: Catalog, folder: Path, scales: tuple[float, ...] = DEFAULT_SCALES, solver: str = "highs"
+    scenario: Scenario, catalog: Catalog, folder: Path, scales: tuple[float, ...] = DEFAULT_SCALES, solver: str = "highs",
+    deadline: Deadline | None = None, on_point: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Costs of all-API, self-host only and the blend at each scale, and the crossover volumes."""
+    """Costs of all-API, self-host only and the blend at each scale, and the crossover volumes.
+
+    All scales share one ``deadline`` (by default ``options.time_limit_s`` or
+    :data:`DEFAULT_TIME_LIMIT_S` from now): each scale gets an equal share of what is left, its
+    plans stop at their share with the best found (``proven_optimal`` false), and scales not
+    reached are left out (``stopped`` says so). ``on_point`` is called with each scale's row as it
+    finishes."""
     preset = get_preset(scenario.preset)
+    if deadline is None:
+        deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S)
     points: list[BreakevenPoint] = []
-    for s in scales:
+    rows: list[dict[str, Any]] = []
+    for i, s in enumerate(scales):
+        if deadline.expired:
+            deadline.note(f"scales from {s:g} on")
+            break
+        share = deadline.share(1.0 / (len(scales) - i))
         sc = scaled(scenario, s)
         api = all_api_cost(sc, catalog, folder, preset)
-        try:
-            own = make_plan(sc, catalog, solver, alternatives=False, folder=folder, with_api=False).monthly_cost_usd
-        except InfeasibleError:
-            own = None
-        try:
-            blend = make_plan(sc, catalog, solver, alternatives=False, folder=folder).monthly_cost_usd
-        except InfeasibleError:
-            blend = None
-        points.append(BreakevenPoint(s, api, own, blend))
+        proven = True
+        costs: list[float | None] = []
+        for with_api, part in ((False, share.share(0.5)), (True, share)):
+            try:
+                plan = make_plan(sc, catalog, solver, alternatives=False, folder=folder, with_api=with_api,
+                                 compare_first_come=False, deadline=part)
+                costs.append(plan.monthly_cost_usd)
+                proven = proven and plan.solve_result.optimal
+            except (InfeasibleError, SolverError):
+                costs.append(None)
+        points.append(BreakevenPoint(s, api, costs[0], costs[1]))
+        p = points[-1]
+        rows.append({"scale": p.scale, "all_api_usd": round(p.all_api_usd, 2),
+                     "self_host_usd": None if p.self_host_usd is None else round(p.self_host_usd, 2),
+                     "blend_usd": None if p.blend_usd is None else round(p.blend_usd, 2),
+                     "proven_optimal": proven})
+        if on_point is not None:
+            on_point(rows[-1])
     return {
         "scales": [p.scale for p in points],
-        "points": [
-            {"scale": p.scale, "all_api_usd": round(p.all_api_usd, 2),
-             "self_host_usd": None if p.self_host_usd is None else round(p.self_host_usd, 2),
-             "blend_usd": None if p.blend_usd is None else round(p.blend_usd, 2)}
-            for p in points
-        ],
+        "points": rows,
+        "stopped": list(deadline.stopped),
         "crossovers": {
             "self_host_beats_api_at_scale": _crossing(points, "self_host_usd"),
             "blend_beats_api_at_scale": _crossing(points, "blend_usd"),

@@ -41,6 +41,10 @@ MAIN_SOLVE_SHARE = 0.75
 EXPLAIN_SHARE = 0.8
 
 
+# the seed document's flat share of decode throughput kept for prefill and bursts
+SEED_HEADROOM = 0.30
+
+
 class InfeasibleError(InputError):
     """No plan meets the targets; the message names the constraint and the best reachable value."""
 
@@ -538,6 +542,52 @@ def _fixing(lp: LinearProblem, pd: ProductData, choice: tuple[Candidate | None, 
     return lower, upper
 
 
+def _on_demand_cost(prob: FleetProblem, pd: ProductData, choice: tuple[Candidate | None, PoolCandidate | None]) -> float:
+    """Monthly cost of :func:`_on_demand_plan` for ``choice`` (without instances), for ranking."""
+    c, k = choice
+    assert c is not None
+    total = 0.0
+    for h in range(prob.hours):
+        total += prob.weight(h) * pd.replica_bound(c, h) * c.usd_per_replica_hour_in("on_demand")
+        if k is not None:
+            total += prob.weight(h) * pd.pool_bound(k, h) * k.usd_per_replica_hour_in("on_demand")
+    return total
+
+
+def _on_demand_plan(lp: LinearProblem, prob: FleetProblem, pd: ProductData,
+                    choice: tuple[Candidate | None, PoolCandidate | None]) -> SolveResult | None:
+    """A feasible plan for one choice without a solver: in every hour the fewest on-demand replicas
+    (and pool replicas) that alone meet demand, nothing sent to the API, whole instances rounded
+    up. None when the rows do not hold (no on-demand tier, an API minimum share, a limit)."""
+    c, k = choice
+    if c is None or "on_demand" not in prob.tiers:
+        return None
+    x = [lo if lo > 0 else 0.0 for lo in _fixing(lp, pd, choice)[0]]
+    col = lp.col_index
+    gpus: dict[tuple[str, int], int] = {}
+    for h in range(prob.hours):
+        n = pd.replica_bound(c, h)
+        x[col[f"on_demand[{c.key}/{h}]"]] = n
+        gpus[c.gpu, h] = gpus.get((c.gpu, h), 0) + n * c.tp
+        if k is not None:
+            m = pd.pool_bound(k, h)
+            x[col[f"pool_on_demand[{k.key}/{h}]"]] = m
+            gpus[k.gpu, h] = gpus.get((k.gpu, h), 0) + m * k.tp
+    for (gpu, h), n in gpus.items():
+        j = col.get(f"instances[{gpu}/{h}]")
+        if j is not None:
+            x[j] = math.ceil(n / prob.instance_gpus[gpu])
+    for lo, hi, idx, val in zip(lp.row_lower, lp.row_upper, lp.row_index, lp.row_value):
+        a = sum(v * x[j] for j, v in zip(idx, val))
+        if a < lo - 1e-6 * max(1.0, abs(lo)) or a > hi + 1e-6 * max(1.0, abs(hi)):
+            return None
+    if any(not (lo - 1e-9 <= v <= hi + 1e-9) for v, lo, hi in zip(x, lp.col_lower, lp.col_upper)):
+        return None
+    cost = lp.objective_constant + sum(a * v for a, v in zip(lp.objective, x))
+    return SolveResult(solver="none", status="time_limit", termination="time limit reached before any MIP",
+                       objective=cost, values=x, mip_gap=None)
+
+
 def _bounds(session: Session, lp: LinearProblem, pd: ProductData,
             choices: list[tuple[Candidate | None, PoolCandidate | None]], deadline: Deadline, floor: float,
             open_bounds: list[float], stage: str) -> list[tuple[float, tuple[Candidate | None, PoolCandidate | None]]]:
@@ -548,7 +598,7 @@ def _bounds(session: Session, lp: LinearProblem, pd: ProductData,
         if deadline.expired:
             open_bounds.append(floor)
             continue
-        relaxed = session.solve(*_fixing(lp, pd, choice), relax=True)
+        relaxed = session.solve(*_fixing(lp, pd, choice), relax=True, time_limit_s=deadline.solver_limit())
         if relaxed.status == "optimal":
             key = "/".join(x.key for x in choice if x is not None)
             out.append((max(floor, float(relaxed.objective or 0.0)), key, choice))
@@ -609,7 +659,7 @@ def solve_by_configuration(
     choices: list[tuple[Candidate | None, PoolCandidate | None]] = [(c, None) for c in decode]
     if api_alone:
         choices.append((None, None))
-    whole = session.solve(lp.col_lower, lp.col_upper, relax=True)
+    whole = session.solve(lp.col_lower, lp.col_upper, relax=True, time_limit_s=deadline.solver_limit())
     floor = float(whole.objective or 0.0) if whole.status == "optimal" else 0.0
     open_bounds: list[float] = []
     staged = _bounds(session, lp, pd, choices, deadline, floor, open_bounds, f"{product}: bounding configurations")
@@ -630,7 +680,11 @@ def solve_by_configuration(
         for pair_bound, pair in pairs:
             if pair_bound >= incumbent() * (1 - mip_rel_gap) - 1e-7:
                 break
-            if deadline.expired and best is not None:
+            if deadline.expired:
+                if best is None:  # out of time before any MIP: a plan that buys every hour on demand
+                    found = _on_demand_plan(lp, prob, pd, pair)
+                    if found is not None:
+                        best = (found, *_fixing(lp, pd, pair))
                 open_bounds.append(pair_bound)  # not searched: its LP bound is all that is known
                 continue
             lower, upper = _fixing(lp, pd, pair)
@@ -646,6 +700,13 @@ def solve_by_configuration(
                 open_bounds.append(max(pair_bound, float(res.objective or 0.0) * (1 - (res.mip_gap or 0.0))))
             if float(res.objective or 0.0) < incumbent() - 1e-7:
                 best = (res, lower, upper)
+    if best is None and open_bounds:  # out of time before any MIP found a plan
+        pairs = [(c, k) for c, _ in choices if c is not None for k in (pd.pool if c.mode == "pool" else [None])]
+        for pair in sorted(pairs, key=lambda ch: _on_demand_cost(prob, pd, ch)):
+            found = _on_demand_plan(lp, prob, pd, pair)
+            if found is not None:
+                best = (found, *_fixing(lp, pd, pair))
+                break
     if best is None:
         if open_bounds:
             deadline.note(f"{product}: configuration search")
@@ -722,10 +783,11 @@ def kv_transfer_report(pp: ProductPlan, catalog: Catalog, preset: Preset) -> dic
 
 
 def prefill_headroom_check(pp: ProductPlan, catalog: Catalog, preset: Preset, options: Any) -> dict[str, Any] | None:
-    """Does the seed's flat 30% headroom cover prefill? On the chosen GPU/TP/precision at the batch
-    the headroom rule would run (the largest meeting speed and memory without prefill), compare
-    the rule's usable throughput (decode-only less 30%) with what the replica keeps when each step
-    also carries its share of new requests' prefill (colocated, nothing held back)."""
+    """Does a flat headroom cover prefill? On the chosen GPU/TP/precision at the batch the headroom
+    rule would run (the largest meeting speed and memory without prefill), compare the rule's
+    usable throughput (decode-only less the headroom: the product's own in headroom mode, the
+    seed's 30% otherwise) with what the replica keeps when each step also carries its share of new
+    requests' prefill (colocated, nothing held back)."""
     c = pp.candidate
     if c is None:
         return None
@@ -749,7 +811,7 @@ def prefill_headroom_check(pp: ProductPlan, catalog: Catalog, preset: Preset, op
         return None
     b = batches[n - 1]
     plain, mixed = step(b, False), step(b, True)
-    rule = 0.30
+    rule = pp.product.effective_headroom if c.mode == "headroom" else SEED_HEADROOM
     assumed = plain.replica_tokens_per_s * (1 - rule)
     computed = mixed.replica_tokens_per_s
     margin = computed / assumed - 1
@@ -758,7 +820,7 @@ def prefill_headroom_check(pp: ProductPlan, catalog: Catalog, preset: Preset, op
     replicas_needed = math.ceil(demand / computed - 1e-9) if demand else 0
     added = mixed.step_time_s - plain.step_time_s
     verdict = (
-        f"30% headroom {'covers' if margin >= 0 else 'does not cover'} prefill on {c.gpu} tp{c.tp} {c.precision} batch {b}: "
+        f"{rule:.0%} headroom {'covers' if margin >= 0 else 'does not cover'} prefill on {c.gpu} tp{c.tp} {c.precision} batch {b}: "
         f"with prefill computed a replica serves {computed:,.0f} tokens/s against {assumed:,.0f} assumed "
         f"({'over-provisions' if margin >= 0 else 'misses'} by {abs(margin):.0%}: {replicas_needed:,} replicas needed "
         f"against {replicas_rule:,}); prefill lengthens a {plain.step_time_s * 1e3:.1f} ms step by {added * 1e3:.1f} ms "
@@ -892,6 +954,66 @@ def solve_component(
     if res.status == "infeasible":
         return small, lp, None, None, None
     return small, lp, None, res, small
+
+
+# A coupled group whose joint MIP would have more columns than this is planned product by product
+# (see :func:`solve_one_by_one`): beyond it, building the joint model alone takes minutes and
+# gigabytes, and HiGHS rarely finds a first plan within a minute.
+JOINT_MAX_COLUMNS = 60_000
+
+
+def joint_columns(prob: FleetProblem) -> int:
+    """Columns the joint MIP of ``prob`` would have (integer replicas per configuration, tier and hour)."""
+    per_hour = len(prob.hourly_tiers)
+    configs = sum(len(p.candidates) + len(p.pool) for p in prob.products.values())
+    return configs * (per_hour * prob.hours + ("reserved" in prob.tiers) + 1)
+
+
+def solve_one_by_one(whole: FleetProblem, names: list[str], solver: str, deadline: Deadline, gap: float) -> list[Any]:
+    """A coupled group too large for one MIP, planned product by product: each product's cheapest
+    plan on its own (shared limits left out), in scenario order, each with its share of the time.
+    Each product's own optimum is a lower bound on its share of any joint plan, so their sum bounds
+    the joint optimum; the plan is checked against the shared limits afterwards
+    (:func:`_one_by_one_result`)."""
+    deadline.note("joint plan of " + ", ".join(names[:3]) + (", ..." if len(names) > 3 else "") +
+                  ": planned product by product")
+    out = []
+    for i, name in enumerate(names):
+        deadline.progress.update("planning product by product", i, len(names))
+        out.append(solve_component((whole.restrict([name], limits=False), [name], solver,
+                                    deadline.share(1.0 / (len(names) - i)), gap)))
+    return out
+
+
+def _one_by_one_result(plan: Plan, groups: list[list[str]], parts: dict[str, Any], solver: str,
+                       mip_rel_gap: float) -> SolveResult:
+    """The plan's result when some coupled groups were planned product by product: within the shared
+    limits or an error naming them, and its gap against the sum of every product's lower bound
+    (the plan's total includes idle instance GPUs, which that bound leaves out)."""
+    prob = plan.problem
+    members = {n for g in groups for n in g}
+    mine = [pp for pp in plan.products if pp.product.name in members]
+    for gpu, row in gpu_hours(mine, prob.hours).items():
+        if gpu in prob.gpu_availability and max(row) > prob.gpu_availability[gpu]:
+            raise SolverError(
+                f"limits.gpu_availability: the {len(members)} coupled products were too many to plan jointly, and "
+                f"planned one by one they need {max(row)} {gpu} GPUs of the {prob.gpu_availability[gpu]} available; "
+                f"no plan within the limits was found (raise availability, or plan fewer products together)")
+    for (gpu, tier), row in tier_gpu_hours(mine, prob.hours).items():
+        limit = prob.tier_availability.get((gpu, tier))
+        if limit is not None and max(row) > limit:
+            raise SolverError(
+                f"limits.gpu_availability: planned one by one the coupled products need {max(row)} {gpu} {tier} GPUs "
+                f"of the {limit} available; no plan within the limits was found")
+    unique = {id(r): r for _, _, r in parts.values()}
+    bound = sum(float(r.objective or 0.0) * (1 - (r.mip_gap or 0.0)) for r in unique.values())
+    total = plan.monthly_cost_usd
+    gap = max(0.0, (total - bound) / total) if total else 0.0
+    if gap <= mip_rel_gap:
+        return replace(plan.solve_result, status="optimal", mip_gap=gap)
+    return replace(plan.solve_result, status="time_limit", mip_gap=gap,
+                   termination=f"planned product by product within the shared limits (gap {gap:.3%} against the "
+                               f"sum of each product's own optimum)")
 
 
 def coupled_components(prob: FleetProblem) -> list[list[str]]:
@@ -1218,6 +1340,7 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: str, alternatives:
     plans: dict[str, ProductPlan] = {}
     parts: dict[str, tuple[FleetProblem, LinearProblem, SolveResult]] = {}
     components = coupled_components(prob)
+    decomposed: list[list[str]] = []  # coupled groups too large for one MIP, planned product by product
     t1 = time.perf_counter()
     main = own.share(MAIN_SOLVE_SHARE)
     tasks = [(prob.restrict(names).derive(monthly_budget_usd=None), names, solver, main, opts.mip_rel_gap)
@@ -1240,8 +1363,15 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: str, alternatives:
         outcomes = []
         for i, (w, n, so, _, g) in enumerate(tasks):
             main.progress.update("planning", i, len(tasks))
-            outcomes.append(solve_component((w, n, so, main.share(weights[i] / sum(weights[i:])), g)))
-    for names, (whole, lp, base_lp, res, sub) in zip(components, outcomes):
+            share = main.share(weights[i] / sum(weights[i:]))
+            if len(n) > 1 and joint_columns(w.reduced()) > JOINT_MAX_COLUMNS:
+                decomposed.append(n)
+                outcomes.append(solve_one_by_one(w, n, so, share, g))
+            else:
+                outcomes.append(solve_component((w, n, so, share, g)))
+    pieces = [(names, o) for names, o in zip(components, outcomes) if names not in decomposed]
+    pieces += [([name], o) for names, os_ in zip(components, outcomes) if names in decomposed for name, o in zip(names, os_)]
+    for names, (whole, lp, base_lp, res, sub) in pieces:
         if res is None:
             raise InfeasibleError(_infeasible_message(prob, names, solver))
         if not res.optimal and not (res.status == "time_limit" and res.values):
@@ -1297,6 +1427,8 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: str, alternatives:
                 members={p.name: ms for p, ms in planned})
     plan.instances = _instances(plan)
     _allocate_stranded(plan)
+    if decomposed:
+        plan.solve_result = _one_by_one_result(plan, decomposed, parts, solver, opts.mip_rel_gap)
     for name, pd in prob.products.items():
         if pd.members:
             plan.separate[name] = separate_cost(prob, pd, solver, opts, own)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S
 from fleetplan.optimizer.formulation import SECONDS_PER_HOUR
 from fleetplan.optimizer.candidates import Candidate, CandidateSet, PoolCandidate
 from fleetplan.optimizer.plan import Plan, ProductPlan, gpu_hours, tier_gpu_hours
@@ -278,6 +279,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "monthly_cost_usd": sum(total_cents.values()) / 100,
         "objective_usd": _r(res.objective or 0.0, 2),
         "mip_gap": _r(res.mip_gap, 8),
+        "time_limit_s": plan.scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S,
+        "stopped_by_time_limit": list(plan.stopped),
         "monthly_cost_breakdown_usd": {k: v / 100 for k, v in total_cents.items()},
         "totals": {
             "replicas": replicas, "gpus": gpus, "prefill_replicas": prefill_replicas, "prefill_gpus": prefill_gpus,
