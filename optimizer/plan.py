@@ -542,6 +542,49 @@ def _fixing(lp: LinearProblem, pd: ProductData, choice: tuple[Candidate | None, 
     return lower, upper
 
 
+def _quick_bound(prob: FleetProblem, pd: ProductData, choice: tuple[Candidate | None, PoolCandidate | None]) -> float:
+    """A lower bound on the monthly cost of one choice, without a solver: every hour's demand
+    served at the cheapest rate per token/s the choice allows, fractionally, in the cheapest tier
+    (a reserved replica's monthly price spread over the hours it serves is its hourly rate), or by
+    the API where that is cheaper, plus the fixed cost when the product self-hosts. Share caps,
+    whole replicas and idle instance GPUs only add to a plan's cost, so the bound is valid."""
+    c, k = choice
+    api = pd.api.usd_per_output_token * SECONDS_PER_HOUR if pd.has_api and pd.api is not None else math.inf
+    demand = pd.demand_tokens_per_s
+    if c is None:
+        return sum(prob.weight(h) * demand[h] * api for h in range(prob.hours))
+    rate = min(c.usd_per_replica_hour_in(t) for t in prob.tiers) / c.usable_tokens_per_s
+    if c.mode == "pool":
+        pools = [k] if k is not None else list(pd.pool)
+        if not pools:
+            return math.inf
+        rate += min(min(q.usd_per_replica_hour_in(t) for t in prob.tiers) * pd.prefill_flops_per_output_token
+                    / q.usable_flops_per_s for q in pools)
+    per_token = min(rate, api)
+    return pd.fixed_monthly_usd + sum(prob.weight(h) * demand[h] * per_token for h in range(prob.hours))
+
+
+def _by_quick_bound(prob: FleetProblem, pd: ProductData, choices: list[tuple[Candidate | None, PoolCandidate | None]]
+                    ) -> list[tuple[float, tuple[Candidate | None, PoolCandidate | None]]]:
+    """Choices with their :func:`_quick_bound`, lowest first (ties by key, so the order is fixed)."""
+    keyed = [(_quick_bound(prob, pd, ch), "/".join(x.key for x in ch if x is not None), ch) for ch in choices]
+    keyed.sort(key=lambda t: (t[0], t[1]))
+    return [(b, ch) for b, _, ch in keyed if not math.isinf(b) or ch[0] is None]
+
+
+def _fallback(lp: LinearProblem, prob: FleetProblem, pd: ProductData,
+              choice: tuple[Candidate | None, PoolCandidate | None]) -> tuple[SolveResult, list[float], list[float]] | None:
+    """The on-demand plan of ``choice`` (the cheapest pool for a pool-mode choice left open), as a
+    search result, or None when it is not feasible."""
+    c, k = choice
+    pairs = [(c, q) for q in pd.pool] if c is not None and c.mode == "pool" and k is None else [choice]
+    for pair in sorted(pairs, key=lambda ch: _on_demand_cost(prob, pd, ch) if ch[0] is not None else math.inf):
+        found = _on_demand_plan(lp, prob, pd, pair)
+        if found is not None:
+            return (found, *_fixing(lp, pd, pair))
+    return None
+
+
 def _on_demand_cost(prob: FleetProblem, pd: ProductData, choice: tuple[Candidate | None, PoolCandidate | None]) -> float:
     """Monthly cost of :func:`_on_demand_plan` for ``choice`` (without instances), for ranking."""
     c, k = choice
@@ -588,25 +631,6 @@ def _on_demand_plan(lp: LinearProblem, prob: FleetProblem, pd: ProductData,
                        objective=cost, values=x, mip_gap=None)
 
 
-def _bounds(session: Session, lp: LinearProblem, pd: ProductData,
-            choices: list[tuple[Candidate | None, PoolCandidate | None]], deadline: Deadline, floor: float,
-            open_bounds: list[float], stage: str) -> list[tuple[float, tuple[Candidate | None, PoolCandidate | None]]]:
-    """LP bound of each choice, cheapest first (ties by key); infeasible choices are dropped. Past
-    the deadline a choice is not relaxed: ``floor`` (a bound valid for all) goes to ``open_bounds``."""
-    out = []
-    for i, choice in enumerate(choices):
-        if deadline.expired:
-            open_bounds.append(floor)
-            continue
-        relaxed = session.solve(*_fixing(lp, pd, choice), relax=True, time_limit_s=deadline.solver_limit())
-        if relaxed.status == "optimal":
-            key = "/".join(x.key for x in choice if x is not None)
-            out.append((max(floor, float(relaxed.objective or 0.0)), key, choice))
-        deadline.progress.update(stage, i + 1, len(choices))
-    out.sort(key=lambda t: (t[0], t[1]))
-    return [(b, ch) for b, _, ch in out]
-
-
 def solve_by_configuration(
     prob: FleetProblem,
     product: str,
@@ -616,6 +640,7 @@ def solve_by_configuration(
     deadline: Deadline | None = None,
     mip_rel_gap: float = 1e-6,
     base_lp: LinearProblem | None = None,
+    stage: str = "configuration search",
 ) -> tuple[SolveResult, LinearProblem, FleetProblem] | None:
     """Solve the MIP of one product by branching on its configuration first.
 
@@ -655,42 +680,72 @@ def solve_by_configuration(
             return None
         return res, lp.with_bounds(lower, upper), prob
     # first by decode configuration (a pool configuration left to the LP), then, in pool mode,
-    # by pool configuration: far fewer relaxations than every (decode, pool) pair
+    # by pool configuration; choices are taken in order of a bound computed without a solver
+    # (:func:`_quick_bound`), and a choice's LP is solved only while that bound is below the best
+    # plan found, so most configurations of a large catalog never reach the solver
     choices: list[tuple[Candidate | None, PoolCandidate | None]] = [(c, None) for c in decode]
     if api_alone:
         choices.append((None, None))
-    whole = session.solve(lp.col_lower, lp.col_upper, relax=True, time_limit_s=deadline.solver_limit())
-    floor = float(whole.objective or 0.0) if whole.status == "optimal" else 0.0
     open_bounds: list[float] = []
-    staged = _bounds(session, lp, pd, choices, deadline, floor, open_bounds, f"{product}: bounding configurations")
     best: tuple[SolveResult, list[float], list[float]] | None = None
 
     def incumbent() -> float:
         return float(best[0].objective or 0.0) if best is not None else math.inf
 
-    for n, (bound, choice) in enumerate(staged):
-        if bound >= incumbent() * (1 - mip_rel_gap) - 1e-7:
+    def beaten(bound: float) -> bool:
+        return bound >= incumbent() * (1 - mip_rel_gap) - 1e-7
+
+    def relaxed(choice: tuple[Candidate | None, PoolCandidate | None], floor: float) -> float | None:
+        r = session.solve(*_fixing(lp, pd, choice), relax=True, time_limit_s=deadline.solver_limit())
+        if r.status == "infeasible":
+            return None
+        return max(floor, float(r.objective or 0.0)) if r.status == "optimal" else floor
+
+    ordered = _by_quick_bound(prob, pd, choices)
+    # a first plan without a solver (every hour on demand) prunes choices whose quick bound exceeds it
+    for _, choice in ordered[:5]:
+        best = best or _fallback(lp, prob, pd, choice)
+    staged: list[tuple[float, str, tuple[Candidate | None, PoolCandidate | None]]] = []
+    for n, (quick, choice) in enumerate(ordered):
+        if beaten(quick):
+            break  # every choice left has a quick bound at least as high
+        if deadline.expired:
+            open_bounds.append(quick)  # not relaxed: its quick bound is all that is known
+            continue
+        bound = relaxed(choice, quick)
+        if bound is not None:
+            staged.append((bound, "/".join(x.key for x in choice if x is not None), choice))
+        deadline.progress.update(f"{product}: bounding configurations", n + 1, len(ordered))
+    staged.sort(key=lambda t: (t[0], t[1]))
+    for n, (bound, _, choice) in enumerate(staged):
+        if beaten(bound):
             break
+        deadline.progress.update(f"{product}: searching configurations", n + 1, len(staged), best=incumbent(),
+                                 bound=bound)
         c = choice[0]
+        if deadline.expired:
+            open_bounds.append(bound)  # not searched: its LP bound is all that is known
+            continue
+        pairs = [(bound, choice)]
         if c is not None and c.mode == "pool":
-            pairs = _bounds(session, lp, pd, [(c, k) for k in pd.pool], deadline, bound, open_bounds,
-                            f"{product}: bounding pools of {c.key}")
-        else:
-            pairs = [(bound, choice)]
+            pairs = []
+            for pair_quick, pair in _by_quick_bound(prob, pd, [(c, k) for k in pd.pool]):
+                if beaten(max(bound, pair_quick)) or deadline.expired:
+                    if deadline.expired and not beaten(max(bound, pair_quick)):
+                        open_bounds.append(max(bound, pair_quick))
+                    continue
+                pair_bound = relaxed(pair, max(bound, pair_quick))
+                if pair_bound is not None:
+                    pairs.append((pair_bound, pair))
+            pairs.sort(key=lambda t: (t[0], "/".join(x.key for x in t[1] if x is not None)))
         for pair_bound, pair in pairs:
-            if pair_bound >= incumbent() * (1 - mip_rel_gap) - 1e-7:
+            if beaten(pair_bound):
                 break
             if deadline.expired:
-                if best is None:  # out of time before any MIP: a plan that buys every hour on demand
-                    found = _on_demand_plan(lp, prob, pd, pair)
-                    if found is not None:
-                        best = (found, *_fixing(lp, pd, pair))
-                open_bounds.append(pair_bound)  # not searched: its LP bound is all that is known
+                open_bounds.append(pair_bound)  # not searched
                 continue
             lower, upper = _fixing(lp, pd, pair)
             res = session.solve(lower, upper, time_limit_s=deadline.solver_limit(), mip_rel_gap=mip_rel_gap)
-            deadline.progress.update(f"{product}: searching configurations", n + 1, len(staged),
-                                     best=min(incumbent(), float(res.objective or math.inf)), bound=pair_bound)
             if res.status == "infeasible":
                 continue
             if not res.values:
@@ -700,16 +755,13 @@ def solve_by_configuration(
                 open_bounds.append(max(pair_bound, float(res.objective or 0.0) * (1 - (res.mip_gap or 0.0))))
             if float(res.objective or 0.0) < incumbent() - 1e-7:
                 best = (res, lower, upper)
-    if best is None and open_bounds:  # out of time before any MIP found a plan
-        pairs = [(c, k) for c, _ in choices if c is not None for k in (pd.pool if c.mode == "pool" else [None])]
-        for pair in sorted(pairs, key=lambda ch: _on_demand_cost(prob, pd, ch)):
-            found = _on_demand_plan(lp, prob, pd, pair)
-            if found is not None:
-                best = (found, *_fixing(lp, pd, pair))
-                break
+    if best is not None and best[0].solver == "none" and not open_bounds:
+        # the on-demand plan was never beaten and nothing is left open: it is optimal
+        best = (replace(best[0], status="optimal", termination="optimal (no configuration can do better)",
+                        mip_gap=0.0), best[1], best[2])
     if best is None:
         if open_bounds:
-            deadline.note(f"{product}: configuration search")
+            deadline.note(f"{product}: {stage}")
             raise SolverError(f"{solver} found no plan for {product} before the time limit")
         return None
     res = best[0]
@@ -719,7 +771,7 @@ def solve_by_configuration(
         lower_bound = min([value * (1 - (res.mip_gap or 0.0))] + open_bounds)
         gap = (value - lower_bound) / abs(value) if value else 0.0
         if gap > mip_rel_gap:
-            deadline.note(f"{product}: configuration search")
+            deadline.note(f"{product}: {stage}")
             res = replace(res, status="time_limit", termination=f"time limit reached (gap {gap:.3%})", mip_gap=gap)
     return res, lp.with_bounds(best[1], best[2]), prob
 
@@ -740,7 +792,8 @@ def _alternatives(prob: FleetProblem, pp: ProductPlan, base: float, solver: str,
         each = deadline.share(1.0 / (len(gpus) - i))
         try:
             found = solve_by_configuration(prob, name, solver, keep=lambda c, gpu=gpu: c.gpu == gpu,
-                                           deadline=each, mip_rel_gap=1e-4, base_lp=base_lp)
+                                           deadline=each, mip_rel_gap=1e-4, base_lp=base_lp,
+                                           stage=f"runner-up on {gpu}")
         except SolverError:
             continue
         if found is None:
@@ -1413,7 +1466,7 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: str, alternatives:
                 try:
                     found = solve_by_configuration(whole, name, solver, keep=lambda c, mode=mode: c.mode == mode,
                                                    deadline=mine.share(1.0 / (len(modes) - j)), mip_rel_gap=1e-4,
-                                                   base_lp=base_lp)
+                                                   base_lp=base_lp, stage=f"cost of prefill mode {mode}")
                 except SolverError:
                     found = None
                 pp.mode_costs[mode] = None if found is None else round(float(found[0].objective or 0.0), 2)

@@ -110,6 +110,7 @@ class Session:
             kinds = [highspy.HighsVarType.kInteger if (i and not relax) else highspy.HighsVarType.kContinuous
                      for i in lp.col_integer]
             h.changeColsIntegrality(n, cols, np.array(kinds))
+            h.clearSolver()  # nothing of a MIP's search carries over to an LP, or back
             self._relaxed = relax
         if integer:
             h.clearSolver()
