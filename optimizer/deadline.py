@@ -123,5 +123,3 @@ class Deadline:
         if what not in self.stopped:
             self.stopped.append(what)
 
-
-NO_DEADLINE = Deadline(at=None)

@@ -70,57 +70,6 @@ class LinearProblem:
         return out
 
 
-    def compact(self, lower: list[float], upper: list[float]) -> tuple[LinearProblem, list[int]]:
-        """The same problem under column bounds ``lower``/``upper`` with every fixed column
-        substituted out and every row left without a column dropped (a row so dropped is
-        satisfied by the fixed values, or the problem is infeasible: then one empty row with
-        bounds that cannot hold is kept). Returns the problem and, for each of its columns, the
-        column of this problem it stands for. Solving the compact problem and mapping back gives
-        the same solutions as solving this one under those bounds, with far less for a solver to
-        presolve when most columns are fixed (one configuration of many)."""
-        free = [j for j in range(self.num_cols) if lower[j] != upper[j]]
-        new_of = {j: i for i, j in enumerate(free)}
-        out = LinearProblem(
-            col_names=[self.col_names[j] for j in free], col_lower=[lower[j] for j in free],
-            col_upper=[upper[j] for j in free], col_integer=[self.col_integer[j] for j in free],
-            objective=[self.objective[j] for j in free],
-            objective_constant=self.objective_constant + sum(
-                self.objective[j] * lower[j] for j in range(self.num_cols) if lower[j] == upper[j] and self.objective[j]),
-        )
-        for name, lo, hi, idx, val in zip(self.row_names, self.row_lower, self.row_upper, self.row_index, self.row_value):
-            fixed = 0.0
-            cols: list[int] = []
-            vals: list[float] = []
-            for j, a in zip(idx, val):
-                i = new_of.get(j)
-                if i is None:
-                    fixed += a * lower[j]
-                else:
-                    cols.append(i)
-                    vals.append(a)
-            if not cols:
-                if fixed < lo - 1e-6 * max(1.0, abs(lo)) or fixed > hi + 1e-6 * max(1.0, abs(hi)):
-                    out.row_names.append(name)
-                    out.row_lower.append(1.0)
-                    out.row_upper.append(0.0)
-                    out.row_index.append([])
-                    out.row_value.append([])
-                continue
-            out.row_names.append(name)
-            out.row_lower.append(lo - fixed)
-            out.row_upper.append(hi - fixed)
-            out.row_index.append(cols)
-            out.row_value.append(vals)
-        return out, free
-
-    def expand(self, values: list[float], free: list[int], lower: list[float]) -> list[float]:
-        """Values of this problem's columns from a solution of its :meth:`compact` form."""
-        full = list(lower)
-        for i, j in enumerate(free):
-            full[j] = values[i]
-        return full
-
-
 def _bound_tag(lo: float, hi: float) -> str:
     if lo == hi:
         return "eq"
