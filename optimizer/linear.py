@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyomo.core import Constraint, Objective, Var, maximize
 from pyomo.repn.standard_repn import generate_standard_repn
@@ -51,6 +52,69 @@ class LinearProblem:
     def column(self, name: str) -> int:
         """Index of the variable called ``name``."""
         return self.col_index[name]
+
+    def matrix(self) -> tuple[Any, Any, Any]:
+        """The constraint matrix as coordinate arrays ``(row, col, value)`` (NumPy, built once)."""
+        coo = self.__dict__.get("_coo")
+        if coo is None:
+            import numpy as np
+
+            sizes = np.fromiter((len(r) for r in self.row_index), dtype=np.int64, count=self.num_rows)
+            rows = np.repeat(np.arange(self.num_rows, dtype=np.int64), sizes)
+            cols = np.fromiter((j for r in self.row_index for j in r), dtype=np.int64, count=int(sizes.sum()))
+            vals = np.fromiter((v for r in self.row_value for v in r), dtype=float, count=int(sizes.sum()))
+            coo = (rows, cols, vals)
+            self.__dict__["_coo"] = coo
+        return coo
+
+    def row_activity(self, x: list[float]) -> Any:
+        """``A x`` for a full column vector ``x`` (NumPy array, one entry per row)."""
+        import numpy as np
+
+        rows, cols, vals = self.matrix()
+        return np.bincount(rows, weights=vals * np.asarray(x, dtype=float)[cols], minlength=self.num_rows)
+
+    def restricted(self, lower: list[float], upper: list[float]) -> tuple[LinearProblem, list[int]] | None:
+        """The same problem under column bounds ``lower``/``upper`` with every column fixed at zero
+        left out, as ``(problem, kept column indices)``; rows left without a column are dropped
+        when zero satisfies them. None when such a row does not hold at zero (no solution).
+
+        A configuration search fixes all but one configuration at zero: the solver then gets a
+        problem the size of that configuration instead of the whole product's."""
+        import numpy as np
+
+        lo = np.asarray(lower, dtype=float)
+        hi = np.asarray(upper, dtype=float)
+        keep = ~((lo == 0.0) & (hi == 0.0))
+        rows, cols, vals = self.matrix()
+        on = keep[cols]
+        kept_rows = np.unique(rows[on])
+        r_lo = np.asarray(self.row_lower, dtype=float)
+        r_hi = np.asarray(self.row_upper, dtype=float)
+        empty = np.ones(self.num_rows, dtype=bool)
+        empty[kept_rows] = False
+        tol = 1e-9
+        if np.any(empty & ((r_lo > tol) | (r_hi < -tol))):
+            return None
+        kept_cols = np.flatnonzero(keep)
+        new_col = np.full(self.num_cols, -1, dtype=np.int64)
+        new_col[kept_cols] = np.arange(len(kept_cols))
+        r, c, v = rows[on], new_col[cols[on]], vals[on]  # rows stay sorted: entries are row-major
+        new_row = np.searchsorted(kept_rows, r)
+        bounds = np.searchsorted(new_row, np.arange(len(kept_rows) + 1))
+        idx, val = c.tolist(), v.tolist()
+        row_index = [idx[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        row_value = [val[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        names = self.col_names
+        kept = kept_cols.tolist()
+        sub = LinearProblem(
+            col_names=[names[j] for j in kept], col_lower=lo[kept_cols].tolist(), col_upper=hi[kept_cols].tolist(),
+            col_integer=[self.col_integer[j] for j in kept], objective=[self.objective[j] for j in kept],
+            objective_constant=self.objective_constant,
+            row_names=[self.row_names[i] for i in kept_rows.tolist()], row_lower=r_lo[kept_rows].tolist(),
+            row_upper=r_hi[kept_rows].tolist(), row_index=row_index, row_value=row_value,
+        )
+        return sub, kept
 
     def relaxed(self) -> LinearProblem:
         """The LP relaxation: the same problem with every variable continuous."""

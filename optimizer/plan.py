@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -30,7 +31,7 @@ from fleetplan.optimizer.formulation import SECONDS_PER_HOUR, FleetProblem, Prod
 from fleetplan.optimizer.linear import LinearProblem, to_linear_problem
 from fleetplan.optimizer.scenario import Product, Scenario
 from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline
-from fleetplan.optimizer.solvers import Session, SolveResult, solve
+from fleetplan.optimizer.solvers import Session, SolveResult, solve, solve_restricted
 from fleetplan.optimizer.text import pct
 
 
@@ -542,32 +543,102 @@ def _fixing(lp: LinearProblem, pd: ProductData, choice: tuple[Candidate | None, 
     return lower, upper
 
 
-def _quick_bound(prob: FleetProblem, pd: ProductData, choice: tuple[Candidate | None, PoolCandidate | None]) -> float:
-    """A lower bound on the monthly cost of one choice, without a solver: every hour's demand
-    served at the cheapest rate per token/s the choice allows, fractionally, in the cheapest tier
-    (a reserved replica's monthly price spread over the hours it serves is its hourly rate), or by
-    the API where that is cheaper, plus the fixed cost when the product self-hosts. Share caps,
-    whole replicas and idle instance GPUs only add to a plan's cost, so the bound is valid."""
+def _quick_bound(prob: FleetProblem, pd: ProductData, choice: tuple[Candidate | None, PoolCandidate | None],
+                 weighted_demand: float | None = None) -> float:
+    """A lower bound on the monthly cost of one choice, without a solver.
+
+    Every replica-hour is priced at the cheapest rate the tiers allow (a reserved replica's
+    monthly price spread over the hours it serves is its hourly rate; spot only up to the spot
+    share cap), and each hour runs the fewest whole decode replicas that meet its demand (and, with
+    a pool of its own, the fewest whole pool replicas). With an API, tokens move from replicas to
+    the API where that saves money, up to the API's share cap, counted as the LP of that choice
+    (the fractional remainder of an hour first, then whole replicas), and the pool is priced per
+    token. Idle instance GPUs, reserved replicas idle in quiet hours and the API floor only add
+    to a plan's cost, so the bound is valid."""
+    import numpy as np
+
     c, k = choice
     api = pd.api.usd_per_output_token * SECONDS_PER_HOUR if pd.has_api and pd.api is not None else math.inf
-    demand = pd.demand_tokens_per_s
+    if weighted_demand is None:
+        weighted_demand = _weighted_demand(prob, pd)
     if c is None:
-        return sum(prob.weight(h) * demand[h] * api for h in range(prob.hours))
-    rate = min(c.usd_per_replica_hour_in(t) for t in prob.tiers) / c.usable_tokens_per_s
+        return weighted_demand * api
+    hours = range(prob.hours)
+    w = np.array([prob.weight(h) for h in hours])
+    n_h = np.array([float(prob.count(h)) for h in hours])
+    d = np.asarray(pd.demand_tokens_per_s, dtype=float)
+    rate = _replica_hour_rate(prob, c)
+    u = c.usable_tokens_per_s
+    # prefill pool: per token (continuous) unless its own pool is fixed and no API is involved
+    pool_token = 0.0
+    pool_cost = 0.0
     if c.mode == "pool":
         pools = [k] if k is not None else list(pd.pool)
         if not pools:
             return math.inf
-        rate += min(min(q.usd_per_replica_hour_in(t) for t in prob.tiers) * pd.prefill_flops_per_output_token
-                    / q.usable_flops_per_s for q in pools)
-    per_token = min(rate, api)
-    return pd.fixed_monthly_usd + sum(prob.weight(h) * demand[h] * per_token for h in range(prob.hours))
+        f = pd.prefill_flops_per_output_token
+        if k is not None and not pd.has_api:
+            need = np.maximum(0.0, np.ceil(d * f / k.usable_flops_per_s - 1e-9))
+            pool_cost = float(np.sum(w * need)) * min(k.usd_per_replica_hour_in(t) for t in prob.tiers)
+        else:
+            pool_token = min(min(q.usd_per_replica_hour_in(t) for t in prob.tiers) * f / q.usable_flops_per_s
+                             for q in pools)
+    whole = np.maximum(0.0, np.ceil(d / u - 1e-9))
+    cost = pd.fixed_monthly_usd + pool_cost + rate * float(np.sum(w * whole)) + pool_token * float(np.sum(w * d))
+    if not pd.has_api:
+        return cost
+    # moves to the API: per hour the remainder above whole replicas (saves one replica), then the
+    # whole replicas (each saves one); greedy by saving per token within the API's token cap
+    floor = np.floor(d / u + 1e-9)
+    rem = np.clip(d - floor * u, 0.0, None)
+    rem = np.where(whole > floor, rem, 0.0)
+    tokens = np.concatenate([rem, floor * u])
+    saves = np.concatenate([np.where(rem > 0, rate + (pool_token - api) * rem, 0.0),
+                            floor * (rate + (pool_token - api) * u)])
+    ww = np.concatenate([w, w])
+    counts = np.concatenate([n_h, n_h])
+    useful = (saves > 0) & (tokens > 0)
+    if not useful.any():
+        return cost
+    tokens, saves, ww, counts = tokens[useful], saves[useful], ww[useful], counts[useful]
+    order = np.argsort(-(saves / tokens), kind="stable")
+    cap = pd.api_max_fraction * float(np.sum(n_h * d))
+    left, saved = cap, 0.0
+    for i in order.tolist():
+        take = min(1.0, left / (counts[i] * tokens[i])) if tokens[i] > 0 else 1.0
+        saved += take * ww[i] * saves[i]
+        left -= take * counts[i] * tokens[i]
+        if left <= 0:
+            break
+    return cost - saved
+
+
+def _replica_hour_rate(prob: FleetProblem, c: Candidate) -> float:
+    """The cheapest average price of one decode replica-hour of ``c`` the tiers allow: spot at most
+    its share cap of the replica-hours, the rest at the cheaper of reserved and on-demand."""
+    other = [c.usd_per_replica_hour_in(t) for t in prob.tiers if t != "spot"]
+    if "spot" not in prob.tiers:
+        return min(other)
+    spot = c.usd_per_replica_hour_in("spot")
+    if not other:
+        return spot
+    rest = min(other)
+    share = prob.spot_max_share
+    return min(rest, share * spot + (1 - share) * rest)
+
+
+def _weighted_demand(prob: FleetProblem, pd: ProductData) -> float:
+    """The product's demand in token/s summed over the month's hours (each hour by its weight)."""
+    demand = pd.demand_tokens_per_s
+    return sum(prob.weight(h) * demand[h] for h in range(prob.hours))
 
 
 def _by_quick_bound(prob: FleetProblem, pd: ProductData, choices: list[tuple[Candidate | None, PoolCandidate | None]]
                     ) -> list[tuple[float, tuple[Candidate | None, PoolCandidate | None]]]:
     """Choices with their :func:`_quick_bound`, lowest first (ties by key, so the order is fixed)."""
-    keyed = [(_quick_bound(prob, pd, ch), "/".join(x.key for x in ch if x is not None), ch) for ch in choices]
+    weighted = _weighted_demand(prob, pd)
+    keyed = [(_quick_bound(prob, pd, ch, weighted), "/".join(x.key for x in ch if x is not None), ch)
+             for ch in choices]
     keyed.sort(key=lambda t: (t[0], t[1]))
     return [(b, ch) for b, _, ch in keyed if not math.isinf(b) or ch[0] is None]
 
@@ -620,8 +691,7 @@ def _on_demand_plan(lp: LinearProblem, prob: FleetProblem, pd: ProductData,
         j = col.get(f"instances[{gpu}/{h}]")
         if j is not None:
             x[j] = math.ceil(n / prob.instance_gpus[gpu])
-    for lo, hi, idx, val in zip(lp.row_lower, lp.row_upper, lp.row_index, lp.row_value):
-        a = sum(v * x[j] for j, v in zip(idx, val))
+    for a, lo, hi in zip(lp.row_activity(x).tolist(), lp.row_lower, lp.row_upper):
         if a < lo - 1e-6 * max(1.0, abs(lo)) or a > hi + 1e-6 * max(1.0, abs(hi)):
             return None
     if any(not (lo - 1e-9 <= v <= hi + 1e-9) for v, lo, hi in zip(x, lp.col_lower, lp.col_upper)):
@@ -629,6 +699,11 @@ def _on_demand_plan(lp: LinearProblem, prob: FleetProblem, pd: ProductData,
     cost = lp.objective_constant + sum(a * v for a, v in zip(lp.objective, x))
     return SolveResult(solver="none", status="time_limit", termination="time limit reached before any MIP",
                        objective=cost, values=x, mip_gap=None)
+
+
+# First time slice of one configuration's MIP in a multi-hour search (s); a MIP not finished in
+# its slice goes back in the queue and gets four times as long when it comes round again.
+MIP_SLICE_S = 1.0
 
 
 def solve_by_configuration(
@@ -679,11 +754,13 @@ def solve_by_configuration(
                 raise SolverError(f"{solver} returned no plan for {product}: {res.termination}")
             return None
         return res, lp.with_bounds(lower, upper), prob
-    # first by decode configuration (a pool configuration left to the LP), then, in pool mode,
-    # by pool configuration; choices are taken in order of a bound computed without a solver
-    # (:func:`_quick_bound`), and a choice's LP is solved only while that bound is below the best
-    # plan found, so most configurations of a large catalog never reach the solver
-    choices: list[tuple[Candidate | None, PoolCandidate | None]] = [(c, None) for c in decode]
+    # one choice is a decode configuration with, in pool mode, one pool configuration; choices are
+    # taken in order of a bound computed without a solver (:func:`_quick_bound`), and a choice's LP
+    # is solved only while that bound is below the best plan found, so most choices of a large
+    # catalog never reach the solver; each LP and MIP holds only the columns of its own choice
+    choices: list[tuple[Candidate | None, PoolCandidate | None]] = []
+    for c in decode:
+        choices.extend([(c, k) for k in pd.pool] if c.mode == "pool" else [(c, None)])
     if api_alone:
         choices.append((None, None))
     open_bounds: list[float] = []
@@ -696,7 +773,7 @@ def solve_by_configuration(
         return bound >= incumbent() * (1 - mip_rel_gap) - 1e-7
 
     def relaxed(choice: tuple[Candidate | None, PoolCandidate | None], floor: float) -> float | None:
-        r = session.solve(*_fixing(lp, pd, choice), relax=True, time_limit_s=deadline.solver_limit())
+        r = solve_restricted(lp, *_fixing(lp, pd, choice), solver, relax=True, time_limit_s=deadline.solver_limit())
         if r.status == "infeasible":
             return None
         return max(floor, float(r.objective or 0.0)) if r.status == "optimal" else floor
@@ -705,74 +782,62 @@ def solve_by_configuration(
     # a first plan without a solver (every hour on demand) prunes choices whose quick bound exceeds it
     for _, choice in ordered[:5]:
         best = best or _fallback(lp, prob, pd, choice)
-    staged: list[tuple[float, str, tuple[Candidate | None, PoolCandidate | None]]] = []
-    for n, (quick, choice) in enumerate(ordered):
-        if beaten(quick):
-            break  # every choice left has a quick bound at least as high
-        if deadline.expired:
-            open_bounds.append(quick)  # not relaxed: its quick bound is all that is known
-            continue
-        bound = relaxed(choice, quick)
-        if bound is not None:
-            staged.append((bound, "/".join(x.key for x in choice if x is not None), choice))
-        deadline.progress.update(f"{product}: bounding configurations", n + 1, len(ordered))
-    staged.sort(key=lambda t: (t[0], t[1]))
-    for n, (bound, _, choice) in enumerate(staged):
+    # best first: the open choice with the lowest bound is taken next; a choice known only by its
+    # quick bound gets its LP bound and goes back, one with an LP bound gets its MIP. The lowest
+    # open bound is then a bound on the product's optimum, and the search ends when it reaches
+    # the best plan (or at the deadline, with the open bounds giving the gap)
+    heap: list[tuple[float, int, int, tuple[Candidate | None, PoolCandidate | None]]] = [
+        (quick, n, 0, choice) for n, (quick, choice) in enumerate(ordered)]  # already in heap order
+    searched = 0
+    while heap:
+        bound, n, tries, choice = heap[0]
         if beaten(bound):
-            break
-        deadline.progress.update(f"{product}: searching configurations", n + 1, len(staged), best=incumbent(),
-                                 bound=bound)
-        c = choice[0]
+            break  # every open choice has a bound at least as high
         if deadline.expired:
-            open_bounds.append(bound)  # not searched: its LP bound is all that is known
+            open_bounds.append(bound)  # the lowest open bound: every other one is at least as high
+            break
+        heapq.heappop(heap)
+        if tries == 0:
+            lp_bound = relaxed(choice, bound)
+            if lp_bound is not None:
+                heapq.heappush(heap, (lp_bound, n, 1, choice))
             continue
-        pairs = [(bound, choice)]
-        if c is not None and c.mode == "pool":
-            pairs = []
-            for pair_quick, pair in _by_quick_bound(prob, pd, [(c, k) for k in pd.pool]):
-                if beaten(max(bound, pair_quick)) or deadline.expired:
-                    if deadline.expired and not beaten(max(bound, pair_quick)):
-                        open_bounds.append(max(bound, pair_quick))
-                    continue
-                pair_bound = relaxed(pair, max(bound, pair_quick))
-                if pair_bound is not None:
-                    pairs.append((pair_bound, pair))
-            pairs.sort(key=lambda t: (t[0], "/".join(x.key for x in t[1] if x is not None)))
-        for pair_bound, pair in pairs:
-            if beaten(pair_bound):
-                break
-            if deadline.expired:
-                open_bounds.append(pair_bound)  # not searched
-                continue
-            lower, upper = _fixing(lp, pd, pair)
-            res = session.solve(lower, upper, time_limit_s=deadline.solver_limit(), mip_rel_gap=mip_rel_gap)
-            if res.status == "infeasible":
-                continue
-            if not res.values:
-                open_bounds.append(pair_bound)  # stopped before finding a plan for this choice
-                continue
-            if not res.optimal:
-                open_bounds.append(max(pair_bound, float(res.objective or 0.0) * (1 - (res.mip_gap or 0.0))))
-            if float(res.objective or 0.0) < incumbent() - 1e-7:
-                best = (res, lower, upper)
-    if best is not None and best[0].solver == "none" and not open_bounds:
-        # the on-demand plan was never beaten and nothing is left open: it is optimal
-        best = (replace(best[0], status="optimal", termination="optimal (no configuration can do better)",
-                        mip_gap=0.0), best[1], best[2])
+        searched += 1
+        deadline.progress.update(f"{product}: searching configurations", searched, len(ordered), best=incumbent(),
+                                 bound=bound)
+        lower, upper = _fixing(lp, pd, choice)
+        # only a plan cheaper than the best one matters: the solver proves fast that none exists;
+        # a MIP gets a time slice that grows each time it comes back, so one hard choice cannot
+        # hold up the others
+        cutoff = incumbent() * (1 - mip_rel_gap) if best is not None else None
+        limit = MIP_SLICE_S * 4 ** (tries - 1)
+        left = deadline.solver_limit()
+        res = solve_restricted(lp, lower, upper, solver, time_limit_s=limit if left is None else min(limit, left),
+                               mip_rel_gap=mip_rel_gap, cutoff=cutoff)
+        if res.status in ("infeasible", "cutoff"):
+            continue
+        if res.values and float(res.objective or 0.0) < incumbent() - 1e-7:
+            best = (res, lower, upper)
+        if not res.optimal:
+            # not finished in its slice: back in the queue with the bound its search proved
+            proved = float(res.objective or 0.0) * (1 - (res.mip_gap or 0.0)) if res.values else bound
+            heapq.heappush(heap, (max(bound, proved), n, tries + 1, choice))
     if best is None:
         if open_bounds:
             deadline.note(f"{product}: {stage}")
             raise SolverError(f"{solver} found no plan for {product} before the time limit")
         return None
     res = best[0]
-    if open_bounds:
-        # the search stopped at the deadline: the gap is against the weakest bound left open
-        value = float(res.objective or 0.0)
-        lower_bound = min([value * (1 - (res.mip_gap or 0.0))] + open_bounds)
-        gap = (value - lower_bound) / abs(value) if value else 0.0
-        if gap > mip_rel_gap:
-            deadline.note(f"{product}: {stage}")
-            res = replace(res, status="time_limit", termination=f"time limit reached (gap {gap:.3%})", mip_gap=gap)
+    # every choice not left open was pruned against the best plan: the gap is against the weakest
+    # bound left open at the deadline, or none
+    value = float(res.objective or 0.0)
+    lower_bound = min(open_bounds) if open_bounds else value
+    gap = max(0.0, (value - lower_bound) / abs(value)) if value else 0.0
+    if gap > mip_rel_gap:
+        deadline.note(f"{product}: {stage}")
+        res = replace(res, status="time_limit", termination=f"time limit reached (gap {gap:.3%})", mip_gap=gap)
+    elif not res.optimal or res.solver == "none":
+        res = replace(res, status="optimal", termination="optimal (no configuration can do better)", mip_gap=gap)
     return res, lp.with_bounds(best[1], best[2]), prob
 
 

@@ -9,7 +9,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fleetplan.optimizer.linear import LinearProblem
@@ -47,6 +47,44 @@ def solve(lp: LinearProblem, solver: str = "highs", time_limit_s: float | None =
     within :data:`HIGHS_NODE_LIMIT` nodes is handed to SCIP (OR-Tools) for the rest of the time;
     the result names both."""
     return Session(lp, solver).solve(lp.col_lower, lp.col_upper, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap)
+
+
+def solve_restricted(lp: LinearProblem, lower: list[float], upper: list[float], solver: str = "highs", *,
+                     relax: bool = False, time_limit_s: float | None = None, mip_rel_gap: float = 1e-6,
+                     cutoff: float | None = None) -> SolveResult:
+    """Solve ``lp`` under column bounds ``lower``/``upper`` (the MIP, or its LP relaxation with
+    ``relax``) by giving the solver only the columns not fixed at zero
+    (:meth:`LinearProblem.restricted`); the values come back for every column of ``lp``. The same
+    optimum as solving the whole problem under those bounds, at the size of what is left free.
+
+    With ``cutoff``, only solutions costing less are wanted: the objective becomes a row
+    ``c x + c0 <= cutoff``, so a solver proves quickly that none exists (status ``cutoff``)."""
+    part = lp.restricted(lower, upper)
+    if part is None:
+        return SolveResult(solver=solver, status="infeasible", termination="a row fails with its columns fixed at zero")
+    sub, kept = part
+    if cutoff is not None and not math.isinf(cutoff):
+        nz = [j for j, a in enumerate(sub.objective) if a]
+        sub = LinearProblem(
+            col_names=sub.col_names, col_lower=sub.col_lower, col_upper=sub.col_upper, col_integer=sub.col_integer,
+            objective=sub.objective, objective_constant=sub.objective_constant,
+            row_names=[*sub.row_names, "all-objective_cutoff-max"], row_lower=[*sub.row_lower, -math.inf],
+            row_upper=[*sub.row_upper, cutoff - sub.objective_constant],
+            row_index=[*sub.row_index, nz], row_value=[*sub.row_value, [sub.objective[j] for j in nz]],
+        )
+    if not sub.num_cols:
+        values = [0.0] * lp.num_cols
+        return SolveResult(solver=solver, status="optimal", termination="nothing left to choose",
+                           objective=lp.objective_constant, values=values, mip_gap=0.0)
+    res = solve(sub.relaxed() if relax else sub, solver, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap)
+    if cutoff is not None and res.status == "infeasible":
+        return replace(res, status="cutoff", termination=f"no solution below {cutoff:,.2f}")
+    if res.values:
+        values = [0.0] * lp.num_cols
+        for j, x in zip(kept, res.values):
+            values[j] = x
+        res = replace(res, values=values)
+    return res
 
 
 class Session:
