@@ -558,8 +558,9 @@ def _quick_bound(prob: FleetProblem, pd: ProductData, choice: tuple[Candidate | 
         pools = [k] if k is not None else list(pd.pool)
         if not pools:
             return math.inf
-        rate += min(min(q.usd_per_replica_hour_in(t) for t in prob.tiers) * pd.prefill_flops_per_output_token
-                    / q.usable_flops_per_s for q in pools)
+        if pd.prefill_flops_per_output_token > 0:  # zero when every prompt token is cached
+            rate += min(min(q.usd_per_replica_hour_in(t) for t in prob.tiers) * pd.prefill_flops_per_output_token
+                        / q.usable_flops_per_s for q in pools)
     per_token = min(rate, api)
     return pd.fixed_monthly_usd + sum(prob.weight(h) * demand[h] * per_token for h in range(prob.hours))
 
