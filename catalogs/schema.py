@@ -1,6 +1,8 @@
 """Schema of the catalog files: one frozen pydantic model per entry kind.
 
-Every field carries its unit in its name (SI base units: bytes, seconds, FLOP/s, USD).
+Every field carries its unit in its name (SI base units: bytes, seconds, FLOP/s, USD); every
+number is checked against its range in :mod:`fleetplan.catalogs.fields` (finite, no booleans,
+bounds with their reasons in the field descriptions).
 Unknown fields are rejected, so a typo in a user catalog fails on load instead of being
 silently ignored.
 """
@@ -10,7 +12,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from fleetplan.catalogs import fields as F
+from fleetplan.catalogs.fields import real, whole
 
 Precision = Literal["bf16", "fp8", "fp4"]
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "fp4")
@@ -35,13 +40,13 @@ class GPU(Entry):
     name: str
     vendor: str
     family: str
-    memory_bytes: PositiveFloat
-    mem_bandwidth_bytes_per_s: PositiveFloat
-    dense_flops_per_s: dict[Precision, PositiveFloat]
-    scaleup_domain_gpus: PositiveInt
-    scaleup_bandwidth_bytes_per_s: PositiveFloat = Field(description="one direction, per GPU")
-    network_bandwidth_bytes_per_s: PositiveFloat = Field(description="scale-out NIC, one direction, per GPU")
-    tdp_watts: PositiveFloat | None = None
+    memory_bytes: real(F.MEMORY_BYTES, "HBM capacity")
+    mem_bandwidth_bytes_per_s: real(F.BANDWIDTH_BYTES_PER_S, "HBM bandwidth")
+    dense_flops_per_s: dict[Precision, real(F.FLOPS_PER_S, "dense tensor-core rate")]
+    scaleup_domain_gpus: whole(F.SCALEUP_DOMAIN_GPUS, "GPUs in one NVLink-class domain")
+    scaleup_bandwidth_bytes_per_s: real(F.BANDWIDTH_BYTES_PER_S, "one direction, per GPU")
+    network_bandwidth_bytes_per_s: real(F.BANDWIDTH_BYTES_PER_S, "scale-out NIC, one direction, per GPU")
+    tdp_watts: real(F.WATTS, optional=True) = None
 
     @model_validator(mode="after")
     def _needs_bf16(self) -> GPU:
@@ -59,11 +64,11 @@ class MoE(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    num_experts: PositiveInt
-    experts_per_token: PositiveInt
-    num_shared_experts: int = Field(default=0, ge=0)
-    num_moe_layers: PositiveInt
-    moe_intermediate_size: PositiveInt
+    num_experts: whole(F.EXPERTS)
+    experts_per_token: whole(F.EXPERTS)
+    num_shared_experts: whole(F.SHARED_EXPERTS) = 0
+    num_moe_layers: whole(F.LAYERS)
+    moe_intermediate_size: whole(F.WIDTH)
 
 
 class LLM(Entry):
@@ -72,20 +77,20 @@ class LLM(Entry):
     id: str = Field(min_length=1)
     name: str
     hf_repo: str | None = None
-    num_layers: PositiveInt
-    hidden_size: PositiveInt
-    num_attention_heads: PositiveInt
-    num_kv_heads: PositiveInt
-    head_dim: PositiveInt
+    num_layers: whole(F.LAYERS)
+    hidden_size: whole(F.WIDTH)
+    num_attention_heads: whole(F.HEADS)
+    num_kv_heads: whole(F.HEADS)
+    head_dim: whole(F.WIDTH)
     attention: Literal["gqa", "mla"] = "gqa"
-    sliding_window_tokens: PositiveInt | None = None
-    num_global_layers: int | None = Field(default=None, ge=0)
-    kv_lora_rank: PositiveInt | None = None
-    qk_rope_head_dim: PositiveInt | None = None
+    sliding_window_tokens: whole(F.CONTEXT_TOKENS, optional=True) = None
+    num_global_layers: whole(F.LAYER_COUNT, optional=True) = None
+    kv_lora_rank: whole(F.WIDTH, optional=True) = None
+    qk_rope_head_dim: whole(F.WIDTH, optional=True) = None
     moe: MoE | None = None
-    total_params: PositiveFloat
-    active_params: PositiveFloat
-    max_context_tokens: PositiveInt | None = None
+    total_params: real(F.PARAMS)
+    active_params: real(F.PARAMS)
+    max_context_tokens: whole(F.CONTEXT_TOKENS, optional=True) = None
 
     @model_validator(mode="after")
     def _consistent(self) -> LLM:
@@ -106,7 +111,7 @@ class GPUPrice(Entry):
     gpu: str
     provider: str
     kind: PricingKind
-    usd_per_gpu_hour: PositiveFloat
+    usd_per_gpu_hour: real(F.USD_PER_GPU_HOUR)
     region: str | None = None
 
 
@@ -114,7 +119,7 @@ class ReferencePrice(Entry):
     """The GPU-hour price used for a GPU when a scenario names none."""
 
     gpu: str
-    usd_per_gpu_hour: PositiveFloat
+    usd_per_gpu_hour: real(F.USD_PER_GPU_HOUR)
 
 
 class APIPrice(Entry):
@@ -124,6 +129,6 @@ class APIPrice(Entry):
     provider: str
     model: str
     provider_model_id: str | None = None
-    input_usd_per_million_tokens: NonNegativeFloat
-    output_usd_per_million_tokens: NonNegativeFloat
-    cached_input_usd_per_million_tokens: NonNegativeFloat | None = None
+    input_usd_per_million_tokens: real(F.USD_PER_MILLION_TOKENS)
+    output_usd_per_million_tokens: real(F.USD_PER_MILLION_TOKENS)
+    cached_input_usd_per_million_tokens: real(F.USD_PER_MILLION_TOKENS, optional=True) = None

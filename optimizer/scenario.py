@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator,
-                      model_validator)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fleetplan.catalogs.loader import InputError, first_error, format_validation_error, nearest, parse_yaml, read_text
+from fleetplan.catalogs import fields as F
+from fleetplan.catalogs.fields import real, whole
 from fleetplan.catalogs.schema import Precision
 
 
@@ -30,8 +31,8 @@ class APIChoice(_Strict):
     """Hosted-API fallback of a product: which API, and the share of output tokens it may take."""
 
     model: str = Field(min_length=1, description="an API catalog id, or an LLM id (cheapest provider)")
-    max_fraction: float = Field(default=1.0, ge=0, le=1)
-    min_fraction: float = Field(default=0.0, ge=0, le=1)
+    max_fraction: real(F.FRACTION, "largest share of output tokens sent to the API") = 1.0
+    min_fraction: real(F.FRACTION, "smallest share of output tokens sent to the API") = 0.0
 
     @field_validator("min_fraction")
     @classmethod
@@ -49,20 +50,20 @@ class Product(_Strict):
     model: str = Field(min_length=1)
     precision: Precision | list[Precision] | None = None
     kv_precision: Precision | None = None
-    peak_qps: float = Field(ge=0)
-    input_tokens: PositiveInt
-    output_tokens: PositiveInt
-    min_tokens_per_s_per_user: PositiveFloat = 1.0
-    headroom: float | None = Field(default=None, ge=0, lt=1)
-    prefix_cache_hit_rate: float = Field(default=0.0, ge=0, le=1)
+    peak_qps: real(F.QPS, "requests per second at the busiest hour")
+    input_tokens: whole(F.TOKENS, "prompt tokens per request")
+    output_tokens: whole(F.TOKENS, "generated tokens per request")
+    min_tokens_per_s_per_user: real(F.TOKENS_PER_S_PER_USER, "decode speed each user must see") = 1.0
+    headroom: real(F.FRACTION_BELOW_ONE, "share of decode throughput held back", optional=True) = None
+    prefix_cache_hit_rate: real(F.FRACTION, "share of prompt tokens served from the prefix cache") = 0.0
     prefill: PrefillMode | None = Field(
         default=None,
         description="how prefill is sized; left out: the preset's rule (auto in default, headroom in seed)")
     prefill_gpus: list[str] | None = None
-    max_ttft_ms: PositiveFloat | None = None
+    max_ttft_ms: real(F.TTFT_MS, "time-to-first-token target", optional=True) = None
     demand_profile: str | None = None
     api: APIChoice | None = None
-    self_host_fixed_monthly_usd: float = Field(default=0.0, ge=0)
+    self_host_fixed_monthly_usd: real(F.USD_PER_MONTH, "cost of self-hosting at all (staff, contracts)") = 0.0
 
     @property
     def effective_headroom(self) -> float:
@@ -89,22 +90,23 @@ class Options(_Strict):
     """Restrictions of the search space and price overrides; all optional."""
 
     gpus: list[str] | None = None
-    tp: list[PositiveInt] | None = None
-    batch: list[PositiveInt] | None = None
-    max_batch: PositiveInt = 512
+    tp: list[whole(F.TP)] | None = None
+    batch: list[whole(F.BATCH)] | None = None
+    max_batch: whole(F.BATCH, "largest batch searched") = 512
     precisions: list[Precision] | None = None
-    gpu_hour_usd: dict[str, PositiveFloat] = Field(default_factory=dict)
+    gpu_hour_usd: dict[str, real(F.USD_PER_GPU_HOUR)] = Field(default_factory=dict)
     price_provider: str | None = None
     engine: str | None = None
     prefill_gpus: list[str] | None = None
     tiers: list[Tier] = Field(default_factory=lambda: ["on_demand"])
-    reserved_gpu_hour_usd: dict[str, PositiveFloat] = Field(default_factory=dict)
-    spot_gpu_hour_usd: dict[str, PositiveFloat] = Field(default_factory=dict)
-    reserved_discount: float = Field(default=0.30, ge=0, lt=1)
-    spot_discount: float = Field(default=0.50, ge=0, lt=1)
-    spot_max_share: float = Field(default=0.0, ge=0, le=1)
-    time_limit_s: PositiveFloat | None = None
-    mip_rel_gap: float = Field(default=1e-6, ge=0, le=1)
+    reserved_gpu_hour_usd: dict[str, real(F.USD_PER_GPU_HOUR)] = Field(default_factory=dict)
+    spot_gpu_hour_usd: dict[str, real(F.USD_PER_GPU_HOUR)] = Field(default_factory=dict)
+    reserved_discount: real(F.FRACTION_BELOW_ONE, "off the on-demand price") = 0.30
+    spot_discount: real(F.FRACTION_BELOW_ONE, "off the on-demand price") = 0.50
+    spot_max_share: real(F.FRACTION, "largest share of GPUs in any hour on spot") = 0.0
+    time_limit_s: real(F.TIME_LIMIT_S, "wall-clock limit of the whole command; left out: the default",
+                       optional=True) = None
+    mip_rel_gap: real(F.MIP_REL_GAP) = 1e-6
 
     @field_validator("tiers")
     @classmethod
@@ -126,13 +128,9 @@ class Options(_Strict):
 AVAILABILITY_KEYS = ("total", "reserved", "on_demand", "spot")
 
 
-def _whole(where: str, n: Any, least: int) -> None:
-    """A count of GPUs: a whole number of at least ``least``."""
-    head = f"{where}: " if where else ""
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise ValueError(f"{head}must be a whole number of GPUs (got {n!r})")
-    if n < least:
-        raise ValueError(f"{head}must be >= {least} (got {n})")
+def _whole(where: str, n: Any, r: F.Range) -> None:
+    """A count of GPUs: a whole number in ``r``."""
+    r.check(n, where)
 
 
 class Limits(_Strict):
@@ -143,7 +141,7 @@ class Limits(_Strict):
         description="most GPUs of a type in any hour: a number (all tiers together) or per pricing tier "
                     "({reserved: 32, spot: 16, total: 40})")
     instance_gpus: int | dict[str, int] | None = Field(default=None, description="GPUs per instance (node)")
-    monthly_budget_usd: PositiveFloat | None = None
+    monthly_budget_usd: real(F.USD_PER_MONTH_POSITIVE, optional=True) = None
     allow_pooling: bool = False
 
     @field_validator("gpu_availability", mode="before")
@@ -156,14 +154,14 @@ class Limits(_Strict):
                 where = f"{gpu}.{tier}" if tier else str(gpu)
                 if tier and tier not in AVAILABILITY_KEYS:
                     raise ValueError(f"{where}: unknown pricing tier{nearest(str(tier), AVAILABILITY_KEYS)}")
-                _whole(where, k, 0)
+                _whole(where, k, F.GPU_COUNT)
         return v
 
     @field_validator("instance_gpus", mode="before")
     @classmethod
     def _instance_sizes(cls, v: Any) -> Any:
         for gpu, n in (v.items() if isinstance(v, dict) else [("", v)] if v is not None else []):
-            _whole(str(gpu), n, 1)
+            _whole(str(gpu), n, F.INSTANCE_GPUS)
         return v
 
     def total_availability(self) -> dict[str, int]:
