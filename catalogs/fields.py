@@ -19,7 +19,7 @@ no I/O and imports nothing of the planner.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
@@ -175,5 +175,6 @@ def whole(r: Range, description: str = "", *, optional: bool = False, **field: A
     """A pydantic type for a whole number in ``r`` (None allowed when ``optional``)."""
     base: Any = int | None if optional else int
     text = f"{description}; " if description else ""
+    r = replace(r, integer=True)
     return Annotated[base, BeforeValidator(_validator(r, optional)),
                      Field(description=f"{text}{r.describe()}: {r.reason}", **field)]

@@ -66,8 +66,11 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def dumps(data: Any) -> str:
-    """Canonical JSON: sorted keys are NOT used so the documented key order is kept; stable floats."""
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    """Canonical JSON: sorted keys are NOT used so the documented key order is kept; stable floats.
+
+    Strict JSON: a non-finite number (which JSON cannot hold) raises ``ValueError`` instead of
+    being written as ``Infinity`` or ``NaN``."""
+    return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def _console() -> Any:
