@@ -109,6 +109,7 @@ FRACTION_BELOW_ONE = Range(0, 1, "", "a share held back or taken off: 1 would le
 QPS = Range(0, 1e7, "queries per second",
             "ten million requests per second is far above any single LLM service; 0 is an idle product")
 TOKENS = Range(1, 1e7, "tokens", "ten million tokens is above every model's context window")
+WHOLE_TOKENS = replace(TOKENS, integer=True)
 CONTEXT_TOKENS = Range(1, 1e8, "tokens", "a context window of a hundred million tokens is beyond any model")
 TOKENS_PER_S_PER_USER = Range(0, 1e5, "tokens per second", "no decode step is faster than 10 microseconds",
                               lo_open=True)

@@ -89,7 +89,7 @@ products:
         (["estimate", "--model", "llama-3.1-70b", "--gpu", "h100", "--input-tokens", "1", "--output-tokens", "1"],
          "unknown GPU id 'h100' (nearest valid choice: h10"),
         (["estimate", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "0", "--input-tokens", "1", "--output-tokens", "1"],
-         "--tp must be between 1 and 72"),
+         "--tp: must be a whole number at least 1 and at most 1024 GPUs"),
         (["estimate", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "3", "--input-tokens", "1", "--output-tokens", "1"],
          "--tp: tp 3 does not divide"),
         (["estimate", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--precision", "int4", "--input-tokens", "1", "--output-tokens", "1"],
