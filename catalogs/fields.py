@@ -40,12 +40,12 @@ class Range:
     hi_open: bool = False
 
     def describe(self) -> str:
-        """The range in words, e.g. ``between 0 and 1e+07 queries per second``."""
-        lo = f"more than {_num(self.lo)}" if self.lo_open else f"at least {_num(self.lo)}"
-        hi = f"less than {_num(self.hi)}" if self.hi_open else f"at most {_num(self.hi)}"
+        """The range in words, e.g. ``a number from 0 to 1e+07 queries per second``."""
+        lo = f"above {_num(self.lo)}" if self.lo_open else f"from {_num(self.lo)}"
+        hi = f"to below {_num(self.hi)}" if self.hi_open else f"to {_num(self.hi)}"
         kind = "a whole number" if self.integer else "a number"
         unit = f" {self.unit}" if self.unit else ""
-        return f"{kind} {lo} and {hi}{unit}"
+        return f"{kind} {lo} {hi}{unit}"
 
     def error(self, value: Any) -> str:
         """The message for a refused ``value``: the range, its reason and the value (capped)."""
@@ -55,7 +55,7 @@ class Range:
         """``value`` as a finite number in this range; otherwise ``ValueError`` naming ``where``."""
         head = f"{where}: " if where else ""
         if isinstance(value, bool):
-            raise ValueError(f"{head}must be a number, not true or false ({self.describe()})")
+            raise ValueError(f"{head}must be {self.describe()}, not true or false")
         v = _as_number(value)
         if v is None or not self.contains(v):
             raise ValueError(head + self.error(value))

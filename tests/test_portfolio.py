@@ -326,7 +326,7 @@ def test_components_in_worker_processes_give_the_same_plan(catalog, examples):
 
 
 @pytest.mark.parametrize("limits, message", [
-    ({"instance_gpus": 0}, r"limits\.instance_gpus: must be a whole number at least 1 and at most 1024 GPUs .*\(got 0\)$"),
+    ({"instance_gpus": 0}, r"limits\.instance_gpus: must be a whole number from 1 to 1024 GPUs .*\(got 0\)$"),
     ({"instance_gpus": {"h100-sxm": 4.5}}, r"limits\.instance_gpus: h100-sxm: must be a whole number .*\(got 4\.5\)$"),
     ({"gpu_availability": {"h100-sxm": {"reserved": "lots"}}},
      r"limits\.gpu_availability: h100-sxm\.reserved: must be a whole number .*\(got 'lots'\)$"),
