@@ -115,7 +115,9 @@ TOKENS_PER_S_PER_USER = Range(0, 1e5, "tokens per second", "no decode step is fa
                               lo_open=True)
 TTFT_MS = Range(0, 1e7, "milliseconds", "a first token later than about three hours is no latency target",
                 lo_open=True)
-TPOT_MS = Range(0, 1e6, "milliseconds", "a measured step slower than 1000 s is a unit error", lo_open=True)
+TPOT_MS = Range(1e-3, 1e6, "milliseconds", "a measured step under a microsecond or over 1000 s is a unit error")
+MEASURED_TTFT_MS = Range(1e-3, 1e7, "milliseconds",
+                         "a measured first token under a microsecond or after about three hours is a unit error")
 USD_PER_GPU_HOUR = Range(0, 1e4, "USD per GPU-hour", "list prices are below $100 per GPU-hour", lo_open=True)
 USD_PER_MILLION_TOKENS = Range(0, 1e4, "USD per million tokens", "API prices are below $1000 per million tokens")
 USD_PER_MONTH = Range(0, 1e12, "USD per month", "a trillion dollars a month is beyond any budget")

@@ -125,7 +125,7 @@ def parse_measurements(text: str, name: str) -> list[Measurement]:
                     output_tokens=_number(cells["output_tokens"], where, "output_tokens", F.TOKENS),
                     engine=cells["engine"],
                     measured_tpot_ms=_number(cells["measured_tpot_ms"], where, "measured_tpot_ms", F.TPOT_MS),
-                    measured_ttft_ms=_number(ttft, where, "measured_ttft_ms", F.TTFT_MS) if ttft else None,
+                    measured_ttft_ms=_number(ttft, where, "measured_ttft_ms", F.MEASURED_TTFT_MS) if ttft else None,
                     ep=int(_number(ep, where, "ep", F.EP)) if ep else 1,
                     kv_precision=_precision(kv, where, "kv_precision") if kv else None,
                     batching=batching,

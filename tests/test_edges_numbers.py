@@ -195,6 +195,8 @@ CASES = [
     ("measure-batch-fraction", lambda t, o: ["calibrate", measurements(t, batch="2.5"), "--out", o], "'batch'"),
     ("measure-tpot-inf", lambda t, o: ["calibrate", measurements(t, measured_tpot_ms="inf"), "--out", o],
      "measured_tpot_ms"),
+    ("measure-tpot-tiny", lambda t, o: ["validate", "--json", measurements(t, measured_tpot_ms="1e-300")],
+     "measured_tpot_ms"),
     # calibration profiles
     ("calibration-inf", lambda t, o: [*ESTIMATE, "--calibration", calibration(t, "bandwidth_scale", ".inf")],
      "bandwidth_scale"),
