@@ -11,18 +11,22 @@ above anything deployed today and low enough that the arithmetic downstream (pro
 demand, tokens, prices and hours; lists sized by a batch) stays finite and the solver's
 coefficients stay representable. The reason is part of each range and of its message.
 
-Pydantic fields use :func:`real` and :func:`whole` (annotated types); plain parsers (CSV
-cells, command-line flags, config.json values) call :meth:`Range.check`. This module does
-no I/O and imports nothing of the planner.
+A range is also pydantic metadata: ``peak_qps: Annotated[float, QPS]`` validates with it
+(``int`` fields as whole numbers, ``X | None`` fields letting None through) and puts the
+range and its reason in the JSON schema. Plain parsers (CSV cells, command-line flags,
+config.json values) call :meth:`Range.check`. This module does no I/O and imports nothing of
+the planner.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Annotated, Any
+from typing import Any, get_args
 
-from pydantic import BeforeValidator, Field
+from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, core_schema
 
 ECHO_CHARS = 40  # longest echo of a refused value in a message
 
@@ -64,6 +68,27 @@ class Range:
     def check_int(self, value: Any, where: str = "") -> int:
         """:meth:`check` for a whole-number range, returned as ``int``."""
         return int(self.check(value, where))
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        """Validate a field annotated with this range: ``int`` fields must be whole, and a field
+        that allows None lets it through."""
+        types = get_args(source) or (source,)
+        optional = type(None) in types
+        valid = replace(self, integer=True) if int in types and float not in types else self
+
+        def validate(value: Any) -> Any:
+            if value is None and optional:
+                return None
+            v = valid.check(value)
+            return int(v) if valid.integer else v
+
+        return core_schema.no_info_before_validator_function(validate, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        """The field's JSON schema with the range and its reason."""
+        out = handler(schema)
+        out["x-valid-range"] = f"{self.describe()}: {self.reason}"
+        return out
 
     def contains(self, v: float) -> bool:
         """Whether the finite number ``v`` is valid for this range."""
@@ -154,30 +179,3 @@ CALIBRATION_SCALE = Range(0, 1e6, "", "a fitted factor beyond a million is no ca
 DEMAND_SCALE = Range(1e-6, 1e6, "x demand", "scales demand by a millionth to a million")
 MODEL_PARAMS_FLAG = Range(1, 1e14, "parameters", "a hundred trillion parameters is two orders above the largest models")
 JOBS = Range(1, 256, "processes", "more worker processes than 256 only contend for the machine", integer=True)
-
-
-def _validator(r: Range, optional: bool) -> Any:
-    def validate(value: Any) -> Any:
-        if value is None and optional:
-            return None
-        v = r.check(value)
-        return int(v) if r.integer else v
-
-    return validate
-
-
-def real(r: Range, description: str = "", *, optional: bool = False, **field: Any) -> Any:
-    """A pydantic type for a finite real in ``r`` (None allowed when ``optional``)."""
-    base: Any = float | None if optional else float
-    text = f"{description}; " if description else ""
-    return Annotated[base, BeforeValidator(_validator(r, optional)),
-                     Field(description=f"{text}{r.describe()}: {r.reason}", **field)]
-
-
-def whole(r: Range, description: str = "", *, optional: bool = False, **field: Any) -> Any:
-    """A pydantic type for a whole number in ``r`` (None allowed when ``optional``)."""
-    base: Any = int | None if optional else int
-    text = f"{description}; " if description else ""
-    r = replace(r, integer=True)
-    return Annotated[base, BeforeValidator(_validator(r, optional)),
-                     Field(description=f"{text}{r.describe()}: {r.reason}", **field)]

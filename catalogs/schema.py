@@ -10,12 +10,11 @@ silently ignored.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fleetplan.catalogs import fields as F
-from fleetplan.catalogs.fields import real, whole
 
 Precision = Literal["bf16", "fp8", "fp4"]
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "fp4")
@@ -40,13 +39,16 @@ class GPU(Entry):
     name: str
     vendor: str
     family: str
-    memory_bytes: real(F.MEMORY_BYTES, "HBM capacity")
-    mem_bandwidth_bytes_per_s: real(F.BANDWIDTH_BYTES_PER_S, "HBM bandwidth")
-    dense_flops_per_s: dict[Precision, real(F.FLOPS_PER_S, "dense tensor-core rate")]
-    scaleup_domain_gpus: whole(F.SCALEUP_DOMAIN_GPUS, "GPUs in one NVLink-class domain")
-    scaleup_bandwidth_bytes_per_s: real(F.BANDWIDTH_BYTES_PER_S, "one direction, per GPU")
-    network_bandwidth_bytes_per_s: real(F.BANDWIDTH_BYTES_PER_S, "scale-out NIC, one direction, per GPU")
-    tdp_watts: real(F.WATTS, optional=True) = None
+    memory_bytes: Annotated[float, F.MEMORY_BYTES] = Field(description="HBM capacity")
+    mem_bandwidth_bytes_per_s: Annotated[float, F.BANDWIDTH_BYTES_PER_S] = Field(description="HBM bandwidth")
+    dense_flops_per_s: dict[Precision, Annotated[float, F.FLOPS_PER_S]] = Field(
+        description="dense tensor-core rate per precision")
+    scaleup_domain_gpus: Annotated[int, F.SCALEUP_DOMAIN_GPUS] = Field(description="GPUs in one NVLink-class domain")
+    scaleup_bandwidth_bytes_per_s: Annotated[float, F.BANDWIDTH_BYTES_PER_S] = Field(
+        description="one direction, per GPU")
+    network_bandwidth_bytes_per_s: Annotated[float, F.BANDWIDTH_BYTES_PER_S] = Field(
+        description="scale-out NIC, one direction, per GPU")
+    tdp_watts: Annotated[float | None, F.WATTS] = None
 
     @model_validator(mode="after")
     def _needs_bf16(self) -> GPU:
@@ -64,11 +66,11 @@ class MoE(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    num_experts: whole(F.EXPERTS)
-    experts_per_token: whole(F.EXPERTS)
-    num_shared_experts: whole(F.SHARED_EXPERTS) = 0
-    num_moe_layers: whole(F.LAYERS)
-    moe_intermediate_size: whole(F.WIDTH)
+    num_experts: Annotated[int, F.EXPERTS]
+    experts_per_token: Annotated[int, F.EXPERTS]
+    num_shared_experts: Annotated[int, F.SHARED_EXPERTS] = 0
+    num_moe_layers: Annotated[int, F.LAYERS]
+    moe_intermediate_size: Annotated[int, F.WIDTH]
 
 
 class LLM(Entry):
@@ -77,20 +79,20 @@ class LLM(Entry):
     id: str = Field(min_length=1)
     name: str
     hf_repo: str | None = None
-    num_layers: whole(F.LAYERS)
-    hidden_size: whole(F.WIDTH)
-    num_attention_heads: whole(F.HEADS)
-    num_kv_heads: whole(F.HEADS)
-    head_dim: whole(F.WIDTH)
+    num_layers: Annotated[int, F.LAYERS]
+    hidden_size: Annotated[int, F.WIDTH]
+    num_attention_heads: Annotated[int, F.HEADS]
+    num_kv_heads: Annotated[int, F.HEADS]
+    head_dim: Annotated[int, F.WIDTH]
     attention: Literal["gqa", "mla"] = "gqa"
-    sliding_window_tokens: whole(F.CONTEXT_TOKENS, optional=True) = None
-    num_global_layers: whole(F.LAYER_COUNT, optional=True) = None
-    kv_lora_rank: whole(F.WIDTH, optional=True) = None
-    qk_rope_head_dim: whole(F.WIDTH, optional=True) = None
+    sliding_window_tokens: Annotated[int | None, F.CONTEXT_TOKENS] = None
+    num_global_layers: Annotated[int | None, F.LAYER_COUNT] = None
+    kv_lora_rank: Annotated[int | None, F.WIDTH] = None
+    qk_rope_head_dim: Annotated[int | None, F.WIDTH] = None
     moe: MoE | None = None
-    total_params: real(F.PARAMS)
-    active_params: real(F.PARAMS)
-    max_context_tokens: whole(F.CONTEXT_TOKENS, optional=True) = None
+    total_params: Annotated[float, F.PARAMS]
+    active_params: Annotated[float, F.PARAMS]
+    max_context_tokens: Annotated[int | None, F.CONTEXT_TOKENS] = None
 
     @model_validator(mode="after")
     def _consistent(self) -> LLM:
@@ -111,7 +113,7 @@ class GPUPrice(Entry):
     gpu: str
     provider: str
     kind: PricingKind
-    usd_per_gpu_hour: real(F.USD_PER_GPU_HOUR)
+    usd_per_gpu_hour: Annotated[float, F.USD_PER_GPU_HOUR]
     region: str | None = None
 
 
@@ -119,7 +121,7 @@ class ReferencePrice(Entry):
     """The GPU-hour price used for a GPU when a scenario names none."""
 
     gpu: str
-    usd_per_gpu_hour: real(F.USD_PER_GPU_HOUR)
+    usd_per_gpu_hour: Annotated[float, F.USD_PER_GPU_HOUR]
 
 
 class APIPrice(Entry):
@@ -129,6 +131,6 @@ class APIPrice(Entry):
     provider: str
     model: str
     provider_model_id: str | None = None
-    input_usd_per_million_tokens: real(F.USD_PER_MILLION_TOKENS)
-    output_usd_per_million_tokens: real(F.USD_PER_MILLION_TOKENS)
-    cached_input_usd_per_million_tokens: real(F.USD_PER_MILLION_TOKENS, optional=True) = None
+    input_usd_per_million_tokens: Annotated[float, F.USD_PER_MILLION_TOKENS]
+    output_usd_per_million_tokens: Annotated[float, F.USD_PER_MILLION_TOKENS]
+    cached_input_usd_per_million_tokens: Annotated[float | None, F.USD_PER_MILLION_TOKENS] = None

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fleetplan.catalogs.loader import InputError, first_error, format_validation_error, nearest, parse_yaml, read_text
 from fleetplan.catalogs import fields as F
-from fleetplan.catalogs.fields import real, whole
 from fleetplan.catalogs.schema import Precision
 
 
@@ -31,8 +30,10 @@ class APIChoice(_Strict):
     """Hosted-API fallback of a product: which API, and the share of output tokens it may take."""
 
     model: str = Field(min_length=1, description="an API catalog id, or an LLM id (cheapest provider)")
-    max_fraction: real(F.FRACTION, "largest share of output tokens sent to the API") = 1.0
-    min_fraction: real(F.FRACTION, "smallest share of output tokens sent to the API") = 0.0
+    max_fraction: Annotated[float, F.FRACTION] = Field(
+        default=1.0, description="largest share of output tokens sent to the API")
+    min_fraction: Annotated[float, F.FRACTION] = Field(
+        default=0.0, description="smallest share of output tokens sent to the API")
 
     @field_validator("min_fraction")
     @classmethod
@@ -50,20 +51,24 @@ class Product(_Strict):
     model: str = Field(min_length=1)
     precision: Precision | list[Precision] | None = None
     kv_precision: Precision | None = None
-    peak_qps: real(F.QPS, "requests per second at the busiest hour")
-    input_tokens: whole(F.TOKENS, "prompt tokens per request")
-    output_tokens: whole(F.TOKENS, "generated tokens per request")
-    min_tokens_per_s_per_user: real(F.TOKENS_PER_S_PER_USER, "decode speed each user must see") = 1.0
-    headroom: real(F.FRACTION_BELOW_ONE, "share of decode throughput held back", optional=True) = None
-    prefix_cache_hit_rate: real(F.FRACTION, "share of prompt tokens served from the prefix cache") = 0.0
+    peak_qps: Annotated[float, F.QPS] = Field(description="requests per second at the busiest hour")
+    input_tokens: Annotated[int, F.TOKENS] = Field(description="prompt tokens per request")
+    output_tokens: Annotated[int, F.TOKENS] = Field(description="generated tokens per request")
+    min_tokens_per_s_per_user: Annotated[float, F.TOKENS_PER_S_PER_USER] = Field(
+        default=1.0, description="decode speed each user must see")
+    headroom: Annotated[float | None, F.FRACTION_BELOW_ONE] = Field(
+        default=None, description="share of decode throughput held back")
+    prefix_cache_hit_rate: Annotated[float, F.FRACTION] = Field(
+        default=0.0, description="share of prompt tokens served from the prefix cache")
     prefill: PrefillMode | None = Field(
         default=None,
         description="how prefill is sized; left out: the preset's rule (auto in default, headroom in seed)")
     prefill_gpus: list[str] | None = None
-    max_ttft_ms: real(F.TTFT_MS, "time-to-first-token target", optional=True) = None
+    max_ttft_ms: Annotated[float | None, F.TTFT_MS] = Field(default=None, description="time-to-first-token target")
     demand_profile: str | None = None
     api: APIChoice | None = None
-    self_host_fixed_monthly_usd: real(F.USD_PER_MONTH, "cost of self-hosting at all (staff, contracts)") = 0.0
+    self_host_fixed_monthly_usd: Annotated[float, F.USD_PER_MONTH] = Field(
+        default=0.0, description="cost of self-hosting at all (staff, contracts)")
 
     @property
     def effective_headroom(self) -> float:
@@ -90,23 +95,25 @@ class Options(_Strict):
     """Restrictions of the search space and price overrides; all optional."""
 
     gpus: list[str] | None = None
-    tp: list[whole(F.TP)] | None = None
-    batch: list[whole(F.BATCH)] | None = None
-    max_batch: whole(F.BATCH, "largest batch searched") = 512
+    tp: list[Annotated[int, F.TP]] | None = None
+    batch: list[Annotated[int, F.BATCH]] | None = None
+    max_batch: Annotated[int, F.BATCH] = Field(default=512, description="largest batch searched")
     precisions: list[Precision] | None = None
-    gpu_hour_usd: dict[str, real(F.USD_PER_GPU_HOUR)] = Field(default_factory=dict)
+    gpu_hour_usd: dict[str, Annotated[float, F.USD_PER_GPU_HOUR]] = Field(default_factory=dict)
     price_provider: str | None = None
     engine: str | None = None
     prefill_gpus: list[str] | None = None
     tiers: list[Tier] = Field(default_factory=lambda: ["on_demand"])
-    reserved_gpu_hour_usd: dict[str, real(F.USD_PER_GPU_HOUR)] = Field(default_factory=dict)
-    spot_gpu_hour_usd: dict[str, real(F.USD_PER_GPU_HOUR)] = Field(default_factory=dict)
-    reserved_discount: real(F.FRACTION_BELOW_ONE, "off the on-demand price") = 0.30
-    spot_discount: real(F.FRACTION_BELOW_ONE, "off the on-demand price") = 0.50
-    spot_max_share: real(F.FRACTION, "largest share of GPUs in any hour on spot") = 0.0
-    time_limit_s: real(F.TIME_LIMIT_S, "wall-clock limit of the whole command; left out: the default",
-                       optional=True) = None
-    mip_rel_gap: real(F.MIP_REL_GAP) = 1e-6
+    reserved_gpu_hour_usd: dict[str, Annotated[float, F.USD_PER_GPU_HOUR]] = Field(default_factory=dict)
+    spot_gpu_hour_usd: dict[str, Annotated[float, F.USD_PER_GPU_HOUR]] = Field(default_factory=dict)
+    reserved_discount: Annotated[float, F.FRACTION_BELOW_ONE] = Field(
+        default=0.30, description="off the on-demand price")
+    spot_discount: Annotated[float, F.FRACTION_BELOW_ONE] = Field(default=0.50, description="off the on-demand price")
+    spot_max_share: Annotated[float, F.FRACTION] = Field(
+        default=0.0, description="largest share of GPUs in any hour on spot")
+    time_limit_s: Annotated[float | None, F.TIME_LIMIT_S] = Field(
+        default=None, description="wall-clock limit of the whole command; left out: the default")
+    mip_rel_gap: Annotated[float, F.MIP_REL_GAP] = 1e-6
 
     @field_validator("tiers")
     @classmethod
@@ -141,7 +148,7 @@ class Limits(_Strict):
         description="most GPUs of a type in any hour: a number (all tiers together) or per pricing tier "
                     "({reserved: 32, spot: 16, total: 40})")
     instance_gpus: int | dict[str, int] | None = Field(default=None, description="GPUs per instance (node)")
-    monthly_budget_usd: real(F.USD_PER_MONTH_POSITIVE, optional=True) = None
+    monthly_budget_usd: Annotated[float | None, F.USD_PER_MONTH_POSITIVE] = None
     allow_pooling: bool = False
 
     @field_validator("gpu_availability", mode="before")

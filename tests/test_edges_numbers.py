@@ -277,9 +277,22 @@ def test_schema_fields_carry_their_range_and_reason():
     from fleetplan.catalogs.schema import GPU
     from fleetplan.optimizer.scenario import Options, Product
 
-    assert "1e+07 queries per second" in Product.model_fields["peak_qps"].description
-    assert F.BATCH.reason in Options.model_fields["max_batch"].description
-    assert F.BANDWIDTH_BYTES_PER_S.reason in GPU.model_fields["mem_bandwidth_bytes_per_s"].description
+    product = Product.model_json_schema()["properties"]
+    assert "1e+07 queries per second" in product["peak_qps"]["x-valid-range"]
+    assert product["peak_qps"]["description"] == "requests per second at the busiest hour"
+    assert F.BATCH.reason in Options.model_json_schema()["properties"]["max_batch"]["x-valid-range"]
+    gpu = GPU.model_json_schema()["properties"]
+    assert F.BANDWIDTH_BYTES_PER_S.reason in gpu["mem_bandwidth_bytes_per_s"]["x-valid-range"]
+
+
+def test_whole_number_fields_refuse_fractions_and_optional_fields_take_none():
+    from fleetplan.optimizer.scenario import Product
+
+    base = {"name": "a", "model": "m", "peak_qps": 1, "input_tokens": 100, "output_tokens": 10}
+    p = Product.model_validate({**base, "input_tokens": 100.0, "max_ttft_ms": None, "peak_qps": "2"})
+    assert (p.input_tokens, type(p.input_tokens), p.max_ttft_ms, p.peak_qps) == (100, int, None, 2.0)
+    with pytest.raises(ValueError, match="whole number"):
+        Product.model_validate({**base, "input_tokens": 100.5})
 
 
 def test_json_output_refuses_non_finite():
