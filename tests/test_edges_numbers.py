@@ -213,6 +213,8 @@ CASES = [
                                     "x", "--out", o], "num_attention_heads"),
     ("hf-vocab-text", lambda t, o: ["catalog", "add-model", hf_config(t, hf_with(vocab_size="many")), "--id", "x",
                                     "--out", o], "vocab_size"),
+    ("hf-5000-digits", lambda t, o: ["catalog", "add-model", hf_config(t, hf_with().replace("4096", "9" * 5000)),
+                                     "--id", "x", "--out", o], "config.json"),
     ("hf-params-from-architecture", lambda t, o: ["catalog", "add-model",
                                                   hf_config(t, hf_with(num_hidden_layers=90000, hidden_size=900000,
                                                                        intermediate_size=900000)),
