@@ -26,7 +26,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _number_flag(valid: Any) -> Any:
     """An argparse type: the flag's text as a number in the range ``valid`` (a
-    :class:`fleetplan.catalogs.fields.Range`), whole when the range is."""
+    :class:`fleetplan.catalogs.fields.Range`, shared with the files' schemas), whole when the
+    range is."""
     def parse(text: str) -> float | int:
         try:
             v = valid.check(text)
