@@ -136,20 +136,20 @@ QPS = Range(0, 1e7, "queries per second",
 TOKENS = Range(1, 1e7, "tokens", "ten million tokens is above every model's context window")
 WHOLE_TOKENS = replace(TOKENS, integer=True)
 CONTEXT_TOKENS = Range(1, 1e8, "tokens", "a context window of a hundred million tokens is beyond any model")
-TOKENS_PER_S_PER_USER = Range(0, 1e5, "tokens per second", "no decode step is faster than 10 microseconds",
+TOKENS_PER_S_PER_USER = Range(0, 1e5, "tokens per second", "faster would need a decode step under 10 microseconds",
                               lo_open=True)
 TTFT_MS = Range(0, 1e7, "milliseconds", "a first token later than about three hours is no latency target",
                 lo_open=True)
 TPOT_MS = Range(1e-3, 1e6, "milliseconds", "a measured step under a microsecond or over 1000 s is a unit error")
 MEASURED_TTFT_MS = Range(1e-3, 1e7, "milliseconds",
                          "a measured first token under a microsecond or after about three hours is a unit error")
-USD_PER_GPU_HOUR = Range(0, 1e4, "USD per GPU-hour", "list prices are below $100 per GPU-hour", lo_open=True)
-USD_PER_MILLION_TOKENS = Range(0, 1e4, "USD per million tokens", "API prices are below $1000 per million tokens")
+USD_PER_GPU_HOUR = Range(0, 1e4, "USD per GPU-hour", "a hundred times any list price, all below $100", lo_open=True)
+USD_PER_MILLION_TOKENS = Range(0, 1e4, "USD per million tokens", "ten times any listed API price, all below $1000")
 USD_PER_MONTH = Range(0, 1e12, "USD per month", "a trillion dollars a month is beyond any budget")
 USD_PER_MONTH_POSITIVE = Range(0, 1e12, "USD per month", "a trillion dollars a month is beyond any budget",
                                lo_open=True)
 TIME_LIMIT_S = Range(0.01, 1e6, "seconds",
-                     "below 10 ms no solver starts; above 11 days is no limit (leave the field out for the default)")
+                     "below 10 ms no solver starts; 11 days is no limit: leave the field out for the default")
 MIP_REL_GAP = Range(0, 1, "", "a relative optimality gap, from 0 (proven optimal) to 1")
 BATCH = Range(1, 65536, "concurrent requests",
               "no engine schedules more than 65,536 sequences per replica; the search enumerates batches up to it",
