@@ -3,7 +3,8 @@
 Parameter counts are computed from the architecture: embeddings (and an untied output head),
 attention projections (GQA or MLA), dense MLPs (gated: 3 matrices), and for MoE layers the
 routed experts, shared experts and router. Active parameters count only the experts a token
-is routed to. Norm weights and biases are ignored (well under 0.1%).
+is routed to. Norm weights and biases are ignored (well under 0.1%). Every size read is checked
+against its range in :mod:`fleetplan.catalogs.fields`, and so are the computed counts.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from fleetplan.catalogs import fields as F
 from fleetplan.catalogs.loader import InputError
 
 
@@ -28,27 +30,40 @@ def _need(cfg: dict[str, Any], *names: str) -> Any:
     return v
 
 
+def _whole(cfg: dict[str, Any], valid: F.Range, *names: str, default: Any = None) -> int:
+    """The first of ``names`` present in ``cfg`` (else ``default``) as a whole number in ``valid``;
+    a field that is missing without a default, or out of range, raises one line naming it."""
+    v = _get(cfg, *names, default=default)
+    if v is None:
+        raise InputError(f"config.json: missing field {names[0]!r}")
+    name = next((n for n in names if cfg.get(n) is not None), names[0])
+    try:
+        return valid.check_int(v, f"config.json: {name}")
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+
+
 def entry_from_hf_config(cfg: dict[str, Any], model_id: str, source: str, as_of: dt.date | None = None) -> dict[str, Any]:
     """A ``models`` catalog entry (plain dict, validated by the loader) from a parsed config.json."""
     if "text_config" in cfg and isinstance(cfg["text_config"], dict):
         cfg = {**cfg, **cfg["text_config"]}
-    layers = int(_need(cfg, "num_hidden_layers", "n_layer", "num_layers"))
-    hidden = int(_need(cfg, "hidden_size", "n_embd", "d_model"))
-    heads = int(_need(cfg, "num_attention_heads", "n_head"))
-    kv_heads = int(_get(cfg, "num_key_value_heads", "num_kv_heads", default=heads))
-    head_dim = int(_get(cfg, "head_dim", default=hidden // heads))
-    vocab = int(_get(cfg, "vocab_size", default=0))
+    layers = _whole(cfg, F.LAYERS, "num_hidden_layers", "n_layer", "num_layers")
+    hidden = _whole(cfg, F.WIDTH, "hidden_size", "n_embd", "d_model")
+    heads = _whole(cfg, F.HEADS, "num_attention_heads", "n_head")
+    kv_heads = _whole(cfg, F.HEADS, "num_key_value_heads", "num_kv_heads", default=heads)
+    head_dim = _whole(cfg, F.WIDTH, "head_dim", default=max(1, hidden // heads))
+    vocab = _whole(cfg, F.VOCAB, "vocab_size", default=0)
     tied = bool(_get(cfg, "tie_word_embeddings", default=False))
-    inter = int(_get(cfg, "intermediate_size", "ffn_dim", default=4 * hidden))
+    inter = _whole(cfg, F.WIDTH, "intermediate_size", "ffn_dim", default=4 * hidden)
 
-    kv_lora = _get(cfg, "kv_lora_rank")
-    rope_dim = _get(cfg, "qk_rope_head_dim")
+    kv_lora = _whole(cfg, F.WIDTH, "kv_lora_rank") if _get(cfg, "kv_lora_rank") else None
     attention = "mla" if kv_lora else "gqa"
-    if attention == "mla":
-        q_lora = _get(cfg, "q_lora_rank")
-        nope = int(_get(cfg, "qk_nope_head_dim", default=head_dim))
-        v_dim = int(_get(cfg, "v_head_dim", default=head_dim))
-        qk = nope + int(rope_dim)
+    rope_dim = _whole(cfg, F.WIDTH, "qk_rope_head_dim") if kv_lora else None
+    if kv_lora and rope_dim:  # MLA
+        q_lora = _whole(cfg, F.WIDTH, "q_lora_rank") if _get(cfg, "q_lora_rank") else None
+        nope = _whole(cfg, F.WIDTH, "qk_nope_head_dim", default=head_dim)
+        v_dim = _whole(cfg, F.WIDTH, "v_head_dim", default=head_dim)
+        qk = nope + rope_dim
         q = hidden * heads * qk if not q_lora else hidden * q_lora + q_lora * heads * qk
         attn = q + hidden * (kv_lora + rope_dim) + kv_lora * heads * (nope + v_dim) + heads * v_dim * hidden
         head_dim = nope
@@ -59,19 +74,20 @@ def entry_from_hf_config(cfg: dict[str, Any], model_id: str, source: str, as_of:
     moe: dict[str, Any] | None = None
     dense_mlp = 3 * hidden * inter
     if n_experts:
-        k = int(_need(cfg, "num_experts_per_tok", "experts_per_token", "top_k"))
-        moe_inter = int(_get(cfg, "moe_intermediate_size", default=inter))
-        shared = int(_get(cfg, "n_shared_experts", "num_shared_experts", default=0))
-        first_dense = int(_get(cfg, "first_k_dense_replace", default=0))
-        step = int(_get(cfg, "interleave_moe_layer_step", "moe_layer_freq", default=1)) or 1
+        n_experts = _whole(cfg, F.EXPERTS, "n_routed_experts", "num_local_experts", "num_experts")
+        k = _whole(cfg, F.EXPERTS, "num_experts_per_tok", "experts_per_token", "top_k")
+        moe_inter = _whole(cfg, F.WIDTH, "moe_intermediate_size", default=inter)
+        shared = _whole(cfg, F.SHARED_EXPERTS, "n_shared_experts", "num_shared_experts", default=0)
+        first_dense = _whole(cfg, F.LAYER_COUNT, "first_k_dense_replace", default=0)
+        step = _whole(cfg, F.LAYER_COUNT, "interleave_moe_layer_step", "moe_layer_freq", default=1) or 1
         moe_layers = len([i for i in range(first_dense, layers) if (i - first_dense) % step == step - 1 or step == 1])
         expert = 3 * hidden * moe_inter
-        shared_p = shared * 3 * hidden * int(_get(cfg, "shared_expert_intermediate_size", default=moe_inter))
-        router = hidden * int(n_experts)
-        mlp_total = (layers - moe_layers) * dense_mlp + moe_layers * (int(n_experts) * expert + shared_p + router)
+        shared_p = shared * 3 * hidden * _whole(cfg, F.WIDTH, "shared_expert_intermediate_size", default=moe_inter)
+        router = hidden * n_experts
+        mlp_total = (layers - moe_layers) * dense_mlp + moe_layers * (n_experts * expert + shared_p + router)
         mlp_active = (layers - moe_layers) * dense_mlp + moe_layers * (k * expert + shared_p + router)
         moe = {
-            "num_experts": int(n_experts), "experts_per_token": k, "num_shared_experts": shared,
+            "num_experts": n_experts, "experts_per_token": k, "num_shared_experts": shared,
             "num_moe_layers": moe_layers, "moe_intermediate_size": moe_inter,
         }
     else:
@@ -81,7 +97,12 @@ def entry_from_hf_config(cfg: dict[str, Any], model_id: str, source: str, as_of:
     total = embed + layers * attn + mlp_total
     active = embed + layers * attn + mlp_active
 
-    window = _get(cfg, "sliding_window")
+    for what, n in (("total", total), ("active", active)):
+        if not F.PARAMS.contains(float(n)):
+            raise InputError(f"config.json: the architecture gives {float(n):.3g} {what} parameters; a model must "
+                             f"have {F.PARAMS.describe()} ({F.PARAMS.reason})")
+    window = _whole(cfg, F.CONTEXT_TOKENS, "sliding_window") if _get(cfg, "sliding_window") else None
+    context = _whole(cfg, F.CONTEXT_TOKENS, "max_position_embeddings") if _get(cfg, "max_position_embeddings") else None
     n_global = None
     layer_types = _get(cfg, "layer_types")
     if window and isinstance(layer_types, list):
@@ -100,14 +121,14 @@ def entry_from_hf_config(cfg: dict[str, Any], model_id: str, source: str, as_of:
         "num_kv_heads": heads if attention == "mla" else kv_heads,
         "head_dim": head_dim,
         "attention": attention,
-        "sliding_window_tokens": int(window) if window else None,
+        "sliding_window_tokens": window,
         "num_global_layers": n_global,
-        "kv_lora_rank": int(kv_lora) if kv_lora else None,
-        "qk_rope_head_dim": int(rope_dim) if kv_lora else None,
+        "kv_lora_rank": kv_lora,
+        "qk_rope_head_dim": rope_dim,
         "moe": moe,
         "total_params": float(total),
         "active_params": float(active),
-        "max_context_tokens": _get(cfg, "max_position_embeddings"),
+        "max_context_tokens": context,
         "source": source,
         "as_of": (as_of or dt.date.today()).isoformat(),
         "notes": "imported from config.json; parameter counts computed from the architecture",

@@ -1,6 +1,8 @@
 """Schema of the catalog files: one frozen pydantic model per entry kind.
 
-Every field carries its unit in its name (SI base units: bytes, seconds, FLOP/s, USD).
+Every field carries its unit in its name (SI base units: bytes, seconds, FLOP/s, USD); every
+number is checked against its range in :mod:`fleetplan.catalogs.fields` (finite, no booleans,
+bounds with their reasons in the field descriptions).
 Unknown fields are rejected, so a typo in a user catalog fails on load instead of being
 silently ignored.
 """
@@ -8,9 +10,11 @@ silently ignored.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from fleetplan.catalogs import fields as F
 
 Precision = Literal["bf16", "fp8", "fp4"]
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "fp4")
@@ -35,13 +39,16 @@ class GPU(Entry):
     name: str
     vendor: str
     family: str
-    memory_bytes: PositiveFloat
-    mem_bandwidth_bytes_per_s: PositiveFloat
-    dense_flops_per_s: dict[Precision, PositiveFloat]
-    scaleup_domain_gpus: PositiveInt
-    scaleup_bandwidth_bytes_per_s: PositiveFloat = Field(description="one direction, per GPU")
-    network_bandwidth_bytes_per_s: PositiveFloat = Field(description="scale-out NIC, one direction, per GPU")
-    tdp_watts: PositiveFloat | None = None
+    memory_bytes: Annotated[float, F.MEMORY_BYTES] = Field(description="HBM capacity")
+    mem_bandwidth_bytes_per_s: Annotated[float, F.BANDWIDTH_BYTES_PER_S] = Field(description="HBM bandwidth")
+    dense_flops_per_s: dict[Precision, Annotated[float, F.FLOPS_PER_S]] = Field(
+        description="dense tensor-core rate per precision")
+    scaleup_domain_gpus: Annotated[int, F.SCALEUP_DOMAIN_GPUS] = Field(description="GPUs in one NVLink-class domain")
+    scaleup_bandwidth_bytes_per_s: Annotated[float, F.BANDWIDTH_BYTES_PER_S] = Field(
+        description="one direction, per GPU")
+    network_bandwidth_bytes_per_s: Annotated[float, F.BANDWIDTH_BYTES_PER_S] = Field(
+        description="scale-out NIC, one direction, per GPU")
+    tdp_watts: Annotated[float | None, F.WATTS] = None
 
     @model_validator(mode="after")
     def _needs_bf16(self) -> GPU:
@@ -59,11 +66,11 @@ class MoE(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    num_experts: PositiveInt
-    experts_per_token: PositiveInt
-    num_shared_experts: int = Field(default=0, ge=0)
-    num_moe_layers: PositiveInt
-    moe_intermediate_size: PositiveInt
+    num_experts: Annotated[int, F.EXPERTS]
+    experts_per_token: Annotated[int, F.EXPERTS]
+    num_shared_experts: Annotated[int, F.SHARED_EXPERTS] = 0
+    num_moe_layers: Annotated[int, F.LAYERS]
+    moe_intermediate_size: Annotated[int, F.WIDTH]
 
 
 class LLM(Entry):
@@ -72,20 +79,20 @@ class LLM(Entry):
     id: str = Field(min_length=1)
     name: str
     hf_repo: str | None = None
-    num_layers: PositiveInt
-    hidden_size: PositiveInt
-    num_attention_heads: PositiveInt
-    num_kv_heads: PositiveInt
-    head_dim: PositiveInt
+    num_layers: Annotated[int, F.LAYERS]
+    hidden_size: Annotated[int, F.WIDTH]
+    num_attention_heads: Annotated[int, F.HEADS]
+    num_kv_heads: Annotated[int, F.HEADS]
+    head_dim: Annotated[int, F.WIDTH]
     attention: Literal["gqa", "mla"] = "gqa"
-    sliding_window_tokens: PositiveInt | None = None
-    num_global_layers: int | None = Field(default=None, ge=0)
-    kv_lora_rank: PositiveInt | None = None
-    qk_rope_head_dim: PositiveInt | None = None
+    sliding_window_tokens: Annotated[int | None, F.CONTEXT_TOKENS] = None
+    num_global_layers: Annotated[int | None, F.LAYER_COUNT] = None
+    kv_lora_rank: Annotated[int | None, F.WIDTH] = None
+    qk_rope_head_dim: Annotated[int | None, F.WIDTH] = None
     moe: MoE | None = None
-    total_params: PositiveFloat
-    active_params: PositiveFloat
-    max_context_tokens: PositiveInt | None = None
+    total_params: Annotated[float, F.PARAMS]
+    active_params: Annotated[float, F.PARAMS]
+    max_context_tokens: Annotated[int | None, F.CONTEXT_TOKENS] = None
 
     @model_validator(mode="after")
     def _consistent(self) -> LLM:
@@ -106,7 +113,7 @@ class GPUPrice(Entry):
     gpu: str
     provider: str
     kind: PricingKind
-    usd_per_gpu_hour: PositiveFloat
+    usd_per_gpu_hour: Annotated[float, F.USD_PER_GPU_HOUR]
     region: str | None = None
 
 
@@ -114,7 +121,7 @@ class ReferencePrice(Entry):
     """The GPU-hour price used for a GPU when a scenario names none."""
 
     gpu: str
-    usd_per_gpu_hour: PositiveFloat
+    usd_per_gpu_hour: Annotated[float, F.USD_PER_GPU_HOUR]
 
 
 class APIPrice(Entry):
@@ -124,6 +131,6 @@ class APIPrice(Entry):
     provider: str
     model: str
     provider_model_id: str | None = None
-    input_usd_per_million_tokens: NonNegativeFloat
-    output_usd_per_million_tokens: NonNegativeFloat
-    cached_input_usd_per_million_tokens: NonNegativeFloat | None = None
+    input_usd_per_million_tokens: Annotated[float, F.USD_PER_MILLION_TOKENS]
+    output_usd_per_million_tokens: Annotated[float, F.USD_PER_MILLION_TOKENS]
+    cached_input_usd_per_million_tokens: Annotated[float | None, F.USD_PER_MILLION_TOKENS] = None

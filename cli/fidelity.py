@@ -10,6 +10,7 @@ profile that ``estimate``, ``plan`` and ``validate`` accept with ``--calibration
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -127,10 +128,13 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     fitted = cal.fit(comp)
     in_sample = cal.predict_with_fit(comp, fitted) * 1e3
     cv, method, folds = cal.cross_validated_predictions(comp, [r.configuration for r in used])
-    cv_ms = cv * 1e3
+    cv_ms = [float(v) * 1e3 if math.isfinite(v) else None for v in cv]
+    held = [i for i, v in enumerate(cv_ms) if v is not None]
+    if not held:
+        method, folds = "none: every row is of one configuration, so none can be held out", 0
     uncal = summarize(used, [p.predicted_tpot_ms for p in preds])
     fit_s = summarize(used, list(in_sample))
-    cv_s = summarize(used, list(cv_ms))
+    cv_s = summarize([used[i] for i in held], [cv_ms[i] for i in held])
     profile: dict[str, Any] = {
         "fleetplan_calibration": cal.PROFILE_VERSION,
         "preset": preset.name,
@@ -162,7 +166,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                 "cross_validated": {"method": method, "folds": folds, **_stats_json(cv_s)},
             },
             "cross_validated_rows": [
-                {"line": r.line, "measured_tpot_ms": _r(r.measured_tpot_ms), "predicted_tpot_ms": _r(float(v))}
+                {"line": r.line, "measured_tpot_ms": _r(r.measured_tpot_ms), "predicted_tpot_ms": _r(v)}
                 for r, v in zip(used, cv_ms, strict=True)
             ],
         }
@@ -183,7 +187,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     print(_stats_line("uncalibrated", uncal["overall"]))
     print(_stats_line("calibrated, in sample", fit_s["overall"]))
     print(_stats_line("calibrated, cross-validated", cv_s["overall"]))
-    print(f"  (cross-validation: {method}, {folds} folds; every held-out row predicted by a fit that never saw it)")
+    if held:
+        print(f"  (cross-validation: {method}, {folds} folds; every held-out row predicted by a fit that never saw it)")
+    else:
+        print("  (no cross-validation: every row is of one configuration; measure a second one to check the fit)")
     return 0
 
 

@@ -24,28 +24,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USER_ERROR, f"fleetplan: error: {message} (see '{self.prog} --help')\n")
 
 
-def _int_in(lo: int, hi: int, name: str) -> Any:
-    def parse(text: str) -> int:
+def _number_flag(valid: Any) -> Any:
+    """An argparse type: the flag's text as a number in the range ``valid`` (a
+    :class:`fleetplan.catalogs.fields.Range`, shared with the files' schemas), whole when the
+    range is."""
+    def parse(text: str) -> float | int:
         try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a whole number, got {text!r}") from None
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"{name} must be between {lo} and {hi}, got {v} (nearest valid: {min(hi, max(lo, v))})")
-        return v
-
-    return parse
-
-
-def _float_ge(lo: float, name: str) -> Any:
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
-        if not v >= lo:
-            raise argparse.ArgumentTypeError(f"{name} must be at least {lo:g}, got {text}")
-        return v
+            v = valid.check(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return int(v) if valid.integer else v
 
     return parse
 
@@ -66,8 +54,11 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def dumps(data: Any) -> str:
-    """Canonical JSON: sorted keys are NOT used so the documented key order is kept; stable floats."""
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    """Canonical JSON: sorted keys are NOT used so the documented key order is kept; stable floats.
+
+    Strict JSON: a non-finite number (which JSON cannot hold) raises ``ValueError`` instead of
+    being written as ``Infinity`` or ``NaN``."""
+    return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def _console() -> Any:
@@ -282,6 +273,8 @@ def cmd_catalog_add_model(args: argparse.Namespace) -> int:
         raise CatalogError(f"add-model: file not found: {src}") from None
     except json.JSONDecodeError as exc:
         raise CatalogError(f"{src}: malformed JSON: {exc.msg} at line {exc.lineno}") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise CatalogError(f"{src}: malformed JSON: {str(exc)[:80]}") from None
     if not isinstance(cfg, dict):
         raise CatalogError(f"{src}: config.json must be a JSON object")
     entry = entry_from_hf_config(cfg, args.id, source=f"config.json ({src.name})")
@@ -323,6 +316,8 @@ def cmd_catalog_add_model(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
+    from fleetplan.catalogs import fields as F
+
     p = _Parser(prog="fleetplan", description="Cheapest GPU fleet for LLM inference, as a mixed-integer program.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     catalog_help = "extra catalog YAML file merged over the shipped one (repeatable)"
@@ -330,12 +325,12 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("estimate", help="roofline breakdown of one configuration")
     e.add_argument("--model", required=True)
     e.add_argument("--gpu", required=True)
-    e.add_argument("--tp", type=_int_in(1, 72, "--tp"), default=1)
-    e.add_argument("--batch", type=_int_in(1, 65536, "--batch"), default=1)
+    e.add_argument("--tp", type=_number_flag(F.TP), default=1)
+    e.add_argument("--batch", type=_number_flag(F.BATCH), default=1)
     e.add_argument("--precision", choices=("bf16", "fp8", "fp4"), default="bf16")
     e.add_argument("--kv-precision", choices=("bf16", "fp8", "fp4"), default=None)
-    e.add_argument("--input-tokens", type=_int_in(1, 10_000_000, "--input-tokens"), required=True)
-    e.add_argument("--output-tokens", type=_int_in(1, 10_000_000, "--output-tokens"), required=True)
+    e.add_argument("--input-tokens", type=_number_flag(F.WHOLE_TOKENS), required=True)
+    e.add_argument("--output-tokens", type=_number_flag(F.WHOLE_TOKENS), required=True)
     e.add_argument("--preset", choices=("seed", "default"), default="default")
     e.add_argument("--calibration", help="calibration profile YAML (from `fleetplan calibrate`)")
     e.add_argument("--catalog", action="append", default=[], help=catalog_help)
@@ -359,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
              "the summary to OUT/summary.csv and OUT/summary.json in this directory (created if needed; a failed "
              "scenario's old plan file is removed); without --out a batch writes no files",
     )
-    pl.add_argument("--jobs", type=_int_in(1, 256, "--jobs"), default=1,
+    pl.add_argument("--jobs", type=_number_flag(F.JOBS), default=1,
                     help="a batch: plan this many scenarios at once in worker processes; one scenario: solve this many "
                          "independent multi-hour components at once (same results for any value)")
     pl.add_argument("--calibration", help="calibration profile YAML (from `fleetplan calibrate`)")
@@ -368,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     be = sub.add_parser("breakeven", help="all-API vs self-host vs blend as demand scales")
     be.add_argument("scenario")
-    be.add_argument("--scales", type=_float_ge(1e-6, "--scales"), nargs="+", help="demand multiples to evaluate")
+    be.add_argument("--scales", type=_number_flag(F.DEMAND_SCALE), nargs="+", help="demand multiples to evaluate")
     be.add_argument("--solver", choices=("highs", "ortools"), default="highs")
     be.add_argument("--catalog", action="append", default=[], help=catalog_help)
     be.add_argument("--plot", help="write the curves to this PNG or SVG file")
@@ -386,8 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("config")
     ca.add_argument("--id", required=True)
     ca.add_argument("--name")
-    ca.add_argument("--total-params", type=_float_ge(1, "--total-params"))
-    ca.add_argument("--active-params", type=_float_ge(1, "--active-params"))
+    ca.add_argument("--total-params", type=_number_flag(F.MODEL_PARAMS_FLAG))
+    ca.add_argument("--active-params", type=_number_flag(F.MODEL_PARAMS_FLAG))
     ca.add_argument("--out", default="fleetplan-catalog.yaml", help="user catalog file to create or update")
     ca.set_defaults(func=cmd_catalog_add_model)
 

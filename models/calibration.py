@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from fleetplan.catalogs import fields as F
 from fleetplan.catalogs.loader import Catalog, InputError, parse_yaml, read_text
 from fleetplan.models.measurements import Measurement
 from fleetplan.models.presets import CalibrationFactors, Preset, normalize_engine
@@ -219,7 +220,10 @@ def predict_with_fit(comp: Sequence[Components], f: Fit) -> np.ndarray:
 
 
 def cross_validated_predictions(comp: Sequence[Components], configs: Sequence[tuple[Any, ...]]) -> tuple[np.ndarray, str, int]:
-    """Held-out predictions (seconds) of every row, the method's name and the number of folds."""
+    """Held-out predictions (seconds) of every row, the method's name and the number of folds.
+
+    A row whose fold leaves nothing to fit on (all rows come from one configuration) has no
+    held-out prediction: NaN, for the caller to leave out."""
     distinct = sorted(set(configs), key=repr)
     if len(distinct) <= MAX_LOCO_CONFIGS:
         fold_of = {cfg: i for i, cfg in enumerate(distinct)}
@@ -228,7 +232,7 @@ def cross_validated_predictions(comp: Sequence[Components], configs: Sequence[tu
         fold_of = {cfg: i % MAX_LOCO_CONFIGS for i, cfg in enumerate(distinct)}
         method = f"{MAX_LOCO_CONFIGS}-fold, grouped by configuration"
     folds = sorted(set(fold_of.values()))
-    out = np.zeros(len(comp))
+    out = np.full(len(comp), math.nan)
     for k in folds:
         test = [i for i, cfg in enumerate(configs) if fold_of[cfg] == k]
         train = [i for i, cfg in enumerate(configs) if fold_of[cfg] != k]
@@ -289,9 +293,10 @@ def load_profile(path: Path) -> dict[str, Any]:
         if not isinstance(f, dict):
             raise InputError(f"{path}: factors[{i}]: must be a mapping")
         for key in ("bandwidth_scale", "compute_scale", "overhead_scale", "comm_scale"):
-            v = f.get(key)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0 or not math.isfinite(v):
-                raise InputError(f"{path}: factors[{i}].{key}: must be a positive number (got {v!r})")
+            try:
+                F.CALIBRATION_SCALE.check(f.get(key))
+            except ValueError as exc:
+                raise InputError(f"{path}: factors[{i}].{key}: {exc}") from None
         for key in ("gpu", "engine"):
             if f.get(key) is not None and not isinstance(f.get(key), str):
                 raise InputError(f"{path}: factors[{i}].{key}: must be a string or null")

@@ -8,15 +8,18 @@ before decoding starts). Other columns are kept with the row and otherwise ignor
 
 ``precision`` is bf16, fp8 or fp4 (fp16 is read as bf16: same bytes and tensor-core rate;
 nvfp4 and mxfp4 as fp4); ``batch`` is the concurrency; ``engine`` is free text (vllm, sglang,
-trtllm, ...). Parsing is pure: it takes the text and a name for messages.
+trtllm, ...). Every number is checked against its range in :mod:`fleetplan.catalogs.fields`.
+Parsing is pure: it takes the text and a name for messages.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import math
 from dataclasses import dataclass, field
+
+from fleetplan.catalogs import fields as F
+from fleetplan.catalogs.fields import Range
 
 REQUIRED_COLUMNS: tuple[str, ...] = (
     "model", "gpu", "precision", "tp", "batch", "input_tokens", "output_tokens", "engine", "measured_tpot_ms",
@@ -59,18 +62,12 @@ class Measurement:
         return (self.model, self.gpu, self.precision, self.tp, self.ep, normalize_engine(self.engine) or "")
 
 
-def _number(text: str, where: str, column: str, *, integer: bool, positive: bool = True) -> float:
+def _number(text: str, where: str, column: str, valid: Range) -> float:
+    """The cell ``text`` of ``column`` as a number in the range ``valid``."""
     try:
-        v = float(text)
-    except ValueError:
-        raise MeasurementError(f"{where}: column {column!r}: not a number: {text!r}") from None
-    if not math.isfinite(v):
-        raise MeasurementError(f"{where}: column {column!r}: not a finite number: {text!r}")
-    if positive and v <= 0:
-        raise MeasurementError(f"{where}: column {column!r}: must be positive, got {text}")
-    if integer and v != int(v):
-        raise MeasurementError(f"{where}: column {column!r}: must be a whole number, got {text}")
-    return v
+        return valid.check(text, f"{where}: column {column!r}")
+    except ValueError as exc:
+        raise MeasurementError(str(exc)) from None
 
 
 def _precision(text: str, where: str, column: str) -> str:
@@ -122,14 +119,14 @@ def parse_measurements(text: str, name: str) -> list[Measurement]:
                     model=cells["model"],
                     gpu=cells["gpu"],
                     precision=_precision(cells["precision"], where, "precision"),
-                    tp=int(_number(cells["tp"], where, "tp", integer=True)),
-                    batch=int(_number(cells["batch"], where, "batch", integer=True)),
-                    input_tokens=_number(cells["input_tokens"], where, "input_tokens", integer=False),
-                    output_tokens=_number(cells["output_tokens"], where, "output_tokens", integer=False),
+                    tp=int(_number(cells["tp"], where, "tp", F.TP)),
+                    batch=int(_number(cells["batch"], where, "batch", F.BATCH)),
+                    input_tokens=_number(cells["input_tokens"], where, "input_tokens", F.TOKENS),
+                    output_tokens=_number(cells["output_tokens"], where, "output_tokens", F.TOKENS),
                     engine=cells["engine"],
-                    measured_tpot_ms=_number(cells["measured_tpot_ms"], where, "measured_tpot_ms", integer=False),
-                    measured_ttft_ms=_number(ttft, where, "measured_ttft_ms", integer=False) if ttft else None,
-                    ep=int(_number(ep, where, "ep", integer=True)) if ep else 1,
+                    measured_tpot_ms=_number(cells["measured_tpot_ms"], where, "measured_tpot_ms", F.TPOT_MS),
+                    measured_ttft_ms=_number(ttft, where, "measured_ttft_ms", F.MEASURED_TTFT_MS) if ttft else None,
+                    ep=int(_number(ep, where, "ep", F.EP)) if ep else 1,
                     kv_precision=_precision(kv, where, "kv_precision") if kv else None,
                     batching=batching,
                     raw=cells,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from fleetplan.catalogs import fields as F
 from fleetplan.catalogs.loader import Catalog, InputError
 from fleetplan.models.presets import Preset, get_preset
 from fleetplan.optimizer.api import resolve_api
@@ -34,7 +35,22 @@ def scaled(scenario: Scenario, factor: float) -> Scenario:
     raw = scenario.model_dump(mode="python")
     for p in raw["products"]:
         p["peak_qps"] = p["peak_qps"] * factor
+        if not F.QPS.contains(p["peak_qps"]):
+            raise InputError(f"--scales: scale {factor:g} takes products[{p['name']}].peak_qps to {p['peak_qps']:g}; "
+                             f"it must be {F.QPS.describe()} ({F.QPS.reason})")
     return Scenario.model_validate(raw)
+
+
+def check_scales(scenario: Scenario, folder: Path, scales: tuple[float, ...]) -> None:
+    """Refuse, before any solve, a scale that takes a product's demand out of its valid range
+    (its peak or, with a demand profile, its busiest hour)."""
+    hours = horizon(profile_lengths(scenario.products, folder))
+    for s in scales:
+        for p in scaled(scenario, s).products:
+            try:
+                product_qps(p, folder, hours)
+            except InputError as exc:
+                raise InputError(f"--scales: at scale {s:g}, {exc}") from None
 
 
 def all_api_cost(scenario: Scenario, catalog: Catalog, folder: Path, preset: Preset) -> float:
@@ -65,6 +81,7 @@ def breakeven(
     preset = get_preset(scenario.preset)
     if deadline is None:
         deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S)
+    check_scales(scenario, folder, scales)
     points: list[BreakevenPoint] = []
     rows: list[dict[str, Any]] = []
     for i, s in enumerate(scales):

@@ -12,10 +12,13 @@ import csv
 import io
 from pathlib import Path
 
+from fleetplan.catalogs import fields as F
+from fleetplan.catalogs.fields import echo
 from fleetplan.catalogs.loader import InputError, read_text
 from fleetplan.optimizer.scenario import Product
 
 VALID_LENGTHS = (24, 168)
+VALUE_RANGES: dict[str, F.Range] = {"multiplier": F.PROFILE_MULTIPLIER, "qps": F.QPS}
 
 
 def read_profile(path: Path, where: str) -> tuple[str, list[float]]:
@@ -28,18 +31,20 @@ def read_profile(path: Path, where: str) -> tuple[str, list[float]]:
     if header not in (["hour", "multiplier"], ["hour", "qps"]):
         raise InputError(f"{path}: line 1: header must be 'hour,multiplier' or 'hour,qps' (got {','.join(header)!r})")
     values: list[float] = []
+    valid = VALUE_RANGES[header[1]]
     for line_no, row in enumerate(rows[1:], start=2):
         if len(row) != 2:
             raise InputError(f"{path}: line {line_no}: expected 2 columns, got {len(row)}")
         try:
-            hour, value = int(row[0]), float(row[1])
+            hour = int(row[0])
         except ValueError:
-            raise InputError(f"{path}: line {line_no}: hour must be a whole number and {header[1]} a number") from None
+            raise InputError(f"{path}: line {line_no}: hour must be a whole number (got {echo(row[0].strip())})") from None
         if hour != len(values):
             raise InputError(f"{path}: line {line_no}: hour {hour} out of order (expected {len(values)})")
-        if not value >= 0 or value != value or value == float("inf"):
-            raise InputError(f"{path}: line {line_no}: {header[1]} must be a finite number >= 0 (got {row[1].strip()})")
-        values.append(value)
+        try:
+            values.append(valid.check(row[1].strip(), header[1]))
+        except ValueError as exc:
+            raise InputError(f"{path}: line {line_no}: {exc}") from None
     if len(values) not in VALID_LENGTHS:
         raise InputError(f"{path}: {len(values)} hourly rows; a profile has 24 (a day) or 168 (a week)")
     return header[1], values
@@ -58,6 +63,10 @@ def product_qps(product: Product, folder: Path, hours: int) -> list[float]:
         return [product.peak_qps] * hours
     kind, values = read_profile(folder / product.demand_profile, f"products[{product.name}].demand_profile")
     qps = [v * product.peak_qps for v in values] if kind == "multiplier" else values
+    top = max(qps)
+    if not F.QPS.contains(top):
+        raise InputError(f"products[{product.name}].demand_profile: peak_qps x multiplier reaches {top:g} queries per "
+                         f"second; the busiest hour must be {F.QPS.describe()} ({F.QPS.reason})")
     reps = hours // len(qps)
     return qps * reps
 

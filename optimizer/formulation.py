@@ -81,6 +81,8 @@ class ProductData:
     def pool_bound(self, k: PoolCandidate, hour: int | None = None) -> int:
         """Pool replicas of ``k`` that alone meet the prefill demand of ``hour`` (or the peak)."""
         d = self.peak_demand_tokens_per_s if hour is None else self.demand_tokens_per_s[hour]
+        if d * self.prefill_flops_per_output_token <= 0:  # nothing to prefill: every prompt token cached
+            return 0
         return max(0, math.ceil(d * self.prefill_flops_per_output_token / k.usable_flops_per_s - 1e-9))
 
 

@@ -577,7 +577,9 @@ def _quick_bound(prob: FleetProblem, pd: ProductData, choice: tuple[Candidate | 
         if not pools:
             return math.inf
         f = pd.prefill_flops_per_output_token
-        if k is not None and not pd.has_api:
+        if f <= 0:  # every prompt token is cached: the pool has nothing to do
+            pass
+        elif k is not None and not pd.has_api:
             need = np.maximum(0.0, np.ceil(d * f / k.usable_flops_per_s - 1e-9))
             pool_cost = float(np.sum(w * need)) * min(k.usd_per_replica_hour_in(t) for t in prob.tiers)
         else:

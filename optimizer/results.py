@@ -79,7 +79,7 @@ def product_to_dict(pp: ProductPlan, plan: Plan) -> dict[str, Any]:
         # the fleet at 100% utilisation: decode replicas at the cheapest tier price used, fully busy
         cheapest = min(c.usd_per_replica_hour_in(t) for t in plan.problem.tiers)
         ideal = cheapest / (c.usable_tokens_per_s * SECONDS_PER_HOUR) * 1e6
-        if pp.pool is not None:
+        if pp.pool is not None and f > 0:  # f is zero when every prompt token is cached
             pool_cheapest = min(pp.pool.usd_per_replica_hour_in(t) for t in plan.problem.tiers)
             ideal += pool_cheapest / (pp.pool.flops_per_s / f * SECONDS_PER_HOUR) * 1e6
     pool = pp.pool

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator,
-                      model_validator)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fleetplan.catalogs.loader import InputError, first_error, format_validation_error, nearest, parse_yaml, read_text
+from fleetplan.catalogs import fields as F
 from fleetplan.catalogs.schema import Precision
 
 
@@ -30,8 +30,10 @@ class APIChoice(_Strict):
     """Hosted-API fallback of a product: which API, and the share of output tokens it may take."""
 
     model: str = Field(min_length=1, description="an API catalog id, or an LLM id (cheapest provider)")
-    max_fraction: float = Field(default=1.0, ge=0, le=1)
-    min_fraction: float = Field(default=0.0, ge=0, le=1)
+    max_fraction: Annotated[float, F.FRACTION] = Field(
+        default=1.0, description="largest share of output tokens sent to the API")
+    min_fraction: Annotated[float, F.FRACTION] = Field(
+        default=0.0, description="smallest share of output tokens sent to the API")
 
     @field_validator("min_fraction")
     @classmethod
@@ -49,20 +51,24 @@ class Product(_Strict):
     model: str = Field(min_length=1)
     precision: Precision | list[Precision] | None = None
     kv_precision: Precision | None = None
-    peak_qps: float = Field(ge=0)
-    input_tokens: PositiveInt
-    output_tokens: PositiveInt
-    min_tokens_per_s_per_user: PositiveFloat = 1.0
-    headroom: float | None = Field(default=None, ge=0, lt=1)
-    prefix_cache_hit_rate: float = Field(default=0.0, ge=0, le=1)
+    peak_qps: Annotated[float, F.QPS] = Field(description="requests per second at the busiest hour")
+    input_tokens: Annotated[int, F.TOKENS] = Field(description="prompt tokens per request")
+    output_tokens: Annotated[int, F.TOKENS] = Field(description="generated tokens per request")
+    min_tokens_per_s_per_user: Annotated[float, F.TOKENS_PER_S_PER_USER] = Field(
+        default=1.0, description="decode speed each user must see")
+    headroom: Annotated[float | None, F.FRACTION_BELOW_ONE] = Field(
+        default=None, description="share of decode throughput held back")
+    prefix_cache_hit_rate: Annotated[float, F.FRACTION] = Field(
+        default=0.0, description="share of prompt tokens served from the prefix cache")
     prefill: PrefillMode | None = Field(
         default=None,
         description="how prefill is sized; left out: the preset's rule (auto in default, headroom in seed)")
     prefill_gpus: list[str] | None = None
-    max_ttft_ms: PositiveFloat | None = None
+    max_ttft_ms: Annotated[float | None, F.TTFT_MS] = Field(default=None, description="time-to-first-token target")
     demand_profile: str | None = None
     api: APIChoice | None = None
-    self_host_fixed_monthly_usd: float = Field(default=0.0, ge=0)
+    self_host_fixed_monthly_usd: Annotated[float, F.USD_PER_MONTH] = Field(
+        default=0.0, description="cost of self-hosting at all (staff, contracts)")
 
     @property
     def effective_headroom(self) -> float:
@@ -89,22 +95,25 @@ class Options(_Strict):
     """Restrictions of the search space and price overrides; all optional."""
 
     gpus: list[str] | None = None
-    tp: list[PositiveInt] | None = None
-    batch: list[PositiveInt] | None = None
-    max_batch: PositiveInt = 512
+    tp: list[Annotated[int, F.TP]] | None = None
+    batch: list[Annotated[int, F.BATCH]] | None = None
+    max_batch: Annotated[int, F.BATCH] = Field(default=512, description="largest batch searched")
     precisions: list[Precision] | None = None
-    gpu_hour_usd: dict[str, PositiveFloat] = Field(default_factory=dict)
+    gpu_hour_usd: dict[str, Annotated[float, F.USD_PER_GPU_HOUR]] = Field(default_factory=dict)
     price_provider: str | None = None
     engine: str | None = None
     prefill_gpus: list[str] | None = None
     tiers: list[Tier] = Field(default_factory=lambda: ["on_demand"])
-    reserved_gpu_hour_usd: dict[str, PositiveFloat] = Field(default_factory=dict)
-    spot_gpu_hour_usd: dict[str, PositiveFloat] = Field(default_factory=dict)
-    reserved_discount: float = Field(default=0.30, ge=0, lt=1)
-    spot_discount: float = Field(default=0.50, ge=0, lt=1)
-    spot_max_share: float = Field(default=0.0, ge=0, le=1)
-    time_limit_s: PositiveFloat | None = None
-    mip_rel_gap: float = Field(default=1e-6, ge=0, le=1)
+    reserved_gpu_hour_usd: dict[str, Annotated[float, F.USD_PER_GPU_HOUR]] = Field(default_factory=dict)
+    spot_gpu_hour_usd: dict[str, Annotated[float, F.USD_PER_GPU_HOUR]] = Field(default_factory=dict)
+    reserved_discount: Annotated[float, F.FRACTION_BELOW_ONE] = Field(
+        default=0.30, description="off the on-demand price")
+    spot_discount: Annotated[float, F.FRACTION_BELOW_ONE] = Field(default=0.50, description="off the on-demand price")
+    spot_max_share: Annotated[float, F.FRACTION] = Field(
+        default=0.0, description="largest share of GPUs in any hour on spot")
+    time_limit_s: Annotated[float | None, F.TIME_LIMIT_S] = Field(
+        default=None, description="wall-clock limit of the whole command; left out: the default")
+    mip_rel_gap: Annotated[float, F.MIP_REL_GAP] = 1e-6
 
     @field_validator("tiers")
     @classmethod
@@ -126,13 +135,9 @@ class Options(_Strict):
 AVAILABILITY_KEYS = ("total", "reserved", "on_demand", "spot")
 
 
-def _whole(where: str, n: Any, least: int) -> None:
-    """A count of GPUs: a whole number of at least ``least``."""
-    head = f"{where}: " if where else ""
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise ValueError(f"{head}must be a whole number of GPUs (got {n!r})")
-    if n < least:
-        raise ValueError(f"{head}must be >= {least} (got {n})")
+def _whole(where: str, n: Any, r: F.Range) -> None:
+    """A count of GPUs: a whole number in ``r``."""
+    r.check(n, where)
 
 
 class Limits(_Strict):
@@ -143,7 +148,7 @@ class Limits(_Strict):
         description="most GPUs of a type in any hour: a number (all tiers together) or per pricing tier "
                     "({reserved: 32, spot: 16, total: 40})")
     instance_gpus: int | dict[str, int] | None = Field(default=None, description="GPUs per instance (node)")
-    monthly_budget_usd: PositiveFloat | None = None
+    monthly_budget_usd: Annotated[float | None, F.USD_PER_MONTH_POSITIVE] = None
     allow_pooling: bool = False
 
     @field_validator("gpu_availability", mode="before")
@@ -156,14 +161,14 @@ class Limits(_Strict):
                 where = f"{gpu}.{tier}" if tier else str(gpu)
                 if tier and tier not in AVAILABILITY_KEYS:
                     raise ValueError(f"{where}: unknown pricing tier{nearest(str(tier), AVAILABILITY_KEYS)}")
-                _whole(where, k, 0)
+                _whole(where, k, F.GPU_COUNT)
         return v
 
     @field_validator("instance_gpus", mode="before")
     @classmethod
     def _instance_sizes(cls, v: Any) -> Any:
         for gpu, n in (v.items() if isinstance(v, dict) else [("", v)] if v is not None else []):
-            _whole(str(gpu), n, 1)
+            _whole(str(gpu), n, F.INSTANCE_GPUS)
         return v
 
     def total_availability(self) -> dict[str, int]:

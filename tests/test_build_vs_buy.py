@@ -106,7 +106,7 @@ def test_breakeven_cli_json_and_plot(capsys, examples, tmp_path):
     [
         ("hour,load\n0,1\n", "header must be 'hour,multiplier' or 'hour,qps'"),
         ("hour,multiplier\n" + "".join(f"{h},1\n" for h in range(23)), "23 hourly rows"),
-        ("hour,multiplier\n" + "".join(f"{h},{-1 if h == 5 else 1}\n" for h in range(24)), "line 7: multiplier must be a finite number >= 0"),
+        ("hour,multiplier\n" + "".join(f"{h},{-1 if h == 5 else 1}\n" for h in range(24)), "line 7: multiplier: must be a number from 0 to 1000"),
         ("hour,multiplier\n1,1\n", "hour 1 out of order"),
     ],
 )

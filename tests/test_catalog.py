@@ -60,7 +60,7 @@ def test_user_file_overrides_and_adds(tmp_path):
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("gpus:\n  - id: h100-sxm\n    memory_bytes: -1\n", "gpus[h100-sxm].memory_bytes: Input should be greater than 0"),
+        ("gpus:\n  - id: h100-sxm\n    memory_bytes: -1\n", "gpus[h100-sxm].memory_bytes: must be a number above 0"),
         ("gpus:\n  - id: h100-sxm\n    memory_gb: 80\n", "gpus[h100-sxm].memory_gb: unknown field"),
         ("gpus:\n  - id: h100-sxm\n    scaleup_domain_gpus: eight\n", "gpus[h100-sxm].scaleup_domain_gpus"),
         ("models:\n  - id: new-model\n    name: x\n", "models[new-model]"),

@@ -43,9 +43,9 @@ def test_parse_required_optional_and_ignored_columns():
     [
         ("model,gpu,precision,tp,batch,input_tokens,output_tokens,engine\n", "missing required column 'measured_tpot_ms'"),
         ("", "empty file"),
-        (HEADER + "\nx,h100-sxm,fp8,two,1,1,1,vllm,5\n", "m.csv:2: column 'tp': not a number"),
+        (HEADER + "\nx,h100-sxm,fp8,two,1,1,1,vllm,5\n", "m.csv:2: column 'tp': must be a whole number from 1 to 1024 GPUs"),
         (HEADER + "\nx,h100-sxm,int4,1,1,1,1,vllm,5\n", "column 'precision': unknown precision 'int4'"),
-        (HEADER + "\nx,h100-sxm,fp8,1,1,1,1,vllm,-5\n", "column 'measured_tpot_ms': must be positive"),
+        (HEADER + "\nx,h100-sxm,fp8,1,1,1,1,vllm,-5\n", "column 'measured_tpot_ms': must be a number from 0.001 to 1e+06 milliseconds"),
         (HEADER + "\nx,h100-sxm,fp8,1,1.5,1,1,vllm,5\n", "column 'batch': must be a whole number"),
         (HEADER + "\nx,,fp8,1,1,1,1,vllm,5\n", "m.csv:2: column 'gpu': empty cell"),
         (HEADER + '\nx,h100-sxm,fp8,1,1,1,1,"vllm,5\n', "malformed CSV"),

@@ -143,7 +143,7 @@ def _brute_largest(catalog, product, preset, gpu_id, tp, precision, mode, batche
 def _ttft_quantile(catalog, raw, q: float) -> float | None:
     """A TTFT target at quantile ``q`` of the TTFTs of every speed- and memory-feasible shape and
     batch (at the load the target allows), so that targets land where batches are told apart."""
-    scenario = parse_scenario({**raw, "products": [{**raw["products"][0], "max_ttft_ms": 1e9}]}, "q")
+    scenario = parse_scenario({**raw, "products": [{**raw["products"][0], "max_ttft_ms": 1e7}]}, "q")
     (product,) = scenario.products
     preset = get_preset(scenario.preset)
     llm = catalog.models[product.model]
