@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from fleetplan.catalogs.files import write_atomically
 from fleetplan.catalogs.loader import Catalog, InputError
 from fleetplan.models.presets import Preset, get_preset
 from fleetplan.optimizer.api import resolve_api
@@ -125,7 +127,7 @@ def _crossing(points: list[BreakevenPoint], field: str) -> float | None:
 
 
 def plot(result: dict[str, Any], path: Path, title: str) -> None:
-    """Write the three cost curves to ``path`` (PNG or SVG, by extension)."""
+    """Write the three cost curves to ``path`` (PNG or SVG, by extension), atomically."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -147,5 +149,7 @@ def plot(result: dict[str, Any], path: Path, title: str) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=path.suffix.lower().lstrip(".") or "png")
     plt.close(fig)
+    write_atomically(path, buf.getvalue())

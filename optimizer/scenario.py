@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator,
                       model_validator)
 
+from fleetplan.catalogs.files import short, short_repr
 from fleetplan.catalogs.loader import InputError, first_error, format_validation_error, nearest, parse_yaml, read_text
 from fleetplan.catalogs.schema import Precision
 
@@ -217,7 +218,7 @@ class Scenario(_Strict):
         seen: set[str] = set()
         for p in v:
             if p.name in seen:
-                raise ValueError(f"product name {p.name!r} is used twice")
+                raise ValueError(f"product name {short_repr(p.name)} is used twice")
             seen.add(p.name)
         return v
 
@@ -234,7 +235,7 @@ def parse_scenario(raw: Any, where: str) -> Scenario:
         if len(loc) >= 2 and loc[0] == "products" and isinstance(loc[1], int):
             products = raw.get("products") or []
             if loc[1] < len(products) and isinstance(products[loc[1]], dict) and "name" in products[loc[1]]:
-                msg = msg.replace(f"products.{loc[1]}", f"products[{products[loc[1]]['name']}]", 1)
+                msg = msg.replace(f"products.{loc[1]}", f"products[{short(str(products[loc[1]]['name']))}]", 1)
         raise ScenarioError(msg) from None
 
 
