@@ -167,13 +167,14 @@ class StrictLoader(_BaseLoader):  # type: ignore[misc,valid-type]
                     continue
                 key = self.construct_object(key_node, deep=True)
                 try:
-                    first = seen.setdefault(key, key_node.start_mark.line + 1)
+                    first = seen.get(key)
                 except TypeError:
                     continue  # an unhashable key is refused by the base constructor
-                if first != key_node.start_mark.line + 1:
+                if first is not None:
                     raise yaml.constructor.ConstructorError(
                         None, None, f"key {short_repr(key, 40)} appears twice (first on line {first}); "
                                     "keep one", key_node.start_mark)
+                seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
 
 
