@@ -17,9 +17,9 @@ no file is left half-written. This module holds no cleanup of its own.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -63,10 +63,15 @@ def _hard_exit(signum: int) -> None:
             step()
         except BaseException:  # noqa: BLE001, S110 - the process ends either way
             pass
-    for child in multiprocessing.active_children():
-        child.terminate()
-    for child in multiprocessing.active_children():
-        child.join(1.0)
+    mp = sys.modules.get("multiprocessing")
+    if mp is not None:  # worker processes exist only if multiprocessing was imported
+        for child in mp.active_children():
+            child.terminate()
+        for child in mp.active_children():
+            child.join(1.0)
+        util = sys.modules.get("multiprocessing.util")
+        if util is not None:
+            util._run_finalizers(0)  # release this process's semaphores, as a normal exit would
     os.write(2, (message(code) + "\n").encode())
     os._exit(code)
 

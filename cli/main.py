@@ -1,7 +1,9 @@
 """The ``fleetplan`` command line: estimate, plan, catalog.
 
 Every user error ends with exit code 2 and one line on stderr naming the field and the
-nearest valid choice; nothing is written to an output file unless the command succeeded.
+nearest valid choice; nothing is written to an output file unless the command succeeded, and
+every output path is checked (:mod:`fleetplan.catalogs.files`) before any solving. Ctrl-C ends
+with one line and exit code 130, SIGTERM with 143 (:mod:`fleetplan.interrupts`).
 """
 
 from __future__ import annotations
@@ -354,7 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         help="one scenario: also write the JSON plan to this file; a batch: write each plan to OUT/<stem>.json and "
              "the summary to OUT/summary.csv and OUT/summary.json in this directory (created if needed; a failed "
-             "scenario's old plan file is removed); without --out a batch writes no files",
+             "scenario writes and removes nothing); without --out a batch writes no files. An output that is one "
+             "of the inputs is refused",
     )
     pl.add_argument("--jobs", type=_int_in(1, 256, "--jobs"), default=1,
                     help="a batch: plan this many scenarios at once in worker processes; one scenario: solve this many "

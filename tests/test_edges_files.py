@@ -426,21 +426,24 @@ def test_interrupted_plan_one_line_no_file(tmp_path: Path, sig: int, code: int, 
     assert snapshot(tmp_path) == before, "no plan file, no temporary file"
 
 
-def test_interrupted_batch_writes_the_summary_of_what_finished(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("sig", "code", "word", "jobs"),
+                         [(signal.SIGINT, 130, "interrupted", "1"), (signal.SIGTERM, 143, "terminated", "2")])
+def test_interrupted_batch_writes_the_summary_of_what_finished(tmp_path: Path, sig: int, code: int, word: str,
+                                                               jobs: str) -> None:
     d = tmp_path / "s"
     d.mkdir()
     scenario(d, name="a-fast.yaml")
     slow_scenario(d, "b-slow.yaml")
     slow_scenario(d, "c-slow.yaml")
     out = tmp_path / "out"
-    proc = fleetplan("plan", str(d), "--out", str(out), "--jobs", "2")
+    proc = fleetplan("plan", str(d), "--out", str(out), "--jobs", jobs)
     wait_for(lambda: (out / "a-fast.json").exists() or proc.poll() is not None, 60)
     time.sleep(0.5)
     assert proc.poll() is None
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 143
-    assert err.splitlines() == [f"fleetplan: terminated: 1 of 3 scenarios finished; their plans and the summary of them are in {out}"]
+    assert proc.returncode == code
+    assert err.splitlines() == [f"fleetplan: {word}: 1 of 3 scenarios finished; their plans and the summary of them are in {out}"]
     assert "leaked" not in err and "Traceback" not in err
     assert sorted(p.name for p in out.iterdir()) == ["a-fast.json", "summary.csv", "summary.json"]
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
