@@ -17,7 +17,7 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +192,38 @@ def parse_yaml(text: str, where: Path | str, error: type[InputError] = InputErro
         raise error(f"{where}:{line}: {what}{problem}") from None
     except RecursionError:
         raise error(f"{where}: malformed YAML: nested too deeply") from None
+
+
+def yaml_line(text: str, loc: Sequence[str | int]) -> int | None:
+    """The 1-based line of the YAML node at ``loc`` (mapping keys and list indices) in ``text``:
+    the deepest node found along ``loc`` (for a missing field, the mapping that lacks it)."""
+    try:
+        node = yaml.compose(text, Loader=StrictLoader)  # noqa: S506 - composes nodes, builds no objects
+    except yaml.YAMLError:
+        return None
+    line = None
+    for part in loc:
+        found = None
+        if isinstance(node, yaml.MappingNode):
+            found = next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(part)), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+            found = node.value[part]
+        if found is None:
+            break
+        node = found
+        line = node.start_mark.line + 1
+    return line
+
+
+def at_line(message: str, where: str, line: int | None) -> str:
+    """``message`` (which starts with ``where`` and then ``.`` or ``: ``) with the line put after
+    ``where`` as ``where:LINE: ``; unchanged when the line is unknown or the start differs."""
+    if line is None:
+        return message
+    for sep in (": ", "."):
+        if message.startswith(where + sep):
+            return f"{where}:{line}: {message[len(where) + len(sep):]}"
+    return message
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator,
                       model_validator)
 
-from fleetplan.catalogs.files import short, short_repr
+from fleetplan.catalogs.files import at_line, short, short_repr, yaml_line
 from fleetplan.catalogs.loader import InputError, first_error, format_validation_error, nearest, parse_yaml, read_text
 from fleetplan.catalogs.schema import Precision
 
@@ -244,4 +244,16 @@ def load_scenario(path: Path | str) -> tuple[Scenario, Path]:
     p = Path(path)
     text = read_text(p, "scenario file", ScenarioError)
     raw = parse_yaml(text, p, ScenarioError)
-    return parse_scenario(raw, str(p)), p.parent
+    try:
+        return parse_scenario(raw, str(p)), p.parent
+    except ScenarioError as exc:
+        raise ScenarioError(at_line(str(exc), str(p), _error_line(raw, text))) from None
+
+
+def _error_line(raw: Any, text: str) -> int | None:
+    """The line of the scenario ``text`` holding the first field that fails validation."""
+    try:
+        Scenario.model_validate(raw)
+    except ValidationError as err:
+        return yaml_line(text, first_error(err)["loc"])
+    return None

@@ -275,7 +275,17 @@ def batch_out_is_a_file(t: Path):
     return ["plan", str(scenario(t)), str(scenario(t, name="u.yaml")), "--out", str(t / "out")], ["--out", "is a file"]
 
 
+def schema_error_names_file_line_and_field(t: Path):
+    text = SEED.replace("peak_qps: 350", "peak_qps: -3")
+    return ["plan", str(scenario(t, text=text))], [f"{t / 's.yaml'}:8: products[chat].peak_qps:", "(got -3)"]
+
+
+def unknown_option_names_its_line(t: Path):
+    return ["plan", str(scenario(t, "  colour: red\n"))], [f"{t / 's.yaml'}:18: options.colour: unknown field"]
+
+
 CASES: list[Case] = [
+    schema_error_names_file_line_and_field, unknown_option_names_its_line,
     scenario_links_to_dev_zero, scenario_is_a_fifo, catalog_links_to_dev_urandom, catalog_is_a_directory,
     scenario_catalog_is_a_fifo, demand_profile_is_a_fifo, demand_profile_links_to_dev_zero,
     calibration_links_to_dev_zero, measurements_are_a_fifo, hf_config_links_to_dev_zero, scenario_too_large,
