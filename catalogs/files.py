@@ -156,7 +156,12 @@ class StrictLoader(_BaseLoader):  # type: ignore[misc,valid-type]
             raise yaml.constructor.ConstructorError(
                 None, None, f"tag {short(tag, 40)} is not allowed (use plain mappings, lists, strings, numbers, "
                             "booleans and dates)", node.start_mark)
-        return super().construct_object(node, deep=deep)
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, OverflowError) as exc:  # e.g. a 5,000-digit integer, the date 2025-13-45
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read the value {short(str(node.value), 40)}: {short(str(exc).split(';')[0], 120)}",
+                node.start_mark) from None
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> Any:
         """Construct a mapping, refusing a key that appears twice in it."""
@@ -188,7 +193,7 @@ def parse_yaml(text: str, where: Path | str, error: type[InputError] = InputErro
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        what = "" if "not allowed" in problem or "appears twice" in problem else "malformed YAML: "
+        what = "" if problem.startswith(("tag ", "key ", "cannot read")) else "malformed YAML: "
         raise error(f"{where}:{line}: {what}{problem}") from None
     except RecursionError:
         raise error(f"{where}: malformed YAML: nested too deeply") from None

@@ -278,10 +278,10 @@ def print_summary(rows: list[dict[str, Any]], console: Any) -> None:
 def _stem_inputs(files: list[str], settings: Settings) -> list[Path]:
     """Every input file of the batch: the scenarios, and the catalogs and demand profiles each
     readable scenario names, the ``--catalog`` files and the calibration profile."""
-    from fleetplan.main import scenario_inputs
+    from fleetplan.main import catalog_inputs, scenario_inputs
     from fleetplan.optimizer.scenario import load_scenario
 
-    inputs: list[Path] = [*(Path(c) for c in settings.catalogs)]
+    inputs: list[Path] = catalog_inputs(settings.catalogs)
     inputs += [Path(settings.calibration)] if settings.calibration else []
     for f in files:
         inputs.append(Path(f))

@@ -112,12 +112,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from fleetplan.catalogs import load_catalog
     from fleetplan.catalogs.files import check_output_file, write_atomically
     from fleetplan.catalogs.loader import InputError
-    from fleetplan.main import dumps
+    from fleetplan.main import catalog_inputs, dumps
     from fleetplan.models import calibration as cal
     from fleetplan.models.presets import get_preset
     from fleetplan.models.validation import predict_all, summarize
 
-    out = check_output_file(args.out, "--out", [args.file, *args.catalog])
+    out = check_output_file(args.out, "--out", [args.file, *catalog_inputs(args.catalog)])
     catalog = load_catalog(args.catalog)
     preset = get_preset(args.preset)
     path, rows = _read_measurements(args.file)

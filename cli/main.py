@@ -69,9 +69,16 @@ def scenario_inputs(path: str | Path, scenario: Any, folder: Path, catalogs: lis
                     calibration: str | None = None) -> list[Path]:
     """Every file a plan of the scenario at ``path`` reads: the scenario, its catalogs and demand
     profiles, the ``--catalog`` files and the calibration profile (no output may be one of them)."""
-    files = [Path(path), *(folder / c for c in scenario.catalogs), *(Path(c) for c in catalogs)]
+    files = [Path(path), *(folder / c for c in scenario.catalogs), *catalog_inputs(catalogs)]
     files += [folder / p.demand_profile for p in scenario.products if p.demand_profile]
     return files + ([Path(calibration)] if calibration else [])
+
+
+def catalog_inputs(catalogs: list[str] | tuple[str, ...] = ()) -> list[Path]:
+    """The shipped catalog files and the ``--catalog`` files: inputs of every command."""
+    from fleetplan.catalogs.loader import DATA_DIR, SHIPPED_FILES
+
+    return [*(DATA_DIR / name for name in SHIPPED_FILES), *(Path(c) for c in catalogs)]
 
 
 def resolve_preset(name: str, calibration: str | None) -> Any:
@@ -280,7 +287,7 @@ def cmd_catalog_add_model(args: argparse.Namespace) -> int:
     from fleetplan.catalogs.loader import CatalogError, load_catalog, parse_yaml
 
     src = Path(args.config)
-    out = check_output_file(args.out, "--out", [src])
+    out = check_output_file(args.out, "--out", [src, *catalog_inputs()])
     cfg = read_json(src, "config.json", CatalogError, "add-model: ")
     if not isinstance(cfg, dict):
         raise CatalogError(f"{src}: config.json must be a JSON object")

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from fleetplan.catalogs.files import MAX_INPUT_BYTES, parse_yaml, read_text
-from fleetplan.catalogs.loader import InputError
+from fleetplan.catalogs.loader import DATA_DIR, InputError
 from fleetplan.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -284,7 +284,25 @@ def unknown_option_names_its_line(t: Path):
     return ["plan", str(scenario(t, "  colour: red\n"))], [f"{t / 's.yaml'}:18: options.colour: unknown field"]
 
 
+def integer_of_a_million_digits(t: Path):
+    text = SEED.replace("peak_qps: 350", "peak_qps: " + "9" * 1_000_000)
+    return ["plan", str(scenario(t, text=text))], ["s.yaml", "line 8", "cannot read the value 999", "1000000 digits"]
+
+
+def impossible_date_in_catalog(t: Path):
+    (t / "c.yaml").write_text(CATALOG + "    as_of: 2025-13-45\n", encoding="utf-8")
+    return ["catalog", "list", "gpus", "--catalog", str(t / "c.yaml")], ["c.yaml", "line 4", "2025-13-45", "month"]
+
+
+def add_model_out_is_the_shipped_catalog(t: Path):
+    (t / "config.json").write_text("{}", encoding="utf-8")
+    return (["catalog", "add-model", str(t / "config.json"), "--id", "m", "--out", str(DATA_DIR / "models.yaml")],
+            ["--out", "models.yaml", "input files"])
+
+
 CASES: list[Case] = [
+    add_model_out_is_the_shipped_catalog,
+    integer_of_a_million_digits, impossible_date_in_catalog,
     schema_error_names_file_line_and_field, unknown_option_names_its_line,
     scenario_links_to_dev_zero, scenario_is_a_fifo, catalog_links_to_dev_urandom, catalog_is_a_directory,
     scenario_catalog_is_a_fifo, demand_profile_is_a_fifo, demand_profile_links_to_dev_zero,
