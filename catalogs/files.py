@@ -248,8 +248,8 @@ def read_json(path: Path, noun: str = "file", error: type[InputError] = InputErr
         return json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise error(f"{where}{path}: line {exc.lineno}: malformed JSON: {exc.msg}") from None
-    except ValueError as exc:
-        raise error(f"{where}{path}: {exc}") from None
+    except ValueError as exc:  # a duplicated key, or an integer of more digits than Python converts
+        raise error(f"{where}{path}: {short(str(exc).split(';')[0], 120)}") from None
     except RecursionError:
         raise error(f"{where}{path}: malformed JSON: nested too deeply") from None
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from fleetplan.catalogs.files import write_atomically
 from fleetplan.catalogs.loader import Catalog, InputError
 from fleetplan.models.presets import Preset, get_preset
 from fleetplan.optimizer.api import resolve_api
@@ -128,6 +126,10 @@ def _crossing(points: list[BreakevenPoint], field: str) -> float | None:
 
 def plot(result: dict[str, Any], path: Path, title: str) -> None:
     """Write the three cost curves to ``path`` (PNG or SVG, by extension), atomically."""
+    import io
+
+    from fleetplan.catalogs.files import write_atomically
+
     import matplotlib
 
     matplotlib.use("Agg")

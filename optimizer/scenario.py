@@ -8,9 +8,10 @@ from typing import Any, Literal
 from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator,
                       model_validator)
 
-from fleetplan.catalogs.files import at_line, short, short_repr, yaml_line
 from fleetplan.catalogs.loader import InputError, first_error, format_validation_error, nearest, parse_yaml, read_text
 from fleetplan.catalogs.schema import Precision
+
+from fleetplan.catalogs.files import at_line, short, short_repr, yaml_line  # noqa: I001 - kept apart: the reader's helpers
 
 
 class ScenarioError(InputError):
