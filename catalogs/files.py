@@ -55,8 +55,8 @@ def short_repr(value: Any, limit: int = ECHO_CHARS) -> str:
 
 def one_line(message: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     """``message`` on one line (a message with line breaks has its whitespace runs made one
-    space), at most ``limit`` characters:
-    a longer one keeps its start and its end (where the nearest valid choice usually is)."""
+    space), at most ``limit`` characters: a longer one keeps its start and its end (where the
+    nearest valid choice usually is)."""
     text = " ".join(message.split()) if "\n" in message or "\r" in message else message
     if len(text) <= limit:
         return text
@@ -282,10 +282,12 @@ def _try_create_in(d: Path, flag: str) -> None:
     os.unlink(tmp)
 
 
-def _not_an_input(path: Path, flag: str, inputs: Iterable[Path | str]) -> None:
+def _not_an_input(path: Path, flag: str, inputs: Iterable[Path | str], shown: Path) -> None:
+    """Raise when ``path`` is (or links to) one of ``inputs``; the message shows ``shown``."""
     for i in inputs:
         if _same_file(path, Path(i)):
-            raise InputError(f"{flag}: {path} is one of this command's input files; write the output to another file")
+            raise InputError(f"{flag}: {shown} is one of this command's input files ({i}); write the output to "
+                             "another file")
 
 
 def check_output_file(path: Path | str, flag: str, inputs: Iterable[Path | str] = (),
@@ -302,13 +304,12 @@ def check_output_file(path: Path | str, flag: str, inputs: Iterable[Path | str] 
     if str(path).endswith(os.sep) or given.is_dir():
         raise InputError(f"{flag}: {given} is a directory; give a file name")
     target = Path(os.path.realpath(given))
-    inputs = list(inputs)
-    _not_an_input(target, flag, inputs)
-    if target.exists() or target.is_symlink():
-        mode = os.stat(target).st_mode if target.exists() else 0
-        if target.exists() and not stat.S_ISREG(mode):
+    _not_an_input(target, flag, inputs, given)
+    if target.exists():
+        mode = os.stat(target).st_mode
+        if not stat.S_ISREG(mode):
             raise InputError(f"{flag}: {given} is {_kind(mode)}, not a regular file")
-        if target.exists() and not os.access(target, os.W_OK):
+        if not os.access(target, os.W_OK):
             raise InputError(f"{flag}: {given} is read-only; remove it or choose another file")
     _writable_dir(target.parent, flag, given)
     return target
@@ -326,7 +327,7 @@ def check_output_dir(path: Path | str, flag: str, inputs: Iterable[Path | str] =
     if target.exists():
         if not target.is_dir():
             raise InputError(f"{flag}: with several scenarios --out is a directory, but {given} is a file")
-        _not_an_input(target, flag, inputs)
+        _not_an_input(target, flag, inputs, given)
         _try_create_in(target, flag)
         return target
     ancestor = target.parent
