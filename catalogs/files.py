@@ -286,7 +286,8 @@ def _not_an_input(path: Path, flag: str, inputs: Iterable[Path | str], shown: Pa
     """Raise when ``path`` is (or links to) one of ``inputs``; the message shows ``shown``."""
     for i in inputs:
         if _same_file(path, Path(i)):
-            raise InputError(f"{flag}: {shown} is one of this command's input files ({i}); write the output to "
+            which = "" if Path(i) == shown else f" ({i})"
+            raise InputError(f"{flag}: {shown} is one of this command's input files{which}; write the output to "
                              "another file")
 
 
