@@ -77,20 +77,18 @@ def _hard_exit(signum: int) -> None:
 
 
 def _watch(read_fd: int) -> None:
-    """Watchdog thread: wait for a signal byte; if the main thread does not take the signal
-    within :data:`GRACE_S`, end the process."""
-    while True:
-        try:
-            data = os.read(read_fd, 1)
-        except OSError:
-            return
-        if not data:
-            return
-        if data[0] not in (signal.SIGINT, signal.SIGTERM):
-            continue
-        if _taken.wait(GRACE_S):
-            return
-        _hard_exit(data[0])
+    """Watchdog thread: read signal bytes until the pipe closes; when the main thread does not
+    take a signal within :data:`GRACE_S`, end the process. The pipe is drained to the end (and
+    then closed) so the wakeup writes never fail."""
+    try:
+        while data := os.read(read_fd, 64):
+            signum = next((b for b in data if b in (signal.SIGINT, signal.SIGTERM)), None)
+            if signum is not None and not _taken.wait(GRACE_S):
+                _hard_exit(signum)
+    except OSError:
+        pass
+    finally:
+        os.close(read_fd)
 
 
 def install_handlers() -> Callable[[], None]:
