@@ -72,7 +72,8 @@ def _hard_exit(signum: int) -> None:
         util = sys.modules.get("multiprocessing.util")
         if util is not None:
             util._run_finalizers(0)  # release this process's semaphores, as a normal exit would
-    os.write(2, (message(code) + "\n").encode())
+    clear = "\r\x1b[2K" if os.isatty(2) else ""  # a progress line may be drawn there
+    os.write(2, (clear + message(code) + "\n").encode())
     os._exit(code)
 
 
