@@ -79,6 +79,7 @@ def _kind(mode: int) -> str:
 
 
 def _size_text(n: int) -> str:
+    """A byte count for people: MiB from one MiB up, else bytes."""
     return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n:,} bytes"
 
 
@@ -232,6 +233,7 @@ def at_line(message: str, where: str, line: int | None) -> str:
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict; a key given twice raises ``ValueError``."""
     out: dict[str, Any] = {}
     for k, v in pairs:
         if k in out:
@@ -256,6 +258,8 @@ def read_json(path: Path, noun: str = "file", error: type[InputError] = InputErr
 
 # ---------------------------------------------------------------- writing
 def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` are the same file (same device and inode; by resolved path when
+    one does not exist yet)."""
     try:
         return os.path.samefile(a, b)
     except OSError:

@@ -39,11 +39,13 @@ class Terminated(KeyboardInterrupt):
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    """SIGINT handler: note that the main thread took it, then interrupt as Python does."""
     _taken.set()
     raise KeyboardInterrupt()
 
 
 def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM handler: note that the main thread took it, then raise :class:`Terminated`."""
     _taken.set()
     # ignore a second SIGTERM while the first one is being cleaned up
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
