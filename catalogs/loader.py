@@ -13,22 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
+from fleetplan.catalogs.files import InputError, parse_yaml, read_text, short_repr
 from fleetplan.catalogs.schema import GPU, LLM, APIPrice, GPUPrice, ReferencePrice
-
-try:  # libyaml is an order of magnitude faster when present
-    _Loader: Any = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover
-    _Loader = yaml.SafeLoader
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SHIPPED_FILES = ("gpus.yaml", "models.yaml", "prices.yaml", "api_prices.yaml")
-
-
-class InputError(ValueError):
-    """Bad user input (file, field or flag); the message is one line for the user."""
 
 
 class CatalogError(InputError):
@@ -90,7 +81,7 @@ def format_validation_error(err: ValidationError, where: str, schema: Any = None
             msg += nearest(str(first["loc"][-1]), model.model_fields)
     got = first.get("input")
     quiet = first["type"] in ("missing", "extra_forbidden") or isinstance(got, dict) or "(got " in msg
-    got_txt = "" if quiet else f" (got {got!r})"
+    got_txt = "" if quiet else f" (got {short_repr(got)})"
     more = len(err.errors()) - 1
     tail = f" [and {more} more problem{'s' if more > 1 else ''}]" if more else ""
     return f"{where}.{loc}: {msg}{got_txt}{tail}" if loc else f"{where}: {msg}{got_txt}{tail}"
@@ -145,28 +136,6 @@ class Catalog:
         """Provider prices of ``gpu_id`` (optionally of one pricing kind), cheapest first."""
         rows = [p for p in self.prices if p.gpu == gpu_id and (kind is None or p.kind == kind)]
         return sorted(rows, key=lambda p: (p.usd_per_gpu_hour, p.provider))
-
-
-def read_text(path: Path, noun: str, error: type[InputError] = InputError, where: str = "") -> str:
-    """The text of a user's file; a missing or unreadable one raises ``error`` as one line,
-    ``{where}{noun} not found: {path}``."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise error(f"{where}{noun} not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise error(f"{where}cannot read {noun} {path}: {exc}") from None
-
-
-def parse_yaml(text: str, where: Path | str, error: type[InputError] = InputError) -> Any:
-    """Parse YAML ``text``; malformed input raises ``error`` naming ``where`` and the line."""
-    try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - safe loader class
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise error(f"{where}:{line}: malformed YAML: {problem}") from None
 
 
 def _key(section: _Section, raw: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -55,11 +55,35 @@ def is_batch(paths: list[str]) -> bool:
     return len(paths) > 1 or any(Path(p).is_dir() for p in paths)
 
 
-def scenario_files(paths: list[str]) -> list[str]:
+NOT_SCENARIO_KEYS = frozenset(("gpus", "models", "prices", "reference", "api_prices", "fleetplan_calibration"))
+
+
+def not_a_scenario(path: Path) -> str | None:
+    """What the YAML file ``path`` is when it is plainly not a scenario, else None.
+
+    A file whose top level is a mapping without ``products`` that has a catalog section
+    (``gpus``, ``models``, ``prices``, ``reference``, ``api_prices``) is a catalog, and one with
+    ``fleetplan_calibration`` a calibration profile. Anything else, a file that cannot be read
+    or parsed included, is taken as a scenario (and fails as one, with its own message).
+    """
+    from fleetplan.catalogs.files import parse_yaml, read_text
+
+    try:
+        doc = parse_yaml(read_text(path, "scenario file"), path)
+    except InputError:
+        return None
+    if not isinstance(doc, dict) or "products" in doc or not NOT_SCENARIO_KEYS.intersection(doc):
+        return None
+    return "a calibration profile" if "fleetplan_calibration" in doc else "a catalog"
+
+
+def scenario_files(paths: list[str], skipped: list[str] | None = None) -> list[str]:
     """The scenario files named by ``paths``, sorted by name (the file name without its extension).
 
-    A directory stands for every ``*.yaml`` and ``*.yml`` file directly in it; any other path
-    is taken as a scenario file (a missing one fails as that scenario's error). Raises
+    A directory stands for every ``*.yaml`` and ``*.yml`` file directly in it that is a
+    scenario: a catalog or calibration profile kept beside the scenarios (see
+    :func:`not_a_scenario`) is left out and described in ``skipped``. Any other path is taken
+    as a scenario file (a missing one fails as that scenario's error). Raises
     :class:`InputError` for a directory without scenarios or two files with the same stem
     (their plan files would overwrite each other).
     """
@@ -67,7 +91,15 @@ def scenario_files(paths: list[str]) -> list[str]:
     for p in paths:
         d = Path(p)
         if d.is_dir():
-            found = [str(f) for f in d.iterdir() if f.suffix in SUFFIXES and f.is_file()]
+            found = []
+            for f in sorted(d.iterdir()):
+                if f.suffix not in SUFFIXES or f.is_dir():
+                    continue  # a device or pipe named *.yaml is kept: it fails as a scenario, by name
+                what = not_a_scenario(f)
+                if what is None:
+                    found.append(str(f))
+                elif skipped is not None:
+                    skipped.append(f"{f} is {what}, not a scenario (no 'products')")
             if not found:
                 raise InputError(f"plan: no *.yaml or *.yml scenario files in directory {p}")
             files += found
@@ -84,8 +116,11 @@ def scenario_files(paths: list[str]) -> list[str]:
 
 
 def one_line(message: str) -> str:
-    """``message`` on one line (whitespace runs, newlines included, become one space)."""
-    return " ".join(message.split())
+    """``message`` on one line (whitespace runs, newlines included, become one space), capped
+    in length like every error line."""
+    from fleetplan.catalogs.files import one_line as capped
+
+    return capped(" ".join(message.split()))
 
 
 def solve_one(path: str, settings: Settings) -> Outcome:
@@ -123,7 +158,7 @@ def solve_all(files: list[str], settings: Settings, jobs: int = 1,
     ``on_done`` is called in the calling process as each scenario finishes (in finishing
     order); ``on_start`` before each file when planning one at a time. With ``jobs > 1`` the
     scenarios are planned in worker processes started afresh (``spawn``), so no state of this
-    process leaks into a plan.
+    process leaks into a plan; an interrupt stops them (:mod:`fleetplan.optimizer.workers`).
     """
     done = on_done or (lambda o: None)
     if jobs <= 1 or len(files) <= 1:
@@ -135,11 +170,12 @@ def solve_all(files: list[str], settings: Settings, jobs: int = 1,
             done(o)
             out.append(o)
         return out
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import as_completed
+
+    from fleetplan.optimizer.workers import worker_pool
 
     results: dict[int, Outcome] = {}
-    with ProcessPoolExecutor(max_workers=min(jobs, len(files)), mp_context=multiprocessing.get_context("spawn")) as pool:
+    with worker_pool(min(jobs, len(files))) as pool:
         futures = {pool.submit(solve_one, f, settings): i for i, f in enumerate(files)}
         for fut in as_completed(futures):
             o = fut.result()
@@ -239,69 +275,131 @@ def print_summary(rows: list[dict[str, Any]], console: Any) -> None:
     console.print(t)
 
 
+def _stem_inputs(files: list[str], settings: Settings) -> list[Path]:
+    """Every input file of the batch: the scenarios, and the catalogs and demand profiles each
+    readable scenario names, the ``--catalog`` files and the calibration profile."""
+    from fleetplan.main import catalog_inputs, scenario_inputs
+    from fleetplan.optimizer.scenario import load_scenario
+
+    inputs: list[Path] = catalog_inputs(settings.catalogs)
+    inputs += [Path(settings.calibration)] if settings.calibration else []
+    for f in files:
+        inputs.append(Path(f))
+        try:
+            scenario, folder = load_scenario(f)
+        except InputError:
+            continue  # it fails again, as its own error row, when it is planned
+        inputs += scenario_inputs(f, scenario, folder)
+    return inputs
+
+
+def check_outputs(out: str, files: list[str], settings: Settings) -> Path:
+    """The batch's output directory, checked with every file the batch would write in it.
+
+    Refused before anything is planned: a directory that is a file or not writable, a scenario
+    named like the summary, and a plan or summary file that is one of the batch's inputs, a
+    directory or read-only.
+    """
+    from fleetplan.catalogs.files import check_output_dir, check_output_file
+
+    clash = [f for f in files if Path(f).stem == SUMMARY_STEM]
+    if clash:
+        raise InputError(f"plan: {clash[0]} would overwrite {out}/{SUMMARY_STEM}.json; rename the scenario")
+    inputs = _stem_inputs(files, settings)
+    out_dir = check_output_dir(out, "--out", inputs)
+    if out_dir.is_dir():
+        for name in [f"{Path(f).stem}.json" for f in files] + [f"{SUMMARY_STEM}.csv", f"{SUMMARY_STEM}.json"]:
+            check_output_file(out_dir / name, "--out", inputs)
+    return out_dir
+
+
 def run_batch(paths: list[str], settings: Settings, out: str | None, as_json: bool, jobs: int, console: Any) -> int:
     """Plan every scenario named by ``paths``, write the plan and summary files, print the summary.
 
     With ``out``, each solved scenario's plan goes to ``out/<stem>.json`` and the summary to
-    ``out/summary.csv`` and ``out/summary.json`` (each written atomically); a failed
-    scenario's plan file from an earlier run is removed. Prints the summary table (the summary
-    JSON with ``as_json``), then one line per failed scenario on stderr. Returns 2 if any
-    scenario failed, else 0.
-    """
-    from fleetplan.main import EXIT_USER_ERROR, dumps, write_atomically
+    ``out/summary.csv`` and ``out/summary.json`` (each written atomically); every output path
+    is checked before anything is planned. A failed scenario writes no plan file and removes
+    none: a ``<stem>.json`` there from before this run is left as it was, and its error line
+    says so. Prints the summary table (the summary JSON with ``as_json``), then one line per
+    failed scenario on stderr. Returns 2 if any scenario failed, else 0.
 
-    files = scenario_files(paths)
-    out_dir = Path(out) if out else None
+    An interrupt (Ctrl-C, SIGTERM) stops the workers, writes the summary of the scenarios that
+    finished (with ``out``) and goes on as the same interrupt, with a message saying so.
+    """
+    from fleetplan.catalogs.files import make_output_dir, write_atomically
+    from fleetplan.interrupts import on_hard_exit
+    from fleetplan.main import EXIT_USER_ERROR, dumps
+
+    skipped: list[str] = []
+    files = scenario_files(paths, skipped)
+    out_dir = check_outputs(out, files, settings) if out else None
+    earlier = {f for f in files if out_dir is not None and (out_dir / f"{Path(f).stem}.json").exists()}
+    for note in skipped:
+        print(f"fleetplan: note: skipped {note}", file=sys.stderr)
     if out_dir is not None:
-        if out_dir.exists() and not out_dir.is_dir():
-            raise InputError(f"--out: with several scenarios --out is a directory, but {out} is a file")
-        clash = [f for f in files if Path(f).stem == SUMMARY_STEM]
-        if clash:
-            raise InputError(f"plan: {clash[0]} would overwrite {out}/{SUMMARY_STEM}.json; rename the scenario")
-        out_dir.mkdir(parents=True, exist_ok=True)
+        make_output_dir(out_dir)
+    finished: dict[str, Outcome] = {}
 
     def save(o: Outcome) -> None:
+        finished[o.path] = o
+        if out_dir is not None and o.plan is not None:
+            write_atomically(out_dir / f"{o.stem}.json", dumps(o.plan))
+
+    def write_summary(outcomes: list[Outcome]) -> str:
+        rows = summary_rows(outcomes)
+        text = dumps(rows)
+        if out_dir is not None:
+            write_atomically(out_dir / f"{SUMMARY_STEM}.csv", summary_csv(rows))
+            write_atomically(out_dir / f"{SUMMARY_STEM}.json", text)
+        return text
+
+    def summary_of_finished() -> None:
+        write_summary([finished[f] for f in files if f in finished])
+
+    try:
+        with on_hard_exit(summary_of_finished if out_dir is not None else lambda: None):
+            outcomes = _solve_with_progress(files, settings, jobs, save)
+    except KeyboardInterrupt as exc:
+        done = [finished[f] for f in files if f in finished]
         if out_dir is None:
-            return
-        target = out_dir / f"{o.stem}.json"
-        if o.plan is not None:
-            write_atomically(target, dumps(o.plan))
-        else:
-            target.unlink(missing_ok=True)
+            raise
+        write_summary(done)
+        raise type(exc)(f"{len(done)} of {len(files)} scenarios finished; their plans and the summary of them "
+                        f"are in {out}") from None
 
-    if sys.stderr.isatty():
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        with Progress(TextColumn("planning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TextColumn("{task.description}"), console=Console(stderr=True), transient=True) as bar:
-            task = bar.add_task("", total=len(files))
-
-            def advance(o: Outcome) -> None:
-                save(o)
-                bar.update(task, advance=1, description=f"{o.stem}: {'error' if o.error else 'done'}")
-
-            def start(f: str) -> None:
-                bar.update(task, description=f"{Path(f).stem} ...")
-
-            outcomes = solve_all(files, settings, jobs, advance, start)
-    else:
-        outcomes = solve_all(files, settings, jobs, save)
-
-    rows = summary_rows(outcomes)
-    text = dumps(rows)
-    if out_dir is not None:
-        write_atomically(out_dir / f"{SUMMARY_STEM}.csv", summary_csv(rows))
-        write_atomically(out_dir / f"{SUMMARY_STEM}.json", text)
+    text = write_summary(outcomes)
     if as_json:
         sys.stdout.write(text)
     else:
-        print_summary(rows, console)
+        print_summary(summary_rows(outcomes), console)
         if out_dir is not None:
             ok = sum(1 for o in outcomes if o.plan is not None)
             console.print(f"wrote {ok} plan files and {SUMMARY_STEM}.csv, {SUMMARY_STEM}.json to {out_dir}")
     sys.stdout.flush()
     failed = [o for o in outcomes if o.plan is None]
     for o in failed:
-        print(f"fleetplan: error: {o.path}: {o.error}", file=sys.stderr)
+        kept = (f" ({out}/{o.stem}.json, from before this run, was left as it was)"
+                if o.path in earlier and out_dir is not None else "")
+        print(f"fleetplan: error: {o.path}: {o.error}{kept}", file=sys.stderr)
     return EXIT_USER_ERROR if failed else 0
+
+
+def _solve_with_progress(files: list[str], settings: Settings, jobs: int, save: Callable[[Outcome], None]) -> list[Outcome]:
+    """:func:`solve_all`, with a progress bar on stderr when it is a terminal."""
+    if not sys.stderr.isatty():
+        return solve_all(files, settings, jobs, save)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("planning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.description}"), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("", total=len(files))
+
+        def advance(o: Outcome) -> None:
+            save(o)
+            bar.update(task, advance=1, description=f"{o.stem}: {'error' if o.error else 'done'}")
+
+        def start(f: str) -> None:
+            bar.update(task, description=f"{Path(f).stem} ...")
+
+        return solve_all(files, settings, jobs, advance, start)

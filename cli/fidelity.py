@@ -111,12 +111,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     import yaml
 
     from fleetplan.catalogs import load_catalog
+    from fleetplan.catalogs.files import check_output_file, write_atomically
     from fleetplan.catalogs.loader import InputError
-    from fleetplan.main import dumps, write_atomically
+    from fleetplan.main import catalog_inputs, dumps
     from fleetplan.models import calibration as cal
     from fleetplan.models.presets import get_preset
     from fleetplan.models.validation import predict_all, summarize
 
+    out = check_output_file(args.out, "--out", [args.file, *catalog_inputs(args.catalog)])
     catalog = load_catalog(args.catalog)
     preset = get_preset(args.preset)
     path, rows = _read_measurements(args.file)
@@ -155,7 +157,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             "cross_validated": {"method": method, "folds": folds, **_stats_json(cv_s["overall"])},
         },
     }
-    write_atomically(Path(args.out), yaml.safe_dump(profile, sort_keys=False, allow_unicode=True))
+    write_atomically(out, yaml.safe_dump(profile, sort_keys=False, allow_unicode=True))
     if args.json:
         doc = {
             "profile": str(args.out),

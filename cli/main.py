@@ -1,7 +1,9 @@
 """The ``fleetplan`` command line: estimate, plan, catalog.
 
 Every user error ends with exit code 2 and one line on stderr naming the field and the
-nearest valid choice; nothing is written to an output file unless the command succeeded.
+nearest valid choice; nothing is written to an output file unless the command succeeded, and
+every output path is checked (:mod:`fleetplan.catalogs.files`) before any solving. Ctrl-C ends
+with one line and exit code 130, SIGTERM with 143 (:mod:`fleetplan.interrupts`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import os
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
+
+from fleetplan.catalogs.files import check_output_file, one_line, write_atomically
 
 EXIT_USER_ERROR = 2
 EXIT_SOLVER_ERROR = 3
@@ -38,21 +42,6 @@ def _number_flag(valid: Any) -> Any:
     return parse
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and rename: never a half-written file."""
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def dumps(data: Any) -> str:
     """Canonical JSON: sorted keys are NOT used so the documented key order is kept; stable floats.
 
@@ -65,6 +54,22 @@ def _console() -> Any:
     from rich.console import Console
 
     return Console(width=max(160, int(os.environ.get("COLUMNS", "0") or 0)), highlight=False)
+
+
+def scenario_inputs(path: str | Path, scenario: Any, folder: Path, catalogs: list[str] | tuple[str, ...] = (),
+                    calibration: str | None = None) -> list[Path]:
+    """Every file a plan of the scenario at ``path`` reads: the scenario, its catalogs and demand
+    profiles, the ``--catalog`` files and the calibration profile (no output may be one of them)."""
+    files = [Path(path), *(folder / c for c in scenario.catalogs), *catalog_inputs(catalogs)]
+    files += [folder / p.demand_profile for p in scenario.products if p.demand_profile]
+    return files + ([Path(calibration)] if calibration else [])
+
+
+def catalog_inputs(catalogs: list[str] | tuple[str, ...] = ()) -> list[Path]:
+    """The shipped catalog files and the ``--catalog`` files: inputs of every command."""
+    from fleetplan.catalogs.loader import DATA_DIR, SHIPPED_FILES
+
+    return [*(DATA_DIR / name for name in SHIPPED_FILES), *(Path(c) for c in catalogs)]
 
 
 def resolve_preset(name: str, calibration: str | None) -> Any:
@@ -133,6 +138,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline, Progress
 
     scenario, folder = load_scenario(args.scenario[0])
+    out = None
+    if args.out:
+        inputs = scenario_inputs(args.scenario[0], scenario, folder, args.catalog, args.calibration)
+        out = check_output_file(args.out, "--out", inputs)
     catalog = load_catalog([*(folder / c for c in scenario.catalogs), *args.catalog])
     preset = resolve_preset(scenario.preset, args.calibration) if args.calibration else None
     progress = Progress.for_terminal(quiet=args.json)
@@ -148,8 +157,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for what in d.get("stopped_by_time_limit", []):
         print(f"fleetplan: note: time limit ({d['time_limit_s']:g} s): {what} cut short", file=sys.stderr)
     text = dumps(d)
-    if args.out:
-        write_atomically(Path(args.out), text)
+    if out is not None:
+        write_atomically(out, text)
     if args.json:
         sys.stdout.write(text)
     else:
@@ -163,15 +172,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_breakeven(args: argparse.Namespace) -> int:
     """All-API vs self-host only vs the optimal blend as volume scales."""
     from fleetplan.catalogs import load_catalog
-    from fleetplan.catalogs.loader import InputError
     from fleetplan.optimizer.breakeven import DEFAULT_SCALES, breakeven, plot
     from fleetplan.optimizer.scenario import load_scenario
 
     scenario, folder = load_scenario(args.scenario)
+    plot_path = None
+    if args.plot:
+        plot_path = check_output_file(args.plot, "--plot", scenario_inputs(args.scenario, scenario, folder, args.catalog),
+                                      suffixes=(".png", ".svg"))
     catalog = load_catalog([*(folder / c for c in scenario.catalogs), *args.catalog])
     scales = tuple(args.scales) if args.scales else DEFAULT_SCALES
-    if args.plot and Path(args.plot).suffix.lower() not in (".png", ".svg"):
-        raise InputError(f"--plot: file must end in .png or .svg (got {args.plot})")
     def show(p: dict[str, Any]) -> None:
         if not args.json:
             own = "-" if p["self_host_usd"] is None else f"${p['self_host_usd']:,.0f}"
@@ -182,8 +192,8 @@ def cmd_breakeven(args: argparse.Namespace) -> int:
     result = breakeven(scenario, catalog, folder, scales, solver=args.solver, on_point=show)
     for what in result["stopped"]:
         print(f"fleetplan: note: time limit reached: {what} not computed", file=sys.stderr)
-    if args.plot:
-        plot(result, Path(args.plot), f"build vs buy: {Path(args.scenario).name}")
+    if plot_path is not None:
+        plot(result, plot_path, f"build vs buy: {Path(args.scenario).name}")
     if args.json:
         sys.stdout.write(dumps(result))
     else:
@@ -264,17 +274,12 @@ def cmd_catalog_add_model(args: argparse.Namespace) -> int:
     import yaml
 
     from fleetplan.catalogs.hf_config import entry_from_hf_config
+    from fleetplan.catalogs.files import read_json, read_text
     from fleetplan.catalogs.loader import CatalogError, load_catalog, parse_yaml
 
     src = Path(args.config)
-    try:
-        cfg = json.loads(src.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CatalogError(f"add-model: file not found: {src}") from None
-    except json.JSONDecodeError as exc:
-        raise CatalogError(f"{src}: malformed JSON: {exc.msg} at line {exc.lineno}") from None
-    except ValueError as exc:  # e.g. an integer of more digits than Python converts
-        raise CatalogError(f"{src}: malformed JSON: {str(exc)[:80]}") from None
+    out = check_output_file(args.out, "--out", [src, *catalog_inputs()])
+    cfg = read_json(src, "config.json", CatalogError, "add-model: ")
     if not isinstance(cfg, dict):
         raise CatalogError(f"{src}: config.json must be a JSON object")
     entry = entry_from_hf_config(cfg, args.id, source=f"config.json ({src.name})")
@@ -283,12 +288,11 @@ def cmd_catalog_add_model(args: argparse.Namespace) -> int:
     for flag, key in (("total_params", "total_params"), ("active_params", "active_params")):
         if getattr(args, flag) is not None:
             entry[key] = getattr(args, flag)
-    out = Path(args.out)
     doc: dict[str, Any] = {}
     if out.exists():
-        doc = parse_yaml(out.read_text(encoding="utf-8"), out, CatalogError) or {}
+        doc = parse_yaml(read_text(out, "catalog file", CatalogError, "--out: "), args.out, CatalogError) or {}
         if not isinstance(doc, dict):
-            raise CatalogError(f"{out}: not a catalog file (expected a mapping)")
+            raise CatalogError(f"{args.out}: not a catalog file (expected a mapping)")
     models = [m for m in doc.get("models", []) if not (isinstance(m, dict) and m.get("id") == args.id)]
     models.append(entry)
     doc["models"] = models
@@ -302,13 +306,13 @@ def cmd_catalog_add_model(args: argparse.Namespace) -> int:
             fh.write(text)
         load_catalog([tmp])
     except CatalogError as exc:
-        raise CatalogError(str(exc).replace(tmp, str(out))) from None
+        raise CatalogError(str(exc).replace(tmp, str(args.out))) from None
     finally:
         Path(tmp).unlink(missing_ok=True)
     write_atomically(out, text)
     print(
-        f"added {args.id} to {out}: {entry['total_params'] / 1e9:.2f}B parameters "
-        f"({entry['active_params'] / 1e9:.2f}B active), use it with --catalog {out}"
+        f"added {args.id} to {args.out}: {entry['total_params'] / 1e9:.2f}B parameters "
+        f"({entry['active_params'] / 1e9:.2f}B active), use it with --catalog {args.out}"
     )
     return 0
 
@@ -352,7 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         help="one scenario: also write the JSON plan to this file; a batch: write each plan to OUT/<stem>.json and "
              "the summary to OUT/summary.csv and OUT/summary.json in this directory (created if needed; a failed "
-             "scenario's old plan file is removed); without --out a batch writes no files",
+             "scenario writes and removes nothing); without --out a batch writes no files. An output that is one "
+             "of the inputs is refused",
     )
     pl.add_argument("--jobs", type=_number_flag(F.JOBS), default=1,
                     help="a batch: plan this many scenarios at once in worker processes; one scenario: solve this many "
@@ -393,14 +398,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run a subcommand, turning user errors into one line and exit code 2."""
-    args = build_parser().parse_args(argv)
-    from fleetplan.catalogs.loader import InputError
+    """Entry point: run a subcommand, turning user errors into one line and exit code 2, an
+    interrupt (Ctrl-C) into one line and exit code 130, SIGTERM into one line and 143."""
+    from fleetplan.interrupts import exit_code, install_handlers, message
 
+    restore = install_handlers()
+    try:
+        args = build_parser().parse_args(argv)
+        from fleetplan.catalogs.loader import InputError
+
+        return _dispatch(args, InputError)
+    except KeyboardInterrupt as exc:  # SIGTERM too (Terminated); cleanup ran in the finally blocks on the way
+        detail = f": {one_line(str(exc))}" if str(exc) else ""
+        print(f"{message(exit_code(exc))}{detail}", file=sys.stderr)
+        return exit_code(exc)
+    finally:
+        restore()
+
+
+def _dispatch(args: argparse.Namespace, input_error: type[Exception]) -> int:
+    """Run the parsed subcommand; every error except an interrupt becomes one line on stderr."""
     try:
         return int(args.func(args))
-    except InputError as exc:
-        print(f"fleetplan: error: {exc}", file=sys.stderr)
+    except input_error as exc:
+        print(f"fleetplan: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USER_ERROR
     except BrokenPipeError:  # pragma: no cover - e.g. piped into head
         return 0
@@ -410,9 +431,10 @@ def main(argv: list[str] | None = None) -> int:
         from fleetplan.optimizer.plan import SolverError
 
         if isinstance(exc, SolverError):
-            print(f"fleetplan: error: {exc}", file=sys.stderr)
+            print(f"fleetplan: error: {one_line(str(exc))}", file=sys.stderr)
             return EXIT_SOLVER_ERROR
-        print(f"fleetplan: internal error: {type(exc).__name__}: {exc} (FLEETPLAN_DEBUG=1 shows details)", file=sys.stderr)
+        print(f"fleetplan: internal error: {type(exc).__name__}: {one_line(str(exc))} (FLEETPLAN_DEBUG=1 shows details)",
+              file=sys.stderr)
         return 1
 
 
@@ -423,6 +445,11 @@ def run() -> NoReturn:
     serves no purpose once every output is flushed and every file closed.
     """
     code = main()
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:
+        # what interpreter teardown would run for multiprocessing: finalizers release the
+        # semaphores of a pool stopped by an interrupt (no "leaked semaphore" warning)
+        util._exit_function()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -142,7 +142,11 @@ def _crossing(points: list[BreakevenPoint], field: str) -> float | None:
 
 
 def plot(result: dict[str, Any], path: Path, title: str) -> None:
-    """Write the three cost curves to ``path`` (PNG or SVG, by extension)."""
+    """Write the three cost curves to ``path`` (PNG or SVG, by extension), atomically."""
+    import io
+
+    from fleetplan.catalogs.files import write_atomically
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -164,5 +168,7 @@ def plot(result: dict[str, Any], path: Path, title: str) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=path.suffix.lower().lstrip(".") or "png")
     plt.close(fig)
+    write_atomically(path, buf.getvalue())

@@ -1470,11 +1470,10 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: str, alternatives:
         # independent multi-hour components in worker processes; each result is what the same
         # call gives in this process, so the plan does not depend on the scheduling. Workers are
         # started fresh (spawn), so a calling script needs the usual ``if __name__ == "__main__"``.
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+        from fleetplan.optimizer.workers import worker_pool
 
         timed = [(w, n, so, main.left(), g) for w, n, so, _, g in heavy]  # seconds: a deadline stays in this process
-        with ProcessPoolExecutor(min(len(heavy), jobs), mp_context=multiprocessing.get_context("spawn")) as pool:
+        with worker_pool(min(len(heavy), jobs)) as pool:
             done = dict(zip([id(t) for t in heavy], pool.map(solve_component, timed)))
         outcomes = [done[id(t)] if id(t) in done else solve_component(t) for t in tasks]
     else:

@@ -11,6 +11,8 @@ from fleetplan.catalogs.loader import InputError, first_error, format_validation
 from fleetplan.catalogs import fields as F
 from fleetplan.catalogs.schema import Precision
 
+from fleetplan.catalogs.files import at_line, short, short_repr, yaml_line  # noqa: I001 - kept apart: the reader's helpers
+
 
 class ScenarioError(InputError):
     """A scenario file is invalid; the message is one line for the user."""
@@ -222,7 +224,7 @@ class Scenario(_Strict):
         seen: set[str] = set()
         for p in v:
             if p.name in seen:
-                raise ValueError(f"product name {p.name!r} is used twice")
+                raise ValueError(f"product name {short_repr(p.name)} is used twice")
             seen.add(p.name)
         return v
 
@@ -239,7 +241,7 @@ def parse_scenario(raw: Any, where: str) -> Scenario:
         if len(loc) >= 2 and loc[0] == "products" and isinstance(loc[1], int):
             products = raw.get("products") or []
             if loc[1] < len(products) and isinstance(products[loc[1]], dict) and "name" in products[loc[1]]:
-                msg = msg.replace(f"products.{loc[1]}", f"products[{products[loc[1]]['name']}]", 1)
+                msg = msg.replace(f"products.{loc[1]}", f"products[{short(str(products[loc[1]]['name']))}]", 1)
         raise ScenarioError(msg) from None
 
 
@@ -248,4 +250,16 @@ def load_scenario(path: Path | str) -> tuple[Scenario, Path]:
     p = Path(path)
     text = read_text(p, "scenario file", ScenarioError)
     raw = parse_yaml(text, p, ScenarioError)
-    return parse_scenario(raw, str(p)), p.parent
+    try:
+        return parse_scenario(raw, str(p)), p.parent
+    except ScenarioError as exc:
+        raise ScenarioError(at_line(str(exc), str(p), _error_line(raw, text))) from None
+
+
+def _error_line(raw: Any, text: str) -> int | None:
+    """The line of the scenario ``text`` holding the first field that fails validation."""
+    try:
+        Scenario.model_validate(raw)
+    except ValidationError as err:
+        return yaml_line(text, first_error(err)["loc"])
+    return None

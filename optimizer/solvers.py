@@ -242,6 +242,8 @@ def _solve_ortools(lp: LinearProblem, time_limit_s: float | None, mip_rel_gap: f
     if s is None:  # pragma: no cover - SCIP ships with ortools wheels
         return SolveResult(solver="ortools", status="error", termination="SCIP backend not available")
     s.SetNumThreads(1)
+    # SCIP would catch Ctrl-C itself and return its best plan; leave the signal to fleetplan
+    s.SetSolverSpecificParametersAsString("misc/catchctrlc = FALSE\n")
     if time_limit_s is not None:
         s.SetTimeLimit(max(1, int(time_limit_s * 1000)))
     inf = s.infinity()

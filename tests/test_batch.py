@@ -130,20 +130,23 @@ def test_every_kind_of_failure_is_one_row_and_one_line(capsys, tmp_path, example
     (d / "malformed.yaml").write_text("products: [\n", encoding="utf-8")
     out = tmp_path / "out"
     out.mkdir()
-    (out / "malformed.json").write_text("{}", encoding="utf-8")  # a plan file from an earlier run
+    (out / "malformed.json").write_text("{}", encoding="utf-8")  # a file from before this run
     code, _, err = run(capsys, ["plan", str(d), str(tmp_path / "missing.yaml"), "--out", str(out)])
     assert code == 2
     lines = err.splitlines()
     assert len(lines) == 3
     assert lines[0].startswith(f"fleetplan: error: {d / 'infeasible.yml'}: ") and "infeasible" in lines[0]
     assert lines[1].startswith(f"fleetplan: error: {d / 'malformed.yaml'}: ") and "malformed YAML" in lines[1]
+    assert lines[1].endswith(f"({out}/malformed.json, from before this run, was left as it was)")
     assert lines[2].startswith(f"fleetplan: error: {tmp_path / 'missing.yaml'}: scenario file not found")
     rows = read_csv(out / "summary.csv")
     assert [(r["scenario"], r["status"]) for r in rows] == [
         ("infeasible", "error"), ("malformed", "error"), ("missing", "error"), ("ok", "optimal"), ("ok", "optimal"),
     ]
     assert all("\n" not in r["error"] for r in rows)
-    assert sorted(p.name for p in out.iterdir()) == ["ok.json", "summary.csv", "summary.json"]
+    # a failed scenario removes nothing: the earlier plan file is kept byte for byte
+    assert sorted(p.name for p in out.iterdir()) == ["malformed.json", "ok.json", "summary.csv", "summary.json"]
+    assert (out / "malformed.json").read_text(encoding="utf-8") == "{}"
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,77 @@
+"""Worker processes for planning in parallel, stopped cleanly when the parent is interrupted.
+
+Workers are started afresh (``spawn``), so no state of the parent leaks into a plan. They
+ignore SIGINT (a terminal sends Ctrl-C to the whole process group; the parent decides what
+happens) and end quietly on SIGTERM, releasing their semaphores first. When the parent leaves the pool by an exception (an
+interrupt included), queued work is cancelled and running workers are terminated and joined
+before the exception goes on, so nothing is left running and no semaphore leaks. This module
+does no planning itself.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.util
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+
+JOIN_TIMEOUT_S = 5.0
+
+
+def _end_worker(read_fd: int) -> None:
+    """Worker thread: on SIGTERM, release this process's semaphores (the modelling library
+    creates one in every process) and end at once, even while the main thread is in a solver."""
+    while True:
+        try:
+            data = os.read(read_fd, 1)
+        except OSError:
+            return
+        if not data:
+            return
+        if data[0] == signal.SIGTERM:
+            multiprocessing.util._run_finalizers(0)  # what a normal exit runs; no semaphore left behind
+            os._exit(128 + signal.SIGTERM)
+
+
+def _leave_signals_to_parent() -> None:
+    """Initializer of every worker: SIGINT ignored; SIGTERM ends the worker at once, its
+    semaphores released (a thread woken through ``signal.set_wakeup_fd`` does it)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)  # a Python handler, so the wakeup byte is written
+    threading.Thread(target=_end_worker, args=(read_fd,), daemon=True).start()
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel what has not started, terminate the running workers and wait for them."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in processes:
+        if p.is_alive():
+            p.terminate()
+    for p in processes:
+        p.join(JOIN_TIMEOUT_S)
+        if p.is_alive():
+            p.kill()
+            p.join(JOIN_TIMEOUT_S)
+    pool.shutdown(wait=True)
+
+
+@contextmanager
+def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+    """A process pool of ``workers`` spawned workers; on an exception in the block it is stopped
+    at once (see the module docstring), otherwise it is shut down after its work finishes."""
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_leave_signals_to_parent)
+    try:
+        yield pool
+    except BaseException:
+        _stop(pool)
+        raise
+    pool.shutdown(wait=True)
