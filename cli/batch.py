@@ -210,33 +210,36 @@ def summary_csv(rows: list[dict[str, Any]]) -> str:
 
 def print_summary(rows: list[dict[str, Any]], console: Any) -> None:
     """The summary as a rich table: scenario rows in bold; an error column when a scenario failed."""
-    from rich.table import Table
-
+    from fleetplan.layout import Col, Row, fit_table
     from fleetplan.optimizer.text import pct
 
     def n(x: Any, fmt: str = "{:,}") -> str:
         return "" if x is None else fmt.format(x)
 
     errors = any(r["error"] for r in rows)
-    t = Table(title=f"fleetplan: {sum(1 for r in rows if not r['product'])} scenarios")
-    for col in ("scenario", "product", "status", "$/month", "gpu", "tp", "batch", "prec", "replicas", "GPUs",
-                "prefill", "pool GPUs", "API", *(("error",) if errors else ())):
-        left = col in ("scenario", "product", "status", "gpu", "prec", "prefill", "error")
-        t.add_column(col, justify="left" if left else "right", no_wrap=col != "error", overflow="fold")
+    cols = [
+        Col("scenario", "left", lead=True), Col("product", "left", lead=True), Col("status", "left"), Col("$/month"),
+        Col("gpu", "left"), Col("tp"), Col("batch", give_way=2, under="tp"), Col("prec", "left", give_way=3, under="tp"),
+        Col("replicas", give_way=4, under="GPUs"), Col("GPUs"), Col("prefill", "left"),
+        Col("pool GPUs", give_way=5, under="prefill"), Col("API\nshare", give_way=6, under="$/month", short="API share"),
+        *((Col("error", "left", give_way=1),) if errors else ()),  # stderr repeats each error
+    ]
+    table_rows: list[Row] = []
     for r in rows:
         scen = not r["product"]
-        if scen and len(t.rows):
-            t.add_section()
+        if scen:
+            table_rows.append(None)
         cost = n(r["monthly_cost_usd"], "{:,.0f}")
-        t.add_row(
+        table_rows.append((
             f"[bold]{r['scenario']}[/bold]" if scen else "",
             f"  {r['product']}" if r.get("pooled_in") else r["product"],
             "[red]error[/red]" if r["status"] == "error" else r["status"],
             f"[bold]{cost}[/bold]" if scen else cost, r["gpu"] or "", n(r["tp"]), n(r["batch"]), r["precision"] or "",
             n(r["replicas"]), n(r["gpus"]), r["prefill_mode"] or "", n(r["prefill_gpus"]),
             "" if r["api_fraction"] is None else pct(r["api_fraction"]), *((r["error"] or "",) if errors else ()),
-        )
-    console.print(t)
+        ))
+    title = f"fleetplan: {sum(1 for r in rows if not r['product'])} scenarios"
+    console.print(fit_table(console, title, cols, table_rows))
 
 
 def run_batch(paths: list[str], settings: Settings, out: str | None, as_json: bool, jobs: int, console: Any) -> int:

@@ -70,10 +70,22 @@ def dumps(data: Any) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
+def _version() -> str:
+    """The installed package's version, from its metadata."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fleetplan")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree that is not installed
+        return "unknown"
+
+
 def _console() -> Any:
     from rich.console import Console
 
-    return Console(width=max(160, int(os.environ.get("COLUMNS", "0") or 0)), highlight=False)
+    from fleetplan.layout import terminal_width
+
+    return Console(width=terminal_width(), highlight=False)
 
 
 def resolve_preset(name: str, calibration: str | None) -> Any:
@@ -196,18 +208,17 @@ def cmd_breakeven(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(dumps(result))
     else:
-        from rich.table import Table
+        from fleetplan.layout import Col, fit_table
 
-        t = Table(title=f"build vs buy: {args.scenario}")
-        for col in ("demand x", "all API $/month", "self-host $/month", "blend $/month", "cheapest"):
-            t.add_column(col, justify="right")
+        rows = []
         for p in result["points"]:
             opts = {"all API": p["all_api_usd"], "self-host": p["self_host_usd"], "blend": p["blend_usd"]}
             best = min((v, k) for k, v in opts.items() if v is not None)[1]
-            t.add_row(f"{p['scale']:g}", f"{p['all_api_usd']:,.0f}", "-" if p["self_host_usd"] is None else f"{p['self_host_usd']:,.0f}",
-                      "-" if p["blend_usd"] is None else f"{p['blend_usd']:,.0f}", best)
+            rows.append((f"{p['scale']:g}", f"{p['all_api_usd']:,.0f}", "-" if p["self_host_usd"] is None else f"{p['self_host_usd']:,.0f}",
+                         "-" if p["blend_usd"] is None else f"{p['blend_usd']:,.0f}", best))
+        cols = [Col(c) for c in ("demand x", "all API $/month", "self-host $/month", "blend $/month", "cheapest")]
         con = _console()
-        con.print(t)
+        con.print(fit_table(con, f"build vs buy: {args.scenario}", cols, rows))
         c = result["crossovers"]
         con.print(f"self-hosting alone beats all-API from {c['self_host_beats_api_at_scale'] or 'no scale tried'}x the scenario's demand; "
                   f"the blend beats all-API from {c['blend_beats_api_at_scale'] or 'no scale tried'}x")
@@ -324,6 +335,7 @@ def cmd_catalog_add_model(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     p = _Parser(prog="fleetplan", description="Cheapest GPU fleet for LLM inference, as a mixed-integer program.")
+    p.add_argument("--version", action="version", version=f"fleetplan {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     catalog_help = "extra catalog YAML file merged over the shipped one (repeatable)"
 
