@@ -95,7 +95,7 @@ def solve_one(path: str, settings: Settings) -> Outcome:
     in which case it propagates with its traceback.
     """
     from fleetplan.catalogs import load_catalog
-    from fleetplan.main import resolve_preset
+    from fleetplan.main import SCENARIO_PRESET_HINT, resolve_preset
     from fleetplan.optimizer.plan import SolverError, make_plan
     from fleetplan.optimizer.results import plan_to_dict
     from fleetplan.optimizer.scenario import load_scenario
@@ -103,7 +103,7 @@ def solve_one(path: str, settings: Settings) -> Outcome:
     try:
         scenario, folder = load_scenario(path)
         catalog = load_catalog([*(folder / c for c in scenario.catalogs), *settings.catalogs])
-        preset = resolve_preset(scenario.preset, settings.calibration) if settings.calibration else None
+        preset = resolve_preset(scenario.preset, settings.calibration, SCENARIO_PRESET_HINT) if settings.calibration else None
         plan = make_plan(scenario, catalog, solver=settings.solver, alternatives=settings.alternatives,
                          preset=preset, folder=folder)
         return Outcome(path, plan_to_dict(plan), None)

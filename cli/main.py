@@ -88,15 +88,21 @@ def _console() -> Any:
     return Console(width=terminal_width(), highlight=False)
 
 
-def resolve_preset(name: str, calibration: str | None) -> Any:
-    """The named preset, adjusted by a calibration profile file when one is given."""
+# How a scenario chooses its preset, for a calibration profile fitted for another one.
+SCENARIO_PRESET_HINT = ("the scenario sets preset {used!r}: write 'preset: {fitted}' in the scenario file, "
+                        "or calibrate with --preset {used}")
+
+
+def resolve_preset(name: str, calibration: str | None, preset_hint: str = "use --preset {fitted}") -> Any:
+    """The named preset, adjusted by a calibration profile file when one is given; ``preset_hint``
+    tells the user how to choose the preset a profile was fitted for."""
     from fleetplan.models.presets import get_preset
 
     preset = get_preset(name)
     if calibration:
         from fleetplan.models.calibration import apply_profile
 
-        preset = apply_profile(preset, Path(calibration))
+        preset = apply_profile(preset, Path(calibration), preset_hint)
     return preset
 
 
@@ -155,7 +161,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     scenario, folder = load_scenario(args.scenario[0])
     catalog = load_catalog([*(folder / c for c in scenario.catalogs), *args.catalog])
-    preset = resolve_preset(scenario.preset, args.calibration) if args.calibration else None
+    preset = resolve_preset(scenario.preset, args.calibration, SCENARIO_PRESET_HINT) if args.calibration else None
     progress = Progress.for_terminal(quiet=args.json)
     deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S, progress)
     try:
@@ -286,6 +292,13 @@ def cmd_catalog_add_model(args: argparse.Namespace) -> int:
     from fleetplan.catalogs.hf_config import entry_from_hf_config
     from fleetplan.catalogs.loader import CatalogError, load_catalog, parse_yaml
 
+    shipped = load_catalog().models
+    if args.id in shipped and not args.replace:
+        raise CatalogError(
+            f"--id: {args.id!r} is a model of the shipped catalog ({shipped[args.id].name}); an entry with this id "
+            f"would replace it wherever --catalog {args.out} is given: choose another id (e.g. {args.id}-custom) "
+            f"or pass --replace to replace it on purpose"
+        )
     src = Path(args.config)
     try:
         cfg = json.loads(src.read_text(encoding="utf-8"))
@@ -394,13 +407,18 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--catalog", action="append", default=[], help=catalog_help)
     cl.add_argument("--json", action="store_true")
     cl.set_defaults(func=cmd_catalog_list)
-    ca = csub.add_parser("add-model", help="import a model from a local Hugging Face config.json")
+    ca = csub.add_parser("add-model", help="import a model from a local Hugging Face config.json",
+                         description="Import a model from a local Hugging Face config.json into a user catalog file. "
+                                     "An --id that names a shipped model is refused unless --replace is given.")
     ca.add_argument("config")
     ca.add_argument("--id", required=True)
     ca.add_argument("--name")
     ca.add_argument("--total-params", type=_float_ge(1, "--total-params"))
     ca.add_argument("--active-params", type=_float_ge(1, "--active-params"))
     ca.add_argument("--out", default="fleetplan-catalog.yaml", help="user catalog file to create or update")
+    ca.add_argument("--replace", action="store_true",
+                    help="allow an --id of the shipped catalog: the entry then replaces the shipped model wherever "
+                         "this catalog file is given (without it such an id is refused)")
     ca.set_defaults(func=cmd_catalog_add_model)
 
     from fleetplan.fidelity import register
