@@ -216,6 +216,9 @@ def print_summary(rows: list[dict[str, Any]], console: Any) -> None:
     def n(x: Any, fmt: str = "{:,}") -> str:
         return "" if x is None else fmt.format(x)
 
+    from fleetplan.report import escaped
+
+    rows = escaped(rows)
     errors = any(r["error"] for r in rows)
     cols = [
         Col("scenario", "left", lead=True), Col("product", "left", lead=True), Col("status", "left"), Col("$/month"),

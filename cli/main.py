@@ -224,12 +224,14 @@ def cmd_breakeven(args: argparse.Namespace) -> int:
                          "-" if p["blend_usd"] is None else f"{p['blend_usd']:,.0f}", best))
         cols = [Col(c) for c in ("demand x", "all API $/month", "self-host $/month", "blend $/month", "cheapest")]
         con = _console()
-        con.print(fit_table(con, f"build vs buy: {args.scenario}", cols, rows))
+        from rich.markup import escape
+
+        con.print(fit_table(con, f"build vs buy: {escape(args.scenario)}", cols, rows))
         c = result["crossovers"]
         con.print(f"self-hosting alone beats all-API from {c['self_host_beats_api_at_scale'] or 'no scale tried'}x the scenario's demand; "
                   f"the blend beats all-API from {c['blend_beats_api_at_scale'] or 'no scale tried'}x")
         if args.plot:
-            con.print(f"plot written to {args.plot}")
+            con.print(f"plot written to {escape(args.plot)}")
     return 0
 
 

@@ -37,12 +37,27 @@ USAGE_COLUMNS: tuple[Col, ...] = (
 )
 
 
+def escaped(data: Any) -> Any:
+    """``data`` with every string escaped for rich markup: names and sources from the user's files
+    print as written (a product called ``chat[/b]`` is not a closing tag)."""
+    from rich.markup import escape
+
+    if isinstance(data, str):
+        return escape(data)
+    if isinstance(data, dict):
+        return {escaped(k): escaped(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return type(data)(escaped(v) for v in data)
+    return data
+
+
 def _gb(x: float) -> str:
     return f"{x / 1e9:,.1f} GB"
 
 
 def print_estimate(d: dict[str, Any], console: Console) -> None:
     """The roofline breakdown of one configuration."""
+    d = escaped(d)
     rows: list[Row] = [
         ("weights", _gb(d["weight_bytes"])),
         (f"KV read per sequence ({d['kv_precision']})", _gb(d["kv_bytes_read_per_sequence"])),
@@ -105,6 +120,7 @@ def print_plan(d: dict[str, Any], console: Console) -> None:
     """The plan: decode and prefill lines per product (a pooled group once, with its members'
     shares of the cost), product totals, reasons and alternatives. Every column that has a total
     line adds up to it: GPUs are counted once and dollars are rounded so the parts sum."""
+    d = escaped(d)
     hours = d.get("hours", 1)
     title = f"fleetplan: {d['status']} ({d['solver']}, preset {d['preset']}"
     title += f", calibration {d['calibration']}" if d.get("calibration") else ""
@@ -258,6 +274,7 @@ def print_portfolio(d: dict[str, Any], console: Console) -> None:
 
 def print_catalog(kind: str, rows: list[dict[str, Any]], console: Console) -> None:
     """A catalog listing with sources."""
+    rows = escaped(rows)
     if not rows:
         console.print(f"no {kind} loaded")
         return

@@ -338,3 +338,37 @@ def test_readme_catalog_section_names_every_field(schema):
     for name, info in schema.model_fields.items():
         if info.is_required():
             assert re.search(rf"\b{name}\b", row), (schema.__name__, name)
+
+
+# ---------------------------------------------------------------- user text is not markup
+def test_names_that_look_like_markup_print_as_written(capsys, monkeypatch, tmp_path):
+    """A product, scenario or catalog source written with square brackets is shown as written,
+    in the plan table, the batch summary and the catalog listing."""
+    monkeypatch.setenv("COLUMNS", "200")
+    name = "chat[/b] [bold]x"
+    text = SCENARIO.format(preset="seed", input_tokens=2000).replace("name: chat", f'name: "{name}"')
+    code, out, err = run(capsys, ["plan", _scenario(tmp_path, text), "--no-alternatives"])
+    assert code == 0, err
+    assert f"{name} total" in out and f"{name}: " in out
+    d = tmp_path / "batch"
+    d.mkdir()
+    _scenario(d, text, "[red]odd.yaml")
+    code, out, err = run(capsys, ["plan", str(d), "--no-alternatives"])
+    assert code == 0, err
+    assert "[red]odd" in out and name in out
+    (tmp_path / "mine.yaml").write_text("reference:\n  - gpu: h100-sxm\n    usd_per_gpu_hour: 2.0\n"
+                                        "    source: '[/i] my contract [bold]'\n    as_of: 2026-11-01\n", encoding="utf-8")
+    code, out, err = run(capsys, ["catalog", "list", "prices", "--catalog", str(tmp_path / "mine.yaml")])
+    assert code == 0, err
+    assert "[/i] my contract [bold]" in " ".join(out.split())
+
+
+def test_progress_line_is_shorter_than_the_terminal():
+    """The progress line never wraps (a wrapped line cannot be cleared with one carriage return)."""
+    from fleetplan.optimizer.deadline import Progress
+
+    stream = io.StringIO()
+    progress = Progress(enabled=True, stream=stream, width=40, start=0.0)
+    progress.update("searching configurations of a product with a rather long name", 3, 10, 1e6, 9e5, force=True)
+    line = stream.getvalue().replace("\r\x1b[2K", "")
+    assert 0 < len(line) <= 39 and line.startswith("fleetplan: searching")
