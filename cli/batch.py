@@ -308,6 +308,7 @@ def run_batch(paths: list[str], settings: Settings, out: str | None, as_json: bo
             console.print(f"wrote {ok} plan files and {SUMMARY_STEM}.csv, {SUMMARY_STEM}.json to {out_dir}")
     sys.stdout.flush()
     failed = [o for o in outcomes if o.plan is None]
-    for o in failed:
-        print(f"fleetplan: error: {o.path}: {o.error}", file=sys.stderr)
+    for o in failed:  # the error names the file unless it is about something else
+        error = o.error or ""
+        print(f"fleetplan: error: {error if error.startswith(o.path) else f'{o.path}: {error}'}", file=sys.stderr)
     return EXIT_USER_ERROR if failed else 0

@@ -236,7 +236,23 @@ def _case_catalog_huge_value(tmp_path):
     return ["plan", str(EXAMPLES / "seed-chat-70b.yaml"), "--catalog", str(tmp_path / "mine.yaml")]
 
 
+def _case_catalog_as_scenario(tmp_path):
+    return ["plan", _scenario(tmp_path, BAD_CATALOG, "mygpus.yaml")]
+
+
+def _case_catalog_in_batch_directory(tmp_path):
+    d = tmp_path / "scenarios"
+    d.mkdir()
+    _scenario(d, BAD_CATALOG, "mygpus.yaml")
+    _scenario(d, SCENARIO.format(preset="seed", input_tokens=2000), "chat.yaml")
+    return ["plan", str(d), "--no-alternatives"]
+
+
 MESSAGE_CASES = {
+    "catalog file given as a scenario": (
+        _case_catalog_as_scenario, ["mygpus.yaml: a catalog file", "gpus, models", "--catalog"]),
+    "catalog file in a batch directory (batch)": (
+        _case_catalog_in_batch_directory, ["mygpus.yaml: a catalog file", "--catalog", "directory of scenarios"]),
     # name: (argv builder, words stderr must hold)
     "context longer than the model's window": (
         _case_context_window, ["products[chat].input_tokens", "input_tokens + output_tokens = 10,000,400",
@@ -265,8 +281,8 @@ MESSAGE_CASES = {
 
 @pytest.mark.parametrize("case", sorted(MESSAGE_CASES))
 def test_bad_input_names_the_field(capsys, tmp_path, case):
-    """Exit 2, every named word in the message, no traceback, at most 12 short lines on stderr,
-    nothing on stdout."""
+    """Exit 2, every named word in the message, no traceback, one short line on stderr (the
+    limit is 12), nothing on stdout but a batch's summary."""
     build, words = MESSAGE_CASES[case]
     code, out, err = run(capsys, build(tmp_path))
     assert code == 2, err
@@ -274,6 +290,7 @@ def test_bad_input_names_the_field(capsys, tmp_path, case):
         assert word in err, (word, err)
     assert "Traceback" not in err and "internal error" not in err
     assert len(err.splitlines()) <= MAX_ERROR_LINES and len(err) < 2000
+    assert len(err.splitlines()) == 1 and err.startswith("fleetplan: error: ")
     assert "--preset default" not in err
     assert out == "" or case.endswith("(batch)")
 
