@@ -413,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Import a model from a local Hugging Face config.json into a user catalog file. "
                                      "An --id that names a shipped model is refused unless --replace is given.")
     ca.add_argument("config")
-    ca.add_argument("--id", required=True)
+    ca.add_argument("--id", required=True, help="id of the new model entry (an id of a shipped model needs --replace)")
     ca.add_argument("--name")
     ca.add_argument("--total-params", type=_float_ge(1, "--total-params"))
     ca.add_argument("--active-params", type=_float_ge(1, "--active-params"))

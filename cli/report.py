@@ -201,7 +201,7 @@ def print_plan(d: dict[str, Any], console: Console) -> None:
         if hours > 1 and p["utilisation"] is not None:
             console.print(
                 f"  utilisation {pct(p['utilisation'])} of self-hosted capacity; cost ${p['cost_per_million_tokens_usd']:.3f} "
-                f"per million tokens against ${p['ideal_cost_per_million_tokens_usd']:.3f} for the fleet at 100%; "
+                f"per million output tokens against ${p['ideal_cost_per_million_tokens_usd']:.3f} for the fleet at 100%; "
                 f"API share {pct(p['api_fraction'])}"
             )
         chk = p.get("prefill_check")
