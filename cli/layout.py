@@ -141,13 +141,16 @@ def fit_table(console: Any, title: str | None, cols: Sequence[Col], rows: Sequen
     for i in order:
         if _natural_width(console, table) <= console.width:
             return table
+        if not any(g[0] == i for g in groups):
+            continue  # already stacked, with the column it sat beneath
         target = cols[i].under
         home = next((g for g in groups if target is not None and names[g[0]] == target), None)
         if home is None and target is not None:
             continue  # its column is gone: nothing to stack beneath
+        moving = next(g for g in groups if g[0] == i)  # with whatever is stacked beneath it
         groups = [g for g in groups if g[0] != i]
         if home is not None:
-            home.append(i)
+            home.extend(moving)
         table = _build(title, cols, rows, groups, title_justify)
     if _natural_width(console, table) <= console.width:
         return table

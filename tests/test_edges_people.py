@@ -389,3 +389,30 @@ def test_progress_line_is_shorter_than_the_terminal():
     progress.update("searching configurations of a product with a rather long name", 3, 10, 1e6, 9e5, force=True)
     line = stream.getvalue().replace("\r\x1b[2K", "")
     assert 0 < len(line) <= 39 and line.startswith("fleetplan: searching")
+
+
+def test_fit_table_stacks_in_order_then_lists():
+    """Stacking keeps every value once, under a header naming each stacked column in order; a
+    column that carries others moves with them; a width nothing fits gives a list."""
+    cols = (layout.Col("name", "left", lead=True), layout.Col("a"), layout.Col("b", give_way=1, under="a"),
+            layout.Col("c", give_way=3, under="name"), layout.Col("d", give_way=2, under="c"))
+    rows = [("alpha", "1", "22", "333", "4444"), None, ("beta", "5", "", "", "")]
+
+    def text(width):
+        con = Console(width=width, record=True, highlight=False, file=io.StringIO())
+        con.print(layout.fit_table(con, "t", cols, rows))
+        return con.export_text()
+
+    wide = text(200)
+    assert re.search(r"┃ name\s+┃\s+a ┃\s+b ┃\s+c ┃\s+d ┃", wide)
+    narrow = text(20)
+    assert max(len(line) for line in narrow.splitlines()) <= 20 and "┃" in narrow
+    header = [line for line in narrow.splitlines() if line.startswith("┃")]
+    assert [h.split("┃")[1].strip() for h in header] == ["name", "c", "d"]
+    assert [h.split("┃")[2].strip() for h in header] == ["a", "b", ""]
+    for value in ("alpha", "1", "22", "333", "4444", "beta", "5"):
+        assert sum(value == cell.strip() for line in narrow.splitlines() for cell in line.split("│")) == 1, value
+    listed = text(12)
+    assert "┃" not in listed
+    assert "alpha: a 1, b 22, c 333, d 4444" in " ".join(listed.split())
+    assert "beta: a 5" in listed
