@@ -3,7 +3,7 @@
 The shipped catalog (``data/*.yaml``) is read first; user files given with ``--catalog``
 are merged on top, entry by entry: an entry whose key already exists has the given
 fields replaced, a new key adds an entry. Every entry is validated after merging, and
-the first problem is reported as one line naming the file, the entry and the field.
+every problem of every entry is reported on one line naming the file, the entry and the fields.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from fleetplan.catalogs.files import InputError, parse_yaml, read_text, short_repr
 from fleetplan.catalogs.schema import GPU, LLM, APIPrice, GPUPrice, ReferencePrice
+from fleetplan.catalogs.problems import entry_problems, join_problems
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SHIPPED_FILES = ("gpus.yaml", "models.yaml", "prices.yaml", "api_prices.yaml")
@@ -192,12 +193,14 @@ def load_catalog(extra_files: Iterable[Path | str] = (), include_shipped: bool =
         files.append(str(path))
 
     catalog = Catalog(files=files)
+    problems: list[str] = []  # every invalid entry, reported together
     for name, section in SECTIONS.items():
         for entry, where in raw[name].values():
             try:
                 obj = section.schema.model_validate(entry)
             except ValidationError as err:
-                raise CatalogError(format_validation_error(err, where, section.schema)) from None
+                problems.append(entry_problems(err, where, section.schema))
+                continue
             if name == "gpus":
                 catalog.gpus[obj.id] = obj  # type: ignore[attr-defined]
             elif name == "models":
@@ -208,6 +211,8 @@ def load_catalog(extra_files: Iterable[Path | str] = (), include_shipped: bool =
                 catalog.reference[obj.gpu] = obj  # type: ignore[attr-defined]
             else:
                 catalog.api_prices[obj.id] = obj  # type: ignore[attr-defined]
+    if problems:
+        raise CatalogError(join_problems(problems))
     _check_references(catalog, raw)
     return catalog
 

@@ -130,7 +130,7 @@ def solve_one(path: str, settings: Settings) -> Outcome:
     in which case it propagates with its traceback.
     """
     from fleetplan.catalogs import load_catalog
-    from fleetplan.main import resolve_preset
+    from fleetplan.main import SCENARIO_PRESET_HINT, resolve_preset
     from fleetplan.optimizer.plan import SolverError, make_plan
     from fleetplan.optimizer.results import plan_to_dict
     from fleetplan.optimizer.scenario import load_scenario
@@ -138,7 +138,7 @@ def solve_one(path: str, settings: Settings) -> Outcome:
     try:
         scenario, folder = load_scenario(path)
         catalog = load_catalog([*(folder / c for c in scenario.catalogs), *settings.catalogs])
-        preset = resolve_preset(scenario.preset, settings.calibration) if settings.calibration else None
+        preset = resolve_preset(scenario.preset, settings.calibration, SCENARIO_PRESET_HINT) if settings.calibration else None
         plan = make_plan(scenario, catalog, solver=settings.solver, alternatives=settings.alternatives,
                          preset=preset, folder=folder)
         return Outcome(path, plan_to_dict(plan), None)
@@ -246,33 +246,39 @@ def summary_csv(rows: list[dict[str, Any]]) -> str:
 
 def print_summary(rows: list[dict[str, Any]], console: Any) -> None:
     """The summary as a rich table: scenario rows in bold; an error column when a scenario failed."""
-    from rich.table import Table
-
+    from fleetplan.layout import Col, Row, fit_table
     from fleetplan.optimizer.text import pct
 
     def n(x: Any, fmt: str = "{:,}") -> str:
         return "" if x is None else fmt.format(x)
 
+    from fleetplan.report import escaped
+
+    rows = escaped(rows)
     errors = any(r["error"] for r in rows)
-    t = Table(title=f"fleetplan: {sum(1 for r in rows if not r['product'])} scenarios")
-    for col in ("scenario", "product", "status", "$/month", "gpu", "tp", "batch", "prec", "replicas", "GPUs",
-                "prefill", "pool GPUs", "API", *(("error",) if errors else ())):
-        left = col in ("scenario", "product", "status", "gpu", "prec", "prefill", "error")
-        t.add_column(col, justify="left" if left else "right", no_wrap=col != "error", overflow="fold")
+    cols = [
+        Col("scenario", "left", lead=True), Col("product", "left", lead=True), Col("status", "left"), Col("$/month"),
+        Col("gpu", "left"), Col("tp"), Col("batch", give_way=2, under="tp"), Col("prec", "left", give_way=3, under="tp"),
+        Col("replicas", give_way=4, under="GPUs"), Col("GPUs"), Col("prefill", "left"),
+        Col("pool GPUs", give_way=5, under="prefill"), Col("API\nshare", give_way=6, under="$/month", short="API share"),
+        *((Col("error", "left", give_way=1),) if errors else ()),  # stderr repeats each error
+    ]
+    table_rows: list[Row] = []
     for r in rows:
         scen = not r["product"]
-        if scen and len(t.rows):
-            t.add_section()
+        if scen:
+            table_rows.append(None)
         cost = n(r["monthly_cost_usd"], "{:,.0f}")
-        t.add_row(
+        table_rows.append((
             f"[bold]{r['scenario']}[/bold]" if scen else "",
             f"  {r['product']}" if r.get("pooled_in") else r["product"],
             "[red]error[/red]" if r["status"] == "error" else r["status"],
             f"[bold]{cost}[/bold]" if scen else cost, r["gpu"] or "", n(r["tp"]), n(r["batch"]), r["precision"] or "",
             n(r["replicas"]), n(r["gpus"]), r["prefill_mode"] or "", n(r["prefill_gpus"]),
             "" if r["api_fraction"] is None else pct(r["api_fraction"]), *((r["error"] or "",) if errors else ()),
-        )
-    console.print(t)
+        ))
+    title = f"fleetplan: {sum(1 for r in rows if not r['product'])} scenarios"
+    console.print(fit_table(console, title, cols, table_rows))
 
 
 def _stem_inputs(files: list[str], settings: Settings) -> list[Path]:
@@ -377,10 +383,11 @@ def run_batch(paths: list[str], settings: Settings, out: str | None, as_json: bo
             console.print(f"wrote {ok} plan files and {SUMMARY_STEM}.csv, {SUMMARY_STEM}.json to {out_dir}")
     sys.stdout.flush()
     failed = [o for o in outcomes if o.plan is None]
-    for o in failed:
+    for o in failed:  # the error names the file unless it is about something else
+        error = o.error or ""
         kept = (f" ({out}/{o.stem}.json, from before this run, was left as it was)"
                 if o.path in earlier and out_dir is not None else "")
-        print(f"fleetplan: error: {o.path}: {o.error}{kept}", file=sys.stderr)
+        print(f"fleetplan: error: {error if error.startswith(o.path) else f'{o.path}: {error}'}{kept}", file=sys.stderr)
     return EXIT_USER_ERROR if failed else 0
 
 

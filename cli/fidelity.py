@@ -63,6 +63,23 @@ def _print_summary(title: str, summary: dict[str, Any]) -> None:
             print(_stats_line(group, s))
 
 
+def _whole_or_float(x: float) -> int | float:
+    return int(x) if float(x).is_integer() else x
+
+
+def typed_cells(m: Any) -> dict[str, Any]:
+    """A measurement row's cells as read, with the numeric columns as JSON numbers (whole
+    numbers as integers, an empty optional cell as null); other columns stay text."""
+    d: dict[str, Any] = dict(m.raw)
+    numbers = {"tp": m.tp, "batch": m.batch, "ep": m.ep, "input_tokens": _whole_or_float(m.input_tokens),
+               "output_tokens": _whole_or_float(m.output_tokens), "measured_tpot_ms": m.measured_tpot_ms,
+               "measured_ttft_ms": m.measured_ttft_ms}
+    for key, value in numbers.items():
+        if key in d:
+            d[key] = value
+    return d
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     """Predict every measured row and print error statistics."""
     from fleetplan.catalogs import load_catalog
@@ -78,7 +95,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.json:
         out_rows = []
         for p in preds:
-            d: dict[str, Any] = {"line": p.row.line, **p.row.raw}
+            d: dict[str, Any] = {"line": p.row.line, **typed_cells(p.row)}
             d["predicted_tpot_ms"] = _r(p.predicted_tpot_ms)
             d["predicted_ttft_ms"] = _r(p.predicted_ttft_ms)
             d["ratio_measured_to_predicted"] = _r(p.ratio)

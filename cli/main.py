@@ -50,10 +50,22 @@ def dumps(data: Any) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
+def _version() -> str:
+    """The installed package's version, from its metadata."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fleetplan")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree that is not installed
+        return "unknown"
+
+
 def _console() -> Any:
     from rich.console import Console
 
-    return Console(width=max(160, int(os.environ.get("COLUMNS", "0") or 0)), highlight=False)
+    from fleetplan.layout import terminal_width
+
+    return Console(width=terminal_width(), highlight=False)
 
 
 def scenario_inputs(path: str | Path, scenario: Any, folder: Path, catalogs: list[str] | tuple[str, ...] = (),
@@ -72,15 +84,21 @@ def catalog_inputs(catalogs: list[str] | tuple[str, ...] = ()) -> list[Path]:
     return [*(DATA_DIR / name for name in SHIPPED_FILES), *(Path(c) for c in catalogs)]
 
 
-def resolve_preset(name: str, calibration: str | None) -> Any:
-    """The named preset, adjusted by a calibration profile file when one is given."""
+# How a scenario chooses its preset, for a calibration profile fitted for another one.
+SCENARIO_PRESET_HINT = ("the scenario sets preset {used!r}: write 'preset: {fitted}' in the scenario file, "
+                        "or calibrate with --preset {used}")
+
+
+def resolve_preset(name: str, calibration: str | None, preset_hint: str = "use --preset {fitted}") -> Any:
+    """The named preset, adjusted by a calibration profile file when one is given; ``preset_hint``
+    tells the user how to choose the preset a profile was fitted for."""
     from fleetplan.models.presets import get_preset
 
     preset = get_preset(name)
     if calibration:
         from fleetplan.models.calibration import apply_profile
 
-        preset = apply_profile(preset, Path(calibration))
+        preset = apply_profile(preset, Path(calibration), preset_hint)
     return preset
 
 
@@ -143,7 +161,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         inputs = scenario_inputs(args.scenario[0], scenario, folder, args.catalog, args.calibration)
         out = check_output_file(args.out, "--out", inputs)
     catalog = load_catalog([*(folder / c for c in scenario.catalogs), *args.catalog])
-    preset = resolve_preset(scenario.preset, args.calibration) if args.calibration else None
+    preset = resolve_preset(scenario.preset, args.calibration, SCENARIO_PRESET_HINT) if args.calibration else None
     progress = Progress.for_terminal(quiet=args.json)
     deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S, progress)
     try:
@@ -197,23 +215,24 @@ def cmd_breakeven(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(dumps(result))
     else:
-        from rich.table import Table
+        from fleetplan.layout import Col, fit_table
 
-        t = Table(title=f"build vs buy: {args.scenario}")
-        for col in ("demand x", "all API $/month", "self-host $/month", "blend $/month", "cheapest"):
-            t.add_column(col, justify="right")
+        rows = []
         for p in result["points"]:
             opts = {"all API": p["all_api_usd"], "self-host": p["self_host_usd"], "blend": p["blend_usd"]}
             best = min((v, k) for k, v in opts.items() if v is not None)[1]
-            t.add_row(f"{p['scale']:g}", f"{p['all_api_usd']:,.0f}", "-" if p["self_host_usd"] is None else f"{p['self_host_usd']:,.0f}",
-                      "-" if p["blend_usd"] is None else f"{p['blend_usd']:,.0f}", best)
+            rows.append((f"{p['scale']:g}", f"{p['all_api_usd']:,.0f}", "-" if p["self_host_usd"] is None else f"{p['self_host_usd']:,.0f}",
+                         "-" if p["blend_usd"] is None else f"{p['blend_usd']:,.0f}", best))
+        cols = [Col(c) for c in ("demand x", "all API $/month", "self-host $/month", "blend $/month", "cheapest")]
         con = _console()
-        con.print(t)
+        from rich.markup import escape
+
+        con.print(fit_table(con, f"build vs buy: {escape(args.scenario)}", cols, rows))
         c = result["crossovers"]
         con.print(f"self-hosting alone beats all-API from {c['self_host_beats_api_at_scale'] or 'no scale tried'}x the scenario's demand; "
                   f"the blend beats all-API from {c['blend_beats_api_at_scale'] or 'no scale tried'}x")
         if args.plot:
-            con.print(f"plot written to {args.plot}")
+            con.print(f"plot written to {escape(args.plot)}")
     return 0
 
 
@@ -277,6 +296,13 @@ def cmd_catalog_add_model(args: argparse.Namespace) -> int:
     from fleetplan.catalogs.files import read_json, read_text
     from fleetplan.catalogs.loader import CatalogError, load_catalog, parse_yaml
 
+    shipped = load_catalog().models
+    if args.id in shipped and not args.replace:
+        raise CatalogError(
+            f"--id: {args.id!r} is a model of the shipped catalog ({shipped[args.id].name}); an entry with this id "
+            f"would replace it wherever --catalog {args.out} is given: choose another id (e.g. {args.id}-custom) "
+            f"or pass --replace to replace it on purpose"
+        )
     src = Path(args.config)
     out = check_output_file(args.out, "--out", [src, *catalog_inputs()])
     cfg = read_json(src, "config.json", CatalogError, "add-model: ")
@@ -323,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     from fleetplan.catalogs import fields as F
 
     p = _Parser(prog="fleetplan", description="Cheapest GPU fleet for LLM inference, as a mixed-integer program.")
+    p.add_argument("--version", action="version", version=f"fleetplan {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     catalog_help = "extra catalog YAML file merged over the shipped one (repeatable)"
 
@@ -382,13 +409,18 @@ def build_parser() -> argparse.ArgumentParser:
     cl.add_argument("--catalog", action="append", default=[], help=catalog_help)
     cl.add_argument("--json", action="store_true")
     cl.set_defaults(func=cmd_catalog_list)
-    ca = csub.add_parser("add-model", help="import a model from a local Hugging Face config.json")
+    ca = csub.add_parser("add-model", help="import a model from a local Hugging Face config.json",
+                         description="Import a model from a local Hugging Face config.json into a user catalog file. "
+                                     "An --id that names a shipped model is refused unless --replace is given.")
     ca.add_argument("config")
-    ca.add_argument("--id", required=True)
+    ca.add_argument("--id", required=True, help="id of the new model entry (an id of a shipped model needs --replace)")
     ca.add_argument("--name")
     ca.add_argument("--total-params", type=_number_flag(F.MODEL_PARAMS_FLAG))
     ca.add_argument("--active-params", type=_number_flag(F.MODEL_PARAMS_FLAG))
     ca.add_argument("--out", default="fleetplan-catalog.yaml", help="user catalog file to create or update")
+    ca.add_argument("--replace", action="store_true",
+                    help="allow an --id of the shipped catalog: the entry then replaces the shipped model wherever "
+                         "this catalog file is given (without it such an id is refused)")
     ca.set_defaults(func=cmd_catalog_add_model)
 
     from fleetplan.fidelity import register

@@ -5,9 +5,50 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
+from fleetplan.layout import Col, Row, fit_table
 from fleetplan.optimizer.text import pct
+
+# The plan table's columns; at narrow widths the speed, price-per-token and configuration
+# details stack beneath their neighbours (``give_way`` order), then the rows become a list.
+PLAN_COLUMNS: tuple[Col, ...] = (
+    Col("product", "left", lead=True),
+    Col("part", "left", give_way=7, under="product", lead=True),
+    Col("gpu", "left", give_way=8, under="product"),
+    Col("tp"),
+    Col("prec", "left", give_way=5, under="tp"),
+    Col("batch", give_way=4, under="tp"),
+    Col("replicas", give_way=6, under="GPUs"),
+    Col("GPUs"),
+    Col("tokens/s\nper user", short="tok/s/user"),
+    Col("tokens/s\nper replica", give_way=1, under="tokens/s\nper user", short="tok/s/replica"),
+    Col("TTFT\nms", give_way=2, under="tokens/s\nper user", short="TTFT ms"),
+    Col("$/month"),
+    Col("$ per million\noutput tokens", give_way=3, under="$/month", short="$/M output tok"),
+)
+ALTERNATIVE_COLUMNS: tuple[Col, ...] = (
+    Col("gpu", "left"), Col("tp"), Col("prec", "left", give_way=2, under="tp"), Col("batch", give_way=1, under="tp"),
+    Col("replicas", give_way=3, under="GPUs"), Col("GPUs"), Col("product\n$/month", short="product $/month"),
+    Col("plan vs\nchosen ($)", give_way=4, under="product\n$/month", short="vs chosen ($)"),
+)
+USAGE_COLUMNS: tuple[Col, ...] = (
+    Col("gpu", "left"), Col("GPUs"), Col("by tier", "left"), Col("available", "left"), Col("instances"),
+    Col("stranded GPUs", give_way=1, under="instances"),
+)
+
+
+def escaped(data: Any) -> Any:
+    """``data`` with every string escaped for rich markup: names and sources from the user's files
+    print as written (a product called ``chat[/b]`` is not a closing tag)."""
+    from rich.markup import escape
+
+    if isinstance(data, str):
+        return escape(data)
+    if isinstance(data, dict):
+        return {escaped(k): escaped(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return type(data)(escaped(v) for v in data)
+    return data
 
 
 def _gb(x: float) -> str:
@@ -16,10 +57,8 @@ def _gb(x: float) -> str:
 
 def print_estimate(d: dict[str, Any], console: Console) -> None:
     """The roofline breakdown of one configuration."""
-    t = Table(title=f"{d['model']} on {d['tp']}x {d['gpu']} ({d['precision']}), batch {d['batch']}, preset {d['preset']}")
-    t.add_column("quantity")
-    t.add_column("value", justify="right")
-    rows = [
+    d = escaped(d)
+    rows: list[Row] = [
         ("weights", _gb(d["weight_bytes"])),
         (f"KV read per sequence ({d['kv_precision']})", _gb(d["kv_bytes_read_per_sequence"])),
         ("bytes per step", _gb(d["bytes_per_step"])),
@@ -27,15 +66,14 @@ def print_estimate(d: dict[str, Any], console: Console) -> None:
         ("memory time", f"{d['memory_time_ms']:.2f} ms"),
         (f"compute time ({d['compute_precision']} rate)", f"{d['compute_time_ms']:.2f} ms"),
         ("step time", f"{d['step_time_ms']:.2f} ms ({d['bound']}-bound)"),
-        ("per-user speed", f"{d['per_user_tokens_per_s']:,.1f} tokens/s"),
+        ("speed per user", f"{d['per_user_tokens_per_s']:,.1f} tokens/s"),
         ("replica throughput", f"{d['replica_tokens_per_s']:,.0f} tokens/s"),
         ("memory needed / usable", f"{_gb(d['memory_needed_bytes'])} / {_gb(d['memory_usable_bytes'])}"
          + ("" if d["fits_in_memory"] else "  DOES NOT FIT")),
         ("prefill per request", f"{d['prefill_flops_per_request']:.3e} FLOPs"),
     ]
-    for k, v in rows:
-        t.add_row(k, v)
-    console.print(t)
+    title = f"{d['model']} on {d['tp']}x {d['gpu']} ({d['precision']}), batch {d['batch']}, preset {d['preset']}"
+    console.print(fit_table(console, title, (Col("quantity", "left"), Col("value")), rows))
 
 
 def _n(x: Any, fmt: str = "{:,.0f}") -> str:
@@ -82,14 +120,12 @@ def print_plan(d: dict[str, Any], console: Console) -> None:
     """The plan: decode and prefill lines per product (a pooled group once, with its members'
     shares of the cost), product totals, reasons and alternatives. Every column that has a total
     line adds up to it: GPUs are counted once and dollars are rounded so the parts sum."""
+    d = escaped(d)
     hours = d.get("hours", 1)
     title = f"fleetplan: {d['status']} ({d['solver']}, preset {d['preset']}"
     title += f", calibration {d['calibration']}" if d.get("calibration") else ""
     title += f", {hours} h horizon, tiers {'/'.join(d['tiers'])})" if hours > 1 else ")"
-    t = Table(title=title)
-    for col in ("product", "part", "gpu", "tp", "prec", "batch", "replicas", "GPUs", "tok/s/user", "tok/s/replica",
-                "TTFT ms", "$/month", "$/M tok"):
-        t.add_column(col, justify="left" if col in ("product", "part", "gpu", "prec") else "right", no_wrap=True)
+    rows: list[Row] = []
     pools = {pool["name"]: pool for pool in d.get("pools") or []}
     sections: list[tuple[str, list[dict[str, Any]]]] = []  # (pool name or "", rows)
     for p in d["products"]:
@@ -98,53 +134,56 @@ def print_plan(d: dict[str, Any], console: Console) -> None:
             sections[-1][1].append(p)
         else:
             sections.append((name or "", [p]))
-    shown = whole_dollars([sum(p["monthly_cost_usd"] for p in rows) for _, rows in sections], d["monthly_cost_usd"])
+    shown = whole_dollars([sum(p["monthly_cost_usd"] for p in members) for _, members in sections], d["monthly_cost_usd"])
+
+    def row(*cells: str) -> None:
+        rows.append(cells + ("",) * (len(PLAN_COLUMNS) - len(cells)))
 
     def decode_row(label: str, p: dict[str, Any], part: str, replicas: int, gpus: int, cost: str) -> None:
-        t.add_row(label, part, p["gpu"] or "-", _n(p["tp"], "{}"), p["precision"] or "-", _n(p["batch"], "{}"),
-                  f"{replicas:,}", f"{gpus:,}", _n(p["per_user_tokens_per_s"], "{:,.1f}"),
-                  _n(p["replica_tokens_per_s"]), _n(p["ttft_ms"]), cost, "")
+        row(label, part, p["gpu"] or "-", _n(p["tp"], "{}"), p["precision"] or "-", _n(p["batch"], "{}"),
+            f"{replicas:,}", f"{gpus:,}", _n(p["per_user_tokens_per_s"], "{:,.1f}"),
+            _n(p["replica_tokens_per_s"]), _n(p["ttft_ms"]), cost, "")
 
     n_pools = sum(1 for name, _ in sections if name)
     seen_pools = 0
-    for (pool_name, rows), total_shown in zip(sections, shown):
+    for (pool_name, members), total_shown in zip(sections, shown):
         if pool_name:
-            pool, first = pools[pool_name], rows[0]
+            pool, first = pools[pool_name], members[0]
             pre = first["prefill"]
             seen_pools += 1
             label = "shared pool" + (f" {seen_pools}" if n_pools > 1 else "")
             decode_row(label, first, f"decode ({pre['mode'] or 'api'})", pool["replicas"], pool["gpus"], "")
             if pool.get("prefill_gpu"):
-                t.add_row("", "prefill pool", pool["prefill_gpu"], str(pre["tp"]), pre["precision"], "",
-                          f"{pool['prefill_replicas']:,}", f"{pool['prefill_gpus']:,}", "", "", "", "", "")
-            member_shown = whole_dollars([p["monthly_cost_usd"] for p in rows], total_shown)
-            for p, cost in zip(rows, member_shown):
-                t.add_row(f"  {p['name']}", f"share: {pct(p['pool_share'])} of tokens", "", "", "", "", "-", "-",
-                          "", "", "", f"{cost:,}", _n(p["cost_per_million_tokens_usd"], "{:.3f}"))
+                row("", "prefill pool", pool["prefill_gpu"], str(pre["tp"]), pre["precision"], "",
+                    f"{pool['prefill_replicas']:,}", f"{pool['prefill_gpus']:,}")
+            member_shown = whole_dollars([p["monthly_cost_usd"] for p in members], total_shown)
+            for p, cost in zip(members, member_shown):
+                row(f"  {p['name']}", f"share: {pct(p['pool_share'])} of tokens", "", "", "", "", "-", "-",
+                    "", "", "", f"{cost:,}", _n(p["cost_per_million_tokens_usd"], "{:.3f}"))
             gpus = pool["gpus"] + (pool.get("prefill_gpus") or 0)
-            t.add_row(f"[bold]{label} total[/bold]", "", "", "", "", "", "", f"{gpus:,}", "", "", "",
-                      f"[bold]{total_shown:,}[/bold]", "")
-            t.add_section()
+            row(f"[bold]{label} total[/bold]", "", "", "", "", "", "", f"{gpus:,}", "", "", "",
+                f"[bold]{total_shown:,}[/bold]", "")
+            rows.append(None)
             continue
-        (p,) = rows
+        (p,) = members
         pre, b = p["prefill"], p["monthly_cost_breakdown_usd"]
         decode_usd, pre_usd, api_usd, fixed_usd = whole_dollars(_product_parts(p), total_shown)
         decode_row(p["name"], p, f"decode ({pre['mode'] or 'api'})", p["replicas"], p["gpus"], f"{decode_usd:,}")
         if pre["gpu"]:
-            t.add_row("", "prefill pool", pre["gpu"], str(pre["tp"]), pre["precision"], "", f"{pre['replicas']:,}",
-                      f"{pre['gpus']:,}", "", "", "", f"{pre_usd:,}", "")
+            row("", "prefill pool", pre["gpu"], str(pre["tp"]), pre["precision"], "", f"{pre['replicas']:,}",
+                f"{pre['gpus']:,}", "", "", "", f"{pre_usd:,}")
         if b["api"]:
-            t.add_row("", f"api ({pct(p['api_fraction'])} of tokens)", p["api"]["id"], "", "", "", "", "", "", "", "",
-                      f"{api_usd:,}", "")
+            row("", f"api ({pct(p['api_fraction'])} of tokens)", p["api"]["id"], "", "", "", "", "", "", "", "",
+                f"{api_usd:,}")
         if b["fixed"]:
-            t.add_row("", "fixed self-hosting", "", "", "", "", "", "", "", "", "", f"{fixed_usd:,}", "")
-        t.add_row(f"[bold]{p['name']} total[/bold]", "", "", "", "", "", "", f"{p['gpus'] + (pre['gpus'] or 0):,}", "", "", "",
-                  f"[bold]{total_shown:,}[/bold]", _n(p["cost_per_million_tokens_usd"], "{:.3f}"))
-        t.add_section()
+            row("", "fixed self-hosting", "", "", "", "", "", "", "", "", "", f"{fixed_usd:,}")
+        row(f"[bold]{p['name']} total[/bold]", "", "", "", "", "", "", f"{p['gpus'] + (pre['gpus'] or 0):,}", "", "", "",
+            f"[bold]{total_shown:,}[/bold]", _n(p["cost_per_million_tokens_usd"], "{:.3f}"))
+        rows.append(None)
     totals = d.get("totals") or {}
     gpus = totals.get("all_gpus", sum(p["gpus"] + (p["prefill"]["gpus"] or 0) for p in d["products"]))
-    t.add_row("[bold]total[/bold]", "", "", "", "", "", "", f"{gpus:,}", "", "", "", f"[bold]{round(d['monthly_cost_usd']):,}[/bold]", "")
-    console.print(t)
+    row("[bold]total[/bold]", "", "", "", "", "", "", f"{gpus:,}", "", "", "", f"[bold]{round(d['monthly_cost_usd']):,}[/bold]")
+    console.print(fit_table(console, title, PLAN_COLUMNS, rows))
     if hours > 1 or any(v for k, v in d["monthly_cost_breakdown_usd"].items() if k != "on_demand"):
         b = d["monthly_cost_breakdown_usd"]
         console.print("cost breakdown per month: " + ", ".join(f"{k} ${v:,.0f}" for k, v in b.items()))
@@ -162,7 +201,7 @@ def print_plan(d: dict[str, Any], console: Console) -> None:
         if hours > 1 and p["utilisation"] is not None:
             console.print(
                 f"  utilisation {pct(p['utilisation'])} of self-hosted capacity; cost ${p['cost_per_million_tokens_usd']:.3f} "
-                f"per million tokens against ${p['ideal_cost_per_million_tokens_usd']:.3f} for the fleet at 100%; "
+                f"per million output tokens against ${p['ideal_cost_per_million_tokens_usd']:.3f} for the fleet at 100%; "
                 f"API share {pct(p['api_fraction'])}"
             )
         chk = p.get("prefill_check")
@@ -176,15 +215,13 @@ def print_plan(d: dict[str, Any], console: Console) -> None:
                 f"{kv['transfer_ms_per_request']:.1f} ms per request"
             )
         if p["alternatives"]:
-            alt = Table(title=f"{name}: cheapest plan on each other GPU type", title_justify="left")
-            for col in ("gpu", "tp", "prec", "batch", "replicas", "GPUs", "product $/month", "plan vs chosen"):
-                alt.add_column(col, justify="left" if col in ("gpu", "prec") else "right")
-            for a in p["alternatives"]:
-                alt.add_row(
-                    a["gpu"], str(a["tp"]), a["precision"], str(a["batch"]), f"{a['replicas']:,}", f"{a['gpus']:,}",
-                    f"{a['monthly_cost_usd']:,.0f}", f"+{a['cost_difference_usd']:,.0f}",
-                )
-            console.print(alt)
+            alt_rows: list[Row] = [
+                (a["gpu"], str(a["tp"]), a["precision"], str(a["batch"]), f"{a['replicas']:,}", f"{a['gpus']:,}",
+                 f"{a['monthly_cost_usd']:,.0f}", f"+{a['cost_difference_usd']:,.0f}")
+                for a in p["alternatives"]
+            ]
+            console.print(fit_table(console, f"{name}: cheapest plan on each other GPU type", ALTERNATIVE_COLUMNS,
+                                    alt_rows, title_justify="left"))
     print_portfolio(d, console)
     unpriced = d.get("unpriced_gpus") or []
     if unpriced:
@@ -209,17 +246,15 @@ def print_portfolio(d: dict[str, Any], console: Console) -> None:
                                           for u in usage.values()):
         return
     if usage:
-        t = Table(title="GPUs per type at the busiest hour", title_justify="left")
-        for col in ("gpu", "GPUs", "by tier", "available", "instances", "stranded GPUs"):
-            t.add_column(col, justify="left" if col in ("gpu", "by tier", "available") else "right")
+        use_rows: list[Row] = []
         for gpu, u in usage.items():
             avail = "-" if u["available"] is None else f"{u['available']:,}"
             if u.get("available_by_tier"):
                 avail += " (" + ", ".join(f"{k} {v:,}" for k, v in u["available_by_tier"].items()) + ")"
-            t.add_row(gpu, f"{u['gpus']:,}", ", ".join(f"{k} {v:,}" for k, v in u.get("gpus_by_tier", {}).items()),
-                      avail, _n(u["instances"], "{:,}") if u["instances"] is not None else "-",
-                      f"{u['stranded_gpus']:,}")
-        console.print(t)
+            use_rows.append((gpu, f"{u['gpus']:,}", ", ".join(f"{k} {v:,}" for k, v in u.get("gpus_by_tier", {}).items()),
+                             avail, _n(u["instances"], "{:,}") if u["instances"] is not None else "-",
+                             f"{u['stranded_gpus']:,}"))
+        console.print(fit_table(console, "GPUs per type at the busiest hour", USAGE_COLUMNS, use_rows, title_justify="left"))
     comps = d.get("components") or []
     if len(d["products"]) > 1 and comps:
         joint = [c for c in comps if len(c) > 1]
@@ -239,13 +274,10 @@ def print_portfolio(d: dict[str, Any], console: Console) -> None:
 
 def print_catalog(kind: str, rows: list[dict[str, Any]], console: Console) -> None:
     """A catalog listing with sources."""
+    rows = escaped(rows)
     if not rows:
         console.print(f"no {kind} loaded")
         return
-    t = Table(title=f"catalog: {kind} ({len(rows)})")
     cols = list(rows[0])
-    for col in cols:
-        t.add_column(col, overflow="fold")
-    for r in rows:
-        t.add_row(*("" if r[c] is None else str(r[c]) for c in cols))
-    console.print(t)
+    table_rows: list[Row] = [tuple("" if r[c] is None else str(r[c]) for c in cols) for r in rows]
+    console.print(fit_table(console, f"catalog: {kind} ({len(rows)})", [Col(c, "left") for c in cols], table_rows))

@@ -303,16 +303,19 @@ def load_profile(path: Path) -> dict[str, Any]:
     return doc
 
 
-def apply_profile(preset: Preset, path: Path) -> Preset:
+def apply_profile(preset: Preset, path: Path, preset_hint: str = "use --preset {fitted}") -> Preset:
     """``preset`` adjusted by the calibration profile at ``path``.
 
     The profile must have been fitted against the same preset; its factor entries become the
-    preset's :class:`CalibrationFactors` and ``calibration`` names the profile file.
+    preset's :class:`CalibrationFactors` and ``calibration`` names the profile file. A profile
+    fitted for another preset is refused with ``preset_hint`` (``{fitted}`` is replaced by the
+    profile's preset): how the caller's user chooses the preset.
     """
     doc = load_profile(path)
     fitted = doc.get("preset")
     if fitted != preset.name:
-        raise InputError(f"{path}: profile was fitted for preset {fitted!r}, not {preset.name!r} (use --preset {fitted})")
+        hint = preset_hint.format(fitted=fitted, used=preset.name)
+        raise InputError(f"{path}: profile was fitted for preset {fitted!r}, not {preset.name!r} ({hint})")
     factors = tuple(
         CalibrationFactors(
             gpu=f.get("gpu"), engine=normalize_engine(f.get("engine")),

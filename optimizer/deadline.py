@@ -37,6 +37,7 @@ class Progress:
     enabled: bool = False
     stream: TextIO = field(default_factory=lambda: sys.stderr)
     start: float = field(default_factory=time.perf_counter)
+    width: int = 80  # the terminal's columns: the line is kept shorter, so it never wraps
     _last: float = 0.0
     _shown: bool = False
 
@@ -47,7 +48,10 @@ class Progress:
             tty = sys.stderr.isatty()
         except (AttributeError, ValueError):
             tty = False
-        return cls(enabled=tty and not quiet and not os.environ.get("CI"))
+        import shutil
+
+        width = shutil.get_terminal_size((80, 24)).columns  # honours a valid COLUMNS, ignores a bad one
+        return cls(enabled=tty and not quiet and not os.environ.get("CI"), width=max(20, width))
 
     def update(self, stage: str, done: int | None = None, total: int | None = None,
                best: float | None = None, bound: float | None = None, force: bool = False) -> None:
@@ -66,7 +70,7 @@ class Progress:
         if bound is not None and math.isfinite(bound):
             parts.append(f"bound ${bound:,.0f}")
         parts.append(f"{now - self.start:.0f} s")
-        line = " ".join(parts)[:120]
+        line = " ".join(parts)[: min(120, self.width - 1)]
         self.stream.write("\r\x1b[2K" + line)
         self.stream.flush()
         self._shown = True

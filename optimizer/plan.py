@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fleetplan.catalogs.loader import Catalog, InputError
+from fleetplan.catalogs.schema import LLM
 from fleetplan.models.memory import kv_bytes_per_token
 from fleetplan.models.presets import Preset, get_preset
 from fleetplan.models.physics import DEFAULT_TTFT_QUEUE_MULTIPLE, TTFT_WARNING_S
@@ -307,6 +308,19 @@ def format_ms(seconds: float) -> str:
     return f"{ms:,.0f}" if ms >= 10 else f"{ms:.2g}"
 
 
+def context_problem(product: Product, llm: LLM) -> str | None:
+    """Why a request of ``product`` is longer than ``llm``'s context window, naming the fields; None when it fits."""
+    context = product.input_tokens + product.output_tokens
+    limit = llm.max_context_tokens
+    if limit is None or context <= limit:
+        return None
+    return (
+        f"products[{product.name}].input_tokens: input_tokens + output_tokens = {context:,} tokens exceeds "
+        f"{llm.id}'s context window of {limit:,} tokens (max_context_tokens in the catalog); at most "
+        f"{max(0, limit - product.output_tokens):,} input_tokens with output_tokens {product.output_tokens:,}"
+    )
+
+
 def explain_no_candidates(product: Product, cs: CandidateSet) -> str:
     """Which constraint no configuration of ``product`` can meet, and the best value reachable."""
     where = f"products[{product.name}]"
@@ -315,8 +329,10 @@ def explain_no_candidates(product: Product, cs: CandidateSet) -> str:
         return f"{where}: no valid GPU/TP shape for {product.model} among the allowed options{unpriced}"
     if not cs.any_fits_memory:
         return (
-            f"{where}: infeasible: {product.model} with {product.input_tokens + product.output_tokens} tokens of "
-            f"context does not fit in memory on any allowed GPU/TP (try larger tp or lower precision)"
+            f"{where}.input_tokens: infeasible: input_tokens + output_tokens = "
+            f"{product.input_tokens + product.output_tokens:,} tokens of context for {product.model} do not fit in "
+            f"memory on any allowed GPU/TP even at batch 1 (lower input_tokens or output_tokens, or allow a larger tp "
+            f"or a lower precision)"
         )
     if not cs.any_meets_speed:
         return (
@@ -346,6 +362,8 @@ def build_problem(
     data: dict[str, ProductData] = {}
     for product in scenario.products:
         llm = catalog.model(product.model, f"products[{product.name}].model")
+        if (problem := context_problem(product, llm)) is not None:
+            raise InputError(problem)
         offer = resolve_api(product, catalog) if with_api else None
         cs = generate_candidates(product, llm, catalog, scenario.options, preset)
         per_instance = scenario.limits.gpus_per_instance
@@ -1175,6 +1193,13 @@ def _infeasible_message(prob: FleetProblem, names: list[str], solver: str) -> st
         return (
             f"limits.gpu_availability: infeasible: {who} cannot all be served within "
             + ", ".join(limits) + " GPUs (raise availability, allow other GPU types or add an API)"
+        )
+    spot_capped = "spot" in prob.tiers and prob.spot_max_share < 1.0
+    if spot_capped and all(t == "spot" for t in prob.tiers):
+        return (
+            f"options.spot_max_share: infeasible: options.tiers allows only spot, but spot_max_share is "
+            f"{prob.spot_max_share:g} (spot may provide at most {pct(prob.spot_max_share)} of replica-hours), so "
+            f"{who} cannot self-host; set options.spot_max_share: 1 or add on_demand or reserved to options.tiers"
         )
     return f"products[{who}]: infeasible: no configuration meets demand under the given limits"
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from fleetplan.catalogs.loader import SECTIONS as CATALOG_SECTIONS
 from fleetplan.catalogs.loader import InputError, first_error, format_validation_error, nearest, parse_yaml, read_text
 from fleetplan.catalogs import fields as F
 from fleetplan.catalogs.schema import Precision
@@ -233,6 +234,11 @@ def parse_scenario(raw: Any, where: str) -> Scenario:
     """Validate a parsed YAML document as a scenario; errors name ``where`` and the field."""
     if not isinstance(raw, dict):
         raise ScenarioError(f"{where}: a scenario must be a mapping with 'products' (and optional 'preset', 'options')")
+    if raw and "products" not in raw and set(raw) <= set(CATALOG_SECTIONS):
+        raise ScenarioError(
+            f"{where}: a catalog file (sections {', '.join(map(str, raw))}), not a scenario (no products): give it with "
+            f"--catalog or in a scenario's catalogs: list, and keep it out of a directory of scenarios"
+        )
     try:
         return Scenario.model_validate(raw)
     except ValidationError as err:
