@@ -30,7 +30,7 @@ profile under 4 kB, so anything bigger is a wrong path, not an input."""
 ECHO_CHARS = 80
 """Most characters of a user's value quoted back in an error message."""
 
-MAX_MESSAGE_CHARS = 600
+MAX_MESSAGE_CHARS = 1000
 """Most characters of one error line; a longer one keeps its head and tail."""
 
 _PLAIN_TAGS = frozenset(
@@ -168,10 +168,15 @@ class StrictLoader(_BaseLoader):  # type: ignore[misc,valid-type]
         """Construct a mapping, refusing a key that appears twice in it."""
         if isinstance(node, yaml.MappingNode):
             seen: dict[Any, int] = {}
-            for key_node, _ in node.value:
+            for key_node, value_node in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":
                     continue
                 key = self.construct_object(key_node, deep=True)
+                if value_node.tag not in _PLAIN_TAGS:  # named by its field, not only its line
+                    tag = value_node.tag.replace("tag:yaml.org,2002:", "!!")
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"{short(str(key), 40)}: tag {short(tag, 40)} is not allowed (use plain mappings, "
+                                    "lists, strings, numbers, booleans and dates)", value_node.start_mark)
                 try:
                     first = seen.get(key)
                 except TypeError:
@@ -194,7 +199,7 @@ def parse_yaml(text: str, where: Path | str, error: type[InputError] = InputErro
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        what = "" if problem.startswith(("tag ", "key ", "cannot read")) else "malformed YAML: "
+        what = "" if problem.startswith(("tag ", "key ", "cannot read")) or ": tag " in problem else "malformed YAML: "
         raise error(f"{where}:{line}: {what}{problem}") from None
     except RecursionError:
         raise error(f"{where}: malformed YAML: nested too deeply") from None

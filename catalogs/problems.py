@@ -11,10 +11,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-# Longest echo of one input value, in characters.
+from fleetplan.catalogs.files import MAX_MESSAGE_CHARS  # longest error line, in characters
+
+# Longest echo of one input value in a list of problems, in characters.
 MAX_ECHO_CHARS = 40
-# Longest message of all problems together, in characters.
-MAX_MESSAGE_CHARS = 1000
 
 
 def echo(value: Any) -> str:
