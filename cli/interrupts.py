@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
+from fleetplan.optimizer.solvers import PENDING_INTERRUPTS
+
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 EXIT_TERMINATED = 128 + signal.SIGTERM
 GRACE_S = 2.0
@@ -41,7 +43,9 @@ class Terminated(KeyboardInterrupt):
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     """SIGINT handler: note that the main thread took it, then interrupt as Python does."""
     _taken.set()
-    raise KeyboardInterrupt()
+    exc = KeyboardInterrupt()
+    PENDING_INTERRUPTS.append(exc)  # raised again by a solver whose callback lost it
+    raise exc
 
 
 def _raise_terminated(signum: int, frame: FrameType | None) -> None:
@@ -49,7 +53,9 @@ def _raise_terminated(signum: int, frame: FrameType | None) -> None:
     _taken.set()
     # ignore a second SIGTERM while the first one is being cleaned up
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise Terminated()
+    exc = Terminated()
+    PENDING_INTERRUPTS.append(exc)
+    raise exc
 
 
 def message(code: int) -> str:
@@ -101,6 +107,7 @@ def install_handlers() -> Callable[[], None]:
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     _taken.clear()
+    PENDING_INTERRUPTS.clear()
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
@@ -110,6 +117,7 @@ def install_handlers() -> Callable[[], None]:
     threading.Thread(target=_watch, args=(read_fd,), name="fleetplan-signal-watchdog", daemon=True).start()
 
     def restore() -> None:
+        PENDING_INTERRUPTS.clear()
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
         signal.set_wakeup_fd(old_fd)

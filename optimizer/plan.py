@@ -561,8 +561,28 @@ def _fixing(lp: LinearProblem, pd: ProductData, choice: tuple[Candidate | None, 
     return lower, upper
 
 
+def _instances_off(lp: LinearProblem, choice: tuple[Candidate | None, PoolCandidate | None],
+                   bounds: tuple[list[float], list[float]]) -> tuple[list[float], list[float]]:
+    """``bounds`` with the whole-instance columns of every GPU type the choice does not run on
+    fixed at zero, for a model of one product: such instances would only be idle GPUs."""
+    per_gpu = lp.__dict__.get("_instance_cols")
+    if per_gpu is None:
+        per_gpu = {}
+        for j, name in enumerate(lp.col_names):
+            if name.startswith("instances["):
+                per_gpu.setdefault(name[len("instances["):-1].rpartition("/")[0], []).append(j)
+        lp.__dict__["_instance_cols"] = per_gpu
+    used = {x.gpu for x in choice if x is not None}
+    lower, upper = bounds
+    for gpu, cols in per_gpu.items():
+        if gpu not in used:
+            for j in cols:
+                lower[j] = upper[j] = 0.0
+    return lower, upper
+
+
 def _quick_bound(prob: FleetProblem, pd: ProductData, choice: tuple[Candidate | None, PoolCandidate | None],
-                 weighted_demand: float | None = None) -> float:
+                 hours: tuple[Any, Any, Any] | None = None) -> float:
     """A lower bound on the monthly cost of one choice, without a solver.
 
     Every replica-hour is priced at the cheapest rate the tiers allow (a reserved replica's
@@ -577,14 +597,9 @@ def _quick_bound(prob: FleetProblem, pd: ProductData, choice: tuple[Candidate | 
 
     c, k = choice
     api = pd.api.usd_per_output_token * SECONDS_PER_HOUR if pd.has_api and pd.api is not None else math.inf
-    if weighted_demand is None:
-        weighted_demand = _weighted_demand(prob, pd)
+    w, n_h, d = hours if hours is not None else _hour_arrays(prob, pd)
     if c is None:
-        return weighted_demand * api
-    hours = range(prob.hours)
-    w = np.array([prob.weight(h) for h in hours])
-    n_h = np.array([float(prob.count(h)) for h in hours])
-    d = np.asarray(pd.demand_tokens_per_s, dtype=float)
+        return float(np.sum(w * d)) * api
     rate = _replica_hour_rate(prob, c)
     u = c.usable_tokens_per_s
     # prefill pool: per token (continuous) unless its own pool is fixed and no API is involved
@@ -647,17 +662,21 @@ def _replica_hour_rate(prob: FleetProblem, c: Candidate) -> float:
     return min(rest, share * spot + (1 - share) * rest)
 
 
-def _weighted_demand(prob: FleetProblem, pd: ProductData) -> float:
-    """The product's demand in token/s summed over the month's hours (each hour by its weight)."""
-    demand = pd.demand_tokens_per_s
-    return sum(prob.weight(h) * demand[h] for h in range(prob.hours))
+def _hour_arrays(prob: FleetProblem, pd: ProductData) -> tuple[Any, Any, Any]:
+    """Per modelled hour: its weight in real hours of the month, the hours it stands for, and the
+    product's demand in token/s (NumPy arrays)."""
+    import numpy as np
+
+    hours = range(prob.hours)
+    return (np.array([prob.weight(h) for h in hours]), np.array([float(prob.count(h)) for h in hours]),
+            np.asarray(pd.demand_tokens_per_s, dtype=float))
 
 
 def _by_quick_bound(prob: FleetProblem, pd: ProductData, choices: list[tuple[Candidate | None, PoolCandidate | None]]
                     ) -> list[tuple[float, tuple[Candidate | None, PoolCandidate | None]]]:
     """Choices with their :func:`_quick_bound`, lowest first (ties by key, so the order is fixed)."""
-    weighted = _weighted_demand(prob, pd)
-    keyed = [(_quick_bound(prob, pd, ch, weighted), "/".join(x.key for x in ch if x is not None), ch)
+    hours = _hour_arrays(prob, pd)
+    keyed = [(_quick_bound(prob, pd, ch, hours), "/".join(x.key for x in ch if x is not None), ch)
              for ch in choices]
     keyed.sort(key=lambda t: (t[0], t[1]))
     return [(b, ch) for b, _, ch in keyed if not math.isinf(b) or ch[0] is None]
@@ -724,6 +743,8 @@ def _on_demand_plan(lp: LinearProblem, prob: FleetProblem, pd: ProductData,
 # First time slice of one configuration's MIP in a multi-hour search (s); a MIP not finished in
 # its slice goes back in the queue and gets four times as long when it comes round again.
 MIP_SLICE_S = 1.0
+# Slices a MIP gets at most (1 + 4 + ... + 4^5 s = 22.75 min without a deadline) before its bound is left open.
+MIP_MAX_TRIES = 6
 
 
 def solve_by_configuration(
@@ -742,26 +763,28 @@ def solve_by_configuration(
     Exactly one decode configuration runs (with one prefill-pool configuration in pool mode), or
     none when the product may go all-API, so the optimum is the best of the MIPs with each such
     choice fixed. The product's model is built and loaded into the solver once; each choice is
-    fixed by column bounds. Each choice's LP relaxation is solved first; the MIPs are solved in
-    order of that bound and the search stops once the bound reaches the incumbent. ``keep``
-    limits the configurations (runner-up reports). Returns the best solution with its problem,
-    or None if no choice is feasible.
+    fixed by column bounds (:func:`_search_choices`). ``keep`` limits the configurations
+    (runner-up reports). Returns the best solution with the model and problem it solves, or
+    None if no choice is feasible.
+
+    Over several hours the model is built only for the choices that can matter: first for the
+    few with the lowest bound computed without a solver (:func:`_quick_bound`), which gives a
+    plan; then for every choice whose bound is below that plan, searched with it as the
+    incumbent. ``base_lp``, if given, is the exported model of ``prob.reduced()`` and is searched
+    whole instead. One-hour problems are small: the whole model is solved once, with the
+    configurations ``keep`` rejects switched off.
 
     At the ``deadline`` the best plan found so far is returned with status ``time_limit`` and a
-    gap measured against the weakest bound left open (a choice not reached counts with its LP
-    bound, or the whole model's when its own was not computed). One-hour problems are small:
-    the whole model is solved once, with the configurations ``keep`` rejects switched off.
-    ``base_lp``, if given, is the exported model of ``prob.reduced()`` (built once per product
-    and shared by the runner-up searches).
+    gap measured against the weakest bound left open.
     """
     deadline = deadline or Deadline(at=None)
     prob = prob.reduced()
     pd = prob.products[product]
-    lp = base_lp if base_lp is not None else to_linear_problem(build_model(prob))
-    session = Session(lp, solver)
     decode = [c for c in pd.candidates if keep is None or keep(c)]
     api_alone = pd.has_api and pd.api_max_fraction >= 1.0 and keep is None
     if prob.hours == 1:
+        lp = base_lp if base_lp is not None else to_linear_problem(build_model(prob))
+        session = Session(lp, solver)
         if not decode and not api_alone:
             return None
         lower, upper = _fixing(lp, pd, (None, None), allowed={c.key for c in decode})
@@ -774,80 +797,44 @@ def solve_by_configuration(
                 raise SolverError(f"{solver} returned no plan for {product}: {res.termination}")
             return None
         return res, lp.with_bounds(lower, upper), prob
-    # one choice is a decode configuration with, in pool mode, one pool configuration; choices are
-    # taken in order of a bound computed without a solver (:func:`_quick_bound`), and a choice's LP
-    # is solved only while that bound is below the best plan found, so most choices of a large
-    # catalog never reach the solver; each LP and MIP holds only the columns of its own choice
     choices: list[tuple[Candidate | None, PoolCandidate | None]] = []
     for c in decode:
         choices.extend([(c, k) for k in pd.pool] if c.mode == "pool" else [(c, None)])
     if api_alone:
         choices.append((None, None))
-    open_bounds: list[float] = []
-    best: tuple[SolveResult, list[float], list[float]] | None = None
-
-    def incumbent() -> float:
-        return float(best[0].objective or 0.0) if best is not None else math.inf
-
-    def beaten(bound: float) -> bool:
-        return bound >= incumbent() * (1 - mip_rel_gap) - 1e-7
-
-    def relaxed(choice: tuple[Candidate | None, PoolCandidate | None], floor: float) -> float | None:
-        r = solve_restricted(lp, *_fixing(lp, pd, choice), solver, relax=True, time_limit_s=deadline.solver_limit())
-        if r.status == "infeasible":
-            return None
-        return max(floor, float(r.objective or 0.0)) if r.status == "optimal" else floor
-
     ordered = _by_quick_bound(prob, pd, choices)
-    # a first plan without a solver (every hour on demand) prunes choices whose quick bound exceeds it
-    for _, choice in ordered[:5]:
-        best = best or _fallback(lp, prob, pd, choice)
-    # best first: the open choice with the lowest bound is taken next; a choice known only by its
-    # quick bound gets its LP bound and goes back, one with an LP bound gets its MIP. The lowest
-    # open bound is then a bound on the product's optimum, and the search ends when it reaches
-    # the best plan (or at the deadline, with the open bounds giving the gap)
-    heap: list[tuple[float, int, int, tuple[Candidate | None, PoolCandidate | None]]] = [
-        (quick, n, 0, choice) for n, (quick, choice) in enumerate(ordered)]  # already in heap order
-    searched = 0
-    while heap:
-        bound, n, tries, choice = heap[0]
-        if beaten(bound):
-            break  # every open choice has a bound at least as high
-        if deadline.expired:
-            open_bounds.append(bound)  # the lowest open bound: every other one is at least as high
+    if base_lp is not None:
+        rounds = [(base_lp, prob, ordered)]
+    else:
+        # rounds of 8, 32, 128, ... choices: a round's model is built only if a choice of it can
+        # still beat the best plan of the rounds before
+        rounds, start, size = [], 0, FIRST_ROUND_CHOICES
+        while start < len(ordered):
+            rounds.append((None, prob, ordered[start:start + size]))
+            start, size = start + size, size * 4
+    best: tuple[SolveResult, LinearProblem, FleetProblem] | None = None
+    open_bounds: list[float] = []
+    for lp, whole, these in rounds:
+        value = float(best[0].objective or 0.0) if best is not None else math.inf
+        these = [(q, ch) for q, ch in these if q < value * (1 - mip_rel_gap) - 1e-7]
+        if not these:
+            continue
+        if deadline.expired and best is not None:
+            open_bounds.append(these[0][0])  # not searched: its quick bound is all that is known
             break
-        heapq.heappop(heap)
-        if tries == 0:
-            lp_bound = relaxed(choice, bound)
-            if lp_bound is not None:
-                heapq.heappush(heap, (lp_bound, n, 1, choice))
-            continue
-        searched += 1
-        deadline.progress.update(f"{product}: searching configurations", searched, len(ordered), best=incumbent(),
-                                 bound=bound)
-        lower, upper = _fixing(lp, pd, choice)
-        # only a plan cheaper than the best one matters: the solver proves fast that none exists;
-        # a MIP gets a time slice that grows each time it comes back, so one hard choice cannot
-        # hold up the others
-        cutoff = incumbent() * (1 - mip_rel_gap) if best is not None else None
-        limit = MIP_SLICE_S * 4 ** (tries - 1)
-        left = deadline.solver_limit()
-        res = solve_restricted(lp, lower, upper, solver, time_limit_s=limit if left is None else min(limit, left),
-                               mip_rel_gap=mip_rel_gap, cutoff=cutoff)
-        if res.status in ("infeasible", "cutoff"):
-            continue
-        if res.values and float(res.objective or 0.0) < incumbent() - 1e-7:
-            best = (res, lower, upper)
-        if not res.optimal:
-            # not finished in its slice: back in the queue with the bound its search proved
-            proved = float(res.objective or 0.0) * (1 - (res.mip_gap or 0.0)) if res.values else bound
-            heapq.heappush(heap, (max(bound, proved), n, tries + 1, choice))
+        if lp is None:  # a model of these choices only
+            whole = _with_choices(prob, product, [ch for _, ch in these])
+            lp = to_linear_problem(build_model(whole))
+        found, left_open = _search_choices(lp, whole, product, these, solver, deadline, mip_rel_gap, value)
+        open_bounds += left_open
+        if found is not None:
+            best = found
     if best is None:
         if open_bounds:
             deadline.note(f"{product}: {stage}")
             raise SolverError(f"{solver} found no plan for {product} before the time limit")
         return None
-    res = best[0]
+    res, lp, whole = best
     # every choice not left open was pruned against the best plan: the gap is against the weakest
     # bound left open at the deadline, or none
     value = float(res.objective or 0.0)
@@ -858,7 +845,102 @@ def solve_by_configuration(
         res = replace(res, status="time_limit", termination=f"time limit reached (gap {gap:.3%})", mip_gap=gap)
     elif not res.optimal or res.solver == "none":
         res = replace(res, status="optimal", termination="optimal (no configuration can do better)", mip_gap=gap)
-    return res, lp.with_bounds(best[1], best[2]), prob
+    return res, lp, whole
+
+
+# Choices whose model is built first in a multi-hour search (those with the lowest quick bound):
+# their best plan prunes the rest before the rest's model is built (in rounds four times larger).
+FIRST_ROUND_CHOICES = 8
+
+
+def _with_choices(prob: FleetProblem, product: str, choices: list[tuple[Candidate | None, PoolCandidate | None]]
+                  ) -> FleetProblem:
+    """``prob`` with the product's configurations cut to those of ``choices``."""
+    pd = prob.products[product]
+    keys = {x.key for ch in choices for x in ch if x is not None}
+    cut = replace(pd, candidates=tuple(c for c in pd.candidates if c.key in keys),
+                  pool=tuple(k for k in pd.pool if k.key in keys))
+    return prob.derive(products={**prob.products, product: cut})
+
+
+def _search_choices(
+    lp: LinearProblem, prob: FleetProblem, product: str,
+    ordered: list[tuple[float, tuple[Candidate | None, PoolCandidate | None]]], solver: str, deadline: Deadline,
+    mip_rel_gap: float, incumbent_value: float,
+) -> tuple[tuple[SolveResult, LinearProblem, FleetProblem] | None, list[float]]:
+    """Best first over ``ordered`` (choices with their quick bound, lowest first) on the model
+    ``lp`` of ``prob``: the open choice with the lowest bound is taken next; a choice known only
+    by its quick bound gets its LP bound and goes back, one with an LP bound gets its MIP, which
+    only looks for plans cheaper than the best so far (``incumbent_value`` to start with). Each
+    LP and MIP holds only the columns of its own choice. Returns the best plan found below
+    ``incumbent_value`` (or None) and the bounds left open at the deadline."""
+    pd = prob.products[product]
+    best: tuple[SolveResult, list[float], list[float]] | None = None
+    open_bounds: list[float] = []
+
+    def incumbent() -> float:
+        return float(best[0].objective or 0.0) if best is not None else incumbent_value
+
+    def beaten(bound: float) -> bool:
+        return bound >= incumbent() * (1 - mip_rel_gap) - 1e-7
+
+    def fix(choice: tuple[Candidate | None, PoolCandidate | None]) -> tuple[list[float], list[float]]:
+        bounds = _fixing(lp, pd, choice)
+        return _instances_off(lp, choice, bounds) if len(prob.products) == 1 else bounds
+
+    def relaxed(choice: tuple[Candidate | None, PoolCandidate | None], floor: float) -> float | None:
+        r = solve_restricted(lp, *fix(choice), solver, relax=True, time_limit_s=deadline.solver_limit())
+        if r.status == "infeasible":
+            return None
+        return max(floor, float(r.objective or 0.0)) if r.status == "optimal" else floor
+
+    if math.isinf(incumbent_value):
+        # a first plan without a solver (every hour on demand) prunes choices whose bound exceeds it
+        for _, choice in ordered[:5]:
+            best = best or _fallback(lp, prob, pd, choice)
+    heap: list[tuple[float, int, int, tuple[Candidate | None, PoolCandidate | None]]] = [
+        (quick, n, 0, choice) for n, (quick, choice) in enumerate(ordered)]  # already in heap order
+    searched = 0
+    while heap:
+        bound, n, tries, choice = heap[0]
+        if beaten(bound):
+            break  # every open choice has a bound at least as high
+        if deadline.expired and (best is not None or not math.isinf(incumbent_value)):
+            open_bounds.append(bound)  # the lowest open bound: every other one is at least as high
+            break  # (without any plan yet, the search goes on to its first one)
+        heapq.heappop(heap)
+        if tries == 0:
+            lp_bound = relaxed(choice, bound)
+            if lp_bound is not None:
+                heapq.heappush(heap, (lp_bound, n, 1, choice))
+            continue
+        searched += 1
+        deadline.progress.update(f"{product}: searching configurations", searched, len(ordered), best=incumbent(),
+                                 bound=bound)
+        lower, upper = fix(choice)
+        # only a plan cheaper than the best one matters: the solver proves fast that none exists;
+        # a MIP gets a time slice that grows each time it comes back, so one hard choice cannot
+        # hold up the others
+        cutoff = incumbent() * (1 - mip_rel_gap) if not math.isinf(incumbent()) else None
+        limit = MIP_SLICE_S * 4 ** (tries - 1)
+        left = deadline.solver_limit()
+        res = solve_restricted(lp, lower, upper, solver, time_limit_s=limit if left is None else min(limit, left),
+                               mip_rel_gap=mip_rel_gap, cutoff=cutoff)
+        if res.status in ("infeasible", "cutoff"):
+            continue
+        if res.values and float(res.objective or 0.0) < incumbent() - 1e-7:
+            best = (res, lower, upper)
+        if res.status == "time_limit" and tries < MIP_MAX_TRIES:
+            # not finished in its slice: back in the queue with the bound its search proved
+            proved = float(res.objective or 0.0) * (1 - (res.mip_gap or 0.0)) if res.values else bound
+            heapq.heappush(heap, (max(bound, proved), n, tries + 1, choice))
+        elif not res.optimal:  # the solver gave up on this choice: what it proved stays open
+            open_bounds.append(max(bound, float(res.objective or 0.0) * (1 - (res.mip_gap or 0.0)))
+                               if res.values else bound)
+    if best is None:
+        return None, open_bounds
+    res, lower, upper = best
+    return (res, lp.with_bounds(lower, upper), prob), open_bounds
 
 
 def _alternatives(prob: FleetProblem, pp: ProductPlan, base: float, solver: str,
@@ -1080,7 +1162,9 @@ def solve_component(
     if not isinstance(deadline, Deadline):  # seconds, in a worker process
         deadline = Deadline.after(deadline)
     if len(names) == 1:
-        base_lp = to_linear_problem(build_model(whole.reduced()))
+        # one hour: the whole model, shared by the runner-up searches; several hours: each search
+        # builds the model of the choices that can matter
+        base_lp = to_linear_problem(build_model(whole.reduced())) if whole.hours == 1 else None
         found = solve_by_configuration(whole, names[0], solver, deadline=deadline, mip_rel_gap=gap, base_lp=base_lp)
         if found is None:
             return whole, None, base_lp, None, None
@@ -1483,7 +1567,8 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: str, alternatives:
     opts = scenario.options
     by_name = {p.name: p for p in scenario.products}
     plans: dict[str, ProductPlan] = {}
-    parts: dict[str, tuple[FleetProblem, LinearProblem, SolveResult]] = {}
+    parts: dict[str, tuple[FleetProblem, LinearProblem | None, SolveResult]] = {}
+    solved: dict[int, LinearProblem] = {}  # the models the plan was read from
     components = coupled_components(prob)
     decomposed: list[list[str]] = []  # coupled groups too large for one MIP, planned product by product
     t1 = time.perf_counter()
@@ -1520,8 +1605,9 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: str, alternatives:
             raise InfeasibleError(_infeasible_message(prob, names, solver))
         if not res.optimal and not (res.status == "time_limit" and res.values):
             raise SolverError(f"{solver} returned no proven-optimal plan for {', '.join(names)}: {res.termination}")
+        solved[id(lp)] = lp
         for name in names:
-            parts[name] = (whole, base_lp or lp, res)
+            parts[name] = (whole, base_lp, res)
         for pp in extract(lp, res, sub, scenario.model_construct(products=[by_name[n] for n in names])):
             plans[pp.product.name] = pp
     timings.solve_s += time.perf_counter() - t1
@@ -1542,7 +1628,7 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: str, alternatives:
         name = pp.product.name
         whole, whole_lp, res = parts[name]
         single = len(whole.products) == 1
-        base_lp = whole_lp if single else None
+        base_lp = whole_lp if single else None  # the one-hour model, else None: searches build their own
         base = float(res.objective or 0.0)
         scen = scenario.model_construct(products=[pp.product])
         mine = explain.share(1.0 / (len(products) - i))
@@ -1564,8 +1650,7 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: str, alternatives:
         pp.why = _why(pp)
         pp.kv_transfer = kv_transfer_report(pp, catalog, preset)
         pp.prefill_check = prefill_headroom_check(pp, catalog, preset, scenario.options)
-    lps = {id(lp): lp for _, lp, _ in parts.values()}
-    size = (sum(lp.num_cols for lp in lps.values()), sum(lp.num_rows for lp in lps.values()))
+    size = (sum(lp.num_cols for lp in solved.values()), sum(lp.num_rows for lp in solved.values()))
     plan = Plan(scenario=scenario, preset=preset, solve_result=result, products=products, candidate_sets=sets,
                 problem=prob, model_size=size, timings=timings, components=components,
                 members={p.name: ms for p, ms in planned})

@@ -42,11 +42,13 @@ class SolveResult:
 HIGHS_NODE_LIMIT = 500
 
 
-def solve(lp: LinearProblem, solver: str = "highs", time_limit_s: float | None = None, mip_rel_gap: float = 1e-6) -> SolveResult:
+def solve(lp: LinearProblem, solver: str = "highs", time_limit_s: float | None = None, mip_rel_gap: float = 1e-6,
+          cutoff: float | None = None) -> SolveResult:
     """Solve ``lp`` with ``solver`` (``highs`` or ``ortools``). With ``highs`` a MIP not proven
     within :data:`HIGHS_NODE_LIMIT` nodes is handed to SCIP (OR-Tools) for the rest of the time;
-    the result names both."""
-    return Session(lp, solver).solve(lp.col_lower, lp.col_upper, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap)
+    the result names both. With ``cutoff``, see :meth:`Session.solve`."""
+    return Session(lp, solver).solve(lp.col_lower, lp.col_upper, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap,
+                                     cutoff=cutoff)
 
 
 def solve_restricted(lp: LinearProblem, lower: list[float], upper: list[float], solver: str = "highs", *,
@@ -56,35 +58,43 @@ def solve_restricted(lp: LinearProblem, lower: list[float], upper: list[float], 
     ``relax``) by giving the solver only the columns not fixed at zero
     (:meth:`LinearProblem.restricted`); the values come back for every column of ``lp``. The same
     optimum as solving the whole problem under those bounds, at the size of what is left free.
-
-    With ``cutoff``, only solutions costing less are wanted: the objective becomes a row
-    ``c x + c0 <= cutoff``, so a solver proves quickly that none exists (status ``cutoff``)."""
+    With ``cutoff``, see :meth:`Session.solve`."""
     part = lp.restricted(lower, upper)
     if part is None:
         return SolveResult(solver=solver, status="infeasible", termination="a row fails with its columns fixed at zero")
     sub, kept = part
-    if cutoff is not None and not math.isinf(cutoff):
-        nz = [j for j, a in enumerate(sub.objective) if a]
-        sub = LinearProblem(
-            col_names=sub.col_names, col_lower=sub.col_lower, col_upper=sub.col_upper, col_integer=sub.col_integer,
-            objective=sub.objective, objective_constant=sub.objective_constant,
-            row_names=[*sub.row_names, "all-objective_cutoff-max"], row_lower=[*sub.row_lower, -math.inf],
-            row_upper=[*sub.row_upper, cutoff - sub.objective_constant],
-            row_index=[*sub.row_index, nz], row_value=[*sub.row_value, [sub.objective[j] for j in nz]],
-        )
     if not sub.num_cols:
         values = [0.0] * lp.num_cols
         return SolveResult(solver=solver, status="optimal", termination="nothing left to choose",
                            objective=lp.objective_constant, values=values, mip_gap=0.0)
-    res = solve(sub.relaxed() if relax else sub, solver, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap)
-    if cutoff is not None and res.status == "infeasible":
-        return replace(res, status="cutoff", termination=f"no solution below {cutoff:,.2f}")
+    res = solve(sub.relaxed() if relax else sub, solver, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap,
+                cutoff=cutoff)
     if res.values:
         values = [0.0] * lp.num_cols
         for j, x in zip(kept, res.values):
             values[j] = x
         res = replace(res, values=values)
     return res
+
+
+def with_cutoff_row(lp: LinearProblem, cutoff: float) -> LinearProblem:
+    """``lp`` with the objective as a row, ``c x + c0 <= cutoff`` (scaled to coefficients of at
+    most 1): only solutions cheaper than ``cutoff`` remain."""
+    nz = [j for j, a in enumerate(lp.objective) if a]
+    scale = max((abs(lp.objective[j]) for j in nz), default=1.0)
+    out = lp.with_bounds(lp.col_lower, lp.col_upper)
+    out.row_names = [*lp.row_names, "all-objective_cutoff-max"]
+    out.row_lower = [*lp.row_lower, -math.inf]
+    out.row_upper = [*lp.row_upper, (cutoff - lp.objective_constant) / scale]
+    out.row_index = [*lp.row_index, nz]
+    out.row_value = [*lp.row_value, [lp.objective[j] / scale for j in nz]]
+    return out
+
+
+# Interrupts (Ctrl-C, SIGTERM) the command line's signal handlers have raised. Python may run a
+# handler inside a solver's callback, where its exception is lost; the callback then stops the
+# solver and the interrupt is raised again once the solver returns.
+PENDING_INTERRUPTS: list[BaseException] = []
 
 
 class Session:
@@ -106,17 +116,32 @@ class Session:
         self._relaxed = False
 
     def solve(self, lower: list[float], upper: list[float], *, relax: bool = False,
-              time_limit_s: float | None = None, mip_rel_gap: float = 1e-6) -> SolveResult:
-        """Solve under column bounds ``lower``/``upper`` (the MIP, or its LP relaxation with ``relax``)."""
-        if self.solver == "ortools":
+              time_limit_s: float | None = None, mip_rel_gap: float = 1e-6, cutoff: float | None = None) -> SolveResult:
+        """Solve under column bounds ``lower``/``upper`` (the MIP, or its LP relaxation with ``relax``).
+
+        With ``cutoff`` only a solution costing less is wanted: a MIP stops as soon as its bound
+        reaches the cutoff (status ``cutoff``: no such solution). HiGHS is interrupted from its
+        MIP callback, leaving the model as it is; SCIP gets the objective as a row."""
+        cutoff = None if cutoff is None or math.isinf(cutoff) or relax else cutoff
+
+        def scip(limit: float | None) -> SolveResult:
             lp = self.lp.with_bounds(list(lower), list(upper))
-            return _solve_ortools(lp.relaxed() if relax else lp, time_limit_s, mip_rel_gap)
+            lp = lp.relaxed() if relax else lp
+            res = _solve_ortools(lp if cutoff is None else with_cutoff_row(lp, cutoff), limit, mip_rel_gap)
+            if cutoff is not None and res.status == "infeasible":
+                return replace(res, status="cutoff", termination=f"no solution below {cutoff:,.2f}")
+            return res
+
+        if self.solver == "ortools":
+            return scip(time_limit_s)
         first = self._run_highs(lower, upper, relax, time_limit_s, mip_rel_gap,
-                                None if relax else HIGHS_NODE_LIMIT)
+                                None if relax else HIGHS_NODE_LIMIT, cutoff)
         if first.status != "node_limit":
             return first
         left = None if time_limit_s is None else max(0.05, time_limit_s - first.solve_time_s)
-        second = _solve_ortools(self.lp.with_bounds(list(lower), list(upper)), left, mip_rel_gap)
+        second = scip(left)
+        if second.status == "cutoff":
+            return replace(second, solver="highs+ortools")
         if not second.values and first.values:  # SCIP found nothing better to report
             second = SolveResult(solver="highs", status="time_limit", termination=first.termination,
                                  objective=first.objective, values=first.values, mip_gap=first.mip_gap)
@@ -128,7 +153,7 @@ class Session:
         )
 
     def _run_highs(self, lower: list[float], upper: list[float], relax: bool, time_limit_s: float | None,
-                   mip_rel_gap: float, max_nodes: int | None) -> SolveResult:
+                   mip_rel_gap: float, max_nodes: int | None, cutoff: float | None = None) -> SolveResult:
         import highspy
         import numpy as np
 
@@ -155,7 +180,33 @@ class Session:
         h.setOptionValue("mip_rel_gap", mip_rel_gap)
         h.setOptionValue("time_limit", float(time_limit_s) if time_limit_s is not None else inf)
         h.setOptionValue("mip_max_nodes", int(max_nodes) if max_nodes is not None else 2**31 - 1)
-        return _run(h, highspy, integer)
+        if not integer or cutoff is None:
+            return _run(h, highspy, integer)
+
+        raised: list[BaseException] = []
+
+        def stop_at_cutoff(kind: Any, message: str, out: Any, into: Any, user: Any) -> None:
+            try:
+                if PENDING_INTERRUPTS or out.mip_dual_bound >= cutoff:
+                    into.user_interrupt = True
+            except BaseException as exc:  # e.g. Ctrl-C arriving here: stop HiGHS, re-raise after it
+                raised.append(exc)
+                into.user_interrupt = True
+
+        h.setCallback(stop_at_cutoff, None)
+        h.startCallback(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
+        try:
+            res = _run(h, highspy, integer)
+        finally:
+            h.stopCallback(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
+        if raised:
+            raise raised[0]
+        if PENDING_INTERRUPTS:  # taken while HiGHS called back, and lost on the way out of it
+            raise PENDING_INTERRUPTS[0]
+        if res.status == "interrupted":
+            return replace(res, status="cutoff", termination=f"no solution below {cutoff:,.2f}", values=[],
+                           objective=None)
+        return res
 
 
 def _quiet_highs(highspy: Any) -> Any:
@@ -224,6 +275,7 @@ def _run(h: Any, highspy: Any, integer: bool) -> SolveResult:
         highspy.HighsModelStatus.kUnboundedOrInfeasible: "infeasible",
         highspy.HighsModelStatus.kTimeLimit: "time_limit",
         highspy.HighsModelStatus.kSolutionLimit: "node_limit",  # mip_max_nodes reached
+        highspy.HighsModelStatus.kInterrupt: "interrupted",  # by a callback (a cutoff reached)
     }.get(ms, "error")
     info = h.getInfo()
     has_solution = info.primal_solution_status == 2  # kSolutionStatusFeasible

@@ -416,14 +416,15 @@ def test_batch_keeps_a_file_it_did_not_write_and_skips_a_catalog(tmp_path: Path,
 
 # ---------------------------------------------------------------- interrupts (real processes)
 def slow_scenario(folder: Path, name: str = "slow.yaml") -> Path:
-    """The diurnal blend at 90 QPS with prefill left to the planner: about a minute of solving."""
-    raw = yaml.safe_load((EXAMPLES / "chat-diurnal-blend.yaml").read_text(encoding="utf-8"))
-    raw["products"][0].update(peak_qps=90, prefill="auto")
-    (folder / "profiles").mkdir(exist_ok=True)
-    for f in (EXAMPLES / "profiles").iterdir():
-        shutil.copy(f, folder / "profiles" / f.name)
+    """The 50-product portfolio of the stress cases: about a minute of solving."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("stress_cases", ROOT / "benchmarks" / "stress_cases.py")
+    assert spec is not None and spec.loader is not None
+    cases = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cases)
     p = folder / name
-    p.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    p.write_text(yaml.safe_dump(cases.portfolio_50(folder), sort_keys=False), encoding="utf-8")
     return p
 
 
