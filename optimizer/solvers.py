@@ -203,7 +203,7 @@ class Session:
             raise raised[0]
         if PENDING_INTERRUPTS:  # taken while HiGHS called back, and lost on the way out of it
             raise PENDING_INTERRUPTS[0]
-        if res.status == "interrupted":
+        if res.status == "interrupted" or (res.optimal and float(res.objective or 0.0) >= cutoff):
             return replace(res, status="cutoff", termination=f"no solution below {cutoff:,.2f}", values=[],
                            objective=None)
         return res
