@@ -28,7 +28,8 @@ from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
-ECHO_CHARS = 40  # longest echo of a refused value in a message
+from fleetplan.catalogs.files import FIELD_ECHO_CHARS, short_repr
+
 
 
 @dataclass(frozen=True)
@@ -107,9 +108,9 @@ def _num(x: float) -> str:
 
 
 def echo(value: Any) -> str:
-    """``repr(value)`` cut to :data:`ECHO_CHARS` characters, so a message stays one short line."""
-    text = repr(value)
-    return text if len(text) <= ECHO_CHARS else text[: ECHO_CHARS - 3] + "..."
+    """``repr(value)`` cut to :data:`~fleetplan.catalogs.files.FIELD_ECHO_CHARS` characters, so a
+    message stays one short line."""
+    return short_repr(value, FIELD_ECHO_CHARS)
 
 
 def _as_number(value: Any) -> float | None:

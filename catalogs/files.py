@@ -28,6 +28,8 @@ MAX_INPUT_BYTES = 16 * 1024 * 1024
 profile under 4 kB, so anything bigger is a wrong path, not an input."""
 
 ECHO_CHARS = 80
+# Longest echo of a refused value inside a field's message (several may share one line).
+FIELD_ECHO_CHARS = 40
 """Most characters of a user's value quoted back in an error message."""
 
 MAX_MESSAGE_CHARS = 1000

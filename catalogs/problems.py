@@ -11,19 +11,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from fleetplan.catalogs.fields import echo
 from fleetplan.catalogs.files import MAX_MESSAGE_CHARS  # longest error line, in characters
-
-# Longest echo of one input value in a list of problems, in characters.
-MAX_ECHO_CHARS = 40
-
-
-def echo(value: Any) -> str:
-    """``repr(value)``, cut to ``MAX_ECHO_CHARS`` with a note of how much was left out."""
-    text = repr(value)
-    if len(text) <= MAX_ECHO_CHARS:
-        return text
-    return f"{text[:MAX_ECHO_CHARS]}... ({len(text):,} characters)"
-
 
 def entry_problems(err: ValidationError, where: str, schema: Any = None) -> str:
     """``where: missing a, b; unknown field c (nearest valid choice: d); e: must be ... (got x)``:
