@@ -1,6 +1,6 @@
 """Output for people: tables that fit the terminal, --version, messages that name the user's field.
 
-The width tests render the saved plan of every shipped example (``data/example_plans.json``,
+The width tests render the reference plan of every shipped example (``data/plans/*.json``,
 rewritten by ``python tests/data/make_example_plans.py``) at several widths, so they run
 without a solver.
 """
@@ -23,7 +23,8 @@ from fleetplan.report import print_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-PLANS = json.loads((Path(__file__).resolve().parent / "data" / "example_plans.json").read_text(encoding="utf-8"))
+PLANS = {f"{p.stem}.yaml": json.loads(p.read_text(encoding="utf-8"))
+         for p in sorted((Path(__file__).resolve().parent / "data" / "plans").glob("*.json"))}
 WIDTHS = (60, 80, 100, 160, 200)
 MAX_ERROR_LINES = 12
 
