@@ -25,7 +25,9 @@ from bench_plan import candidate_counts
 from fleetplan.catalogs import load_catalog
 from fleetplan.models.presets import get_preset
 from fleetplan.optimizer import formulation
-from fleetplan.optimizer.plan import build_problem, make_plan
+from fleetplan.optimizer.plan import make_plan
+from fleetplan.optimizer.problem import build_problem
+from fleetplan.optimizer.reductions import reduced
 from fleetplan.optimizer.scenario import load_scenario, parse_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,7 +80,7 @@ def main() -> None:
             scenario = scenario.model_copy(update={"options": scenario.options.model_copy(
                 update={"time_limit_s": args.time_limit})})
             prob, _, _ = build_problem(scenario, catalog, get_preset(scenario.preset), folder)
-            small = prob.reduced()
+            small = reduced(prob)
             rows = []
             plan = None
             for _ in range(args.runs):

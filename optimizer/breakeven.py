@@ -12,9 +12,10 @@ from fleetplan.catalogs.loader import Catalog, InputError
 from fleetplan.models.presets import Preset, get_preset
 from fleetplan.optimizer.api import resolve_api
 from fleetplan.optimizer.demand import horizon, product_qps, profile_lengths
-from fleetplan.optimizer.formulation import SECONDS_PER_HOUR
+from fleetplan.optimizer.problem import SECONDS_PER_HOUR
 from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline
-from fleetplan.optimizer.plan import InfeasibleError, SolverError, make_plan
+from fleetplan.optimizer.errors import InfeasibleError, SolverError
+from fleetplan.optimizer.plan import make_plan
 from fleetplan.optimizer.scenario import Scenario
 
 DEFAULT_SCALES: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fleetplan.catalogs.loader import Catalog, InputError, nearest
+from fleetplan.optimizer.enums import Tier
 from fleetplan.catalogs.schema import GPU, LLM, PRECISIONS
 from fleetplan.models.memory import kv_bytes_per_token
 from fleetplan.models.parallel import tp_problem
@@ -55,7 +56,7 @@ from fleetplan.models.ttft import (
 from fleetplan.optimizer.scenario import Options, Product
 
 DEFAULT_TP: tuple[int, ...] = (1, 2, 4, 8)
-TIERS: tuple[str, ...] = ("reserved", "on_demand", "spot")
+TIERS: tuple[str, ...] = tuple(Tier)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,8 @@ class LinearProblem:
     row_upper: list[float] = field(default_factory=list)
     row_index: list[list[int]] = field(default_factory=list)
     row_value: list[list[float]] = field(default_factory=list)
+    # each column's variable family and index, e.g. ("on_demand", ("chat/h100-sxm/tp1/fp8/b64", 3))
+    col_keys: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
 
     @property
     def num_cols(self) -> int:
@@ -52,6 +54,24 @@ class LinearProblem:
     def column(self, name: str) -> int:
         """Index of the variable called ``name``."""
         return self.col_index[name]
+
+    @property
+    def col_of(self) -> dict[tuple[str, tuple[Any, ...]], int]:
+        """(variable family, index) -> column (built once): how plans and searches find a
+        variable, e.g. ``lp.col_of["use", (key,)]``; never by rebuilding a column's name."""
+        idx = self.__dict__.get("_col_of")
+        if idx is None:
+            idx = {k: j for j, k in enumerate(self.col_keys)}
+            self.__dict__["_col_of"] = idx
+        return idx
+
+    def find(self, family: str, *index: Any) -> int | None:
+        """Column of variable ``family[index]``, or None when the model has no such variable."""
+        return self.col_of.get((family, index))
+
+    def family_columns(self, family: str) -> list[tuple[tuple[Any, ...], int]]:
+        """Every (index, column) of one variable family, in column order."""
+        return [(k[1], j) for j, k in enumerate(self.col_keys) if k[0] == family]
 
     def matrix(self) -> tuple[Any, Any, Any]:
         """The constraint matrix as coordinate arrays ``(row, col, value)`` (NumPy, built once)."""
@@ -108,7 +128,7 @@ class LinearProblem:
         names = self.col_names
         kept = kept_cols.tolist()
         sub = LinearProblem(
-            col_names=[names[j] for j in kept], col_lower=lo[kept_cols].tolist(), col_upper=hi[kept_cols].tolist(),
+            col_names=[names[j] for j in kept], col_keys=[self.col_keys[j] for j in kept], col_lower=lo[kept_cols].tolist(), col_upper=hi[kept_cols].tolist(),
             col_integer=[self.col_integer[j] for j in kept], objective=[self.objective[j] for j in kept],
             objective_constant=self.objective_constant,
             row_names=[self.row_names[i] for i in kept_rows.tolist()], row_lower=r_lo[kept_rows].tolist(),
@@ -125,12 +145,13 @@ class LinearProblem:
     def with_bounds(self, lower: list[float], upper: list[float]) -> LinearProblem:
         """A copy sharing everything but the column bounds."""
         out = LinearProblem(
-            col_names=self.col_names, col_lower=lower, col_upper=upper, col_integer=self.col_integer,
+            col_names=self.col_names, col_keys=self.col_keys, col_lower=lower, col_upper=upper, col_integer=self.col_integer,
             objective=self.objective, objective_constant=self.objective_constant, row_names=self.row_names,
             row_lower=self.row_lower, row_upper=self.row_upper, row_index=self.row_index, row_value=self.row_value,
         )
-        if "_col_index" in self.__dict__:
-            out.__dict__["_col_index"] = self.__dict__["_col_index"]
+        for cached in ("_col_index", "_col_of"):
+            if cached in self.__dict__:
+                out.__dict__[cached] = self.__dict__[cached]
         return out
 
 
@@ -160,6 +181,7 @@ def to_linear_problem(model: object) -> LinearProblem:
         for idx, v in var.items():
             col_of[id(v)] = len(lp.col_names)
             lp.col_names.append(f"{var.local_name}[{_entity(idx)}]")
+            lp.col_keys.append((var.local_name, idx if isinstance(idx, tuple) else (idx,)))
             lb, ub = v.bounds
             lp.col_lower.append(-math.inf if lb is None else float(lb))
             lp.col_upper.append(math.inf if ub is None else float(ub))

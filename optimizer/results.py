@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S
-from fleetplan.optimizer.formulation import SECONDS_PER_HOUR
 from fleetplan.optimizer.candidates import Candidate, CandidateSet, PoolCandidate
-from fleetplan.optimizer.plan import Plan, ProductPlan, gpu_hours, tier_gpu_hours
+from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S
+from fleetplan.optimizer.problem import SECONDS_PER_HOUR
+from fleetplan.optimizer.solution import Plan, ProductPlan, gpu_hours, tier_gpu_hours
 
 LIMITERS = {
     "per_user_speed": "min_tokens_per_s_per_user",

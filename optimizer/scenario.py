@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from fleetplan.catalogs.loader import SECTIONS as CATALOG_SECTIONS
 from fleetplan.catalogs.loader import InputError, first_error, format_validation_error, nearest, parse_yaml, read_text
 from fleetplan.catalogs import fields as F
+from fleetplan.optimizer.enums import PrefillMode, Tier
 from fleetplan.catalogs.schema import Precision
 
 from fleetplan.catalogs.files import at_line, short, short_repr, yaml_line  # noqa: I001 - kept apart: the reader's helpers
@@ -23,10 +24,8 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-PrefillMode = Literal["headroom", "colocated", "pool", "auto"]
 # prefill sizing of a product that leaves ``prefill`` out, per preset
-PRESET_PREFILL: dict[str, PrefillMode] = {"seed": "headroom", "default": "auto"}
-Tier = Literal["reserved", "on_demand", "spot"]
+PRESET_PREFILL: dict[str, PrefillMode] = {"seed": PrefillMode.HEADROOM, "default": PrefillMode.AUTO}
 
 
 class APIChoice(_Strict):
@@ -106,7 +105,7 @@ class Options(_Strict):
     price_provider: str | None = None
     engine: str | None = None
     prefill_gpus: list[str] | None = None
-    tiers: list[Tier] = Field(default_factory=lambda: ["on_demand"])
+    tiers: list[Tier] = Field(default_factory=lambda: [Tier.ON_DEMAND])
     reserved_gpu_hour_usd: dict[str, Annotated[float, F.USD_PER_GPU_HOUR]] = Field(default_factory=dict)
     spot_gpu_hour_usd: dict[str, Annotated[float, F.USD_PER_GPU_HOUR]] = Field(default_factory=dict)
     reserved_discount: Annotated[float, F.FRACTION_BELOW_ONE] = Field(

@@ -17,3 +17,9 @@ def pct(x: float | None) -> str:
     if x > 0.999:
         return ">99.9%"
     return f"{x:.1%}"
+
+
+def format_ms(seconds: float) -> str:
+    """Milliseconds for a message: whole above 10 ms, two significant digits below (never "0")."""
+    ms = seconds * 1e3
+    return f"{ms:,.0f}" if ms >= 10 else f"{ms:.2g}"

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from fleetplan.batch import Outcome, summary_csv, summary_rows
+from fleetplan.batch import Outcome, summary_rows
 from fleetplan.report import print_plan, whole_dollars
 from fleetplan.main import main
-from fleetplan.optimizer.plan import Plan, make_plan
+from fleetplan.optimizer.plan import make_plan
+from fleetplan.optimizer.solution import Plan
 from fleetplan.optimizer.results import plan_to_dict, split_cents
 from fleetplan.optimizer.scenario import load_scenario
 from fleetplan.optimizer.text import pct

@@ -14,7 +14,10 @@ from fleetplan.optimizer.breakeven import breakeven
 from fleetplan.optimizer.deadline import Deadline, Progress
 from fleetplan.optimizer.formulation import build_model
 from fleetplan.optimizer.linear import to_linear_problem
-from fleetplan.optimizer.plan import _fixing, _on_demand_plan, build_problem, make_plan, solve_by_configuration
+from fleetplan.optimizer.plan import make_plan
+from fleetplan.optimizer.reductions import reduced
+from fleetplan.optimizer.problem import build_problem
+from fleetplan.optimizer.search import fixing, on_demand_plan, solve_by_configuration
 from fleetplan.optimizer.results import check_invariants, plan_to_dict
 from fleetplan.optimizer.scenario import load_scenario, parse_scenario
 from fleetplan.optimizer.solvers import Session, solve
@@ -61,7 +64,7 @@ def test_fixing_by_bounds_equals_a_model_of_one_configuration(catalog, examples)
     built for that configuration alone (HiGHS on both, and OR-Tools on the fixed one)."""
     scenario, folder = _day_with_api(examples)
     prob, _, _ = build_problem(scenario, catalog, get_preset(scenario.preset), folder)
-    prob = prob.reduced()
+    prob = reduced(prob)
     pd = prob.products["chat"]
     lp = to_linear_problem(build_model(prob))
     session = Session(lp, "highs")
@@ -72,8 +75,8 @@ def test_fixing_by_bounds_equals_a_model_of_one_configuration(catalog, examples)
         lower, upper = list(own.col_lower), list(own.col_upper)
         lower[j] = upper[j] = 1.0
         alone = solve(own.with_bounds(lower, upper))
-        fixed = session.solve(*_fixing(lp, pd, (c, None)))
-        scip = Session(lp, "ortools").solve(*_fixing(lp, pd, (c, None)))
+        fixed = session.solve(*fixing(lp, pd, (c, None)))
+        scip = Session(lp, "ortools").solve(*fixing(lp, pd, (c, None)))
         assert alone.optimal and fixed.optimal and scip.optimal
         assert fixed.objective == pytest.approx(alone.objective, rel=1e-6)
         assert scip.objective == pytest.approx(alone.objective, rel=1e-5)
@@ -83,11 +86,11 @@ def test_on_demand_plan_is_feasible_and_no_cheaper_than_the_optimum(catalog, exa
     scenario, folder = _day_with_api(examples)
     prob, _, _ = build_problem(scenario, catalog, get_preset(scenario.preset), folder)
     res, _, _ = solve_by_configuration(prob, "chat", "highs")
-    prob = prob.reduced()
+    prob = reduced(prob)
     lp = to_linear_problem(build_model(prob))
     pd = prob.products["chat"]
     for c in pd.candidates:
-        plan = _on_demand_plan(lp, prob, pd, (c, None))
+        plan = on_demand_plan(lp, prob, pd, (c, None))
         assert plan is not None and plan.objective >= res.objective - 1e-6
         # every row holds at the constructed values
         for lo, hi, idx, val in zip(lp.row_lower, lp.row_upper, lp.row_index, lp.row_value):

@@ -12,7 +12,11 @@ from hypothesis import strategies as st
 
 from fleetplan.optimizer.candidates import generate_candidates
 from fleetplan.models.presets import get_preset
-from fleetplan.optimizer.plan import InfeasibleError, coupled_components, build_problem, make_plan
+from fleetplan.optimizer.components import coupled_components
+from fleetplan.optimizer.errors import InfeasibleError
+from fleetplan.optimizer.plan import make_plan
+from fleetplan.optimizer.problem import build_problem
+from fleetplan.optimizer.reductions import hours_separable, merged, reduced
 from fleetplan.optimizer.results import check_invariants, plan_to_dict
 from fleetplan.optimizer.scenario import load_scenario, parse_scenario
 
@@ -235,10 +239,10 @@ def test_merging_identical_hours_is_exact(catalog, tmp_path, levels, qps, tiers,
            "limits": {"gpu_availability": {"h100-sxm": avail}, "instance_gpus": instances}}
     scenario = parse_scenario(raw, "random")
     prob, _, _ = build_problem(scenario, catalog, get_preset("seed"), tmp_path)
-    merged = prob.reduced()  # dominated configurations dropped, identical hours merged
-    assert merged.hours < prob.hours and sum(merged.hour_counts) == prob.hours
+    smaller = reduced(prob)  # dominated configurations dropped, identical hours merged
+    assert smaller.hours < prob.hours and sum(smaller.hour_counts) == prob.hours
     whole = solve(to_linear_problem(build_model(prob)), "highs")
-    fast = solve(to_linear_problem(build_model(merged)), "highs")
+    fast = solve(to_linear_problem(build_model(smaller)), "highs")
     assert whole.status == fast.status
     if whole.status != "optimal":
         return
@@ -254,13 +258,13 @@ def test_hours_not_merged_when_a_share_cap_links_them(catalog, examples):
     """A spot share cap over the horizon (or an API share limit) links hours: no merging."""
     scenario, folder = load_scenario(examples / "chat-diurnal-blend.yaml")
     prob, _, _ = build_problem(scenario, catalog, get_preset(scenario.preset), folder)
-    assert not prob.hours_separable and prob.merged() is prob
+    assert not hours_separable(prob) and merged(prob) is prob
     scenario, folder = load_scenario(examples / "portfolio-20.yaml")
     prob, _, _ = build_problem(scenario, catalog, get_preset(scenario.preset), folder)
-    merged = prob.merged()
-    assert prob.hours == 168 and merged.hours == 31 and len(merged.hour_of) == 168
-    reduced = prob.reduced()
-    assert reduced.hours == 30 and len(reduced.all_candidates()) == 52 < len(prob.all_candidates()) == 148
+    fewer_hours = merged(prob)
+    assert prob.hours == 168 and fewer_hours.hours == 31 and len(fewer_hours.hour_of) == 168
+    smaller = reduced(prob)
+    assert smaller.hours == 30 and len(smaller.all_candidates()) == 52 < len(prob.all_candidates()) == 148
 
 
 def brute_force_tiers(catalog, scenario, limit) -> float:

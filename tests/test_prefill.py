@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from fleetplan.models.prefill import prefill_attention_flops, prefill_flops_per_request
 from fleetplan.models.presets import get_preset
 from fleetplan.models.ttft import max_utilisation, queue_factor
-from fleetplan.optimizer.plan import InfeasibleError, make_plan
+from fleetplan.optimizer.errors import InfeasibleError
+from fleetplan.optimizer.plan import make_plan
 from fleetplan.optimizer.results import check_invariants, plan_to_dict
 from fleetplan.optimizer.scenario import load_scenario, parse_scenario
 

@@ -10,8 +10,10 @@ import pytest
 from fleetplan.models.presets import get_preset
 from fleetplan.optimizer.formulation import build_model
 from fleetplan.optimizer.linear import to_linear_problem
-from fleetplan.optimizer.plan import (_by_quick_bound, _fixing, _instances_off, build_problem,
-                                      solve_by_configuration)
+from fleetplan.optimizer.bounds import by_quick_bound
+from fleetplan.optimizer.reductions import reduced
+from fleetplan.optimizer.problem import build_problem
+from fleetplan.optimizer.search import fixing, instances_off, solve_by_configuration
 from fleetplan.optimizer.scenario import parse_scenario
 from fleetplan.optimizer.solvers import solve, solve_restricted
 
@@ -23,7 +25,7 @@ def _problem(catalog, examples, product: dict, options: dict, limits: dict | Non
     raw = {"products": [{**CHAT, **product}], "options": options, **({"limits": limits} if limits else {})}
     scenario = parse_scenario(raw, "s")
     prob, _, _ = build_problem(scenario, catalog, get_preset(scenario.preset), examples)
-    return prob.reduced()
+    return reduced(prob)
 
 
 CASES = {
@@ -50,11 +52,11 @@ def test_quick_bound_is_below_each_choices_optimum_and_restriction_is_exact(cata
     pd = prob.products["chat"]
     lp = to_linear_problem(build_model(prob))
     choices = [(c, k) for c in pd.candidates for k in (pd.pool if c.mode == "pool" else [None])]
-    ordered = _by_quick_bound(prob, pd, choices)
+    ordered = by_quick_bound(prob, pd, choices)
     assert len(ordered) >= 4
     picked = ordered[:3] + ordered[len(ordered) // 2:len(ordered) // 2 + 2] + ordered[-1:]
     for quick, choice in picked:
-        bounds = _instances_off(lp, choice, _fixing(lp, pd, choice))
+        bounds = instances_off(lp, choice, fixing(lp, pd, choice))
         # the LP relaxation: the restricted model and the whole one under the same bounds agree
         whole_lp = solve(lp.with_bounds(*bounds).relaxed(), "highs")
         part_lp = solve_restricted(lp, *bounds, "highs", relax=True)
@@ -79,8 +81,8 @@ def test_cutoff_proves_nothing_cheaper_and_keeps_a_cheaper_plan(catalog, example
     prob = _problem(catalog, examples, product, options, limits)
     pd = prob.products["chat"]
     lp = to_linear_problem(build_model(prob))
-    _, choice = _by_quick_bound(prob, pd, [(c, None) for c in pd.candidates])[0]
-    bounds = _fixing(lp, pd, choice)
+    _, choice = by_quick_bound(prob, pd, [(c, None) for c in pd.candidates])[0]
+    bounds = fixing(lp, pd, choice)
     best = solve_restricted(lp, *bounds, solver, mip_rel_gap=1e-7)
     assert best.optimal
     below = solve_restricted(lp, *bounds, solver, mip_rel_gap=1e-7, cutoff=best.objective * (1 - 1e-4))

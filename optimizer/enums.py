@@ -1,0 +1,56 @@
+"""The planner's closed vocabularies, each defined once: pricing tiers, solve statuses, prefill
+modes and what limits a configuration's batch. String enums: they compare equal to, and are
+written to JSON as, their plain values, so scenario files and plan JSON keep their words."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Tier(StrEnum):
+    """How capacity is bought: reserved all month, on demand or spot hour by hour."""
+
+    RESERVED = "reserved"
+    ON_DEMAND = "on_demand"
+    SPOT = "spot"
+
+
+TIERS: tuple[Tier, ...] = tuple(Tier)
+HOURLY_TIERS: tuple[Tier, ...] = (Tier.ON_DEMAND, Tier.SPOT)  # chosen hour by hour
+
+
+class Status(StrEnum):
+    """Outcome of one solve. A plan is only ever ``optimal`` or ``time_limit`` (:data:`PLAN_STATUSES`);
+    the others stay inside the search (``node_limit``: HiGHS handed the MIP to SCIP; ``cutoff``:
+    no solution below the incumbent)."""
+
+    OPTIMAL = "optimal"
+    TIME_LIMIT = "time_limit"
+    INFEASIBLE = "infeasible"
+    UNBOUNDED = "unbounded"
+    NODE_LIMIT = "node_limit"
+    CUTOFF = "cutoff"
+    INTERRUPTED = "interrupted"
+    ERROR = "error"
+
+
+PLAN_STATUSES: tuple[Status, ...] = (Status.OPTIMAL, Status.TIME_LIMIT)
+
+
+class PrefillMode(StrEnum):
+    """Where a product's prefill runs: inside a flat decode headroom, colocated in the decode
+    steps, or on a separate pool; ``auto`` lets the MIP choose between colocated and pool."""
+
+    HEADROOM = "headroom"
+    COLOCATED = "colocated"
+    POOL = "pool"
+    AUTO = "auto"
+
+
+class BatchLimit(StrEnum):
+    """What stops a configuration's batch from growing."""
+
+    PER_USER_SPEED = "per_user_speed"
+    MEMORY = "memory"
+    BATCH_OPTIONS = "batch_options"
+    MAX_TTFT = "max_ttft_ms"

@@ -1,0 +1,220 @@
+"""Why a plan is what it is, in words and numbers: the reason for each product's configuration
+and its prices (:func:`why`), long-TTFT notes, the KV hand-off of a prefill pool and the check
+of a flat prefill headroom.
+
+Owns explanations only: it never changes a plan."""
+
+from __future__ import annotations
+
+import bisect
+import math
+from typing import Any
+
+from fleetplan.catalogs.loader import Catalog
+from fleetplan.models.memory import kv_bytes_per_token
+from fleetplan.models.physics import DEFAULT_TTFT_QUEUE_MULTIPLE, TTFT_WARNING_S
+from fleetplan.models.presets import Preset
+from fleetplan.models.roofline import decode_step
+from fleetplan.models.ttft import colocated_prefill_steps, queue_factor
+from fleetplan.optimizer.candidates import (
+    kv_link,
+    prefill_work_per_request,
+)
+from fleetplan.optimizer.solution import ProductPlan
+from fleetplan.optimizer.components import Solved
+from fleetplan.optimizer.runner_ups import mode_costs, runner_ups
+from fleetplan.optimizer.deadline import Deadline
+from fleetplan.optimizer.text import format_ms, pct
+
+# the seed document's flat share of decode throughput kept for prefill and bursts
+SEED_HEADROOM = 0.30
+
+
+def kv_transfer_report(pp: ProductPlan, catalog: Catalog, preset: Preset) -> dict[str, Any] | None:
+    """KV-cache hand-off from the prefill pool to decode: bytes per request, peak bytes/s and
+    the link it crosses (scale-up fabric or the pool GPUs' NICs)."""
+    if pp.pool is None or pp.candidate is None:
+        return None
+    llm = catalog.models[pp.product.model]
+    kv_prec = pp.candidate.estimate.kv_precision
+    per_request = pp.product.input_tokens * kv_bytes_per_token(llm, kv_prec)
+    peak_qps = max((d - a) / pp.product.output_tokens for d, a in zip(pp.data.demand_tokens_per_s, pp.api_tokens_per_s))
+    link, per_gpu = kv_link(catalog.gpus[pp.pool.gpu])
+    link_bps = pp.pool_gpus * per_gpu
+    peak = peak_qps * per_request
+    return {
+        "bytes_per_request": round(per_request),
+        "peak_bytes_per_s": round(peak, 1),
+        "link": link,
+        "link_bytes_per_s": round(link_bps, 1),
+        "link_utilisation": round(peak / link_bps, 6) if link_bps else None,
+        "transfer_ms_per_request": round(pp.pool.transfer_s * 1e3, 3),
+    }
+
+
+def prefill_headroom_check(pp: ProductPlan, catalog: Catalog, preset: Preset, options: Any) -> dict[str, Any] | None:
+    """Does a flat headroom cover prefill? On the chosen GPU/TP/precision at the batch the headroom
+    rule would run (the largest meeting speed and memory without prefill), compare the rule's
+    usable throughput (decode-only less the headroom: the product's own in headroom mode, the
+    seed's 30% otherwise) with what the replica keeps when each step also carries its share of new
+    requests' prefill (colocated, nothing held back)."""
+    c = pp.candidate
+    if c is None:
+        return None
+    llm, gpu = catalog.models[pp.product.model], catalog.gpus[c.gpu]
+    work = prefill_work_per_request(llm, pp.product, preset)
+    batches = sorted(set(options.batch)) if options.batch else list(range(1, options.max_batch + 1))
+
+    def step(b: int, prefill: bool) -> Any:
+        return decode_step(
+            llm, gpu, precision=c.precision, tp=c.tp, batch=b, input_tokens=pp.product.input_tokens,
+            output_tokens=pp.product.output_tokens, preset=preset, kv_precision=pp.product.kv_precision,
+            prefill_flops_per_step=b / pp.product.output_tokens * work if prefill else 0.0,
+        )
+
+    def ok(b: int) -> bool:
+        e = step(b, False)
+        return e.fits and e.per_user_tokens_per_s >= pp.product.min_tokens_per_s_per_user
+
+    n = bisect.bisect_left(range(len(batches)), True, key=lambda i: not ok(batches[i]))
+    if n == 0:
+        return None
+    b = batches[n - 1]
+    plain, mixed = step(b, False), step(b, True)
+    rule = pp.product.effective_headroom if c.mode == "headroom" else SEED_HEADROOM
+    assumed = plain.replica_tokens_per_s * (1 - rule)
+    computed = mixed.replica_tokens_per_s
+    margin = computed / assumed - 1
+    demand = pp.demand_tokens_per_s
+    replicas_rule = math.ceil(demand / assumed - 1e-9) if demand else 0
+    replicas_needed = math.ceil(demand / computed - 1e-9) if demand else 0
+    added = mixed.step_time_s - plain.step_time_s
+    verdict = (
+        f"{rule:.0%} headroom {'covers' if margin >= 0 else 'does not cover'} prefill on {c.gpu} tp{c.tp} {c.precision} batch {b}: "
+        f"with prefill computed a replica serves {computed:,.0f} tokens/s against {assumed:,.0f} assumed "
+        f"({'over-provisions' if margin >= 0 else 'misses'} by {abs(margin):.0%}: {replicas_needed:,} replicas needed "
+        f"against {replicas_rule:,}); prefill lengthens a {plain.step_time_s * 1e3:.1f} ms step by {added * 1e3:.1f} ms "
+        f"and per-user speed falls to {mixed.per_user_tokens_per_s:.1f} tokens/s"
+    )
+    return {
+        "rule_headroom": rule,
+        "batch": b,
+        "assumed_tokens_per_s": round(assumed, 3),
+        "computed_tokens_per_s": round(computed, 3),
+        "covered": margin >= 0,
+        "margin": round(margin, 6),
+        "replicas_by_rule": replicas_rule,
+        "replicas_with_prefill": replicas_needed,
+        "prefill_ms_per_step": round(added * 1e3, 4),
+        "step_time_ms_with_prefill": round(mixed.step_time_s * 1e3, 4),
+        "per_user_tokens_per_s_with_prefill": round(mixed.per_user_tokens_per_s, 4),
+        "verdict": verdict,
+    }
+
+
+TIER_WORDS = {"reserved": "reserved", "on_demand": "on demand", "spot": "spot"}
+
+
+def why(pp: ProductPlan) -> str:
+    """Why the product runs what it runs, quoting the GPU-hour price paid in each tier used."""
+    c = pp.candidate
+    if c is None:
+        assert pp.data.api is not None
+        return (
+            f"all traffic goes to the API ({pp.data.api.price.id}, ${pp.data.api.usd_per_million_output_tokens:.2f} per "
+            f"million output tokens): cheaper than any self-hosted fleet plus ${pp.data.fixed_monthly_usd:,.0f}/month fixed cost"
+        )
+    e = c.estimate
+    limiter = {
+        "per_user_speed": f"a larger batch would drop below {pp.product.min_tokens_per_s_per_user:g} tokens/s per user",
+        "memory": "a larger batch would not fit in memory",
+        "batch_options": "the largest batch allowed",
+        "max_ttft_ms": f"a larger batch would break the {pp.product.max_ttft_ms or 0:g} ms TTFT target",
+    }[c.batch_limited_by]
+    tiers = pp.decode_tiers() or ["on_demand"]
+    paid = []
+    for tier in tiers:
+        month = c.usd_per_replica_hour_in(tier) * pp.hours_per_month
+        paid.append(
+            f"${month:,.0f}/month {TIER_WORDS[tier]} at ${c.price.tier(tier):,.2f}/GPU-hour "
+            f"(${month / c.usable_tokens_per_s * 1000:,.0f} per 1,000 tokens/s-month)"
+        )
+    txt = (
+        f"{c.gpu} tp{c.tp} {c.precision} at batch {c.batch} ({limiter}) is {e.bound}-bound at "
+        f"{e.step_time_s * 1e3:.1f} ms per step and delivers {c.usable_tokens_per_s:,.0f} usable tokens/s per replica; "
+        f"a replica costs " + ", ".join(paid)
+    )
+    if pp.alternatives:
+        a = pp.alternatives[0]
+        txt += (
+            f"; the runner-up on another GPU type ({a['gpu']} tp{a['tp']} {a['precision']} batch {a['batch']}, "
+            f"{a['replicas']} replicas) costs ${a['cost_difference_usd']:,.0f}/month more"
+        )
+    api_hours = [h for h, a in enumerate(pp.api_tokens_per_s) if a > 1e-6]
+    if api_hours and pp.data.api is not None:
+        demand = pp.data.demand_tokens_per_s
+        share = sum(pp.api_tokens_per_s) / sum(demand) if sum(demand) else 0.0
+        busiest = sorted(api_hours, key=lambda h: (-demand[h], h))[:3]
+        txt += (
+            f"; the API ({pp.data.api.price.id}) takes {pct(share)} of output tokens in {len(api_hours)} of "
+            f"{len(demand)} hours (busiest: hour {', '.join(str(h) for h in busiest)}), where sending the remainder "
+            f"costs less than another replica"
+        )
+    if pp.pool is not None:
+        txt += (
+            f"; prefill runs on {pp.pool_replicas} x {pp.pool.tp} {pp.pool.gpu} ({pp.pool.precision}) sized to "
+            f"{pp.pool.max_utilisation:.0%} utilisation at most"
+            + ("" if pp.product.max_ttft_ms else
+               f" (no max_ttft_ms: the default keeps queueing within {DEFAULT_TTFT_QUEUE_MULTIPLE:g}x the zero-load TTFT)")
+        )
+    if c.requested_headroom is not None and c.headroom > c.requested_headroom + 1e-12:
+        txt += (
+            f"; headroom raised from {c.requested_headroom:.0%} to {c.headroom:.0%} (no max_ttft_ms: the default keeps "
+            f"queueing within {DEFAULT_TTFT_QUEUE_MULTIPLE:g}x the zero-load TTFT)"
+        )
+    txt += ttft_note(pp)
+    if len(pp.mode_costs) > 1:
+        parts = [f"{m} ${v:,.0f}" if v is not None else f"{m} infeasible" for m, v in sorted(pp.mode_costs.items())]
+        txt += f"; prefill mode {c.mode} chosen by cost ({', '.join(parts)} per month for the whole plan)"
+    return txt
+
+
+def ttft_note(pp: ProductPlan) -> str:
+    """Why the modelled TTFT is long, when it exceeds ``TTFT_WARNING_S``; else nothing."""
+    c, ttft = pp.candidate, pp.ttft_s
+    if c is None or ttft is None or ttft <= TTFT_WARNING_S:
+        return ""
+    head = f"; modelled TTFT {format_ms(ttft)} ms exceeds {TTFT_WARNING_S:g} s"
+    if c.mode == "pool" and pp.pool is not None:
+        rho = pp.pool_peak_utilisation or 0.0
+        return head + (
+            f": one {pp.product.input_tokens:,}-token prefill takes {format_ms(pp.pool.service_s)} ms on a "
+            f"{pp.pool.gpu} tp{pp.pool.tp} pool replica, x{queue_factor(rho):.2f} queueing at {rho:.0%} utilisation, "
+            f"plus {format_ms(pp.pool.transfer_s)} ms KV hand-off (set max_ttft_ms to size the pool for a target)"
+        )
+    rho = pp.decode_peak_utilisation or 0.0
+    steps = colocated_prefill_steps(c.batch, c.output_tokens)
+    where = "colocated" if c.mode == "colocated" else "sharing the decode steps (headroom mode)"
+    return head + (
+        f": each {pp.product.input_tokens:,}-token prompt is prefilled {where} over {steps:,.1f} steps of "
+        f"{format_ms(c.ttft_step_time_s)} ms at batch {c.batch}, x{queue_factor(rho):.2f} queueing at {rho:.0%} "
+        f"utilisation (set max_ttft_ms, or prefill: pool)"
+    )
+
+
+def explain_products(products: list[ProductPlan], solved: Solved, catalog: Catalog, preset: Preset, options: Any,
+                     solver: str, deadline: Deadline, alternatives: bool = True) -> None:
+    """Fill in each product's explanations within ``deadline``: runner-ups on other GPU types (with
+    ``alternatives``) and the cost of each prefill mode for a product solved on its own, then the
+    reason in words, the KV hand-off and the prefill-headroom check."""
+    for i, pp in enumerate(products):
+        part = solved.parts[pp.product.name]
+        mine = deadline.share(1.0 / (len(products) - i))
+        if len(part.whole.products) == 1:
+            base = float(part.result.objective or 0.0)
+            if alternatives:
+                pp.alternatives = runner_ups(part.whole, pp, base, solver, mine.share(0.7), part.base_lp)
+            pp.mode_costs = mode_costs(part.whole, pp, solver, mine, part.base_lp)
+        pp.why = why(pp)
+        pp.kv_transfer = kv_transfer_report(pp, catalog, preset)
+        pp.prefill_check = prefill_headroom_check(pp, catalog, preset, options)

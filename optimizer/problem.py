@@ -1,0 +1,321 @@
+"""The problem as plain data: each product's candidates and hourly demand, the horizon, tiers and
+shared limits (:class:`FleetProblem`), built from a scenario and a catalog (:func:`build_problem`),
+with pooled groups of products (:class:`PoolGroup`).
+
+Owns what the MIP is asked; it does not build the MIP (:mod:`.formulation`), reduce it
+(:mod:`.reductions`) or solve it (:mod:`.search`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from fleetplan.catalogs.loader import Catalog, InputError
+from fleetplan.catalogs.schema import LLM
+from fleetplan.models.presets import Preset
+from fleetplan.optimizer.api import APIOffer, resolve_api
+from fleetplan.optimizer.candidates import (
+    Candidate,
+    CandidateSet,
+    PoolCandidate,
+    check_options,
+    generate_candidates,
+    prefill_work_per_request,
+)
+from fleetplan.optimizer.demand import horizon, product_qps, profile_lengths
+from fleetplan.optimizer.errors import InfeasibleError
+from fleetplan.optimizer.scenario import Product, Scenario
+from fleetplan.optimizer.text import format_ms
+
+SECONDS_PER_HOUR = 3600.0
+
+
+PETA = 1e15
+
+
+@dataclass(frozen=True)
+class ProductData:
+    """What the MIP needs of one product."""
+
+    name: str
+    demand_tokens_per_s: tuple[float, ...]
+    candidates: tuple[Candidate, ...]
+    pool: tuple[PoolCandidate, ...] = ()
+    prefill_flops_per_output_token: float = 0.0
+    api: APIOffer | None = None
+    api_min_fraction: float = 0.0
+    api_max_fraction: float = 0.0
+    fixed_monthly_usd: float = 0.0
+    members: tuple[ProductData, ...] = ()
+
+    @property
+    def peak_demand_tokens_per_s(self) -> float:
+        """Highest hourly demand."""
+        return max(self.demand_tokens_per_s)
+
+    @property
+    def has_api(self) -> bool:
+        """Whether the product may send tokens to a hosted API."""
+        return self.api is not None and self.api_max_fraction > 0
+
+    def hour_signature(self, h: int) -> tuple[float, ...]:
+        """What hour ``h`` asks of the product. Without an API only whole replicas serve it, so
+        the hour is described exactly by the fewest replicas of each configuration (and pool
+        configuration) that meet its demand; with an API the demand itself."""
+        if self.has_api:
+            return (self.demand_tokens_per_s[h],)
+        return tuple(self.replica_bound(c, h) for c in self.candidates) + tuple(self.pool_bound(k, h) for k in self.pool)
+
+    def replica_bound(self, c: Candidate, hour: int | None = None) -> int:
+        """Replicas of ``c`` that alone meet the demand of ``hour`` (or the peak): never more."""
+        d = self.peak_demand_tokens_per_s if hour is None else self.demand_tokens_per_s[hour]
+        return max(0, math.ceil(d / c.usable_tokens_per_s - 1e-9))
+
+    def pool_bound(self, k: PoolCandidate, hour: int | None = None) -> int:
+        """Pool replicas of ``k`` that alone meet the prefill demand of ``hour`` (or the peak)."""
+        d = self.peak_demand_tokens_per_s if hour is None else self.demand_tokens_per_s[hour]
+        if d * self.prefill_flops_per_output_token <= 0:  # nothing to prefill: every prompt token cached
+            return 0
+        return max(0, math.ceil(d * self.prefill_flops_per_output_token / k.usable_flops_per_s - 1e-9))
+
+
+@dataclass(frozen=True)
+class FleetProblem:
+    """Everything the MIP needs: products, horizon, tiers."""
+
+    products: dict[str, ProductData]
+    hours: int = 1
+    hours_per_month: float = 730.0
+    tiers: tuple[str, ...] = ("on_demand",)
+    spot_max_share: float = 0.0
+    gpu_availability: dict[str, int] = field(default_factory=dict)
+    tier_availability: dict[tuple[str, str], int] = field(default_factory=dict)  # (GPU type, tier) -> GPUs
+    instance_gpus: dict[str, int] = field(default_factory=dict)
+    monthly_budget_usd: float | None = None  # checked against the plan's total, not a row (the objective is the cost)
+    reductions: bool = True  # whether :func:`~fleetplan.optimizer.reductions.reduced` may shrink the problem
+    # identical hours merged (see :meth:`merged`): real hours each modelled hour stands for, the
+    # modelled hour of every hour of the horizon, and each product's demand over the horizon
+    hour_counts: tuple[int, ...] = ()
+    hour_of: tuple[int, ...] = ()
+    full_demand: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    cand: dict[str, Candidate] = field(default_factory=dict)
+    pools: dict[str, PoolCandidate] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for p in self.products.values():
+            for c in p.candidates:
+                self.cand[c.key] = c
+            for k in p.pool:
+                self.pools[k.key] = k
+
+    def derive(self, **changes: object) -> FleetProblem:
+        """A copy with ``changes`` (products, limits); horizon, tiers and merged hours kept."""
+        return replace(self, cand={}, pools={}, **changes)  # type: ignore[arg-type]
+
+    def restrict(self, names: list[str], *, limits: bool = True) -> FleetProblem:
+        """The same problem over products ``names`` only (shared limits kept unless ``limits`` is False)."""
+        return self.derive(
+            products={n: self.products[n] for n in names},
+            gpu_availability=dict(self.gpu_availability) if limits else {},
+            tier_availability=dict(self.tier_availability) if limits else {},
+            instance_gpus=dict(self.instance_gpus) if limits else {},
+            monthly_budget_usd=self.monthly_budget_usd if limits else None,
+            full_demand={n: self.full_demand[n] for n in names if n in self.full_demand},
+        )
+
+    @property
+    def horizon_hours(self) -> int:
+        """Hours of the planning horizon (before identical hours are merged)."""
+        return len(self.hour_of) or self.hours
+
+    @property
+    def hour_weight(self) -> float:
+        """Real hours of a month each hour of the horizon stands for."""
+        return self.hours_per_month / self.horizon_hours
+
+    def count(self, h: int) -> int:
+        """Hours of the horizon modelled hour ``h`` stands for (1 unless hours were merged)."""
+        return self.hour_counts[h] if self.hour_counts else 1
+
+    def weight(self, h: int) -> float:
+        """Real hours of a month modelled hour ``h`` stands for."""
+        return self.hour_weight * self.count(h)
+
+    def all_candidates(self) -> list[Candidate]:
+        """Every decode candidate, product by product."""
+        return [c for p in self.products.values() for c in p.candidates]
+
+    def all_pool(self) -> list[PoolCandidate]:
+        """Every pool candidate, product by product."""
+        return [k for p in self.products.values() for k in p.pool]
+
+    @property
+    def hourly_tiers(self) -> tuple[str, ...]:
+        """Tiers chosen hour by hour."""
+        return tuple(t for t in self.tiers if t != "reserved")
+
+
+def context_problem(product: Product, llm: LLM) -> str | None:
+    """Why a request of ``product`` is longer than ``llm``'s context window, naming the fields; None when it fits."""
+    context = product.input_tokens + product.output_tokens
+    limit = llm.max_context_tokens
+    if limit is None or context <= limit:
+        return None
+    return (
+        f"products[{product.name}].input_tokens: input_tokens + output_tokens = {context:,} tokens exceeds "
+        f"{llm.id}'s context window of {limit:,} tokens (max_context_tokens in the catalog); at most "
+        f"{max(0, limit - product.output_tokens):,} input_tokens with output_tokens {product.output_tokens:,}"
+    )
+
+
+def explain_no_candidates(product: Product, cs: CandidateSet) -> str:
+    """Which constraint no configuration of ``product`` can meet, and the best value reachable."""
+    where = f"products[{product.name}]"
+    if cs.generated == 0 or cs.generated == cs.invalid_shapes:
+        unpriced = f"; no price for {', '.join(cs.unpriced_gpus)}" if cs.unpriced_gpus else ""
+        return f"{where}: no valid GPU/TP shape for {product.model} among the allowed options{unpriced}"
+    if not cs.any_fits_memory:
+        return (
+            f"{where}.input_tokens: infeasible: input_tokens + output_tokens = "
+            f"{product.input_tokens + product.output_tokens:,} tokens of context for {product.model} do not fit in "
+            f"memory on any allowed GPU/TP even at batch 1 (lower input_tokens or output_tokens, or allow a larger tp "
+            f"or a lower precision)"
+        )
+    if not cs.any_meets_speed:
+        return (
+            f"{where}.min_tokens_per_s_per_user: infeasible: no configuration reaches "
+            f"{product.min_tokens_per_s_per_user:g} tokens/s per user; the best reachable is "
+            f"{cs.best_per_user_tokens_per_s:.1f} tokens/s ({cs.best_per_user_at})"
+        )
+    if product.max_ttft_ms is not None:
+        best = "none" if cs.best_ttft_s == float("inf") else f"{format_ms(cs.best_ttft_s)} ms ({cs.best_ttft_at})"
+        return (
+            f"{where}.max_ttft_ms: infeasible: no configuration reaches a time to first token of "
+            f"{product.max_ttft_ms:g} ms; the best reachable is {best}"
+        )
+    return f"{where}: infeasible: no prefill pool configuration fits {product.model}"
+
+
+def build_problem(
+    scenario: Scenario, catalog: Catalog, preset: Preset, folder: Path | None = None, *, with_api: bool = True,
+    reductions: bool = True,
+) -> tuple[FleetProblem, dict[str, CandidateSet], list[tuple[Product, list[Product]]]]:
+    """Candidates and demand of every product as MIP data; a product with no candidate is an error
+    unless it may go entirely to its API. Also returns the products as planned: with
+    ``allow_pooling``, one product stands for each pooled group (with its members)."""
+    check_options(catalog, scenario.options)
+    folder = folder or Path(".")
+    hours = horizon(profile_lengths(scenario.products, folder))
+    sets: dict[str, CandidateSet] = {}
+    data: dict[str, ProductData] = {}
+    for product in scenario.products:
+        llm = catalog.model(product.model, f"products[{product.name}].model")
+        if (problem := context_problem(product, llm)) is not None:
+            raise InputError(problem)
+        offer = resolve_api(product, catalog) if with_api else None
+        cs = generate_candidates(product, llm, catalog, scenario.options, preset)
+        per_instance = scenario.limits.gpus_per_instance
+        if scenario.limits.instance_gpus is not None:  # a TP group sits inside one instance
+            cs.candidates = [c for c in cs.candidates if c.tp <= (per_instance(c.gpu) or c.tp)]
+            cs.pool = [k for k in cs.pool if k.tp <= (per_instance(k.gpu) or k.tp)]
+        api_only_possible = offer is not None and product.api is not None and product.api.max_fraction >= 1.0
+        if not cs.candidates and not api_only_possible:
+            raise InfeasibleError(explain_no_candidates(product, cs))
+        sets[product.name] = cs
+        qps = product_qps(product, folder, hours)
+        data[product.name] = ProductData(
+            name=product.name,
+            demand_tokens_per_s=tuple(q * product.output_tokens for q in qps),
+            candidates=tuple(cs.candidates),
+            pool=tuple(cs.pool),
+            prefill_flops_per_output_token=prefill_work_per_request(llm, product, preset) / product.output_tokens,
+            api=offer,
+            api_min_fraction=product.api.min_fraction if (product.api and offer) else 0.0,
+            api_max_fraction=product.api.max_fraction if (product.api and offer) else 0.0,
+            fixed_monthly_usd=product.self_host_fixed_monthly_usd,
+        )
+    planned: list[tuple[Product, list[Product]]] = [(p, [p]) for p in scenario.products]
+    if scenario.limits.allow_pooling:
+        for members in pooling_groups(scenario, data):
+            name, product, pdata, cs = pooled_product(members, scenario, catalog, preset, data, sets)
+            for m in members:
+                del data[m.name]
+            data[name] = pdata
+            sets[name] = cs
+            first = members[0].name
+            planned = [(product, members) if p.name == first else (p, ms) for p, ms in planned
+                       if p.name == first or p.name not in {m.name for m in members}]
+    opts = scenario.options
+    lim = scenario.limits
+    for gpu_id in list(lim.gpu_availability) + ([] if not isinstance(lim.instance_gpus, dict) else
+                                                [g for g in lim.instance_gpus if g != "default"]):
+        catalog.gpu(gpu_id, "limits")
+    instance_gpus = {g: n for g in catalog.gpus if (n := lim.gpus_per_instance(g))}
+    prob = FleetProblem(
+        products=data, hours=hours, hours_per_month=preset.hours_per_month, tiers=tuple(opts.tiers),
+        spot_max_share=opts.spot_max_share, gpu_availability=lim.total_availability(),
+        tier_availability=lim.tier_availability(),
+        instance_gpus=instance_gpus, monthly_budget_usd=lim.monthly_budget_usd, reductions=reductions,
+    )
+    return prob, sets, planned
+
+
+POOL_PREFIX = "pool:"
+
+
+def pooling_groups(scenario: Scenario, data: dict[str, ProductData]) -> list[list[Product]]:
+    """Products that may share one pool of replicas: same model, weight and KV precision and
+    prefill mode, no API (API shares are per product). Groups of two or more, in scenario order."""
+    groups: dict[tuple[Any, ...], list[Product]] = {}
+    for p in scenario.products:
+        if data[p.name].has_api:
+            continue
+        key = (p.model, p.precisions, p.kv_precision, p.prefill)
+        groups.setdefault(key, []).append(p)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def pooled_product(
+    members: list[Product], scenario: Scenario, catalog: Catalog, preset: Preset,
+    data: dict[str, ProductData], sets: dict[str, CandidateSet],
+) -> tuple[str, Product, ProductData, CandidateSet]:
+    """One product standing for a pooled group: summed hourly demand, the strictest speed and
+    TTFT targets, the longest prompt and answer (memory and steps sized for the largest request),
+    the lowest cache hit rate and the largest headroom."""
+    name = POOL_PREFIX + "+".join(m.name for m in members)
+    first = members[0]
+    ttfts = [m.max_ttft_ms for m in members if m.max_ttft_ms is not None]
+    product = first.model_copy(update={
+        "name": name,
+        "input_tokens": max(m.input_tokens for m in members),
+        "output_tokens": max(m.output_tokens for m in members),
+        "min_tokens_per_s_per_user": max(m.min_tokens_per_s_per_user for m in members),
+        "max_ttft_ms": min(ttfts) if ttfts else None,
+        "prefix_cache_hit_rate": min(m.prefix_cache_hit_rate for m in members),
+        "headroom": max(m.effective_headroom for m in members),
+        "demand_profile": None,
+        "api": None,
+        "self_host_fixed_monthly_usd": sum(m.self_host_fixed_monthly_usd for m in members),
+    })
+    llm = catalog.models[first.model]
+    cs = generate_candidates(product, llm, catalog, scenario.options, preset)
+    per_instance = scenario.limits.gpus_per_instance
+    if scenario.limits.instance_gpus is not None:
+        cs.candidates = [c for c in cs.candidates if c.tp <= (per_instance(c.gpu) or c.tp)]
+        cs.pool = [k for k in cs.pool if k.tp <= (per_instance(k.gpu) or k.tp)]
+    if not cs.candidates:
+        raise InfeasibleError(explain_no_candidates(product, cs))
+    hours = len(data[first.name].demand_tokens_per_s)
+    demand = tuple(sum(data[m.name].demand_tokens_per_s[h] for m in members) for h in range(hours))
+    peak = [data[m.name].peak_demand_tokens_per_s for m in members]
+    weight = sum(peak) or 1.0
+    flops = sum(data[m.name].prefill_flops_per_output_token * d for m, d in zip(members, peak)) / weight
+    pdata = ProductData(
+        name=name, demand_tokens_per_s=demand, candidates=tuple(cs.candidates), pool=tuple(cs.pool),
+        prefill_flops_per_output_token=max(flops, max(data[m.name].prefill_flops_per_output_token for m in members)),
+        fixed_monthly_usd=product.self_host_fixed_monthly_usd,
+        members=tuple(data[m.name] for m in members),
+    )
+    return name, product, pdata, cs

@@ -1,0 +1,376 @@
+"""A solved plan as typed results (:class:`ProductPlan`, :class:`Plan`) read out of a solver's
+solution (:func:`extract`), with GPU usage per hour and the idle instance GPUs charged to products.
+
+Owns the plan's primitive values (replicas, API tokens) and what follows from them; it does
+not explain the plan (:mod:`.explain`) nor write it out (:mod:`.results`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Sequence
+
+from fleetplan.models.presets import Preset
+from fleetplan.optimizer.candidates import (
+    Candidate,
+    CandidateSet,
+    PoolCandidate,
+)
+from fleetplan.optimizer.enums import Tier
+from fleetplan.optimizer.linear import LinearProblem
+from fleetplan.optimizer.problem import SECONDS_PER_HOUR, FleetProblem, ProductData
+from fleetplan.optimizer.scenario import Product, Scenario
+from fleetplan.optimizer.solvers import SolveResult
+
+
+@dataclass
+class Timings:
+    """Wall-clock seconds of each planning stage (not part of the plan's JSON: not deterministic)."""
+
+    candidates_s: float = 0.0
+    solve_s: float = 0.0  # building, exporting and solving the MIPs
+
+
+@dataclass
+class ProductPlan:
+    """What the plan does for one product: decode replicas, prefill pool, API share, hour by hour."""
+
+    product: Product
+    data: ProductData
+    hour_weight: float
+    hours_per_month: float
+    candidate: Candidate | None
+    reserved: int = 0
+    on_demand: list[int] = field(default_factory=list)
+    spot: list[int] = field(default_factory=list)
+    pool: PoolCandidate | None = None
+    pool_reserved: int = 0
+    pool_on_demand: list[int] = field(default_factory=list)
+    pool_spot: list[int] = field(default_factory=list)
+    api_tokens_per_s: list[float] = field(default_factory=list)
+    alternatives: list[dict[str, Any]] = field(default_factory=list)
+    mode_costs: dict[str, float | None] = field(default_factory=dict)
+    why: str = ""
+    kv_transfer: dict[str, Any] | None = None
+    prefill_check: dict[str, Any] | None = None
+    stranded_usd: float = 0.0
+    solve_objective: float = 0.0
+    solve_optimal: bool = True
+
+    # ---- decode replicas
+    def replicas_in_hour(self, h: int) -> int:
+        """Decode replicas running in hour ``h``."""
+        return self.reserved + self.on_demand[h] + self.spot[h]
+
+    @property
+    def replicas(self) -> int:
+        """Decode replicas at the busiest hour."""
+        return max((self.replicas_in_hour(h) for h in range(len(self.on_demand))), default=0)
+
+    @property
+    def gpus(self) -> int:
+        """Decode GPUs at the busiest hour."""
+        return self.replicas * (self.candidate.tp if self.candidate else 0)
+
+    @property
+    def demand_tokens_per_s(self) -> float:
+        """Peak output tokens/s."""
+        return self.data.peak_demand_tokens_per_s
+
+    @property
+    def capacity_tokens_per_s(self) -> float:
+        """Usable decode throughput at the busiest hour (after headroom)."""
+        return self.replicas * (self.candidate.usable_tokens_per_s if self.candidate else 0.0)
+
+    def served_tokens_per_s(self) -> list[float]:
+        """Self-hosted output tokens/s in each hour (demand less the API's share)."""
+        return [max(0.0, d - a) for d, a in zip(self.data.demand_tokens_per_s, self.api_tokens_per_s)]
+
+    @property
+    def decode_peak_utilisation(self) -> float | None:
+        """Highest hourly load of the decode replicas as a share of their full throughput
+        (at most 1 - headroom)."""
+        c = self.candidate
+        if c is None:
+            return None
+        loads = [s / (self.replicas_in_hour(h) * c.replica_tokens_per_s)
+                 for h, s in enumerate(self.served_tokens_per_s()) if self.replicas_in_hour(h) > 0]
+        return max(loads, default=0.0)
+
+    @property
+    def pool_peak_utilisation(self) -> float | None:
+        """Highest hourly load of the prefill pool as a share of its FLOP/s."""
+        if self.pool is None:
+            return None
+        f = self.data.prefill_flops_per_output_token
+        loads = [f * s / (self.pool_replicas_in_hour(h) * self.pool.flops_per_s)
+                 for h, s in enumerate(self.served_tokens_per_s()) if self.pool_replicas_in_hour(h) > 0]
+        return max(loads, default=0.0)
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Modelled time to first token in the busiest hour (:mod:`fleetplan.models.ttft`):
+        through the pool at its peak utilisation, or, colocated and in headroom mode, spread
+        over the decode steps at the decode replicas' peak utilisation. None when all-API."""
+        c = self.candidate
+        if c is None:
+            return None
+        if c.mode == "pool":
+            return self.pool.ttft_s(self.pool_peak_utilisation or 0.0) if self.pool is not None else None
+        return c.ttft_at(self.decode_peak_utilisation or 0.0)
+
+    # ---- pool
+    def pool_replicas_in_hour(self, h: int) -> int:
+        """Prefill-pool replicas running in hour ``h``."""
+        return self.pool_reserved + self.pool_on_demand[h] + self.pool_spot[h] if self.pool else 0
+
+    @property
+    def pool_replicas(self) -> int:
+        """Prefill-pool replicas at the busiest hour."""
+        return max((self.pool_replicas_in_hour(h) for h in range(len(self.pool_on_demand))), default=0)
+
+    @property
+    def pool_gpus(self) -> int:
+        """Prefill-pool GPUs at the busiest hour."""
+        return self.pool_replicas * (self.pool.tp if self.pool else 0)
+
+    def gpus_by_type(self, h: int) -> dict[str, int]:
+        """GPUs the product runs in hour ``h``, per GPU type (decode and prefill pool, all tiers)."""
+        out: dict[str, int] = {}
+        for (gpu, _), n in self.gpus_by_tier(h).items():
+            out[gpu] = out.get(gpu, 0) + n
+        return out
+
+    def gpus_by_tier(self, h: int) -> dict[tuple[str, str], int]:
+        """GPUs the product runs in hour ``h``, per (GPU type, pricing tier)."""
+        out: dict[tuple[str, str], int] = {}
+        parts = [(self.candidate, self.reserved, self.on_demand, self.spot),
+                 (self.pool, self.pool_reserved, self.pool_on_demand, self.pool_spot)]
+        for part, reserved, on_demand, spot in parts:
+            if part is None:
+                continue
+            for tier, n in (("reserved", reserved), ("on_demand", on_demand[h]), ("spot", spot[h])):
+                if n:
+                    out[(part.gpu, tier)] = out.get((part.gpu, tier), 0) + part.tp * n
+        return out
+
+    def decode_tiers(self) -> list[str]:
+        """Pricing tiers the decode replicas run in at some hour (reserved, on_demand, spot order)."""
+        used = {"reserved": self.reserved > 0, "on_demand": any(self.on_demand), "spot": any(self.spot)}
+        return [t for t in ("reserved", "on_demand", "spot") if used[t]]
+
+    def pool_tiers(self) -> list[str]:
+        """Pricing tiers the prefill-pool replicas run in at some hour."""
+        if self.pool is None:
+            return []
+        used = {"reserved": self.pool_reserved > 0, "on_demand": any(self.pool_on_demand), "spot": any(self.pool_spot)}
+        return [t for t in ("reserved", "on_demand", "spot") if used[t]]
+
+    def gpu_prices(self) -> dict[str, float]:
+        """Plain GPU-hour price of each GPU type the product uses."""
+        parts = [p for p in (self.candidate, self.pool) if p is not None]
+        return {p.gpu: p.price.usd_per_gpu_hour for p in parts}
+
+    # ---- costs (recomputed from the integer plan)
+    def decode_cost_by_tier(self) -> dict[str, float]:
+        """USD per month of decode replicas, per tier."""
+        c = self.candidate
+        if c is None:
+            return {"reserved": 0.0, "on_demand": 0.0, "spot": 0.0}
+        return {
+            "reserved": self.reserved * c.usd_per_replica_hour_in("reserved") * self.hours_per_month,
+            "on_demand": sum(self.on_demand) * c.usd_per_replica_hour_in("on_demand") * self.hour_weight,
+            "spot": sum(self.spot) * c.usd_per_replica_hour_in("spot") * self.hour_weight,
+        }
+
+    def pool_cost_by_tier(self) -> dict[str, float]:
+        """USD per month of prefill-pool replicas, per tier."""
+        k = self.pool
+        if k is None:
+            return {"reserved": 0.0, "on_demand": 0.0, "spot": 0.0}
+        return {
+            "reserved": self.pool_reserved * k.usd_per_replica_hour_in("reserved") * self.hours_per_month,
+            "on_demand": sum(self.pool_on_demand) * k.usd_per_replica_hour_in("on_demand") * self.hour_weight,
+            "spot": sum(self.pool_spot) * k.usd_per_replica_hour_in("spot") * self.hour_weight,
+        }
+
+    @property
+    def api_cost_usd(self) -> float:
+        """USD per month sent to the hosted API."""
+        if self.data.api is None:
+            return 0.0
+        return sum(self.api_tokens_per_s) * SECONDS_PER_HOUR * self.hour_weight * self.data.api.usd_per_output_token
+
+    @property
+    def self_hosts(self) -> bool:
+        """Whether the product runs any replicas of its own."""
+        return self.candidate is not None
+
+    @property
+    def fixed_cost_usd(self) -> float:
+        """Fixed self-hosting cost, charged only when the product self-hosts."""
+        return self.data.fixed_monthly_usd if self.self_hosts else 0.0
+
+    def cost_breakdown(self) -> dict[str, float]:
+        """USD per month by kind: reserved, on_demand, spot (decode + pool), api, fixed."""
+        d, p = self.decode_cost_by_tier(), self.pool_cost_by_tier()
+        return {
+            "reserved": d["reserved"] + p["reserved"],
+            "on_demand": d["on_demand"] + p["on_demand"],
+            "spot": d["spot"] + p["spot"],
+            "api": self.api_cost_usd,
+            "fixed": self.fixed_cost_usd,
+            "stranded": self.stranded_usd,
+        }
+
+    @property
+    def decode_cost_usd(self) -> float:
+        """Decode replicas' monthly cost."""
+        return sum(self.decode_cost_by_tier().values())
+
+    @property
+    def pool_cost_usd(self) -> float:
+        """Prefill pool's monthly cost."""
+        return sum(self.pool_cost_by_tier().values())
+
+    @property
+    def monthly_cost_usd(self) -> float:
+        """Everything the product costs per month."""
+        return sum(self.cost_breakdown().values())
+
+
+@dataclass
+class Plan:
+    """A solved plan with everything needed to report and check it."""
+
+    scenario: Scenario
+    preset: Preset
+    solve_result: SolveResult
+    products: list[ProductPlan]
+    candidate_sets: dict[str, CandidateSet]
+    problem: FleetProblem
+    model_size: tuple[int, int]
+    timings: Timings = field(default_factory=Timings)
+    components: list[list[str]] = field(default_factory=list)
+    instances: dict[str, dict[str, Any]] = field(default_factory=dict)
+    first_come_monthly_cost_usd: float | None = None
+    members: dict[str, list[Product]] = field(default_factory=dict)
+    separate: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pooling: dict[str, Any] | None = None
+    stopped: list[str] = field(default_factory=list)  # stages cut short by the deadline
+
+    @property
+    def monthly_cost_usd(self) -> float:
+        """Total monthly cost, summed from the products."""
+        return sum(p.monthly_cost_usd for p in self.products)
+
+    @property
+    def hours(self) -> int:
+        """Hours of the planning horizon."""
+        return self.problem.hours
+
+
+def _read(lp: LinearProblem, result: SolveResult, family: str, *index: Any) -> float:
+    """The solution's value of variable ``family[index]`` (0 when the model has no such variable)."""
+    j = lp.find(family, *index)
+    return 0.0 if j is None else result.values[j]
+
+
+def _replicas(lp: LinearProblem, result: SolveResult, prefix: str, key: str, hours: range
+              ) -> tuple[int, list[int], list[int]]:
+    """Reserved replicas and on-demand and spot replicas per hour of one configuration (``prefix``
+    is "" for decode, "pool_" for a prefill pool)."""
+    def row(tier: Tier) -> list[int]:
+        return [round(_read(lp, result, prefix + tier, key, h)) for h in hours]
+    return round(_read(lp, result, prefix + Tier.RESERVED, key)), row(Tier.ON_DEMAND), row(Tier.SPOT)
+
+
+def extract(lp: LinearProblem, result: SolveResult, prob: FleetProblem, products: Sequence[Product]) -> list[ProductPlan]:
+    """Read the decisions of ``products`` out of a solution of ``lp`` (the model of ``prob``)."""
+    out: list[ProductPlan] = []
+    hours = range(prob.hours)
+    for product in products:
+        pd = prob.products[product.name]
+        pp = ProductPlan(product=product, data=pd, hour_weight=prob.hour_weight, hours_per_month=prob.hours_per_month,
+                         candidate=None, on_demand=[0] * prob.hours, spot=[0] * prob.hours,
+                         pool_on_demand=[0] * prob.hours, pool_spot=[0] * prob.hours)
+        for c in pd.candidates:
+            if _read(lp, result, "use", c.key) > 0.5:
+                pp.candidate = c
+                pp.reserved, pp.on_demand, pp.spot = _replicas(lp, result, "", c.key, hours)
+        for k in pd.pool:
+            if _read(lp, result, "pool_use", k.key) > 0.5:
+                pp.pool = k
+                pp.pool_reserved, pp.pool_on_demand, pp.pool_spot = _replicas(lp, result, "pool_", k.key, hours)
+        pp.api_tokens_per_s = [max(0.0, _read(lp, result, "api", product.name, h)) for h in hours]
+        if prob.hour_of:  # merged hours: back to every hour of the horizon
+            of = prob.hour_of
+            for name in ("on_demand", "spot", "pool_on_demand", "pool_spot", "api_tokens_per_s"):
+                row = getattr(pp, name)
+                setattr(pp, name, [row[i] for i in of])
+            pp.data = replace(pd, demand_tokens_per_s=prob.full_demand[product.name])
+        out.append(pp)
+    return out
+
+
+def _hourly_sum(products: list[ProductPlan], hours: int, usage: Callable[[ProductPlan, int], dict[Any, int]]
+                ) -> dict[Any, list[int]]:
+    out: dict[Any, list[int]] = {}
+    for pp in products:
+        for h in range(hours):
+            for key, n in usage(pp, h).items():
+                out.setdefault(key, [0] * hours)[h] += n
+    return out
+
+
+def gpu_hours(products: list[ProductPlan], hours: int) -> dict[str, list[int]]:
+    """GPUs in use per GPU type and hour, summed over ``products``."""
+    return _hourly_sum(products, hours, ProductPlan.gpus_by_type)
+
+
+def tier_gpu_hours(products: list[ProductPlan], hours: int) -> dict[tuple[str, str], list[int]]:
+    """GPUs in use per (GPU type, pricing tier) and hour, summed over ``products``."""
+    return _hourly_sum(products, hours, ProductPlan.gpus_by_tier)
+
+
+def allocate_stranded(plan: Plan) -> None:
+    """Charge idle instance GPUs (hour by hour, plain GPU-hour price) to the products on that GPU
+    type in proportion to the GPUs they use, so products add up to the plan's total."""
+    prob = plan.problem
+    if not prob.instance_gpus:
+        return
+    used = gpu_hours(plan.products, prob.hours)
+    for pp in plan.products:
+        prices = pp.gpu_prices()
+        for h in range(prob.hours):
+            for gpu, gpus in pp.gpus_by_type(h).items():
+                n = prob.instance_gpus.get(gpu)
+                if n:
+                    total = used[gpu][h]
+                    idle = math.ceil(total / n) * n - total
+                    pp.stranded_usd += idle * prices[gpu] * prob.hour_weight * gpus / total
+
+
+def instance_report(plan: Plan) -> dict[str, dict[str, Any]]:
+    """Per GPU type: GPUs in use at the busiest hour, instances bought, stranded GPUs, availability."""
+    prob = plan.problem
+    out: dict[str, dict[str, Any]] = {}
+    per_hour = gpu_hours(plan.products, prob.hours)
+    per_tier = tier_gpu_hours(plan.products, prob.hours)
+    for gpu in sorted(per_hour):
+        used = per_hour[gpu]
+        n = prob.instance_gpus.get(gpu)
+        peak = max(used)
+        instances = max(math.ceil(u / n) for u in used) if n else None
+        out[gpu] = {
+            "gpus": peak,
+            "instances": instances,
+            "gpus_per_instance": n,
+            "stranded_gpus": (instances * n - peak) if n else 0,
+            "available": prob.gpu_availability.get(gpu),
+            "gpus_by_tier": {t: max(row) for (g, t), row in sorted(per_tier.items()) if g == gpu},
+        }
+        by_tier = {t: n for (g, t), n in sorted(prob.tier_availability.items()) if g == gpu}
+        if by_tier:
+            out[gpu]["available_by_tier"] = by_tier
+    return out
