@@ -18,7 +18,7 @@ Objective
            + sum_h hour weight x 3600 x api tokens/s x API USD per output token
            + fixed self-hosting cost x self_host
 with hour weight = hours per month / |H| x n_h (each modelled hour stands for that many real
-hours; n_h = 1 unless hours of identical demand were merged into one, see ``FleetProblem.merged``;
+hours; n_h = 1 unless hours of identical demand were merged into one, see :mod:`.reductions`;
 sums over the horizon, such as the spot and API shares, weigh each hour by n_h).
 
 Names follow ``{entity}-{rule}-{bound}`` once exported (see :mod:`fleetplan.optimizer.linear`).
@@ -27,7 +27,11 @@ Names follow ``{entity}-{rule}-{bound}`` once exported (see :mod:`fleetplan.opti
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Callable
 
+from fleetplan.optimizer.candidates import Candidate, PoolCandidate
+from fleetplan.optimizer.enums import Tier
 from fleetplan.optimizer.problem import PETA, SECONDS_PER_HOUR, FleetProblem
 from pyomo.core import (
     Binary,
@@ -40,31 +44,64 @@ from pyomo.core import (
     minimize,
 )
 
+
 # benchmarks switch this off to measure what the exact reductions of :meth:`FleetProblem.reduced` save
-REDUCE_PROBLEMS = True
+@dataclass(frozen=True)
+class Side:
+    """Decode replicas or prefill-pool replicas: the same variable families and rules, on the
+    decode configurations C_p (``use``, ``reserved``, ``on_demand``, ``spot``) or the pool
+    configurations K_p (the same names with ``pool_`` in front)."""
+
+    prefix: str
+
+    @property
+    def use(self) -> str:
+        """The binary variable family: the configuration is chosen."""
+        return f"{self.prefix}use"
+
+    def family(self, tier: str) -> str:
+        """The integer variable family of replicas bought in ``tier``."""
+        return f"{self.prefix}{tier}"
+
+    def parts(self, prob: FleetProblem) -> list[Candidate] | list[PoolCandidate]:
+        """The configurations of this side, product by product."""
+        return prob.all_pool() if self.prefix else prob.all_candidates()
+
+    def part(self, prob: FleetProblem, key: str) -> Candidate | PoolCandidate:
+        """The configuration called ``key``."""
+        return prob.pools[key] if self.prefix else prob.cand[key]
+
+    def bound(self, prob: FleetProblem, key: str, hour: int | None = None) -> int:
+        """Most replicas of ``key`` ever needed (in ``hour``, or the busiest hour)."""
+        part = self.part(prob, key)
+        pd = prob.products[part.product]
+        return pd.pool_bound(part, hour) if self.prefix else pd.replica_bound(part, hour)  # type: ignore[arg-type]
+
+
+DECODE = Side("")
+POOL = Side("pool_")
+
+
+def declare_replicas(m: ConcreteModel, prob: FleetProblem, side: Side, tier: str) -> None:
+    """Integer replicas of every configuration of ``side`` bought in ``tier``: reserved ones all
+    month, the others hour by hour, each at most what alone meets the demand."""
+    keys = [x.key for x in side.parts(prob)]
+    if tier == Tier.RESERVED:
+        var = Var(keys, domain=NonNegativeIntegers, bounds=lambda _m, k: (0, side.bound(prob, k)))
+    else:
+        var = Var([(k, h) for k in keys for h in range(prob.hours)], domain=NonNegativeIntegers,
+                  bounds=lambda _m, k, h: (0, side.bound(prob, k, h)))
+    setattr(m, side.family(tier), var)
 
 
 def define_variables(m: ConcreteModel, prob: FleetProblem) -> None:
     """Binary choices, integer replicas per tier, API tokens/s, self-hosting switches."""
-    keys = [c.key for c in prob.all_candidates()]
-    pkeys = [k.key for k in prob.all_pool()]
     hours = range(prob.hours)
-    m.use = Var(keys, domain=Binary)
-    m.pool_use = Var(pkeys, domain=Binary)
-    if "reserved" in prob.tiers:
-        m.reserved = Var(keys, domain=NonNegativeIntegers,
-                         bounds=lambda _m, k: (0, prob.products[prob.cand[k].product].replica_bound(prob.cand[k])))
-        m.pool_reserved = Var(pkeys, domain=NonNegativeIntegers,
-                              bounds=lambda _m, k: (0, prob.products[prob.pools[k].product].pool_bound(prob.pools[k])))
-    for tier in prob.hourly_tiers:
-        setattr(m, tier, Var(
-            [(k, h) for k in keys for h in hours], domain=NonNegativeIntegers,
-            bounds=lambda _m, k, h: (0, prob.products[prob.cand[k].product].replica_bound(prob.cand[k], h)),
-        ))
-        setattr(m, f"pool_{tier}", Var(
-            [(k, h) for k in pkeys for h in hours], domain=NonNegativeIntegers,
-            bounds=lambda _m, k, h: (0, prob.products[prob.pools[k].product].pool_bound(prob.pools[k], h)),
-        ))
+    for side in (DECODE, POOL):
+        setattr(m, side.use, Var([x.key for x in side.parts(prob)], domain=Binary))
+    for tier in [Tier.RESERVED] * (Tier.RESERVED in prob.tiers) + list(prob.hourly_tiers):
+        for side in (DECODE, POOL):
+            declare_replicas(m, prob, side, tier)
     api_products = [p.name for p in prob.products.values() if p.has_api]
     m.api = Var([(p, h) for p in api_products for h in hours], domain=NonNegativeReals,
                 bounds=lambda _m, p, h: (0, prob.products[p].demand_tokens_per_s[h]))
@@ -77,24 +114,59 @@ def define_variables(m: ConcreteModel, prob: FleetProblem) -> None:
                     bounds=lambda _m, k, h: (0, prob.products[prob.cand[k].product].demand_tokens_per_s[h]))
 
 
+def declare_instances(m: ConcreteModel, prob: FleetProblem) -> None:
+    """Integer instances bought per GPU type sold in whole instances and hour, at most what the
+    type's availability allows."""
+    gpus = [g for g in _gpu_types(prob) if g in prob.instance_gpus]
+    if not gpus:
+        return
+
+    def bounds(_m: ConcreteModel, g: str, h: int) -> tuple[int, int | None]:
+        limit = prob.gpu_availability.get(g)
+        return 0, None if limit is None else limit // prob.instance_gpus[g]
+
+    m.instances = Var([(g, h) for g in gpus for h in range(prob.hours)], domain=NonNegativeIntegers, bounds=bounds)
+
+
 def horizon_tokens(prob: FleetProblem, product: str) -> float:
     """A product's demand summed over the hours of the horizon (tokens/s x hours)."""
     d = prob.products[product].demand_tokens_per_s
     return sum(prob.count(h) * d[h] for h in range(prob.hours))
 
 
+def in_hour(m: ConcreteModel, prob: FleetProblem, side: Side, key: str, h: int) -> object:
+    """Expression: replicas of configuration ``key`` of ``side`` running in hour ``h``."""
+    terms = [getattr(m, side.family(Tier.RESERVED))[key]] if Tier.RESERVED in prob.tiers else []
+    terms += [getattr(m, side.family(t))[key, h] for t in prob.hourly_tiers]
+    return sum(terms)
+
+
 def replicas_in_hour(m: ConcreteModel, prob: FleetProblem, key: str, h: int) -> object:
     """Expression: decode replicas of configuration ``key`` running in hour ``h``."""
-    terms = [m.reserved[key]] if "reserved" in prob.tiers else []
-    terms += [getattr(m, t)[key, h] for t in prob.hourly_tiers]
-    return sum(terms)
+    return in_hour(m, prob, DECODE, key, h)
 
 
 def pool_replicas_in_hour(m: ConcreteModel, prob: FleetProblem, key: str, h: int) -> object:
     """Expression: pool replicas of configuration ``key`` running in hour ``h``."""
-    terms = [m.pool_reserved[key]] if "reserved" in prob.tiers else []
-    terms += [getattr(m, f"pool_{t}")[key, h] for t in prob.hourly_tiers]
-    return sum(terms)
+    return in_hour(m, prob, POOL, key, h)
+
+
+def define_needs_configuration(m: ConcreteModel, prob: FleetProblem, side: Side) -> None:
+    """Replicas only of the chosen configuration of ``side``, never more than alone meet the demand:
+    reserved[c] <= U_c use[c];  on_demand[c,h], spot[c,h] <= U_{c,h} use[c] (pools alike)."""
+    parts = side.parts(prob)
+    if not parts:
+        return
+    use = getattr(m, side.use)
+    if Tier.RESERVED in prob.tiers:
+        var = getattr(m, side.family(Tier.RESERVED))
+        setattr(m, f"{side.family(Tier.RESERVED)}_needs_configuration", Constraint(
+            [x.key for x in parts], rule=lambda m, k, var=var: var[k] <= side.bound(prob, k) * use[k]))
+    for tier in prob.hourly_tiers:
+        var = getattr(m, side.family(tier))
+        setattr(m, f"{side.family(tier)}_needs_configuration", Constraint(
+            [(x.key, h) for x in parts for h in range(prob.hours)],
+            rule=lambda m, k, h, var=var: var[k, h] <= side.bound(prob, k, h) * use[k]))
 
 
 def define_one_configuration_per_product(m: ConcreteModel, prob: FleetProblem) -> None:
@@ -107,26 +179,6 @@ def define_one_configuration_per_product(m: ConcreteModel, prob: FleetProblem) -
         rule=lambda m, p: sum(m.use[c.key] for c in prob.products[p].candidates)
         == (m.self_host[p] if prob.products[p].has_api else 1),
     )
-
-
-def define_replicas_need_configuration(m: ConcreteModel, prob: FleetProblem) -> None:
-    """Replicas only of the chosen configuration, never more than alone meet the demand:
-    reserved[c] <= U_c use[c];  on_demand[c,h], spot[c,h] <= U_{c,h} use[c]."""
-    cands = prob.all_candidates()
-    if not cands:
-        return
-    if "reserved" in prob.tiers:
-        m.reserved_needs_configuration = Constraint(
-            [c.key for c in cands],
-            rule=lambda m, k: m.reserved[k] <= prob.products[prob.cand[k].product].replica_bound(prob.cand[k]) * m.use[k],
-        )
-    for tier in prob.hourly_tiers:
-        var = getattr(m, tier)
-        setattr(m, f"{tier}_needs_configuration", Constraint(
-            [(c.key, h) for c in cands for h in range(prob.hours)],
-            rule=lambda m, k, h, var=var: var[k, h]
-            <= prob.products[prob.cand[k].product].replica_bound(prob.cand[k], h) * m.use[k],
-        ))
 
 
 def define_throughput_meets_demand(m: ConcreteModel, prob: FleetProblem) -> None:
@@ -150,7 +202,8 @@ def define_configuration_meets_demand(m: ConcreteModel, prob: FleetProblem) -> N
     chosen its replicas (plus the API) cover the hour's demand, else the row is void:
     usable[c] x replicas[c,h] + api[p,h] >= demand[p,h] x use[c].
     Without an API, replicas are whole numbers, so the row is rounded up:
-    replicas[c,h] >= ceil(demand[p,h] / usable[c]) x use[c]."""
+    replicas[c,h] >= ceil(demand[p,h] / usable[c]) x use[c]. (With an API the rounding of this row
+    and the API's split by configuration are families of their own, below.)"""
     cands = prob.all_candidates()
     if not cands:
         return
@@ -164,14 +217,20 @@ def define_configuration_meets_demand(m: ConcreteModel, prob: FleetProblem) -> N
         return x >= pd.replica_bound(c, h) * m.use[key]
 
     m.configuration_meets_demand = Constraint([(c.key, h) for c in cands for h in range(prob.hours)], rule=rule)
-    api_cands = [c for c in cands if prob.products[c.product].has_api]
+
+
+def _api_candidates(prob: FleetProblem) -> list[Candidate]:
+    return [c for c in prob.all_candidates() if prob.products[c.product].has_api]
+
+
+def define_configuration_meets_demand_rounded(m: ConcreteModel, prob: FleetProblem) -> None:
+    """Whole replicas plus a continuous API stream: the mixed-integer rounding of the row above,
+    u f x + api_for >= u f ceil(D/u) use with f the fractional part of D/u, is valid and gives
+    the LP the exact trade-off between one more replica and the API taking the remainder."""
+    api_cands = _api_candidates(prob)
     if not api_cands:
         return
-    hours = range(prob.hours)
 
-    # Whole replicas plus a continuous API stream: the mixed-integer rounding of the row above,
-    # u f x + api >= u f ceil(D/u) use with f the fractional part of D/u, is valid and gives the
-    # LP the exact trade-off between one more replica and the API taking the remainder.
     def mir(m: ConcreteModel, key: str, h: int) -> object:
         c = prob.cand[key]
         pd = prob.products[c.product]
@@ -182,17 +241,37 @@ def define_configuration_meets_demand(m: ConcreteModel, prob: FleetProblem) -> N
         u = c.usable_tokens_per_s
         return u * f * replicas_in_hour(m, prob, key, h) + m.api_for[key, h] >= u * f * math.ceil(b) * m.use[key]
 
-    m.configuration_meets_demand_rounded = Constraint([(c.key, h) for c in api_cands for h in hours], rule=mir)
-    # API tokens split by configuration: api[p,h] >= sum_c api_for[c,h]; api_for[c,h] <= demand x use[c];
-    # and each configuration's API share within the product's limit
+    m.configuration_meets_demand_rounded = Constraint([(c.key, h) for c in api_cands for h in range(prob.hours)],
+                                                      rule=mir)
+
+
+def define_api_split(m: ConcreteModel, prob: FleetProblem) -> None:
+    """The API's tokens split by configuration: api[p,h] >= sum_c api_for[c,h]."""
+    if not _api_candidates(prob):
+        return
     m.api_split = Constraint(
-        [(p.name, h) for p in prob.products.values() if p.has_api for h in hours],
+        [(p.name, h) for p in prob.products.values() if p.has_api for h in range(prob.hours)],
         rule=lambda m, p, h: m.api[p, h] >= sum(m.api_for[c.key, h] for c in prob.products[p].candidates),
     )
+
+
+def define_api_for_needs_configuration(m: ConcreteModel, prob: FleetProblem) -> None:
+    """API tokens are attributed only to the chosen configuration: api_for[c,h] <= demand x use[c]."""
+    api_cands = _api_candidates(prob)
+    if not api_cands:
+        return
     m.api_for_needs_configuration = Constraint(
-        [(c.key, h) for c in api_cands for h in hours],
+        [(c.key, h) for c in api_cands for h in range(prob.hours)],
         rule=lambda m, k, h: m.api_for[k, h] <= prob.products[prob.cand[k].product].demand_tokens_per_s[h] * m.use[k],
     )
+
+
+def define_api_for_share_max(m: ConcreteModel, prob: FleetProblem) -> None:
+    """Each configuration's API share within the product's limit (void unless it is chosen)."""
+    api_cands = _api_candidates(prob)
+    if not api_cands:
+        return
+    hours = range(prob.hours)
     m.api_for_share_max = Constraint(
         [c.key for c in api_cands],
         rule=lambda m, k: sum(prob.count(h) * m.api_for[k, h] for h in hours)
@@ -245,25 +324,6 @@ def define_pool_matches_mode(m: ConcreteModel, prob: FleetProblem) -> None:
         names, rule=lambda m, p: sum(m.pool_use[k.key] for k in prob.products[p].pool)
         == sum(m.use[c.key] for c in prob.products[p].candidates if c.mode == "pool"),
     )
-
-
-def define_pool_replicas_need_configuration(m: ConcreteModel, prob: FleetProblem) -> None:
-    """Pool replicas only of the chosen pool configuration."""
-    pool = prob.all_pool()
-    if not pool:
-        return
-    if "reserved" in prob.tiers:
-        m.pool_reserved_needs_configuration = Constraint(
-            [k.key for k in pool],
-            rule=lambda m, k: m.pool_reserved[k] <= prob.products[prob.pools[k].product].pool_bound(prob.pools[k]) * m.pool_use[k],
-        )
-    for tier in prob.hourly_tiers:
-        var = getattr(m, f"pool_{tier}")
-        setattr(m, f"pool_{tier}_needs_configuration", Constraint(
-            [(k.key, h) for k in pool for h in range(prob.hours)],
-            rule=lambda m, k, h, var=var: var[k, h]
-            <= prob.products[prob.pools[k].product].pool_bound(prob.pools[k], h) * m.pool_use[k],
-        ))
 
 
 def define_prefill_pool_meets_demand(m: ConcreteModel, prob: FleetProblem) -> None:
@@ -347,25 +407,6 @@ def define_gpu_availability(m: ConcreteModel, prob: FleetProblem) -> None:
         )
 
 
-def define_whole_instances(m: ConcreteModel, prob: FleetProblem) -> None:
-    """GPUs are bought as whole instances: instances[gpu,h] x GPUs per instance >= GPUs in use.
-    Every TP group fits in one instance (TP <= GPUs per instance is required of candidates)."""
-    gpus = [g for g in _gpu_types(prob) if g in prob.instance_gpus]
-    if not gpus:
-        return
-    hours = range(prob.hours)
-    m.instances = Var([(g, h) for g in gpus for h in hours], domain=NonNegativeIntegers)
-    m.whole_instances = Constraint(
-        [(g, h) for g in gpus for h in hours],
-        rule=lambda m, g, h: prob.instance_gpus[g] * m.instances[g, h] >= gpus_in_hour(m, prob, g, h),
-    )
-    if prob.gpu_availability:
-        for g in gpus:
-            if g in prob.gpu_availability:
-                for h in hours:
-                    m.instances[g, h].setub(prob.gpu_availability[g] // prob.instance_gpus[g])
-
-
 def stranded_gpu_cost(m: ConcreteModel, prob: FleetProblem) -> object:
     """USD per month of GPUs bought with instances but left idle, at the plain GPU-hour price."""
     if not hasattr(m, "instances"):
@@ -411,21 +452,45 @@ def define_objective(m: ConcreteModel, prob: FleetProblem) -> None:
     m.monthly_cost_usd = Objective(expr=monthly_cost_expression(m, prob), sense=minimize)
 
 
+def define_whole_instances(m: ConcreteModel, prob: FleetProblem) -> None:
+    """GPUs are bought as whole instances: instances[gpu,h] x GPUs per instance >= GPUs in use.
+    Every TP group fits in one instance (TP <= GPUs per instance is required of candidates)."""
+    if not hasattr(m, "instances"):
+        return
+    m.whole_instances = Constraint(
+        list(m.instances.index_set()),
+        rule=lambda m, g, h: prob.instance_gpus[g] * m.instances[g, h] >= gpus_in_hour(m, prob, g, h),
+    )
+
+
+# The constraint families of the MIP, in the order they are built (the order fixes the rows'
+# order, and so the solver's path: keep it).
+FAMILIES: tuple[Callable[[ConcreteModel, FleetProblem], None], ...] = (
+    define_one_configuration_per_product,
+    lambda m, prob: define_needs_configuration(m, prob, DECODE),
+    define_throughput_meets_demand,
+    define_configuration_meets_demand,
+    define_configuration_meets_demand_rounded,
+    define_api_split,
+    define_api_for_needs_configuration,
+    define_api_for_share_max,
+    define_api_share_limits,
+    define_spot_share_limit,
+    define_pool_matches_mode,
+    lambda m, prob: define_needs_configuration(m, prob, POOL),
+    define_prefill_pool_meets_demand,
+    define_pool_configuration_meets_demand,
+    define_gpu_availability,
+    declare_instances,
+    define_whole_instances,
+    define_objective,
+)
+
+
 def build_model(prob: FleetProblem) -> ConcreteModel:
-    """The Pyomo model of ``prob``: the constraint families above, in order."""
+    """The Pyomo model of ``prob``: its variables, then the constraint families of :data:`FAMILIES`."""
     m = ConcreteModel(name="fleetplan")
     define_variables(m, prob)
-    define_one_configuration_per_product(m, prob)
-    define_replicas_need_configuration(m, prob)
-    define_throughput_meets_demand(m, prob)
-    define_configuration_meets_demand(m, prob)
-    define_api_share_limits(m, prob)
-    define_spot_share_limit(m, prob)
-    define_pool_matches_mode(m, prob)
-    define_pool_replicas_need_configuration(m, prob)
-    define_prefill_pool_meets_demand(m, prob)
-    define_pool_configuration_meets_demand(m, prob)
-    define_gpu_availability(m, prob)
-    define_whole_instances(m, prob)
-    define_objective(m, prob)
+    for family in FAMILIES:
+        family(m, prob)
     return m
