@@ -8,7 +8,7 @@ from typing import Any
 from fleetplan.optimizer.candidates import Candidate, CandidateSet, PoolCandidate
 from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S
 from fleetplan.optimizer.problem import SECONDS_PER_HOUR
-from fleetplan.optimizer.solution import Plan, ProductPlan, gpu_hours, tier_gpu_hours
+from fleetplan.optimizer.solution import Plan, ProductPlan
 
 LIMITERS = {
     "per_user_speed": "min_tokens_per_s_per_user",
@@ -320,75 +320,3 @@ def candidate_counts(cs: CandidateSet) -> dict[str, Any]:
     }
 
 
-def stranded_cost(plan: Plan) -> float:
-    """USD per month of instance GPUs left idle (hour by hour, at the plain GPU-hour price)."""
-    prob = plan.problem
-    if not prob.instance_gpus:
-        return 0.0
-    price = {g: v for pp in plan.products for g, v in pp.gpu_prices().items()}
-    used = gpu_hours(plan.products, prob.hours)
-    total = 0.0
-    for gpu, row in used.items():
-        n = prob.instance_gpus.get(gpu)
-        if n:
-            total += sum((math.ceil(u / n) * n - u) for u in row) * price[gpu] * prob.hour_weight
-    return total
-
-
-def check_invariants(plan: Plan) -> list[str]:
-    """Recompute the plan's promises from its own numbers; return the broken ones (empty if none)."""
-    problems: list[str] = []
-    tol = 1e-6
-    for pp in plan.products:
-        name, c = pp.product.name, pp.candidate
-        if c is not None:
-            e = c.estimate
-            if e.memory_needed_bytes > e.memory_usable_bytes:
-                problems.append(f"{name}: memory {e.memory_needed_bytes:.3e} B > usable {e.memory_usable_bytes:.3e} B")
-            if e.per_user_tokens_per_s < pp.product.min_tokens_per_s_per_user - 1e-9:
-                problems.append(f"{name}: per-user speed below target")
-        if pp.reserved < 0 or any(x < 0 for x in pp.on_demand + pp.spot):
-            problems.append(f"{name}: negative replicas")
-        for h, d in enumerate(pp.data.demand_tokens_per_s):
-            cap = pp.replicas_in_hour(h) * (c.usable_tokens_per_s if c else 0.0) + pp.api_tokens_per_s[h]
-            if cap < d * (1 - 1e-9) - tol:
-                problems.append(f"{name}: hour {h}: capacity {cap:.1f} < demand {d:.1f}")
-            if pp.pool is not None:
-                need = pp.data.prefill_flops_per_output_token * (d - pp.api_tokens_per_s[h])
-                if pp.pool_replicas_in_hour(h) * pp.pool.usable_flops_per_s < need * (1 - 1e-9) - 1e3:
-                    problems.append(f"{name}: hour {h}: prefill pool below demand")
-        ttft = pp.ttft_s
-        if ttft is not None and pp.product.max_ttft_ms is not None and ttft * 1e3 > pp.product.max_ttft_ms * (1 + 1e-9):
-            problems.append(f"{name}: TTFT {ttft * 1e3:.1f} ms above max_ttft_ms {pp.product.max_ttft_ms:g}")
-        replica_hours = sum(pp.replicas_in_hour(h) for h in range(len(pp.on_demand)))
-        if sum(pp.spot) > plan.problem.spot_max_share * replica_hours + tol:
-            problems.append(f"{name}: spot share above its cap")
-        total = sum(pp.data.demand_tokens_per_s)
-        api = sum(pp.api_tokens_per_s)
-        if total:
-            share = api / total
-            if share > pp.data.api_max_fraction + 1e-6 or share < pp.data.api_min_fraction - 1e-6:
-                problems.append(f"{name}: API share {share:.4f} outside its limits")
-        if c is not None and pp.reserved:
-            expected = pp.reserved * c.tp * c.price.tier("reserved") * plan.problem.hours_per_month
-            if abs(expected - pp.decode_cost_by_tier()["reserved"]) > 1e-6 * max(1.0, expected):
-                problems.append(f"{name}: reserved cost is not GPUs x hours x price")
-        if abs(sum(pp.cost_breakdown().values()) - pp.monthly_cost_usd) > 1e-6 * max(1.0, pp.monthly_cost_usd):
-            problems.append(f"{name}: cost is not the sum of its parts")
-    for gpu, u in plan.instances.items():
-        if u["available"] is not None and u["gpus"] > u["available"]:
-            problems.append(f"{gpu}: {u['gpus']} GPUs in use > {u['available']} available")
-    for (gpu, tier), row in tier_gpu_hours(plan.products, plan.hours).items():
-        limit = plan.problem.tier_availability.get((gpu, tier))
-        if limit is not None and max(row) > limit:
-            problems.append(f"{gpu} {tier}: {max(row)} GPUs in use > {limit} available in that tier")
-        if u["instances"] is not None and u["instances"] * u["gpus_per_instance"] < u["gpus"]:
-            problems.append(f"{gpu}: instances do not hold the GPUs in use")
-    budget = plan.problem.monthly_budget_usd
-    if budget is not None and plan.monthly_cost_usd > budget * (1 + 1e-9) + 0.01:
-        problems.append(f"monthly cost {plan.monthly_cost_usd:.2f} > budget {budget:.2f}")
-    if abs(sum(pp.stranded_usd for pp in plan.products) - stranded_cost(plan)) > 1e-6 * max(1.0, plan.monthly_cost_usd):
-        problems.append("stranded GPU cost is not fully allocated to products")
-    if abs(plan.monthly_cost_usd - (plan.solve_result.objective or 0.0)) > 1e-4 * max(1.0, plan.monthly_cost_usd):
-        problems.append(f"total cost {plan.monthly_cost_usd:.2f} differs from the solver's objective {plan.solve_result.objective}")
-    return problems

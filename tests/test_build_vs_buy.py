@@ -8,7 +8,8 @@ import pytest
 from fleetplan.main import main
 from fleetplan.optimizer.breakeven import breakeven
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.results import check_invariants, plan_to_dict
+from fleetplan.optimizer.invariants import check_invariants
+from fleetplan.optimizer.results import plan_to_dict
 from fleetplan.optimizer.scenario import load_scenario
 
 PLANNABLE = ["seed-chat-70b.yaml", "seed-chat-70b-open.yaml", "seed-chat-70b-pool.yaml", "seed-chat-70b-colocated.yaml",

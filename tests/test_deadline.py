@@ -18,7 +18,8 @@ from fleetplan.optimizer.plan import make_plan
 from fleetplan.optimizer.reductions import reduced
 from fleetplan.optimizer.problem import build_problem
 from fleetplan.optimizer.search import fixing, on_demand_plan, solve_by_configuration
-from fleetplan.optimizer.results import check_invariants, plan_to_dict
+from fleetplan.optimizer.invariants import check_invariants
+from fleetplan.optimizer.results import plan_to_dict
 from fleetplan.optimizer.scenario import load_scenario, parse_scenario
 from fleetplan.optimizer.solvers import Session, solve
 

@@ -17,7 +17,8 @@ from fleetplan.optimizer.errors import InfeasibleError
 from fleetplan.optimizer.plan import make_plan
 from fleetplan.optimizer.problem import build_problem
 from fleetplan.optimizer.reductions import hours_separable, merged, reduced
-from fleetplan.optimizer.results import check_invariants, plan_to_dict
+from fleetplan.optimizer.invariants import check_invariants
+from fleetplan.optimizer.results import plan_to_dict
 from fleetplan.optimizer.scenario import load_scenario, parse_scenario
 
 

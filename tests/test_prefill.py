@@ -13,7 +13,8 @@ from fleetplan.models.presets import get_preset
 from fleetplan.models.ttft import max_utilisation, queue_factor
 from fleetplan.optimizer.errors import InfeasibleError
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.results import check_invariants, plan_to_dict
+from fleetplan.optimizer.invariants import check_invariants
+from fleetplan.optimizer.results import plan_to_dict
 from fleetplan.optimizer.scenario import load_scenario, parse_scenario
 
 

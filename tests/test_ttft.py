@@ -22,7 +22,8 @@ from fleetplan.models.ttft import (
 from fleetplan.optimizer.candidates import generate_candidates, prefill_work_per_request, resolve_gpu_price
 from fleetplan.optimizer.errors import InfeasibleError
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.results import check_invariants, plan_to_dict
+from fleetplan.optimizer.invariants import check_invariants
+from fleetplan.optimizer.results import plan_to_dict
 from fleetplan.optimizer.scenario import load_scenario, parse_scenario
 from fleetplan.models.parallel import tp_problem
 

@@ -1,0 +1,194 @@
+"""What a plan promises, checked again from its primitive values: replicas per tier and hour,
+GPUs per replica, prices per GPU-hour, hours, API tokens. Each ``check_*`` recomputes one rule
+from those values, never through the formula it checks (the MIP's rows, the plan's cost
+methods), and returns the broken promises in words; :func:`check_invariants` runs them all.
+
+Owns the checks only: it never changes a plan."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+
+from fleetplan.optimizer.enums import Tier
+from fleetplan.optimizer.problem import SECONDS_PER_HOUR
+from fleetplan.optimizer.solution import Plan, ProductPlan
+
+REL = 1e-6  # relative tolerance of money and token comparisons
+ABS_TOKENS = 1e-6  # tokens/s
+ABS_FLOPS = 1e3  # FLOP/s: prefill demand is of order 1e15
+
+
+def _replicas(pp: ProductPlan, pool: bool, h: int) -> dict[Tier, int]:
+    """Replicas of the product's decode (or pool) configuration in hour ``h``, per tier."""
+    if pool:
+        return {Tier.RESERVED: pp.pool_reserved, Tier.ON_DEMAND: pp.pool_on_demand[h], Tier.SPOT: pp.pool_spot[h]}
+    return {Tier.RESERVED: pp.reserved, Tier.ON_DEMAND: pp.on_demand[h], Tier.SPOT: pp.spot[h]}
+
+
+def _gpus(plan: Plan) -> dict[tuple[str, Tier, int], int]:
+    """GPUs in use per (GPU type, tier, hour), summed over products from replicas x TP."""
+    out: dict[tuple[str, Tier, int], int] = {}
+    for pp in plan.products:
+        for part, pool in ((pp.candidate, False), (pp.pool, True)):
+            if part is None:
+                continue
+            for h in range(len(pp.on_demand)):
+                for tier, n in _replicas(pp, pool, h).items():
+                    out[part.gpu, tier, h] = out.get((part.gpu, tier, h), 0) + n * part.tp
+    return out
+
+
+def _by_type(plan: Plan) -> dict[tuple[str, int], int]:
+    """GPUs in use per (GPU type, hour), all tiers."""
+    out: dict[tuple[str, int], int] = {}
+    for (gpu, _, h), n in _gpus(plan).items():
+        out[gpu, h] = out.get((gpu, h), 0) + n
+    return out
+
+
+def check_configuration(plan: Plan) -> Iterator[str]:
+    """The chosen configuration fits in memory and keeps every user at the target speed."""
+    for pp in plan.products:
+        c = pp.candidate
+        if c is None:
+            continue
+        e = c.estimate
+        if e.memory_needed_bytes > e.memory_usable_bytes:
+            yield f"{pp.product.name}: memory {e.memory_needed_bytes:.3e} B > usable {e.memory_usable_bytes:.3e} B"
+        if e.per_user_tokens_per_s < pp.product.min_tokens_per_s_per_user - 1e-9:
+            yield f"{pp.product.name}: per-user speed below target"
+
+
+def check_whole_replicas(plan: Plan) -> Iterator[str]:
+    """Replica counts are non-negative whole numbers."""
+    for pp in plan.products:
+        counts = [pp.reserved, pp.pool_reserved, *pp.on_demand, *pp.spot, *pp.pool_on_demand, *pp.pool_spot]
+        if any(n < 0 or n != int(n) for n in counts):
+            yield f"{pp.product.name}: replicas not whole and non-negative"
+
+
+def check_demand_met(plan: Plan) -> Iterator[str]:
+    """Every hour, usable decode throughput plus API tokens cover the demand."""
+    for pp in plan.products:
+        usable = pp.candidate.usable_tokens_per_s if pp.candidate else 0.0
+        for h, d in enumerate(pp.data.demand_tokens_per_s):
+            cap = sum(_replicas(pp, False, h).values()) * usable + pp.api_tokens_per_s[h]
+            if cap < d * (1 - 1e-9) - ABS_TOKENS:
+                yield f"{pp.product.name}: hour {h}: capacity {cap:.1f} < demand {d:.1f}"
+
+
+def check_prefill_pool(plan: Plan) -> Iterator[str]:
+    """Every hour, a prefill pool's usable FLOP/s cover the prefill of the self-hosted requests."""
+    for pp in plan.products:
+        if pp.pool is None:
+            continue
+        for h, d in enumerate(pp.data.demand_tokens_per_s):
+            need = pp.data.prefill_flops_per_output_token * (d - pp.api_tokens_per_s[h])
+            if sum(_replicas(pp, True, h).values()) * pp.pool.usable_flops_per_s < need * (1 - 1e-9) - ABS_FLOPS:
+                yield f"{pp.product.name}: hour {h}: prefill pool below demand"
+
+
+def check_ttft(plan: Plan) -> Iterator[str]:
+    """The modelled time to first token is within the product's target."""
+    for pp in plan.products:
+        ttft, target = pp.ttft_s, pp.product.max_ttft_ms
+        if ttft is not None and target is not None and ttft * 1e3 > target * (1 + 1e-9):
+            yield f"{pp.product.name}: TTFT {ttft * 1e3:.1f} ms above max_ttft_ms {target:g}"
+
+
+def check_shares(plan: Plan) -> Iterator[str]:
+    """Spot replica-hours within the spot cap; the API's share of tokens within its limits."""
+    for pp in plan.products:
+        hours = range(len(pp.on_demand))
+        replica_hours = sum(sum(_replicas(pp, False, h).values()) for h in hours)
+        if sum(pp.spot) > plan.problem.spot_max_share * replica_hours + REL:
+            yield f"{pp.product.name}: spot share above its cap"
+        total = sum(pp.data.demand_tokens_per_s)
+        if total:
+            share = sum(pp.api_tokens_per_s) / total
+            if share > pp.data.api_max_fraction + REL or share < pp.data.api_min_fraction - REL:
+                yield f"{pp.product.name}: API share {share:.4f} outside its limits"
+
+
+def product_cost(plan: Plan, pp: ProductPlan) -> float:
+    """A product's monthly cost from replicas x TP x price per GPU-hour x hours, API tokens x
+    seconds x price per token, the fixed cost and its share of idle instance GPUs."""
+    prob = plan.problem
+    weight = prob.hours_per_month / len(pp.on_demand)  # real hours each hour of the horizon stands for
+    total = pp.stranded_usd
+    for part, pool in ((pp.candidate, False), (pp.pool, True)):
+        if part is None:
+            continue
+        total += _replicas(pp, pool, 0)[Tier.RESERVED] * part.tp * part.price.tier(Tier.RESERVED) * prob.hours_per_month
+        for h in range(len(pp.on_demand)):
+            for tier in (Tier.ON_DEMAND, Tier.SPOT):
+                total += _replicas(pp, pool, h)[tier] * part.tp * part.price.tier(tier) * weight
+    if pp.data.api is not None:
+        total += sum(pp.api_tokens_per_s) * SECONDS_PER_HOUR * weight * pp.data.api.usd_per_output_token
+    return total + (pp.data.fixed_monthly_usd if pp.candidate is not None else 0.0)
+
+
+def check_costs(plan: Plan) -> Iterator[str]:
+    """Each product's cost is what its replicas, tokens and fixed cost come to; the plan's total
+    is the solver's objective."""
+    for pp in plan.products:
+        expected = product_cost(plan, pp)
+        if abs(expected - pp.monthly_cost_usd) > REL * max(1.0, expected):
+            yield f"{pp.product.name}: cost {pp.monthly_cost_usd:.2f} is not replicas x GPUs x price x hours ({expected:.2f})"
+    objective = plan.solve_result.objective or 0.0
+    if abs(plan.monthly_cost_usd - objective) > 1e-4 * max(1.0, plan.monthly_cost_usd):
+        yield f"total cost {plan.monthly_cost_usd:.2f} differs from the solver's objective {objective}"
+
+
+def check_availability(plan: Plan) -> Iterator[str]:
+    """GPUs in use stay within each GPU type's availability, in total and per tier, every hour."""
+    prob = plan.problem
+    for (gpu, h), n in sorted(_by_type(plan).items()):
+        limit = prob.gpu_availability.get(gpu)
+        if limit is not None and n > limit:
+            yield f"{gpu}: hour {h}: {n} GPUs in use > {limit} available"
+    for (gpu, tier, h), n in sorted(_gpus(plan).items()):
+        limit = prob.tier_availability.get((gpu, tier))
+        if limit is not None and n > limit:
+            yield f"{gpu} {tier}: hour {h}: {n} GPUs in use > {limit} available in that tier"
+
+
+def check_instances(plan: Plan) -> Iterator[str]:
+    """Every GPU type bought in whole instances: the instances reported hold the GPUs in use at
+    the busiest hour, and the idle GPUs of every hour are charged to the products at the plain
+    price (the products' stranded cost adds up to it)."""
+    prob = plan.problem
+    idle_usd = 0.0
+    price = {part.gpu: part.price.usd_per_gpu_hour for pp in plan.products for part in (pp.candidate, pp.pool)
+             if part is not None}
+    for (gpu, _), n in sorted(_by_type(plan).items()):
+        size = prob.instance_gpus.get(gpu)
+        if size:
+            idle_usd += (math.ceil(n / size) * size - n) * price[gpu] * prob.hour_weight
+    for gpu, size in sorted(prob.instance_gpus.items()):
+        peak = max((n for (g, _), n in _by_type(plan).items() if g == gpu), default=0)
+        row = plan.instances.get(gpu)
+        if row is not None and row["instances"] * size < peak:
+            yield f"{gpu}: {row['instances']} instances of {size} do not hold the {peak} GPUs in use"
+    stranded = sum(pp.stranded_usd for pp in plan.products)
+    if abs(stranded - idle_usd) > REL * max(1.0, plan.monthly_cost_usd):
+        yield f"idle instance GPUs cost {idle_usd:.2f}, but {stranded:.2f} is charged to products"
+
+
+def check_budget(plan: Plan) -> Iterator[str]:
+    """The plan's total is within the monthly budget."""
+    budget = plan.problem.monthly_budget_usd
+    if budget is not None and plan.monthly_cost_usd > budget * (1 + 1e-9) + 0.01:
+        yield f"monthly cost {plan.monthly_cost_usd:.2f} > budget {budget:.2f}"
+
+
+CHECKS: tuple[Callable[[Plan], Iterator[str]], ...] = (
+    check_configuration, check_whole_replicas, check_demand_met, check_prefill_pool, check_ttft, check_shares,
+    check_costs, check_availability, check_instances, check_budget,
+)
+
+
+def check_invariants(plan: Plan) -> list[str]:
+    """Every broken promise of ``plan`` (empty if none)."""
+    return [problem for check in CHECKS for problem in check(plan)]
