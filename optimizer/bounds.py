@@ -55,8 +55,17 @@ def quick_bound(prob: FleetProblem, pd: ProductData, choice: tuple[Candidate | N
     cost = pd.fixed_monthly_usd + pool_cost + rate * float(np.sum(w * whole)) + pool_token * float(np.sum(w * d))
     if not pd.has_api:
         return cost
-    # moves to the API: per hour the remainder above whole replicas (saves one replica), then the
-    # whole replicas (each saves one); greedy by saving per token within the API's token cap
+    return cost - _api_saving(pd, w, n_h, d, u, rate, pool_token, api)
+
+
+def _api_saving(pd: ProductData, w: Any, n_h: Any, d: Any, u: float, rate: float, pool_token: float,
+                api: float) -> float:
+    """The most that moving tokens to the API can save on a plan of whole replicas: per hour the
+    remainder above whole replicas (saves one replica), then the whole replicas (each saves one),
+    taken greedily by saving per token within the API's token cap (the LP of that choice)."""
+    import numpy as np
+
+    whole = np.maximum(0.0, np.ceil(d / u - 1e-9))
     floor = np.floor(d / u + 1e-9)
     rem = np.clip(d - floor * u, 0.0, None)
     rem = np.where(whole > floor, rem, 0.0)
@@ -67,18 +76,17 @@ def quick_bound(prob: FleetProblem, pd: ProductData, choice: tuple[Candidate | N
     counts = np.concatenate([n_h, n_h])
     useful = (saves > 0) & (tokens > 0)
     if not useful.any():
-        return cost
+        return 0.0
     tokens, saves, ww, counts = tokens[useful], saves[useful], ww[useful], counts[useful]
     order = np.argsort(-(saves / tokens), kind="stable")
-    cap = pd.api_max_fraction * float(np.sum(n_h * d))
-    left, saved = cap, 0.0
+    left, saved = pd.api_max_fraction * float(np.sum(n_h * d)), 0.0
     for i in order.tolist():
         take = min(1.0, left / (counts[i] * tokens[i])) if tokens[i] > 0 else 1.0
         saved += take * ww[i] * saves[i]
         left -= take * counts[i] * tokens[i]
         if left <= 0:
             break
-    return cost - saved
+    return saved
 
 
 def replica_hour_rate(prob: FleetProblem, c: Candidate) -> float:

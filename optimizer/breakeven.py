@@ -11,7 +11,7 @@ from fleetplan.catalogs import fields as F
 from fleetplan.catalogs.loader import Catalog, InputError
 from fleetplan.models.presets import Preset, get_preset
 from fleetplan.optimizer.api import resolve_api
-from fleetplan.optimizer.demand import horizon, product_qps, profile_lengths
+from fleetplan.optimizer.demand import hourly_qps
 from fleetplan.optimizer.problem import SECONDS_PER_HOUR
 from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline
 from fleetplan.optimizer.errors import InfeasibleError, SolverError
@@ -45,25 +45,23 @@ def scaled(scenario: Scenario, factor: float) -> Scenario:
 def check_scales(scenario: Scenario, folder: Path, scales: tuple[float, ...]) -> None:
     """Refuse, before any solve, a scale that takes a product's demand out of its valid range
     (its peak or, with a demand profile, its busiest hour)."""
-    hours = horizon(profile_lengths(scenario.products, folder))
     for s in scales:
-        for p in scaled(scenario, s).products:
-            try:
-                product_qps(p, folder, hours)
-            except InputError as exc:
-                raise InputError(f"--scales: at scale {s:g}, {exc}") from None
+        try:
+            hourly_qps(scaled(scenario, s).products, folder)
+        except InputError as exc:
+            raise InputError(f"--scales: at scale {s:g}, {exc}") from None
 
 
 def all_api_cost(scenario: Scenario, catalog: Catalog, folder: Path, preset: Preset) -> float:
     """Monthly cost of sending every product's tokens to its API (fixed self-hosting costs avoided)."""
-    hours = horizon(profile_lengths(scenario.products, folder))
-    weight = preset.hours_per_month / hours
+    qps = hourly_qps(scenario.products, folder)
     total = 0.0
     for p in scenario.products:
         offer = resolve_api(p, catalog)
         if offer is None:
             raise InputError(f"products[{p.name}].api: breakeven needs an API for every product (add api: {{model: {p.model}}})")
-        tokens = sum(q * p.output_tokens for q in product_qps(p, folder, hours)) * SECONDS_PER_HOUR * weight
+        hours = qps[p.name]
+        tokens = sum(q * p.output_tokens for q in hours) * SECONDS_PER_HOUR * preset.hours_per_month / len(hours)
         total += tokens * offer.usd_per_output_token
     return total
 

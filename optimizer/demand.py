@@ -57,24 +57,23 @@ def horizon(lengths: list[int]) -> int:
     return 168 if 168 in lengths else 24
 
 
-def product_qps(product: Product, folder: Path, hours: int) -> list[float]:
-    """Queries per second of ``product`` in each hour of the horizon."""
-    if product.demand_profile is None:
+def hourly_qps(products: list[Product], folder: Path) -> dict[str, list[float]]:
+    """Queries per second of every product in each hour of the common horizon (:func:`horizon`);
+    each product's profile file is read once."""
+    profiles = {p.name: read_profile(folder / p.demand_profile, f"products[{p.name}].demand_profile")
+                for p in products if p.demand_profile is not None}
+    hours = horizon([len(values) for _, values in profiles.values()])
+    return {p.name: _qps(p, profiles.get(p.name), hours) for p in products}
+
+
+def _qps(product: Product, profile: tuple[str, list[float]] | None, hours: int) -> list[float]:
+    """``product``'s queries per second in each of ``hours`` from its profile (peak all along without one)."""
+    if profile is None:
         return [product.peak_qps] * hours
-    kind, values = read_profile(folder / product.demand_profile, f"products[{product.name}].demand_profile")
+    kind, values = profile
     qps = [v * product.peak_qps for v in values] if kind == "multiplier" else values
     top = max(qps)
     if not F.QPS.contains(top):
         raise InputError(f"products[{product.name}].demand_profile: peak_qps x multiplier reaches {top:g} queries per "
                          f"second; the busiest hour must be {F.QPS.describe()} ({F.QPS.reason})")
-    reps = hours // len(qps)
-    return qps * reps
-
-
-def profile_lengths(products: list[Product], folder: Path) -> list[int]:
-    """Lengths of the products' profiles (products without one are left out)."""
-    out = []
-    for p in products:
-        if p.demand_profile is not None:
-            out.append(len(read_profile(folder / p.demand_profile, f"products[{p.name}].demand_profile")[1]))
-    return out
+    return qps * (hours // len(qps))

@@ -20,10 +20,11 @@ from fleetplan.optimizer.candidates import (
     kv_link,
     prefill_work_per_request,
 )
-from fleetplan.optimizer.solution import ProductPlan
 from fleetplan.optimizer.components import Solved
-from fleetplan.optimizer.runner_ups import mode_costs, runner_ups
 from fleetplan.optimizer.deadline import Deadline
+from fleetplan.optimizer.enums import BatchLimit, Tier
+from fleetplan.optimizer.runner_ups import mode_costs, runner_ups
+from fleetplan.optimizer.solution import ProductPlan
 from fleetplan.optimizer.text import format_ms, pct
 
 # the seed document's flat share of decode throughput kept for prefill and bursts
@@ -112,7 +113,7 @@ def prefill_headroom_check(pp: ProductPlan, catalog: Catalog, preset: Preset, op
     }
 
 
-TIER_WORDS = {"reserved": "reserved", "on_demand": "on demand", "spot": "spot"}
+TIER_WORDS = {Tier.RESERVED: "reserved", Tier.ON_DEMAND: "on demand", Tier.SPOT: "spot"}
 
 
 def why(pp: ProductPlan) -> str:
@@ -124,59 +125,91 @@ def why(pp: ProductPlan) -> str:
             f"all traffic goes to the API ({pp.data.api.price.id}, ${pp.data.api.usd_per_million_output_tokens:.2f} per "
             f"million output tokens): cheaper than any self-hosted fleet plus ${pp.data.fixed_monthly_usd:,.0f}/month fixed cost"
         )
+    parts = [_configuration_reason(pp), _runner_up_note(pp), _api_note(pp), _pool_note(pp), _headroom_note(pp),
+             ttft_note(pp), _mode_note(pp)]
+    return "".join(parts)
+
+
+def _configuration_reason(pp: ProductPlan) -> str:
+    """The configuration, what limits its batch, what bounds its step and what a replica costs."""
+    c = pp.candidate
+    assert c is not None
     e = c.estimate
     limiter = {
-        "per_user_speed": f"a larger batch would drop below {pp.product.min_tokens_per_s_per_user:g} tokens/s per user",
-        "memory": "a larger batch would not fit in memory",
-        "batch_options": "the largest batch allowed",
-        "max_ttft_ms": f"a larger batch would break the {pp.product.max_ttft_ms or 0:g} ms TTFT target",
-    }[c.batch_limited_by]
-    tiers = pp.decode_tiers() or ["on_demand"]
+        BatchLimit.PER_USER_SPEED: f"a larger batch would drop below {pp.product.min_tokens_per_s_per_user:g} "
+                                   f"tokens/s per user",
+        BatchLimit.MEMORY: "a larger batch would not fit in memory",
+        BatchLimit.BATCH_OPTIONS: "the largest batch allowed",
+        BatchLimit.MAX_TTFT: f"a larger batch would break the {pp.product.max_ttft_ms or 0:g} ms TTFT target",
+    }[BatchLimit(c.batch_limited_by)]
     paid = []
-    for tier in tiers:
+    for tier in pp.decode_tiers() or [Tier.ON_DEMAND]:
         month = c.usd_per_replica_hour_in(tier) * pp.hours_per_month
         paid.append(
             f"${month:,.0f}/month {TIER_WORDS[tier]} at ${c.price.tier(tier):,.2f}/GPU-hour "
             f"(${month / c.usable_tokens_per_s * 1000:,.0f} per 1,000 tokens/s-month)"
         )
-    txt = (
+    return (
         f"{c.gpu} tp{c.tp} {c.precision} at batch {c.batch} ({limiter}) is {e.bound}-bound at "
         f"{e.step_time_s * 1e3:.1f} ms per step and delivers {c.usable_tokens_per_s:,.0f} usable tokens/s per replica; "
         f"a replica costs " + ", ".join(paid)
     )
-    if pp.alternatives:
-        a = pp.alternatives[0]
-        txt += (
-            f"; the runner-up on another GPU type ({a['gpu']} tp{a['tp']} {a['precision']} batch {a['batch']}, "
-            f"{a['replicas']} replicas) costs ${a['cost_difference_usd']:,.0f}/month more"
-        )
+
+
+def _runner_up_note(pp: ProductPlan) -> str:
+    """How much more the cheapest plan on another GPU type costs."""
+    if not pp.alternatives:
+        return ""
+    a = pp.alternatives[0]
+    return (
+        f"; the runner-up on another GPU type ({a['gpu']} tp{a['tp']} {a['precision']} batch {a['batch']}, "
+        f"{a['replicas']} replicas) costs ${a['cost_difference_usd']:,.0f}/month more"
+    )
+
+
+def _api_note(pp: ProductPlan) -> str:
+    """Which share of tokens the API takes, in how many hours and why."""
     api_hours = [h for h, a in enumerate(pp.api_tokens_per_s) if a > 1e-6]
-    if api_hours and pp.data.api is not None:
-        demand = pp.data.demand_tokens_per_s
-        share = sum(pp.api_tokens_per_s) / sum(demand) if sum(demand) else 0.0
-        busiest = sorted(api_hours, key=lambda h: (-demand[h], h))[:3]
-        txt += (
-            f"; the API ({pp.data.api.price.id}) takes {pct(share)} of output tokens in {len(api_hours)} of "
-            f"{len(demand)} hours (busiest: hour {', '.join(str(h) for h in busiest)}), where sending the remainder "
-            f"costs less than another replica"
-        )
-    if pp.pool is not None:
-        txt += (
-            f"; prefill runs on {pp.pool_replicas} x {pp.pool.tp} {pp.pool.gpu} ({pp.pool.precision}) sized to "
-            f"{pp.pool.max_utilisation:.0%} utilisation at most"
-            + ("" if pp.product.max_ttft_ms else
-               f" (no max_ttft_ms: the default keeps queueing within {DEFAULT_TTFT_QUEUE_MULTIPLE:g}x the zero-load TTFT)")
-        )
-    if c.requested_headroom is not None and c.headroom > c.requested_headroom + 1e-12:
-        txt += (
-            f"; headroom raised from {c.requested_headroom:.0%} to {c.headroom:.0%} (no max_ttft_ms: the default keeps "
-            f"queueing within {DEFAULT_TTFT_QUEUE_MULTIPLE:g}x the zero-load TTFT)"
-        )
-    txt += ttft_note(pp)
-    if len(pp.mode_costs) > 1:
-        parts = [f"{m} ${v:,.0f}" if v is not None else f"{m} infeasible" for m, v in sorted(pp.mode_costs.items())]
-        txt += f"; prefill mode {c.mode} chosen by cost ({', '.join(parts)} per month for the whole plan)"
-    return txt
+    if not api_hours or pp.data.api is None:
+        return ""
+    demand = pp.data.demand_tokens_per_s
+    share = sum(pp.api_tokens_per_s) / sum(demand) if sum(demand) else 0.0
+    busiest = sorted(api_hours, key=lambda h: (-demand[h], h))[:3]
+    return (
+        f"; the API ({pp.data.api.price.id}) takes {pct(share)} of output tokens in {len(api_hours)} of "
+        f"{len(demand)} hours (busiest: hour {', '.join(str(h) for h in busiest)}), where sending the remainder "
+        f"costs less than another replica"
+    )
+
+
+# why a default bound on queueing applies
+NO_TTFT_TARGET = f"no max_ttft_ms: the default keeps queueing within {DEFAULT_TTFT_QUEUE_MULTIPLE:g}x the zero-load TTFT"
+
+
+def _pool_note(pp: ProductPlan) -> str:
+    """The prefill pool and the utilisation it is sized to."""
+    if pp.pool is None:
+        return ""
+    return (
+        f"; prefill runs on {pp.pool_replicas} x {pp.pool.tp} {pp.pool.gpu} ({pp.pool.precision}) sized to "
+        f"{pp.pool.max_utilisation:.0%} utilisation at most" + ("" if pp.product.max_ttft_ms else f" ({NO_TTFT_TARGET})")
+    )
+
+
+def _headroom_note(pp: ProductPlan) -> str:
+    """A headroom raised above the product's own to keep queueing bounded."""
+    c = pp.candidate
+    if c is None or c.requested_headroom is None or c.headroom <= c.requested_headroom + 1e-12:
+        return ""
+    return f"; headroom raised from {c.requested_headroom:.0%} to {c.headroom:.0%} ({NO_TTFT_TARGET})"
+
+
+def _mode_note(pp: ProductPlan) -> str:
+    """The cost of each prefill mode, when the plan chose between several."""
+    if len(pp.mode_costs) < 2 or pp.candidate is None:
+        return ""
+    parts = [f"{m} ${v:,.0f}" if v is not None else f"{m} infeasible" for m, v in sorted(pp.mode_costs.items())]
+    return f"; prefill mode {pp.candidate.mode} chosen by cost ({', '.join(parts)} per month for the whole plan)"
 
 
 def ttft_note(pp: ProductPlan) -> str:

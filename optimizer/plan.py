@@ -9,18 +9,29 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 from fleetplan.catalogs.loader import Catalog
 from fleetplan.models.presets import Preset, get_preset
 from fleetplan.optimizer.baselines import first_come_cost, separate_cost
 from fleetplan.optimizer.budget import check_budget
-from fleetplan.optimizer.components import combined_result, one_by_one_result, solve_components
+from fleetplan.optimizer.components import (
+    combined_result,
+    one_by_one_result,
+    solve_components,
+)
 from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline
+from fleetplan.optimizer.demand import hourly_qps
 from fleetplan.optimizer.errors import InfeasibleError, SolverError
 from fleetplan.optimizer.explain import explain_products
 from fleetplan.optimizer.problem import build_problem
 from fleetplan.optimizer.scenario import Scenario
-from fleetplan.optimizer.solution import Plan, Timings, allocate_stranded, instance_report
+from fleetplan.optimizer.solution import (
+    Plan,
+    Timings,
+    allocate_stranded,
+    instance_report,
+)
 
 # Of the time a plan is given, the main solve may use this share; the explanations (runner-ups on
 # other GPU types, the cost of each prefill mode) share what is left of the rest. Proven plans
@@ -42,6 +53,7 @@ def make_plan(
     jobs: int = 1,
     deadline: Deadline | None = None,
     reductions: bool = True,
+    demand: dict[str, list[float]] | None = None,
 ) -> Plan:
     """Solve ``scenario`` to proven optimality, or as far as the deadline allows, and explain the result.
 
@@ -53,7 +65,8 @@ def make_plan(
     one adjusted by a calibration profile); ``folder`` is where relative paths (demand profiles)
     are resolved; ``with_api=False`` plans as if no product had an API. ``jobs > 1`` solves
     independent multi-hour components in that many worker processes; ``reductions=False`` solves
-    the problem as built (benchmarks measure what the exact reductions save). The budget is
+    the problem as built (benchmarks measure what the exact reductions save); ``demand`` is each
+    product's queries per second hour by hour when already read (profiles are read once per plan). The budget is
     checked against the plan's total; with limited GPUs the plan also carries the cost of
     planning the products first come, first served.
 
@@ -63,17 +76,20 @@ def make_plan(
     skipped once it is spent. ``plan.stopped`` lists what the deadline cut short.
     """
     preset = preset or get_preset(scenario.preset)
+    demand = demand if demand is not None else hourly_qps(scenario.products, folder or Path("."))
     if deadline is None:
         deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S)
 
     def cheapest(variant: Scenario, within: Deadline) -> float:
         try:
             return make_plan(variant, catalog, solver, False, preset, folder, with_api=with_api,
-                             compare_first_come=False, deadline=within, reductions=reductions).monthly_cost_usd
+                             compare_first_come=False, deadline=within, reductions=reductions,
+                             demand=demand).monthly_cost_usd
         except (InfeasibleError, SolverError):
             return math.inf
 
-    plan = _solve_plan(scenario, catalog, solver, alternatives, preset, folder, with_api, jobs, deadline, reductions)
+    plan = _solve_plan(scenario, catalog, solver, alternatives, preset, folder, with_api, jobs, deadline,
+                       dict(reductions=reductions, demand=demand))
     check_budget(plan, scenario, cheapest, with_api, deadline)
     prob = plan.problem
     if compare_first_come and (prob.gpu_availability or prob.tier_availability) and len(plan.scenario.products) > 1:
@@ -84,12 +100,13 @@ def make_plan(
 
 
 def _solve_plan(scenario: Scenario, catalog: Catalog, solver: str, alternatives: bool, preset: Preset,
-                folder: Path | None, with_api: bool, jobs: int, deadline: Deadline, reductions: bool) -> Plan:
+                folder: Path | None, with_api: bool, jobs: int, deadline: Deadline, build: dict[str, Any]) -> Plan:
     """The cheapest plan of ``scenario`` with its explanations (see :func:`make_plan`); with
-    ``allow_pooling``, the cheaper of pooled and separate replicas (each with half the time)."""
+    ``allow_pooling``, the cheaper of pooled and separate replicas (each with half the time).
+    ``build`` holds the keywords of :func:`build_problem` (reductions, demand)."""
     timings = Timings()
     t0 = time.perf_counter()
-    prob, sets, planned = build_problem(scenario, catalog, preset, folder, with_api=with_api, reductions=reductions)
+    prob, sets, planned = build_problem(scenario, catalog, preset, folder, with_api=with_api, **build)
     pooled = any(pd.members for pd in prob.products.values())
     own = deadline.share(0.5) if pooled else deadline
     products = [p for p, _ in planned]
@@ -114,7 +131,7 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: str, alternatives:
             plan.separate[name] = separate_cost(prob, pd, plan.members[name], solver, opts, own)
     # pooling is allowed, not imposed: keep whichever of pooled and separate replicas is cheaper
     unpooled = scenario.model_copy(update={"limits": scenario.limits.model_copy(update={"allow_pooling": False})})
-    alt = _solve_plan(unpooled, catalog, solver, alternatives, preset, folder, with_api, jobs, deadline, reductions)
+    alt = _solve_plan(unpooled, catalog, solver, alternatives, preset, folder, with_api, jobs, deadline, build)
     note = {"pooled_monthly_cost_usd": round(plan.monthly_cost_usd, 2),
             "separate_monthly_cost_usd": round(alt.monthly_cost_usd, 2)}
     if alt.monthly_cost_usd < plan.monthly_cost_usd - 0.005:

@@ -24,7 +24,7 @@ from fleetplan.optimizer.candidates import (
     generate_candidates,
     prefill_work_per_request,
 )
-from fleetplan.optimizer.demand import horizon, product_qps, profile_lengths
+from fleetplan.optimizer.demand import hourly_qps
 from fleetplan.optimizer.errors import InfeasibleError
 from fleetplan.optimizer.scenario import Product, Scenario
 from fleetplan.optimizer.text import format_ms
@@ -200,46 +200,23 @@ def explain_no_candidates(product: Product, cs: CandidateSet) -> str:
 
 def build_problem(
     scenario: Scenario, catalog: Catalog, preset: Preset, folder: Path | None = None, *, with_api: bool = True,
-    reductions: bool = True,
+    reductions: bool = True, demand: dict[str, list[float]] | None = None,
 ) -> tuple[FleetProblem, dict[str, CandidateSet], list[tuple[Product, list[Product]]]]:
     """Candidates and demand of every product as MIP data; a product with no candidate is an error
     unless it may go entirely to its API. Also returns the products as planned: with
-    ``allow_pooling``, one product stands for each pooled group (with its members)."""
+    ``allow_pooling``, one product stands for each pooled group (with its members). ``demand``
+    is each product's queries per second hour by hour, when the caller has read the profiles."""
     check_options(catalog, scenario.options)
-    folder = folder or Path(".")
-    hours = horizon(profile_lengths(scenario.products, folder))
+    qps = demand if demand is not None else hourly_qps(scenario.products, folder or Path("."))
     sets: dict[str, CandidateSet] = {}
     data: dict[str, ProductData] = {}
     for product in scenario.products:
-        llm = catalog.model(product.model, f"products[{product.name}].model")
-        if (problem := context_problem(product, llm)) is not None:
-            raise InputError(problem)
-        offer = resolve_api(product, catalog) if with_api else None
-        cs = generate_candidates(product, llm, catalog, scenario.options, preset)
-        per_instance = scenario.limits.gpus_per_instance
-        if scenario.limits.instance_gpus is not None:  # a TP group sits inside one instance
-            cs.candidates = [c for c in cs.candidates if c.tp <= (per_instance(c.gpu) or c.tp)]
-            cs.pool = [k for k in cs.pool if k.tp <= (per_instance(k.gpu) or k.tp)]
-        api_only_possible = offer is not None and product.api is not None and product.api.max_fraction >= 1.0
-        if not cs.candidates and not api_only_possible:
-            raise InfeasibleError(explain_no_candidates(product, cs))
-        sets[product.name] = cs
-        qps = product_qps(product, folder, hours)
-        data[product.name] = ProductData(
-            name=product.name,
-            demand_tokens_per_s=tuple(q * product.output_tokens for q in qps),
-            candidates=tuple(cs.candidates),
-            pool=tuple(cs.pool),
-            prefill_flops_per_output_token=prefill_work_per_request(llm, product, preset) / product.output_tokens,
-            api=offer,
-            api_min_fraction=product.api.min_fraction if (product.api and offer) else 0.0,
-            api_max_fraction=product.api.max_fraction if (product.api and offer) else 0.0,
-            fixed_monthly_usd=product.self_host_fixed_monthly_usd,
-        )
+        data[product.name], sets[product.name] = _product_data(product, qps[product.name], scenario, catalog, preset,
+                                                               with_api)
     planned: list[tuple[Product, list[Product]]] = [(p, [p]) for p in scenario.products]
     if scenario.limits.allow_pooling:
         for members in pooling_groups(scenario, data):
-            name, product, pdata, cs = pooled_product(members, scenario, catalog, preset, data, sets)
+            name, product, pdata, cs = pooled_product(members, scenario, catalog, preset, data)
             for m in members:
                 del data[m.name]
             data[name] = pdata
@@ -247,19 +224,61 @@ def build_problem(
             first = members[0].name
             planned = [(product, members) if p.name == first else (p, ms) for p, ms in planned
                        if p.name == first or p.name not in {m.name for m in members}]
-    opts = scenario.options
-    lim = scenario.limits
-    for gpu_id in list(lim.gpu_availability) + ([] if not isinstance(lim.instance_gpus, dict) else
-                                                [g for g in lim.instance_gpus if g != "default"]):
-        catalog.gpu(gpu_id, "limits")
-    instance_gpus = {g: n for g in catalog.gpus if (n := lim.gpus_per_instance(g))}
-    prob = FleetProblem(
-        products=data, hours=hours, hours_per_month=preset.hours_per_month, tiers=tuple(opts.tiers),
-        spot_max_share=opts.spot_max_share, gpu_availability=lim.total_availability(),
-        tier_availability=lim.tier_availability(),
-        instance_gpus=instance_gpus, monthly_budget_usd=lim.monthly_budget_usd, reductions=reductions,
-    )
+    prob = FleetProblem(products=data, hours=max(map(len, qps.values()), default=1), hours_per_month=preset.hours_per_month,
+                        reductions=reductions, **_limits(scenario, catalog))
     return prob, sets, planned
+
+
+def _limits(scenario: Scenario, catalog: Catalog) -> dict[str, Any]:
+    """The problem's tiers and shared limits from the scenario (GPU ids checked against the catalog)."""
+    opts, lim = scenario.options, scenario.limits
+    named = list(lim.gpu_availability)
+    if isinstance(lim.instance_gpus, dict):
+        named += [g for g in lim.instance_gpus if g != "default"]
+    for gpu_id in named:
+        catalog.gpu(gpu_id, "limits")
+    return {
+        "tiers": tuple(opts.tiers), "spot_max_share": opts.spot_max_share,
+        "gpu_availability": lim.total_availability(), "tier_availability": lim.tier_availability(),
+        "instance_gpus": {g: n for g in catalog.gpus if (n := lim.gpus_per_instance(g))},
+        "monthly_budget_usd": lim.monthly_budget_usd,
+    }
+
+
+def _candidates(product: Product, llm: LLM, catalog: Catalog, scenario: Scenario, preset: Preset) -> CandidateSet:
+    """The product's configurations; with whole instances, only TP groups that fit in one instance."""
+    cs = generate_candidates(product, llm, catalog, scenario.options, preset)
+    per_instance = scenario.limits.gpus_per_instance
+    if scenario.limits.instance_gpus is not None:
+        cs.candidates = [c for c in cs.candidates if c.tp <= (per_instance(c.gpu) or c.tp)]
+        cs.pool = [k for k in cs.pool if k.tp <= (per_instance(k.gpu) or k.tp)]
+    return cs
+
+
+def _product_data(product: Product, qps: list[float], scenario: Scenario, catalog: Catalog, preset: Preset,
+                  with_api: bool) -> tuple[ProductData, CandidateSet]:
+    """One product's MIP data and candidates; an error when the request does not fit the model's
+    context, or no configuration serves it and it may not go all-API."""
+    llm = catalog.model(product.model, f"products[{product.name}].model")
+    if (problem := context_problem(product, llm)) is not None:
+        raise InputError(problem)
+    offer = resolve_api(product, catalog) if with_api else None
+    cs = _candidates(product, llm, catalog, scenario, preset)
+    api_only_possible = offer is not None and product.api is not None and product.api.max_fraction >= 1.0
+    if not cs.candidates and not api_only_possible:
+        raise InfeasibleError(explain_no_candidates(product, cs))
+    data = ProductData(
+        name=product.name,
+        demand_tokens_per_s=tuple(q * product.output_tokens for q in qps),
+        candidates=tuple(cs.candidates),
+        pool=tuple(cs.pool),
+        prefill_flops_per_output_token=prefill_work_per_request(llm, product, preset) / product.output_tokens,
+        api=offer,
+        api_min_fraction=product.api.min_fraction if (product.api and offer) else 0.0,
+        api_max_fraction=product.api.max_fraction if (product.api and offer) else 0.0,
+        fixed_monthly_usd=product.self_host_fixed_monthly_usd,
+    )
+    return data, cs
 
 
 POOL_PREFIX = "pool:"
@@ -278,8 +297,7 @@ def pooling_groups(scenario: Scenario, data: dict[str, ProductData]) -> list[lis
 
 
 def pooled_product(
-    members: list[Product], scenario: Scenario, catalog: Catalog, preset: Preset,
-    data: dict[str, ProductData], sets: dict[str, CandidateSet],
+    members: list[Product], scenario: Scenario, catalog: Catalog, preset: Preset, data: dict[str, ProductData],
 ) -> tuple[str, Product, ProductData, CandidateSet]:
     """One product standing for a pooled group: summed hourly demand, the strictest speed and
     TTFT targets, the longest prompt and answer (memory and steps sized for the largest request),
@@ -299,12 +317,7 @@ def pooled_product(
         "api": None,
         "self_host_fixed_monthly_usd": sum(m.self_host_fixed_monthly_usd for m in members),
     })
-    llm = catalog.models[first.model]
-    cs = generate_candidates(product, llm, catalog, scenario.options, preset)
-    per_instance = scenario.limits.gpus_per_instance
-    if scenario.limits.instance_gpus is not None:
-        cs.candidates = [c for c in cs.candidates if c.tp <= (per_instance(c.gpu) or c.tp)]
-        cs.pool = [k for k in cs.pool if k.tp <= (per_instance(k.gpu) or k.tp)]
+    cs = _candidates(product, catalog.models[first.model], catalog, scenario, preset)
     if not cs.candidates:
         raise InfeasibleError(explain_no_candidates(product, cs))
     hours = len(data[first.name].demand_tokens_per_s)

@@ -61,29 +61,25 @@ def _sig(x: float, digits: int = 4) -> float:
     return float(round(x, digits - 1 - math.floor(math.log10(abs(x)))))
 
 
-def product_to_dict(pp: ProductPlan, plan: Plan) -> dict[str, Any]:
-    """One product's plan as plain data (units in the keys)."""
+def _ideal_cost_per_million(pp: ProductPlan, plan: Plan) -> float | None:
+    """USD per million tokens of the fleet at 100% utilisation: decode replicas (and the pool) at
+    the cheapest tier price used, fully busy; None without self-hosted tokens."""
+    c, f = pp.candidate, pp.data.prefill_flops_per_output_token
+    if c is None or not sum(served_tokens(pp)):
+        return None
+    cheapest = min(c.usd_per_replica_hour_in(t) for t in plan.problem.tiers)
+    ideal = cheapest / (c.usable_tokens_per_s * SECONDS_PER_HOUR) * 1e6
+    if pp.pool is not None and f > 0:  # f is zero when every prompt token is cached
+        pool_cheapest = min(pp.pool.usd_per_replica_hour_in(t) for t in plan.problem.tiers)
+        ideal += pool_cheapest / (pp.pool.flops_per_s / f * SECONDS_PER_HOUR) * 1e6
+    return ideal
+
+
+def _configuration_fields(pp: ProductPlan) -> dict[str, Any]:
+    """The decode configuration, its replicas and speed, memory and GPU price."""
     c = pp.candidate
     e = c.estimate if c else None
-    hours = plan.hours
-    w = plan.problem.hour_weight
-    tokens_month = sum(pp.data.demand_tokens_per_s) * SECONDS_PER_HOUR * w
-    self_tokens_month = sum(served_tokens(pp)) * SECONDS_PER_HOUR * w
-    api_month = sum(pp.api_tokens_per_s) * SECONDS_PER_HOUR * w
-    breakdown = pp.cost_breakdown()
-    f = pp.data.prefill_flops_per_output_token
-    peak_prefill = max((f * s for s in served_tokens(pp)), default=0.0)
-    fleet_cost = breakdown["reserved"] + breakdown["on_demand"] + breakdown["spot"] + breakdown["stranded"]
-    ideal = None
-    if c is not None and self_tokens_month:
-        # the fleet at 100% utilisation: decode replicas at the cheapest tier price used, fully busy
-        cheapest = min(c.usd_per_replica_hour_in(t) for t in plan.problem.tiers)
-        ideal = cheapest / (c.usable_tokens_per_s * SECONDS_PER_HOUR) * 1e6
-        if pp.pool is not None and f > 0:  # f is zero when every prompt token is cached
-            pool_cheapest = min(pp.pool.usd_per_replica_hour_in(t) for t in plan.problem.tiers)
-            ideal += pool_cheapest / (pp.pool.flops_per_s / f * SECONDS_PER_HOUR) * 1e6
-    pool = pp.pool
-    d: dict[str, Any] = {
+    return {
         "name": pp.product.name,
         "model": pp.product.model,
         "gpu": c.gpu if c else None,
@@ -106,54 +102,89 @@ def product_to_dict(pp: ProductPlan, plan: Plan) -> dict[str, Any]:
         "usd_per_gpu_hour": c.price.usd_per_gpu_hour if c else None,
         "price_source": c.price.source if c else None,
         "prices_paid": prices_paid(c, pp.decode_tiers()) if c else {},
+    }
+
+
+def _cost_fields(pp: ProductPlan, plan: Plan) -> dict[str, Any]:
+    """The monthly cost, its breakdown and per million tokens, utilisation and the API's share."""
+    w = plan.problem.hour_weight
+    tokens_month = sum(pp.data.demand_tokens_per_s) * SECONDS_PER_HOUR * w
+    self_tokens_month = sum(served_tokens(pp)) * SECONDS_PER_HOUR * w
+    api_month = sum(pp.api_tokens_per_s) * SECONDS_PER_HOUR * w
+    breakdown = pp.cost_breakdown()
+    fleet_cost = breakdown["reserved"] + breakdown["on_demand"] + breakdown["spot"] + breakdown["stranded"]
+    per_million = _r(pp.monthly_cost_usd / (tokens_month / 1e6), 4) if tokens_month else None
+    api = pp.data.api
+    return {
         "monthly_cost_usd": _r(pp.monthly_cost_usd, 2),
         "monthly_cost_breakdown_usd": {k: _r(v, 2) for k, v in breakdown.items()},
-        "cost_per_million_output_tokens_usd": _r(pp.monthly_cost_usd / (tokens_month / 1e6), 4) if tokens_month else None,
-        "cost_per_million_tokens_usd": _r(pp.monthly_cost_usd / (tokens_month / 1e6), 4) if tokens_month else None,
-        "ideal_cost_per_million_tokens_usd": _r(ideal, 4),
+        "cost_per_million_output_tokens_usd": per_million,
+        "cost_per_million_tokens_usd": per_million,
+        "ideal_cost_per_million_tokens_usd": _r(_ideal_cost_per_million(pp, plan), 4),
         "self_hosted_cost_per_million_tokens_usd": _r(fleet_cost / (self_tokens_month / 1e6), 4) if self_tokens_month else None,
         "utilisation": _r(utilisation(pp)),
         "api_fraction": _sig(api_month / tokens_month if tokens_month else 0.0),
         "api": (
-            {"id": pp.data.api.price.id, "usd_per_million_output_tokens": _r(pp.data.api.usd_per_million_output_tokens),
-             "source": pp.data.api.price.source, "as_of": pp.data.api.price.as_of.isoformat()}
-            if pp.data.api else None
+            {"id": api.price.id, "usd_per_million_output_tokens": _r(api.usd_per_million_output_tokens),
+             "source": api.price.source, "as_of": api.price.as_of.isoformat()}
+            if api else None
         ),
+    }
+
+
+def _prefill_fields(pp: ProductPlan) -> dict[str, Any]:
+    """Where prefill runs: the mode, the pool's configuration, size, cost and load."""
+    c, pool, f = pp.candidate, pp.pool, pp.data.prefill_flops_per_output_token
+    return {
+        "mode": c.mode if c else None,
+        "gpu": pool.gpu if pool else None,
+        "tp": pool.tp if pool else None,
+        "precision": pool.precision if pool else None,
+        "replicas": pp.pool_replicas if pool else None,
+        "gpus": pp.pool_gpus if pool else None,
+        "pflops_per_s_needed": _r(max((f * s for s in served_tokens(pp)), default=0.0) / 1e15),
+        "monthly_cost_usd": _r(pp.pool_cost_usd, 2),
+        "prices_paid": prices_paid(pool, pp.pool_tiers()) if pool else {},
+        "utilisation": _r(pool_utilisation(pp)),
+        "prefix_cache_hit_rate": pp.product.prefix_cache_hit_rate,
+        "kv_transfer": pp.kv_transfer,
+    }
+
+
+def _hourly_fields(pp: ProductPlan, hours: int) -> list[dict[str, Any]]:
+    """Each hour's demand, replicas per tier, pool replicas and API tokens."""
+    return [
+        {
+            "hour": h,
+            "demand_tokens_per_s": _r(pp.data.demand_tokens_per_s[h]),
+            "reserved_replicas": pp.reserved,
+            "on_demand_replicas": pp.on_demand[h],
+            "spot_replicas": pp.spot[h],
+            "pool_replicas": pp.pool_replicas_in_hour(h),
+            "api_tokens_per_s": _r(pp.api_tokens_per_s[h]),
+        }
+        for h in range(hours)
+    ]
+
+
+def product_to_dict(pp: ProductPlan, plan: Plan) -> dict[str, Any]:
+    """One product's plan as plain data (units in the keys)."""
+    c = pp.candidate
+    ttft = ttft_s(pp)
+    slack = pp.capacity_tokens_per_s + max(pp.api_tokens_per_s, default=0.0) - pp.demand_tokens_per_s
+    d: dict[str, Any] = {
+        **_configuration_fields(pp),
+        **_cost_fields(pp, plan),
         "binding_constraint": LIMITERS[c.batch_limited_by] if c else None,
-        "demand_slack_tokens_per_s": _r(pp.capacity_tokens_per_s + max(pp.api_tokens_per_s, default=0.0) - pp.demand_tokens_per_s)
-        if hours == 1 else None,
-        "prefill": {
-            "mode": c.mode if c else None,
-            "gpu": pool.gpu if pool else None,
-            "tp": pool.tp if pool else None,
-            "precision": pool.precision if pool else None,
-            "replicas": pp.pool_replicas if pool else None,
-            "gpus": pp.pool_gpus if pool else None,
-            "pflops_per_s_needed": _r(peak_prefill / 1e15),
-            "monthly_cost_usd": _r(pp.pool_cost_usd, 2),
-            "prices_paid": prices_paid(pool, pp.pool_tiers()) if pool else {},
-            "utilisation": _r(pool_utilisation(pp)),
-            "prefix_cache_hit_rate": pp.product.prefix_cache_hit_rate,
-            "kv_transfer": pp.kv_transfer,
-        },
+        "demand_slack_tokens_per_s": _r(slack) if plan.hours == 1 else None,
+        "prefill": _prefill_fields(pp),
         "prefill_check": pp.prefill_check,
-        "ttft_ms": _r(ttft_s(pp) * 1e3 if ttft_s(pp) is not None else None, 1),
+        "ttft_ms": _r(ttft * 1e3 if ttft is not None else None, 1),
         "why": pp.why,
         "alternatives": pp.alternatives,
     }
-    if hours > 1:
-        d["hourly"] = [
-            {
-                "hour": h,
-                "demand_tokens_per_s": _r(pp.data.demand_tokens_per_s[h]),
-                "reserved_replicas": pp.reserved,
-                "on_demand_replicas": pp.on_demand[h],
-                "spot_replicas": pp.spot[h],
-                "pool_replicas": pp.pool_replicas_in_hour(h),
-                "api_tokens_per_s": _r(pp.api_tokens_per_s[h]),
-            }
-            for h in range(hours)
-        ]
+    if plan.hours > 1:
+        d["hourly"] = _hourly_fields(pp, plan.hours)
     return d
 
 
@@ -204,70 +235,18 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     for pp in plan.products:
         d = product_to_dict(pp, plan)
         cents = breakdown_cents(pp)
-        members = plan.members.get(pp.product.name, [])
         if not pp.data.members:
             d["monthly_cost_breakdown_usd"] = {k: v / 100 for k, v in cents.items()}
             d["monthly_cost_usd"] = sum(cents.values()) / 100
             products.append(d)
             counted.append(d)
             continue
-        weights = [sum(m.demand_tokens_per_s) for m in pp.data.members]
-        total = sum(weights) or 1.0
-        member_cents = [dict.fromkeys(cents, 0) for _ in members]
-        for k, v in cents.items():
-            for i, c in enumerate(split_cents(v, weights)):
-                member_cents[i][k] = c
-        pool_total = sum(cents.values())
-        pool_cents = _cents(pp.pool_cost_usd)
-        pool_member_cents = split_cents(pool_cents, weights)
-        for i, (member, mdata) in enumerate(zip(members, pp.data.members)):
-            mc = member_cents[i]
-            row = dict(d)
-            row.update({
-                "name": member.name,
-                "pooled_in": pp.product.name,
-                "pool_share": _r(weights[i] / total, 6),
-                "replicas": 0,
-                "gpus": 0,
-                "shared_replicas": d["replicas"],
-                "shared_gpus": d["gpus"],
-                "demand_tokens_per_s": _r(mdata.peak_demand_tokens_per_s),
-                "monthly_cost_usd": sum(mc.values()) / 100,
-                "monthly_cost_breakdown_usd": {k: v / 100 for k, v in mc.items()},
-                "min_tokens_per_s_per_user": member.min_tokens_per_s_per_user,
-                "prefill": {
-                    **d["prefill"],
-                    "replicas": 0 if d["prefill"]["gpu"] else None,
-                    "gpus": 0 if d["prefill"]["gpu"] else None,
-                    "monthly_cost_usd": pool_member_cents[i] / 100,
-                },
-            })
-            row.pop("hourly", None)
-            products.append(row)
-        sep = plan.separate.get(pp.product.name, {})
-        pool = {
-            "name": pp.product.name, "model": pp.product.model, "products": [m.name for m in members],
-            "gpu": d["gpu"], "tp": d["tp"], "batch": d["batch"], "precision": d["precision"],
-            "replicas": d["replicas"], "gpus": d["gpus"], "monthly_cost_usd": pool_total / 100,
-            "monthly_cost_breakdown_usd": {k: v / 100 for k, v in cents.items()},
-            "prefill_mode": d["prefill"]["mode"],
-            "prefill_gpu": d["prefill"]["gpu"], "prefill_replicas": d["prefill"]["replicas"],
-            "prefill_gpus": d["prefill"]["gpus"], "prefill_monthly_cost_usd": pool_cents / 100,
-            "member_monthly_cost_usd": {m.name: sum(mc.values()) / 100 for m, mc in zip(members, member_cents)},
-            "per_user_tokens_per_s": d["per_user_tokens_per_s"],
-            "separate_replicas": sep.get("replicas"), "separate_gpus": sep.get("gpus"),
-            "separate_monthly_cost_usd": sep.get("monthly_cost_usd"),
-            **({"hourly": d["hourly"]} if "hourly" in d else {}),
-        }
+        rows, pool = _pooled(pp, d, cents, plan)
+        products += rows
         pools.append(pool)
         counted.append({"replicas": pool["replicas"], "gpus": pool["gpus"],
                         "prefill": {"replicas": pool["prefill_replicas"], "gpus": pool["prefill_gpus"]}})
     total_cents = {k: sum(_cents(p["monthly_cost_breakdown_usd"][k]) for p in products) for k in BREAKDOWN_KEYS}
-    replicas = sum(r["replicas"] for r in counted)
-    gpus = sum(r["gpus"] for r in counted)
-    prefill_replicas = sum(r["prefill"]["replicas"] or 0 for r in counted)
-    prefill_gpus = sum(r["prefill"]["gpus"] or 0 for r in counted)
-    unpriced = sorted({g for cs in plan.candidate_sets.values() for g in cs.unpriced_gpus})
     return {
         "status": res.status,
         "solver": res.solver,
@@ -282,13 +261,10 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "time_limit_s": plan.scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S,
         "stopped_by_time_limit": list(plan.stopped),
         "monthly_cost_breakdown_usd": {k: v / 100 for k, v in total_cents.items()},
-        "totals": {
-            "replicas": replicas, "gpus": gpus, "prefill_replicas": prefill_replicas, "prefill_gpus": prefill_gpus,
-            "all_gpus": gpus + prefill_gpus, "monthly_cost_usd": sum(total_cents.values()) / 100,
-        },
+        "totals": _totals(counted, sum(total_cents.values())),
         "products": products,
         "candidates": {name: candidate_counts(cs) for name, cs in plan.candidate_sets.items()},
-        "unpriced_gpus": unpriced,
+        "unpriced_gpus": sorted({g for cs in plan.candidate_sets.values() for g in cs.unpriced_gpus}),
         "model_size": {"variables": plan.model_size[0], "constraints": plan.model_size[1]},
         "pools": pools,
         "pooling": plan.pooling,
@@ -297,6 +273,69 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "gpu_usage": plan.instances,
         "first_come_monthly_cost_usd": _r(plan.first_come_monthly_cost_usd, 2),
     }
+
+
+def _totals(counted: list[dict[str, Any]], total_cents: int) -> dict[str, Any]:
+    """Replicas and GPUs counted once (each product's or pool's busiest hour, summed) and the cost."""
+    replicas = sum(r["replicas"] for r in counted)
+    gpus = sum(r["gpus"] for r in counted)
+    prefill_replicas = sum(r["prefill"]["replicas"] or 0 for r in counted)
+    prefill_gpus = sum(r["prefill"]["gpus"] or 0 for r in counted)
+    return {
+        "replicas": replicas, "gpus": gpus, "prefill_replicas": prefill_replicas, "prefill_gpus": prefill_gpus,
+        "all_gpus": gpus + prefill_gpus, "monthly_cost_usd": total_cents / 100,
+    }
+
+
+def _pooled(pp: ProductPlan, d: dict[str, Any], cents: dict[str, int], plan: Plan
+            ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A pooled group's member rows (each with its share of the cost, in whole cents, and no
+    replicas of its own) and the pool's own entry."""
+    members = plan.members.get(pp.product.name, [])
+    weights = [sum(m.demand_tokens_per_s) for m in pp.data.members]
+    total = sum(weights) or 1.0
+    member_cents = [dict.fromkeys(cents, 0) for _ in members]
+    for k, v in cents.items():
+        for i, c in enumerate(split_cents(v, weights)):
+            member_cents[i][k] = c
+    pool_cents = _cents(pp.pool_cost_usd)
+    pool_member_cents = split_cents(pool_cents, weights)
+    rows = []
+    for i, (member, mdata) in enumerate(zip(members, pp.data.members)):
+        mc = member_cents[i]
+        row = dict(d)
+        row.update({
+            "name": member.name, "pooled_in": pp.product.name, "pool_share": _r(weights[i] / total, 6),
+            "replicas": 0, "gpus": 0, "shared_replicas": d["replicas"], "shared_gpus": d["gpus"],
+            "demand_tokens_per_s": _r(mdata.peak_demand_tokens_per_s),
+            "monthly_cost_usd": sum(mc.values()) / 100,
+            "monthly_cost_breakdown_usd": {k: v / 100 for k, v in mc.items()},
+            "min_tokens_per_s_per_user": member.min_tokens_per_s_per_user,
+            "prefill": {
+                **d["prefill"],
+                "replicas": 0 if d["prefill"]["gpu"] else None,
+                "gpus": 0 if d["prefill"]["gpu"] else None,
+                "monthly_cost_usd": pool_member_cents[i] / 100,
+            },
+        })
+        row.pop("hourly", None)
+        rows.append(row)
+    sep = plan.separate.get(pp.product.name, {})
+    pool = {
+        "name": pp.product.name, "model": pp.product.model, "products": [m.name for m in members],
+        "gpu": d["gpu"], "tp": d["tp"], "batch": d["batch"], "precision": d["precision"],
+        "replicas": d["replicas"], "gpus": d["gpus"], "monthly_cost_usd": sum(cents.values()) / 100,
+        "monthly_cost_breakdown_usd": {k: v / 100 for k, v in cents.items()},
+        "prefill_mode": d["prefill"]["mode"],
+        "prefill_gpu": d["prefill"]["gpu"], "prefill_replicas": d["prefill"]["replicas"],
+        "prefill_gpus": d["prefill"]["gpus"], "prefill_monthly_cost_usd": pool_cents / 100,
+        "member_monthly_cost_usd": {m.name: sum(mc.values()) / 100 for m, mc in zip(members, member_cents)},
+        "per_user_tokens_per_s": d["per_user_tokens_per_s"],
+        "separate_replicas": sep.get("replicas"), "separate_gpus": sep.get("gpus"),
+        "separate_monthly_cost_usd": sep.get("monthly_cost_usd"),
+        **({"hourly": d["hourly"]} if "hourly" in d else {}),
+    }
+    return rows, pool
 
 
 def candidate_counts(cs: CandidateSet) -> dict[str, Any]:
