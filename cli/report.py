@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from fleetplan.layout import Col, Row, fit_table
 from fleetplan.optimizer.text import pct
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from fleetplan.optimizer.breakeven import BreakevenPoint, BreakevenResult
 
 # The plan table's columns; at narrow widths the speed, price-per-token and configuration
 # details stack beneath their neighbours (``give_way`` order), then the rows become a list.
@@ -281,3 +284,40 @@ def print_catalog(kind: str, rows: list[dict[str, Any]], console: Console) -> No
     cols = list(rows[0])
     table_rows: list[Row] = [tuple("" if r[c] is None else str(r[c]) for c in cols) for r in rows]
     console.print(fit_table(console, f"catalog: {kind} ({len(rows)})", [Col(c, "left") for c in cols], table_rows))
+
+
+BREAKEVEN_COLUMNS: tuple[Col, ...] = tuple(
+    Col(c) for c in ("demand x", "all API $/month", "self-host $/month", "blend $/month", "cheapest"))
+
+
+def _dollars(usd: float | None) -> str:
+    """Whole dollars with thousands separators, or "-" for a strategy without a plan."""
+    return "-" if usd is None else f"{usd:,.0f}"
+
+
+def breakeven_line(p: BreakevenPoint) -> str:
+    """One scale's costs on one line, printed as the scale finishes."""
+    from fleetplan.optimizer.breakeven import ALL_API, BLEND, SELF_HOST
+
+    cost = p.costs_usd()
+    own, blend = ("-" if cost[s] is None else f"${cost[s]:,.0f}" for s in (SELF_HOST, BLEND))
+    return (f"scale {p.scale:g}: all API ${cost[ALL_API]:,.0f}, self-host {own}, blend {blend}"
+            + ("" if p.proven_optimal else " (not proven optimal: time limit)"))
+
+
+def print_breakeven(result: BreakevenResult, scenario: str, plot: str | None, console: Console) -> None:
+    """The costs per scale with the cheapest strategy, the crossovers and where the plot went."""
+    from rich.markup import escape
+
+    from fleetplan.optimizer.breakeven import ALL_API, BLEND, SELF_HOST
+
+    rows: list[Row] = []
+    for p in result.points:
+        cost = p.costs_usd()
+        rows.append((f"{p.scale:g}", *(_dollars(cost[s]) for s in (ALL_API, SELF_HOST, BLEND)), p.cheapest))
+    console.print(fit_table(console, f"build vs buy: {escape(scenario)}", BREAKEVEN_COLUMNS, rows))
+    own, blend = result.self_host_beats_api_at_scale, result.blend_beats_api_at_scale
+    console.print(f"self-hosting alone beats all-API from {own or 'no scale tried'}x the scenario's demand; "
+                  f"the blend beats all-API from {blend or 'no scale tried'}x")
+    if plot:
+        console.print(f"plot written to {escape(plot)}")
