@@ -9,15 +9,14 @@ literal. It decides nothing about a plan.
 from __future__ import annotations
 
 import argparse
-import importlib
-from collections.abc import Sequence
-from typing import Any, NoReturn, overload
+from typing import Any, NoReturn
 
 from fleetplan.catalogs.fields import Range
 from fleetplan.catalogs.schema import PRECISIONS
 from fleetplan.models.presets import DEFAULT, PRESETS
+from fleetplan.io import EXIT_USER_ERROR
+from fleetplan.optimizer.solvers import SOLVERS
 
-EXIT_USAGE = 2
 PRESET_NAMES: tuple[str, ...] = tuple(PRESETS)
 DEFAULT_PRESET = DEFAULT.name
 CATALOG_HELP = "extra catalog YAML file merged over the shipped one (repeatable)"
@@ -28,38 +27,7 @@ class Parser(argparse.ArgumentParser):
     """argparse with one-line errors (exit 2) instead of usage dumps."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"fleetplan: error: {message} (see '{self.prog} --help')\n")
-
-
-class LazyChoices(Sequence[str]):
-    """The names in ``module.name``, read the first time argparse needs them (to check a value or
-    print help), so a command that is not given the flag never imports ``module``.
-
-    The solver names live beside the solvers, whose import takes about 0.1 s (pyomo); commands
-    such as ``estimate`` and ``catalog list`` should not pay for it.
-    """
-
-    def __init__(self, module: str, name: str) -> None:
-        self._module = module
-        self._name = name
-
-    def _values(self) -> tuple[str, ...]:
-        return tuple(getattr(importlib.import_module(self._module), self._name))
-
-    @overload
-    def __getitem__(self, index: int) -> str: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[str]: ...
-
-    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
-        return self._values()[index]
-
-    def __len__(self) -> int:
-        return len(self._values())
-
-
-SOLVER_CHOICES = LazyChoices("fleetplan.optimizer.solvers", "SOLVERS")
+        self.exit(EXIT_USER_ERROR, f"fleetplan: error: {message} (see '{self.prog} --help')\n")
 
 
 def number_flag(valid: Range) -> Any:
@@ -75,14 +43,9 @@ def number_flag(valid: Range) -> Any:
     return parse
 
 
-def solver_of(args: argparse.Namespace) -> str:
-    """The ``--solver`` given, else the first of the solvers (HiGHS), the planner's default."""
-    return str(args.solver) if args.solver else SOLVER_CHOICES[0]
-
-
 def add_solver_flag(parser: argparse.ArgumentParser) -> None:
-    """``--solver``: one of the solvers the planner runs (default: the first, see :func:`solver_of`)."""
-    parser.add_argument("--solver", choices=SOLVER_CHOICES, default=None)
+    """``--solver``: one of the solvers the planner runs, HiGHS (the first) by default."""
+    parser.add_argument("--solver", choices=SOLVERS, default=SOLVERS[0])
 
 
 def add_catalog_flag(parser: argparse.ArgumentParser) -> None:

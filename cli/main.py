@@ -21,7 +21,6 @@ from fleetplan.catalogs import fields as F
 from fleetplan.catalogs.files import check_output_file, one_line
 from fleetplan.flags import (
     CALIBRATION_HELP, Parser, add_catalog_flag, add_precision_flags, add_preset_flags, add_solver_flag, number_flag,
-    solver_of,
 )
 from fleetplan.io import (
     SCENARIO_PRESET_HINT, catalog_inputs, console, dumps, emit, resolve_preset, run_command, scenario_inputs,
@@ -76,7 +75,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from fleetplan.batch import Settings, is_batch, run_batch
 
     if is_batch(args.scenario):
-        settings = Settings(catalogs=tuple(args.catalog), solver=solver_of(args), calibration=args.calibration,
+        settings = Settings(catalogs=tuple(args.catalog), solver=args.solver, calibration=args.calibration,
                             alternatives=not args.no_alternatives)
         return run_batch(args.scenario, settings, args.out, args.json, args.jobs, console())
     return _plan_one(args)
@@ -101,7 +100,7 @@ def _plan_one(args: argparse.Namespace) -> int:
     progress = Progress.for_terminal(quiet=args.json)
     deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S, progress)
     try:
-        plan = make_plan(scenario, catalog, solver=solver_of(args), alternatives=not args.no_alternatives,
+        plan = make_plan(scenario, catalog, solver=args.solver, alternatives=not args.no_alternatives,
                          preset=preset, folder=folder, jobs=args.jobs, deadline=deadline)
     finally:
         progress.close()
@@ -142,7 +141,7 @@ def cmd_breakeven(args: argparse.Namespace) -> int:
         if not args.json:
             print(breakeven_line(p), file=sys.stderr, flush=True)
 
-    result = breakeven(scenario, catalog, folder, scales, solver=solver_of(args), on_point=show)
+    result = breakeven(scenario, catalog, folder, scales, solver=args.solver, on_point=show)
     for what in result.stopped:
         print(f"fleetplan: note: time limit reached: {what} not computed", file=sys.stderr)
     if plot_path is not None:
