@@ -110,11 +110,11 @@ def scenario_files(paths: list[str], skipped: list[str] | None = None) -> list[s
             files.append(p)
     files.sort(key=lambda f: (Path(f).stem, Path(f).name, f))
     seen: dict[str, str] = {}
-    for f in files:
-        stem = Path(f).stem
+    for name in files:
+        stem = Path(name).stem
         if stem in seen:
-            raise InputError(f"plan: {seen[stem]} and {f} have the same name {stem!r}; their plan files would collide")
-        seen[stem] = f
+            raise InputError(f"plan: {seen[stem]} and {name} have the same name {stem!r}; their plan files would collide")
+        seen[stem] = name
     return files
 
 
