@@ -176,8 +176,10 @@ def _merge_document(
                 raw_sections[name][key] = (dict(entry), where)
 
 
-def load_catalog(extra_files: Iterable[Path | str] = (), include_shipped: bool = True) -> Catalog:
-    """Load the shipped catalog and merge ``extra_files`` over it, validating every entry."""
+def load_catalog(extra_files: Iterable[Path | str] = (), include_shipped: bool = True,
+                 documents: Iterable[tuple[Any, str]] = ()) -> Catalog:
+    """Load the shipped catalog and merge ``extra_files`` over it, then ``documents`` (catalogs
+    already parsed, each with the name its messages give), validating every entry."""
     raw: dict[str, dict[tuple[Any, ...], tuple[dict[str, Any], str]]] = {n: {} for n in SECTIONS}
     files: list[str] = []
     if include_shipped:
@@ -191,6 +193,9 @@ def load_catalog(extra_files: Iterable[Path | str] = (), include_shipped: bool =
         text = read_text(path, "file", CatalogError, "--catalog: ")
         _merge_document(raw, parse_yaml(text, path, CatalogError), str(path))
         files.append(str(path))
+    for doc, name in documents:
+        _merge_document(raw, doc, name)
+        files.append(name)
 
     catalog = Catalog(files=files)
     problems: list[str] = []  # every invalid entry, reported together

@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fleetplan.catalogs.loader import InputError
+from fleetplan.io import (
+    EXIT_USER_ERROR, SCENARIO_PRESET_HINT, catalog_inputs, dumps, resolve_preset, scenario_inputs, write_atomically,
+)
 
 SUFFIXES = (".yaml", ".yml")
 SUMMARY_STEM = "summary"
@@ -107,11 +110,11 @@ def scenario_files(paths: list[str], skipped: list[str] | None = None) -> list[s
             files.append(p)
     files.sort(key=lambda f: (Path(f).stem, Path(f).name, f))
     seen: dict[str, str] = {}
-    for f in files:
-        stem = Path(f).stem
+    for name in files:
+        stem = Path(name).stem
         if stem in seen:
-            raise InputError(f"plan: {seen[stem]} and {f} have the same name {stem!r}; their plan files would collide")
-        seen[stem] = f
+            raise InputError(f"plan: {seen[stem]} and {name} have the same name {stem!r}; their plan files would collide")
+        seen[stem] = name
     return files
 
 
@@ -130,7 +133,6 @@ def solve_one(path: str, settings: Settings) -> Outcome:
     in which case it propagates with its traceback.
     """
     from fleetplan.catalogs import load_catalog
-    from fleetplan.main import SCENARIO_PRESET_HINT, resolve_preset
     from fleetplan.optimizer.plan import SolverError, make_plan
     from fleetplan.optimizer.results import plan_to_dict
     from fleetplan.optimizer.scenario import load_scenario
@@ -284,7 +286,6 @@ def print_summary(rows: list[dict[str, Any]], console: Any) -> None:
 def _stem_inputs(files: list[str], settings: Settings) -> list[Path]:
     """Every input file of the batch: the scenarios, and the catalogs and demand profiles each
     readable scenario names, the ``--catalog`` files and the calibration profile."""
-    from fleetplan.main import catalog_inputs, scenario_inputs
     from fleetplan.optimizer.scenario import load_scenario
 
     inputs: list[Path] = catalog_inputs(settings.catalogs)
@@ -332,9 +333,8 @@ def run_batch(paths: list[str], settings: Settings, out: str | None, as_json: bo
     An interrupt (Ctrl-C, SIGTERM) stops the workers, writes the summary of the scenarios that
     finished (with ``out``) and goes on as the same interrupt, with a message saying so.
     """
-    from fleetplan.catalogs.files import make_output_dir, write_atomically
+    from fleetplan.catalogs.files import make_output_dir
     from fleetplan.interrupts import on_hard_exit
-    from fleetplan.main import EXIT_USER_ERROR, dumps
 
     skipped: list[str] = []
     files = scenario_files(paths, skipped)
@@ -344,36 +344,18 @@ def run_batch(paths: list[str], settings: Settings, out: str | None, as_json: bo
         print(f"fleetplan: note: skipped {note}", file=sys.stderr)
     if out_dir is not None:
         make_output_dir(out_dir)
-    finished: dict[str, Outcome] = {}
-
-    def save(o: Outcome) -> None:
-        finished[o.path] = o
-        if out_dir is not None and o.plan is not None:
-            write_atomically(out_dir / f"{o.stem}.json", dumps(o.plan))
-
-    def write_summary(outcomes: list[Outcome]) -> str:
-        rows = summary_rows(outcomes)
-        text = dumps(rows)
-        if out_dir is not None:
-            write_atomically(out_dir / f"{SUMMARY_STEM}.csv", summary_csv(rows))
-            write_atomically(out_dir / f"{SUMMARY_STEM}.json", text)
-        return text
-
-    def summary_of_finished() -> None:
-        write_summary([finished[f] for f in files if f in finished])
-
+    written = _BatchFiles(files, out_dir)
     try:
-        with on_hard_exit(summary_of_finished if out_dir is not None else lambda: None):
-            outcomes = _solve_with_progress(files, settings, jobs, save)
+        with on_hard_exit(written.summary_of_finished if out_dir is not None else lambda: None):
+            outcomes = _solve_with_progress(files, settings, jobs, written.save)
     except KeyboardInterrupt as exc:
-        done = [finished[f] for f in files if f in finished]
         if out_dir is None:
             raise
-        write_summary(done)
+        done = written.finished()
+        written.write_summary(done)
         raise type(exc)(f"{len(done)} of {len(files)} scenarios finished; their plans and the summary of them "
                         f"are in {out}") from None
-
-    text = write_summary(outcomes)
+    text = written.write_summary(outcomes)
     if as_json:
         sys.stdout.write(text)
     else:
@@ -382,11 +364,49 @@ def run_batch(paths: list[str], settings: Settings, out: str | None, as_json: bo
             ok = sum(1 for o in outcomes if o.plan is not None)
             console.print(f"wrote {ok} plan files and {SUMMARY_STEM}.csv, {SUMMARY_STEM}.json to {out_dir}")
     sys.stdout.flush()
+    return _report_failures(outcomes, earlier, out)
+
+
+class _BatchFiles:
+    """The files a batch writes in its output directory (none without one): each plan as its
+    scenario finishes, and the summary of the outcomes given."""
+
+    def __init__(self, files: list[str], out_dir: Path | None) -> None:
+        self.files = files
+        self.out_dir = out_dir
+        self.done: dict[str, Outcome] = {}
+
+    def save(self, o: Outcome) -> None:
+        """Note a finished scenario; write its plan file when it has a plan."""
+        self.done[o.path] = o
+        if self.out_dir is not None and o.plan is not None:
+            write_atomically(self.out_dir / f"{o.stem}.json", dumps(o.plan))
+
+    def finished(self) -> list[Outcome]:
+        """The outcomes of the scenarios finished so far, in the batch's order."""
+        return [self.done[f] for f in self.files if f in self.done]
+
+    def write_summary(self, outcomes: list[Outcome]) -> str:
+        """The summary JSON of ``outcomes``, written with its CSV when there is an output directory."""
+        rows = summary_rows(outcomes)
+        text = dumps(rows)
+        if self.out_dir is not None:
+            write_atomically(self.out_dir / f"{SUMMARY_STEM}.csv", summary_csv(rows))
+            write_atomically(self.out_dir / f"{SUMMARY_STEM}.json", text)
+        return text
+
+    def summary_of_finished(self) -> None:
+        """Write the summary of the scenarios finished so far (the last step of a hard exit)."""
+        self.write_summary(self.finished())
+
+
+def _report_failures(outcomes: list[Outcome], earlier: set[str], out: str | None) -> int:
+    """One line on stderr per failed scenario (naming its file unless the error does, and a plan
+    file from before this run that was kept); exit code 2 when any failed, else 0."""
     failed = [o for o in outcomes if o.plan is None]
-    for o in failed:  # the error names the file unless it is about something else
+    for o in failed:
         error = o.error or ""
-        kept = (f" ({out}/{o.stem}.json, from before this run, was left as it was)"
-                if o.path in earlier and out_dir is not None else "")
+        kept = f" ({out}/{o.stem}.json, from before this run, was left as it was)" if o.path in earlier else ""
         print(f"fleetplan: error: {error if error.startswith(o.path) else f'{o.path}: {error}'}{kept}", file=sys.stderr)
     return EXIT_USER_ERROR if failed else 0
 

@@ -83,7 +83,7 @@ def typed_cells(m: Any) -> dict[str, Any]:
 def cmd_validate(args: argparse.Namespace) -> int:
     """Predict every measured row and print error statistics."""
     from fleetplan.catalogs import load_catalog
-    from fleetplan.main import dumps, resolve_preset
+    from fleetplan.io import dumps, resolve_preset
     from fleetplan.models.validation import predict_all, summarize, ttft_stats
 
     catalog = load_catalog(args.catalog)
@@ -130,7 +130,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from fleetplan.catalogs import load_catalog
     from fleetplan.catalogs.files import check_output_file, write_atomically
     from fleetplan.catalogs.loader import InputError
-    from fleetplan.main import catalog_inputs, dumps
+    from fleetplan.io import catalog_inputs, dumps
     from fleetplan.models import calibration as cal
     from fleetplan.models.presets import get_preset
     from fleetplan.models.validation import predict_all, summarize
@@ -215,19 +215,19 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add the fidelity subcommands to the CLI's subparsers."""
-    catalog_help = "extra catalog YAML file merged over the shipped one (repeatable)"
+    from fleetplan.flags import add_catalog_flag, add_preset_flags
+
     v = sub.add_parser("validate", help="predict measured benchmarks and print error statistics")
     v.add_argument("file", help="measurement CSV (model, gpu, precision, tp, batch, input_tokens, output_tokens, engine, measured_tpot_ms)")
-    v.add_argument("--preset", choices=("seed", "default"), default="default")
-    v.add_argument("--calibration", help="calibration profile YAML (from `fleetplan calibrate`)")
-    v.add_argument("--catalog", action="append", default=[], help=catalog_help)
+    add_preset_flags(v)
+    add_catalog_flag(v)
     v.add_argument("--json", action="store_true", help="print JSON: rows with predictions, skipped rows, summary")
     v.set_defaults(func=cmd_validate)
 
     c = sub.add_parser("calibrate", help="fit efficiency factors and overheads to measured benchmarks")
     c.add_argument("file", help="measurement CSV")
     c.add_argument("--out", required=True, help="calibration profile YAML to write")
-    c.add_argument("--preset", choices=("seed", "default"), default="default")
-    c.add_argument("--catalog", action="append", default=[], help=catalog_help)
+    add_preset_flags(c, calibration=False)
+    add_catalog_flag(c)
     c.add_argument("--json", action="store_true", help="print JSON: factors and uncalibrated, in-sample, cross-validated error")
     c.set_defaults(func=cmd_calibrate)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from fleetplan.layout import Col, Row, fit_table
 from fleetplan.optimizer.text import pct
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from fleetplan.optimizer.breakeven import BreakevenPoint, BreakevenResult
 
 # The plan table's columns; at narrow widths the speed, price-per-token and configuration
 # details stack beneath their neighbours (``give_way`` order), then the rows become a list.
@@ -26,6 +29,12 @@ PLAN_COLUMNS: tuple[Col, ...] = (
     Col("$/month"),
     Col("$ per million\noutput tokens", give_way=3, under="$/month", short="$/M output tok"),
 )
+# One key per column of PLAN_COLUMNS, in its order: how the rows name their cells.
+PLAN_KEYS: tuple[str, ...] = (
+    "product", "part", "gpu", "tp", "prec", "batch", "replicas", "gpus", "user_tps", "replica_tps", "ttft", "cost", "per_m",
+)
+# tiers: the pricing tier every plan can use; a plan that pays only it over one hour shows no breakdown line.
+ON_DEMAND_TIER = "on_demand"
 ALTERNATIVE_COLUMNS: tuple[Col, ...] = (
     Col("gpu", "left"), Col("tp"), Col("prec", "left", give_way=2, under="tp"), Col("batch", give_way=1, under="tp"),
     Col("replicas", give_way=3, under="GPUs"), Col("GPUs"), Col("product\n$/month", short="product $/month"),
@@ -116,75 +125,112 @@ def price_lines(p: dict[str, Any]) -> list[str]:
     return out
 
 
-def print_plan(d: dict[str, Any], console: Console) -> None:
-    """The plan: decode and prefill lines per product (a pooled group once, with its members'
-    shares of the cost), product totals, reasons and alternatives. Every column that has a total
-    line adds up to it: GPUs are counted once and dollars are rounded so the parts sum."""
-    d = escaped(d)
+def _plan_title(d: dict[str, Any]) -> str:
+    """The plan table's title: status, solver, preset, calibration and, over several hours, the tiers."""
     hours = d.get("hours", 1)
     title = f"fleetplan: {d['status']} ({d['solver']}, preset {d['preset']}"
     title += f", calibration {d['calibration']}" if d.get("calibration") else ""
-    title += f", {hours} h horizon, tiers {'/'.join(d['tiers'])})" if hours > 1 else ")"
-    rows: list[Row] = []
-    pools = {pool["name"]: pool for pool in d.get("pools") or []}
-    sections: list[tuple[str, list[dict[str, Any]]]] = []  # (pool name or "", rows)
+    return title + (f", {hours} h horizon, tiers {'/'.join(d['tiers'])})" if hours > 1 else ")")
+
+
+def _sections(d: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The plan's products in table sections: (pool name, its members) for a pooled group, else
+    ("", [the product])."""
+    sections: list[tuple[str, list[dict[str, Any]]]] = []
     for p in d["products"]:
         name = p.get("pooled_in")
         if name and sections and sections[-1][0] == name:
             sections[-1][1].append(p)
         else:
             sections.append((name or "", [p]))
-    shown = whole_dollars([sum(p["monthly_cost_usd"] for p in members) for _, members in sections], d["monthly_cost_usd"])
+    return sections
 
-    def row(*cells: str) -> None:
-        rows.append(cells + ("",) * (len(PLAN_COLUMNS) - len(cells)))
 
-    def decode_row(label: str, p: dict[str, Any], part: str, replicas: int, gpus: int, cost: str) -> None:
-        row(label, part, p["gpu"] or "-", _n(p["tp"], "{}"), p["precision"] or "-", _n(p["batch"], "{}"),
-            f"{replicas:,}", f"{gpus:,}", _n(p["per_user_tokens_per_s"], "{:,.1f}"),
-            _n(p["replica_tokens_per_s"]), _n(p["ttft_ms"]), cost, "")
+class _PlanRows:
+    """The rows of the plan table, one cell per key of :data:`PLAN_KEYS` (a key left out is blank)."""
 
-    n_pools = sum(1 for name, _ in sections if name)
-    seen_pools = 0
-    for (pool_name, members), total_shown in zip(sections, shown):
-        if pool_name:
-            pool, first = pools[pool_name], members[0]
-            pre = first["prefill"]
-            seen_pools += 1
-            label = "shared pool" + (f" {seen_pools}" if n_pools > 1 else "")
-            decode_row(label, first, f"decode ({pre['mode'] or 'api'})", pool["replicas"], pool["gpus"], "")
-            if pool.get("prefill_gpu"):
-                row("", "prefill pool", pool["prefill_gpu"], str(pre["tp"]), pre["precision"], "",
-                    f"{pool['prefill_replicas']:,}", f"{pool['prefill_gpus']:,}")
-            member_shown = whole_dollars([p["monthly_cost_usd"] for p in members], total_shown)
-            for p, cost in zip(members, member_shown):
-                row(f"  {p['name']}", f"share: {pct(p['pool_share'])} of tokens", "", "", "", "", "-", "-",
-                    "", "", "", f"{cost:,}", _n(p["cost_per_million_tokens_usd"], "{:.3f}"))
-            gpus = pool["gpus"] + (pool.get("prefill_gpus") or 0)
-            row(f"[bold]{label} total[/bold]", "", "", "", "", "", "", f"{gpus:,}", "", "", "",
-                f"[bold]{total_shown:,}[/bold]", "")
-            rows.append(None)
-            continue
-        (p,) = members
+    def __init__(self) -> None:
+        self.rows: list[Row] = []
+
+    def add(self, **cells: str) -> None:
+        """One row; ``cells`` by column key."""
+        self.rows.append(tuple(cells.get(key, "") for key in PLAN_KEYS))
+
+    def decode(self, label: str, p: dict[str, Any], part: str, replicas: int, gpus: int, cost: str) -> None:
+        """The decode replicas of ``p`` (a product, or a pooled group's first member)."""
+        self.add(product=label, part=part, gpu=p["gpu"] or "-", tp=_n(p["tp"], "{}"), prec=p["precision"] or "-",
+                 batch=_n(p["batch"], "{}"), replicas=f"{replicas:,}", gpus=f"{gpus:,}",
+                 user_tps=_n(p["per_user_tokens_per_s"], "{:,.1f}"), replica_tps=_n(p["replica_tokens_per_s"]),
+                 ttft=_n(p["ttft_ms"]), cost=cost)
+
+    def prefill(self, gpu: str, tp: Any, precision: str, replicas: int, gpus: int, cost: str = "") -> None:
+        """A prefill pool's replicas."""
+        self.add(part="prefill pool", gpu=gpu, tp=str(tp), prec=precision, replicas=f"{replicas:,}", gpus=f"{gpus:,}",
+                 cost=cost)
+
+    def total(self, label: str, gpus: int, usd: int, per_million: str = "") -> None:
+        """A total line in bold: GPUs counted once, whole dollars."""
+        self.add(product=f"[bold]{label}[/bold]", gpus=f"{gpus:,}", cost=f"[bold]{usd:,}[/bold]", per_m=per_million)
+
+    def pool(self, label: str, pool: dict[str, Any], members: list[dict[str, Any]], total_shown: int) -> None:
+        """A pooled group: its shared decode (and prefill) replicas, each member's share, its total."""
+        first = members[0]
+        pre = first["prefill"]
+        self.decode(label, first, f"decode ({pre['mode'] or 'api'})", pool["replicas"], pool["gpus"], "")
+        if pool.get("prefill_gpu"):
+            self.prefill(pool["prefill_gpu"], pre["tp"], pre["precision"], pool["prefill_replicas"], pool["prefill_gpus"])
+        member_shown = whole_dollars([p["monthly_cost_usd"] for p in members], total_shown)
+        for p, cost in zip(members, member_shown):
+            self.add(product=f"  {p['name']}", part=f"share: {pct(p['pool_share'])} of tokens", replicas="-", gpus="-",
+                     cost=f"{cost:,}", per_m=_n(p["cost_per_million_tokens_usd"], "{:.3f}"))
+        self.total(f"{label} total", pool["gpus"] + (pool.get("prefill_gpus") or 0), total_shown)
+
+    def product(self, p: dict[str, Any], total_shown: int) -> None:
+        """A product of its own: decode, prefill pool, API and fixed cost lines, then its total."""
         pre, b = p["prefill"], p["monthly_cost_breakdown_usd"]
         decode_usd, pre_usd, api_usd, fixed_usd = whole_dollars(_product_parts(p), total_shown)
-        decode_row(p["name"], p, f"decode ({pre['mode'] or 'api'})", p["replicas"], p["gpus"], f"{decode_usd:,}")
+        self.decode(p["name"], p, f"decode ({pre['mode'] or 'api'})", p["replicas"], p["gpus"], f"{decode_usd:,}")
         if pre["gpu"]:
-            row("", "prefill pool", pre["gpu"], str(pre["tp"]), pre["precision"], "", f"{pre['replicas']:,}",
-                f"{pre['gpus']:,}", "", "", "", f"{pre_usd:,}")
+            self.prefill(pre["gpu"], pre["tp"], pre["precision"], pre["replicas"], pre["gpus"], f"{pre_usd:,}")
         if b["api"]:
-            row("", f"api ({pct(p['api_fraction'])} of tokens)", p["api"]["id"], "", "", "", "", "", "", "", "",
-                f"{api_usd:,}")
+            self.add(part=f"api ({pct(p['api_fraction'])} of tokens)", gpu=p["api"]["id"], cost=f"{api_usd:,}")
         if b["fixed"]:
-            row("", "fixed self-hosting", "", "", "", "", "", "", "", "", "", f"{fixed_usd:,}")
-        row(f"[bold]{p['name']} total[/bold]", "", "", "", "", "", "", f"{p['gpus'] + (pre['gpus'] or 0):,}", "", "", "",
-            f"[bold]{total_shown:,}[/bold]", _n(p["cost_per_million_tokens_usd"], "{:.3f}"))
-        rows.append(None)
+            self.add(part="fixed self-hosting", cost=f"{fixed_usd:,}")
+        self.total(f"{p['name']} total", p["gpus"] + (pre["gpus"] or 0), total_shown,
+                   _n(p["cost_per_million_tokens_usd"], "{:.3f}"))
+
+
+def _plan_rows(d: dict[str, Any], pools: dict[str, dict[str, Any]]) -> list[Row]:
+    """The plan table's rows: a section per product or pooled group (numbered when there are
+    several pools), then the plan's total; dollars rounded so that every section adds up."""
+    sections = _sections(d)
+    shown = whole_dollars([sum(p["monthly_cost_usd"] for p in members) for _, members in sections], d["monthly_cost_usd"])
+    n_pools = sum(1 for name, _ in sections if name)
+    seen_pools = 0
+    table = _PlanRows()
+    for (pool_name, members), total_shown in zip(sections, shown):
+        if pool_name:
+            seen_pools += 1
+            label = "shared pool" + (f" {seen_pools}" if n_pools > 1 else "")
+            table.pool(label, pools[pool_name], members, total_shown)
+        else:
+            table.product(members[0], total_shown)
+        table.rows.append(None)
     totals = d.get("totals") or {}
     gpus = totals.get("all_gpus", sum(p["gpus"] + (p["prefill"]["gpus"] or 0) for p in d["products"]))
-    row("[bold]total[/bold]", "", "", "", "", "", "", f"{gpus:,}", "", "", "", f"[bold]{round(d['monthly_cost_usd']):,}[/bold]")
-    console.print(fit_table(console, title, PLAN_COLUMNS, rows))
-    if hours > 1 or any(v for k, v in d["monthly_cost_breakdown_usd"].items() if k != "on_demand"):
+    table.total("total", gpus, round(d["monthly_cost_usd"]))
+    return table.rows
+
+
+def print_plan(d: dict[str, Any], console: Console) -> None:
+    """The plan: decode and prefill lines per product (a pooled group once, with its members'
+    shares of the cost), product totals, reasons and alternatives. Every column that has a total
+    line adds up to it: GPUs are counted once and dollars are rounded so the parts sum."""
+    d = escaped(d)
+    hours = d.get("hours", 1)
+    pools = {pool["name"]: pool for pool in d.get("pools") or []}
+    console.print(fit_table(console, _plan_title(d), PLAN_COLUMNS, _plan_rows(d, pools)))
+    if hours > 1 or any(v for k, v in d["monthly_cost_breakdown_usd"].items() if k != ON_DEMAND_TIER):
         b = d["monthly_cost_breakdown_usd"]
         console.print("cost breakdown per month: " + ", ".join(f"{k} ${v:,.0f}" for k, v in b.items()))
     explained: set[str] = set()
@@ -195,34 +241,45 @@ def print_plan(d: dict[str, Any], console: Console) -> None:
                 continue
             explained.add(p["pooled_in"])
             name = f"shared pool ({', '.join(pools[p['pooled_in']]['products'])})"
-        console.print(f"[bold]{name}[/bold]: {p['why']}.")
-        for line in price_lines(p):
-            console.print(f"  {line}")
-        if hours > 1 and p["utilisation"] is not None:
-            console.print(
-                f"  utilisation {pct(p['utilisation'])} of self-hosted capacity; cost ${p['cost_per_million_tokens_usd']:.3f} "
-                f"per million output tokens against ${p['ideal_cost_per_million_tokens_usd']:.3f} for the fleet at 100%; "
-                f"API share {pct(p['api_fraction'])}"
-            )
-        chk = p.get("prefill_check")
-        if chk and p["prefill"]["mode"] == "headroom" and not chk["covered"]:
-            console.print(f"  [bold]prefill under-sized[/bold]: {chk['verdict']} (set prefill: auto to size it)")
-        kv = p["prefill"].get("kv_transfer")
-        if kv:
-            console.print(
-                f"  KV hand-off: {kv['bytes_per_request'] / 1e6:,.0f} MB per request, {kv['peak_bytes_per_s'] / 1e9:,.1f} GB/s at peak "
-                f"over the {kv['link']} link ({pct(kv['link_utilisation'])} of {kv['link_bytes_per_s'] / 1e9:,.0f} GB/s), "
-                f"{kv['transfer_ms_per_request']:.1f} ms per request"
-            )
-        if p["alternatives"]:
-            alt_rows: list[Row] = [
-                (a["gpu"], str(a["tp"]), a["precision"], str(a["batch"]), f"{a['replicas']:,}", f"{a['gpus']:,}",
-                 f"{a['monthly_cost_usd']:,.0f}", f"+{a['cost_difference_usd']:,.0f}")
-                for a in p["alternatives"]
-            ]
-            console.print(fit_table(console, f"{name}: cheapest plan on each other GPU type", ALTERNATIVE_COLUMNS,
-                                    alt_rows, title_justify="left"))
+        _print_reasons(p, name, hours, console)
     print_portfolio(d, console)
+    _print_model_notes(d, console)
+
+
+def _print_reasons(p: dict[str, Any], name: str, hours: int, console: Console) -> None:
+    """Why the product (or pooled group ``name``) got its fleet: the reason, prices paid,
+    utilisation over several hours, an under-sized prefill, the KV hand-off, the runner-ups."""
+    console.print(f"[bold]{name}[/bold]: {p['why']}.")
+    for line in price_lines(p):
+        console.print(f"  {line}")
+    if hours > 1 and p["utilisation"] is not None:
+        console.print(
+            f"  utilisation {pct(p['utilisation'])} of self-hosted capacity; cost ${p['cost_per_million_tokens_usd']:.3f} "
+            f"per million output tokens against ${p['ideal_cost_per_million_tokens_usd']:.3f} for the fleet at 100%; "
+            f"API share {pct(p['api_fraction'])}"
+        )
+    chk = p.get("prefill_check")
+    if chk and p["prefill"]["mode"] == "headroom" and not chk["covered"]:
+        console.print(f"  [bold]prefill under-sized[/bold]: {chk['verdict']} (set prefill: auto to size it)")
+    kv = p["prefill"].get("kv_transfer")
+    if kv:
+        console.print(
+            f"  KV hand-off: {kv['bytes_per_request'] / 1e6:,.0f} MB per request, {kv['peak_bytes_per_s'] / 1e9:,.1f} GB/s at peak "
+            f"over the {kv['link']} link ({pct(kv['link_utilisation'])} of {kv['link_bytes_per_s'] / 1e9:,.0f} GB/s), "
+            f"{kv['transfer_ms_per_request']:.1f} ms per request"
+        )
+    if p["alternatives"]:
+        alt_rows: list[Row] = [
+            (a["gpu"], str(a["tp"]), a["precision"], str(a["batch"]), f"{a['replicas']:,}", f"{a['gpus']:,}",
+             f"{a['monthly_cost_usd']:,.0f}", f"+{a['cost_difference_usd']:,.0f}")
+            for a in p["alternatives"]
+        ]
+        console.print(fit_table(console, f"{name}: cheapest plan on each other GPU type", ALTERNATIVE_COLUMNS,
+                                alt_rows, title_justify="left"))
+
+
+def _print_model_notes(d: dict[str, Any], console: Console) -> None:
+    """GPUs left out for want of a price, the candidates per product and the MIP's size."""
     unpriced = d.get("unpriced_gpus") or []
     if unpriced:
         console.print(f"no price for {', '.join(unpriced)}: left out of the plan (give one in options.gpu_hour_usd "
@@ -281,3 +338,40 @@ def print_catalog(kind: str, rows: list[dict[str, Any]], console: Console) -> No
     cols = list(rows[0])
     table_rows: list[Row] = [tuple("" if r[c] is None else str(r[c]) for c in cols) for r in rows]
     console.print(fit_table(console, f"catalog: {kind} ({len(rows)})", [Col(c, "left") for c in cols], table_rows))
+
+
+BREAKEVEN_COLUMNS: tuple[Col, ...] = tuple(
+    Col(c) for c in ("demand x", "all API $/month", "self-host $/month", "blend $/month", "cheapest"))
+
+
+def _dollars(usd: float | None) -> str:
+    """Whole dollars with thousands separators, or "-" for a strategy without a plan."""
+    return "-" if usd is None else f"{usd:,.0f}"
+
+
+def breakeven_line(p: BreakevenPoint) -> str:
+    """One scale's costs on one line, printed as the scale finishes."""
+    from fleetplan.optimizer.breakeven import ALL_API, BLEND, SELF_HOST
+
+    cost = p.costs_usd()
+    own, blend = ("-" if cost[s] is None else f"${cost[s]:,.0f}" for s in (SELF_HOST, BLEND))
+    return (f"scale {p.scale:g}: all API ${cost[ALL_API]:,.0f}, self-host {own}, blend {blend}"
+            + ("" if p.proven_optimal else " (not proven optimal: time limit)"))
+
+
+def print_breakeven(result: BreakevenResult, scenario: str, plot: str | None, console: Console) -> None:
+    """The costs per scale with the cheapest strategy, the crossovers and where the plot went."""
+    from rich.markup import escape
+
+    from fleetplan.optimizer.breakeven import ALL_API, BLEND, SELF_HOST
+
+    rows: list[Row] = []
+    for p in result.points:
+        cost = p.costs_usd()
+        rows.append((f"{p.scale:g}", *(_dollars(cost[s]) for s in (ALL_API, SELF_HOST, BLEND)), p.cheapest))
+    console.print(fit_table(console, f"build vs buy: {escape(scenario)}", BREAKEVEN_COLUMNS, rows))
+    own, blend = result.self_host_beats_api_at_scale, result.blend_beats_api_at_scale
+    console.print(f"self-hosting alone beats all-API from {own or 'no scale tried'}x the scenario's demand; "
+                  f"the blend beats all-API from {blend or 'no scale tried'}x")
+    if plot:
+        console.print(f"plot written to {escape(plot)}")

@@ -1,4 +1,10 @@
-"""Build vs buy as volume scales: all-API, self-host only and the optimal blend, with crossovers."""
+"""Build vs buy as volume scales: all-API, self-host only and the optimal blend, with crossovers.
+
+Owns the costs of the three strategies at each multiple of a scenario's demand, the choice of
+the cheapest one per scale (:attr:`BreakevenPoint.cheapest`) and the crossover scales, as a
+typed :class:`BreakevenResult`, and the plot of the curves. It prints nothing: the table and
+the progress lines are the command line's (:mod:`fleetplan.report`).
+"""
 
 from __future__ import annotations
 
@@ -21,14 +27,81 @@ from fleetplan.optimizer.scenario import Scenario
 DEFAULT_SCALES: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 
 
+# The three strategies, as named in the table. The cheapest is chosen on costs rounded to
+# cents, as the JSON shows them; on a tie the earlier strategy here is named.
+ALL_API = "all API"
+BLEND = "blend"
+SELF_HOST = "self-host"
+STRATEGIES: tuple[str, ...] = (ALL_API, BLEND, SELF_HOST)
+# The file types the curves can be written as (by the output file's extension).
+PLOT_SUFFIXES: tuple[str, ...] = (".png", ".svg")
+
+
+def _cents(usd: float | None) -> float | None:
+    """``usd`` rounded to cents, as the JSON shows it (None stays None)."""
+    return None if usd is None else round(usd, 2)
+
+
 @dataclass(frozen=True)
 class BreakevenPoint:
-    """Monthly cost of the three strategies at one multiple of the scenario's demand."""
+    """Monthly cost of the three strategies at one multiple of the scenario's demand.
+
+    ``self_host_usd`` or ``blend_usd`` is None when no plan of that strategy exists (infeasible,
+    or stopped by the time limit before a plan was found); ``proven_optimal`` is false when a
+    plan of this scale stopped at the time limit with the best found.
+    """
 
     scale: float
     all_api_usd: float
     self_host_usd: float | None
     blend_usd: float | None
+    proven_optimal: bool = True
+
+    def costs_usd(self) -> dict[str, float | None]:
+        """Each strategy's monthly cost in USD, rounded to cents, in :data:`STRATEGIES` order."""
+        costs = {ALL_API: self.all_api_usd, BLEND: self.blend_usd, SELF_HOST: self.self_host_usd}
+        return {name: _cents(costs[name]) for name in STRATEGIES}
+
+    @property
+    def cheapest(self) -> str:
+        """The strategy with the lowest cost at this scale (all-API always has one)."""
+        return min((cost, name) for name, cost in self.costs_usd().items() if cost is not None)[1]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The point as a JSON row: costs in USD rounded to cents."""
+        return {"scale": self.scale, "all_api_usd": _cents(self.all_api_usd), "self_host_usd": _cents(self.self_host_usd),
+                "blend_usd": _cents(self.blend_usd), "proven_optimal": self.proven_optimal}
+
+
+@dataclass(frozen=True)
+class BreakevenResult:
+    """The points computed (in the order of the scales asked for), what the deadline stopped
+    and the scales at which self-hosting and the blend first cost less than all-API."""
+
+    points: tuple[BreakevenPoint, ...]
+    stopped: tuple[str, ...]
+
+    @property
+    def self_host_beats_api_at_scale(self) -> float | None:
+        """The smallest scale where self-hosting alone costs less than all-API (None: none tried)."""
+        return _crossing(list(self.points), "self_host_usd")
+
+    @property
+    def blend_beats_api_at_scale(self) -> float | None:
+        """The smallest scale where the blend costs less than all-API (None: none tried)."""
+        return _crossing(list(self.points), "blend_usd")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The result as the ``breakeven --json`` document."""
+        return {
+            "scales": [p.scale for p in self.points],
+            "points": [p.as_dict() for p in self.points],
+            "stopped": list(self.stopped),
+            "crossovers": {
+                "self_host_beats_api_at_scale": self.self_host_beats_api_at_scale,
+                "blend_beats_api_at_scale": self.blend_beats_api_at_scale,
+            },
+        }
 
 
 def scaled(scenario: Scenario, factor: float) -> Scenario:
@@ -68,55 +141,47 @@ def all_api_cost(scenario: Scenario, catalog: Catalog, folder: Path, preset: Pre
 
 def breakeven(
     scenario: Scenario, catalog: Catalog, folder: Path, scales: tuple[float, ...] = DEFAULT_SCALES, solver: str = "highs",
-    deadline: Deadline | None = None, on_point: Callable[[dict[str, Any]], None] | None = None,
-) -> dict[str, Any]:
+    deadline: Deadline | None = None, on_point: Callable[[BreakevenPoint], None] | None = None,
+) -> BreakevenResult:
     """Costs of all-API, self-host only and the blend at each scale, and the crossover volumes.
 
     All scales share one ``deadline`` (by default ``options.time_limit_s`` or
     :data:`DEFAULT_TIME_LIMIT_S` from now): each scale gets an equal share of what is left, its
     plans stop at their share with the best found (``proven_optimal`` false), and scales not
-    reached are left out (``stopped`` says so). ``on_point`` is called with each scale's row as it
-    finishes."""
+    reached are left out (``stopped`` says so). ``on_point`` is called with each scale's point as
+    it finishes."""
     preset = get_preset(scenario.preset)
     if deadline is None:
         deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S)
     check_scales(scenario, folder, scales)
     points: list[BreakevenPoint] = []
-    rows: list[dict[str, Any]] = []
     for i, s in enumerate(scales):
         if deadline.expired:
             deadline.note(f"scales from {s:g} on")
             break
         share = deadline.share(1.0 / (len(scales) - i))
         sc = scaled(scenario, s)
-        api = all_api_cost(sc, catalog, folder, preset)
-        proven = True
-        costs: list[float | None] = []
-        for with_api, part in ((False, share.share(0.5)), (True, share)):
-            try:
-                plan = make_plan(sc, catalog, solver, alternatives=False, folder=folder, with_api=with_api,
-                                 compare_first_come=False, deadline=part)
-                costs.append(plan.monthly_cost_usd)
-                proven = proven and plan.solve_result.optimal
-            except (InfeasibleError, SolverError):
-                costs.append(None)
-        points.append(BreakevenPoint(s, api, costs[0], costs[1]))
-        p = points[-1]
-        rows.append({"scale": p.scale, "all_api_usd": round(p.all_api_usd, 2),
-                     "self_host_usd": None if p.self_host_usd is None else round(p.self_host_usd, 2),
-                     "blend_usd": None if p.blend_usd is None else round(p.blend_usd, 2),
-                     "proven_optimal": proven})
+        points.append(_point(sc, catalog, folder, solver, s, all_api_cost(sc, catalog, folder, preset), share))
         if on_point is not None:
-            on_point(rows[-1])
-    return {
-        "scales": [p.scale for p in points],
-        "points": rows,
-        "stopped": list(deadline.stopped),
-        "crossovers": {
-            "self_host_beats_api_at_scale": _crossing(points, "self_host_usd"),
-            "blend_beats_api_at_scale": _crossing(points, "blend_usd"),
-        },
-    }
+            on_point(points[-1])
+    return BreakevenResult(tuple(points), tuple(deadline.stopped))
+
+
+def _point(scenario: Scenario, catalog: Catalog, folder: Path, solver: str, scale: float, all_api_usd: float,
+           share: Deadline) -> BreakevenPoint:
+    """Plan ``scenario`` (already scaled) self-hosted only, in half of ``share``, then with the
+    API, in what is left of it; a strategy without a plan (infeasible, solver error) costs None."""
+    proven = True
+    costs: list[float | None] = []
+    for with_api, part in ((False, share.share(0.5)), (True, share)):
+        try:
+            plan = make_plan(scenario, catalog, solver, alternatives=False, folder=folder, with_api=with_api,
+                             compare_first_come=False, deadline=part)
+            costs.append(plan.monthly_cost_usd)
+            proven = proven and plan.solve_result.optimal
+        except (InfeasibleError, SolverError):
+            costs.append(None)
+    return BreakevenPoint(scale, all_api_usd, costs[0], costs[1], proven)
 
 
 def _crossing(points: list[BreakevenPoint], field: str) -> float | None:
@@ -140,8 +205,9 @@ def _crossing(points: list[BreakevenPoint], field: str) -> float | None:
     return None
 
 
-def plot(result: dict[str, Any], path: Path, title: str) -> None:
-    """Write the three cost curves to ``path`` (PNG or SVG, by extension), atomically."""
+def plot(result: BreakevenResult, path: Path, title: str) -> None:
+    """Write the three cost curves (costs rounded to cents, as in the JSON) to ``path``, a PNG or
+    SVG file by its extension (:data:`PLOT_SUFFIXES`), atomically."""
     import io
 
     from fleetplan.catalogs.files import write_atomically
@@ -151,7 +217,7 @@ def plot(result: dict[str, Any], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pts = result["points"]
+    pts = [p.as_dict() for p in result.points]
     xs = [p["scale"] for p in pts]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.plot(xs, [p["all_api_usd"] for p in pts], marker="o", label="all API")

@@ -76,10 +76,10 @@ def test_diurnal_bursts_to_api_at_peak(plans):
 def test_blend_never_costs_more_than_pure_strategies(catalog, examples):
     scenario, folder = load_scenario(examples / "build-vs-buy.yaml")
     r = breakeven(scenario, catalog, folder, scales=(0.05, 1.0))
-    for p in r["points"]:
+    for p in r.points:
         # all three products may go all-API only up to their max_fraction, so the blend is compared
         # with self-host only (always allowed here: no min_fraction)
-        assert p["blend_usd"] <= p["self_host_usd"] + 0.01
+        assert p.blend_usd <= p.self_host_usd + 0.01
 
 
 def test_blend_le_all_api_when_policy_allows(catalog, examples, tmp_path):
@@ -90,9 +90,9 @@ def test_blend_le_all_api_when_policy_allows(catalog, examples, tmp_path):
     (tmp_path / "profiles").symlink_to(examples / "profiles")
     scenario, folder = load_scenario(f)
     r = breakeven(scenario, catalog, folder, scales=(0.05, 1.0))
-    for p in r["points"]:
-        assert p["blend_usd"] <= p["all_api_usd"] + 0.01
-        assert p["blend_usd"] <= p["self_host_usd"] + 0.01
+    for p in r.points:
+        assert p.blend_usd <= p.all_api_usd + 0.01
+        assert p.blend_usd <= p.self_host_usd + 0.01
 
 
 def test_breakeven_cli_json_and_plot(capsys, examples, tmp_path):

@@ -121,11 +121,11 @@ def test_breakeven_shares_one_deadline_and_reports_each_scale(catalog, examples)
     scenario, folder = _day_with_api(examples)
     seen: list[float] = []
     r = breakeven(scenario, catalog, folder, scales=(0.5, 1.0), deadline=Deadline.after(120),
-                  on_point=lambda p: seen.append(p["scale"]))
-    assert seen == [0.5, 1.0] and r["stopped"] == []
-    assert all(p["proven_optimal"] for p in r["points"])
+                  on_point=lambda p: seen.append(p.scale))
+    assert seen == [0.5, 1.0] and r.stopped == ()
+    assert all(p.proven_optimal for p in r.points)
     gone = breakeven(scenario, catalog, folder, scales=(0.5, 1.0), deadline=Deadline.after(0.0))
-    assert gone["points"] == [] and gone["stopped"] == ["scales from 0.5 on"]
+    assert gone.points == () and gone.stopped == ("scales from 0.5 on",)
 
 
 def test_progress_shows_only_on_a_terminal_after_a_while(monkeypatch):

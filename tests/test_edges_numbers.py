@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from fleetplan.catalogs import fields as F
-from fleetplan.main import dumps, main
+from fleetplan.io import dumps
+from fleetplan.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENTS = ROOT / "benchmarks" / "data" / "public-measurements.csv"
