@@ -133,7 +133,8 @@ def solve_one(path: str, settings: Settings) -> Outcome:
     in which case it propagates with its traceback.
     """
     from fleetplan.catalogs import load_catalog
-    from fleetplan.optimizer.plan import SolverError, make_plan
+    from fleetplan.optimizer.errors import SolverError
+    from fleetplan.optimizer.plan import make_plan
     from fleetplan.optimizer.results import plan_to_dict
     from fleetplan.optimizer.scenario import load_scenario
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-from fleetplan.optimizer.solvers import PENDING_INTERRUPTS
+from fleetplan.optimizer.signals import PENDING_INTERRUPTS
 
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 EXIT_TERMINATED = 128 + signal.SIGTERM

@@ -107,7 +107,7 @@ def run_command(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - reported as one line; FLEETPLAN_DEBUG=1 shows the traceback
         if os.environ.get("FLEETPLAN_DEBUG"):
             raise
-        from fleetplan.optimizer.plan import SolverError
+        from fleetplan.optimizer.errors import SolverError
 
         if isinstance(exc, SolverError):
             print(f"fleetplan: error: {one_line(str(exc))}", file=sys.stderr)

@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 
 from fleetplan.catalogs import fields as F
 from fleetplan.catalogs.files import check_output_file, one_line
+from fleetplan.optimizer.enums import Status
 from fleetplan.flags import (
     CALIBRATION_HELP, Parser, add_catalog_flag, add_precision_flags, add_preset_flags, add_solver_flag, number_flag,
 )
@@ -114,7 +115,7 @@ def _plan_one(args: argparse.Namespace) -> int:
 
 def _plan_notes(d: dict[str, Any]) -> None:
     """A warning on stderr when the plan is not proven optimal, a note per stage the time limit cut."""
-    if d["status"] != "optimal":
+    if d["status"] != Status.OPTIMAL:
         print(f"fleetplan: warning: {d['termination']}: not proven optimal", file=sys.stderr)
     for what in d.get("stopped_by_time_limit", []):
         print(f"fleetplan: note: time limit ({d['time_limit_s']:g} s): {what} cut short", file=sys.stderr)

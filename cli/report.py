@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fleetplan.layout import Col, Row, fit_table
+from fleetplan.optimizer.enums import PrefillMode, Tier
 from fleetplan.optimizer.text import pct
 
 if TYPE_CHECKING:
@@ -34,7 +35,6 @@ PLAN_KEYS: tuple[str, ...] = (
     "product", "part", "gpu", "tp", "prec", "batch", "replicas", "gpus", "user_tps", "replica_tps", "ttft", "cost", "per_m",
 )
 # tiers: the pricing tier every plan can use; a plan that pays only it over one hour shows no breakdown line.
-ON_DEMAND_TIER = "on_demand"
 ALTERNATIVE_COLUMNS: tuple[Col, ...] = (
     Col("gpu", "left"), Col("tp"), Col("prec", "left", give_way=2, under="tp"), Col("batch", give_way=1, under="tp"),
     Col("replicas", give_way=3, under="GPUs"), Col("GPUs"), Col("product\n$/month", short="product $/month"),
@@ -230,7 +230,7 @@ def print_plan(d: dict[str, Any], console: Console) -> None:
     hours = d.get("hours", 1)
     pools = {pool["name"]: pool for pool in d.get("pools") or []}
     console.print(fit_table(console, _plan_title(d), PLAN_COLUMNS, _plan_rows(d, pools)))
-    if hours > 1 or any(v for k, v in d["monthly_cost_breakdown_usd"].items() if k != ON_DEMAND_TIER):
+    if hours > 1 or any(v for k, v in d["monthly_cost_breakdown_usd"].items() if k != Tier.ON_DEMAND):
         b = d["monthly_cost_breakdown_usd"]
         console.print("cost breakdown per month: " + ", ".join(f"{k} ${v:,.0f}" for k, v in b.items()))
     explained: set[str] = set()
@@ -259,7 +259,7 @@ def _print_reasons(p: dict[str, Any], name: str, hours: int, console: Console) -
             f"API share {pct(p['api_fraction'])}"
         )
     chk = p.get("prefill_check")
-    if chk and p["prefill"]["mode"] == "headroom" and not chk["covered"]:
+    if chk and p["prefill"]["mode"] == PrefillMode.HEADROOM and not chk["covered"]:
         console.print(f"  [bold]prefill under-sized[/bold]: {chk['verdict']} (set prefill: auto to size it)")
     kv = p["prefill"].get("kv_transfer")
     if kv:

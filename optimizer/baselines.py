@@ -11,10 +11,11 @@ from fleetplan.optimizer.problem import FleetProblem, ProductData
 from fleetplan.optimizer.scenario import Product
 from fleetplan.optimizer.search import solve_by_configuration
 from fleetplan.optimizer.solution import ProductPlan, extract, gpu_hours, tier_gpu_hours
+from fleetplan.optimizer.solvers import Solver
 
 
 def plan_alone(
-    prob: FleetProblem, data: ProductData, product: Product, solver: str, opts: Any, availability: dict[str, int],
+    prob: FleetProblem, data: ProductData, product: Product, solver: Solver, opts: Any, availability: dict[str, int],
     tier_availability: dict[tuple[str, str], int] | None = None, deadline: Deadline | None = None,
 ) -> ProductPlan | None:
     """``product`` (whose MIP data is ``data``) planned on its own: instances kept, the budget
@@ -31,7 +32,7 @@ def plan_alone(
     return pp
 
 
-def first_come_cost(prob: FleetProblem, order: list[Product], solver: str, opts: Any,
+def first_come_cost(prob: FleetProblem, order: list[Product], solver: Solver, opts: Any,
                     deadline: Deadline | None = None) -> float | None:
     """Cost of planning products one after another, each taking what it needs of the scarce GPUs
     first (the baseline a joint plan is compared with); None if a later product is left
@@ -62,7 +63,7 @@ def first_come_cost(prob: FleetProblem, order: list[Product], solver: str, opts:
     return total
 
 
-def separate_cost(prob: FleetProblem, pooled: ProductData, members: list[Product], solver: str, opts: Any,
+def separate_cost(prob: FleetProblem, pooled: ProductData, members: list[Product], solver: Solver, opts: Any,
                   deadline: Deadline | None = None) -> dict[str, Any]:
     """Replicas and cost if a pooled group's products (``members``, in the order of
     ``pooled.members``) each had their own replicas (no shared limits)."""

@@ -17,12 +17,13 @@ from fleetplan.catalogs import fields as F
 from fleetplan.catalogs.loader import Catalog, InputError
 from fleetplan.models.presets import Preset, get_preset
 from fleetplan.optimizer.api import resolve_api
-from fleetplan.optimizer.demand import hourly_qps
-from fleetplan.optimizer.problem import SECONDS_PER_HOUR
 from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline
+from fleetplan.optimizer.demand import hourly_qps
 from fleetplan.optimizer.errors import InfeasibleError, SolverError
 from fleetplan.optimizer.plan import make_plan
+from fleetplan.optimizer.problem import SECONDS_PER_HOUR
 from fleetplan.optimizer.scenario import Scenario
+from fleetplan.optimizer.solvers import Solver
 
 DEFAULT_SCALES: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 
@@ -140,7 +141,7 @@ def all_api_cost(scenario: Scenario, catalog: Catalog, folder: Path, preset: Pre
 
 
 def breakeven(
-    scenario: Scenario, catalog: Catalog, folder: Path, scales: tuple[float, ...] = DEFAULT_SCALES, solver: str = "highs",
+    scenario: Scenario, catalog: Catalog, folder: Path, scales: tuple[float, ...] = DEFAULT_SCALES, solver: Solver = "highs",
     deadline: Deadline | None = None, on_point: Callable[[BreakevenPoint], None] | None = None,
 ) -> BreakevenResult:
     """Costs of all-API, self-host only and the blend at each scale, and the crossover volumes.
@@ -167,7 +168,7 @@ def breakeven(
     return BreakevenResult(tuple(points), tuple(deadline.stopped))
 
 
-def _point(scenario: Scenario, catalog: Catalog, folder: Path, solver: str, scale: float, all_api_usd: float,
+def _point(scenario: Scenario, catalog: Catalog, folder: Path, solver: Solver, scale: float, all_api_usd: float,
            share: Deadline) -> BreakevenPoint:
     """Plan ``scenario`` (already scaled) self-hosted only, in half of ``share``, then with the
     API, in what is left of it; a strategy without a plan (infeasible, solver error) costs None."""
@@ -210,9 +211,8 @@ def plot(result: BreakevenResult, path: Path, title: str) -> None:
     SVG file by its extension (:data:`PLOT_SUFFIXES`), atomically."""
     import io
 
-    from fleetplan.catalogs.files import write_atomically
-
     import matplotlib
+    from fleetplan.catalogs.files import write_atomically
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -11,7 +11,6 @@ from fleetplan.optimizer.errors import InfeasibleError
 from fleetplan.optimizer.scenario import Scenario
 from fleetplan.optimizer.solution import Plan
 
-
 # the cost of the cheapest plan of a scenario found by a deadline (inf when none): the planner
 # itself, passed in by :func:`fleetplan.optimizer.plan.make_plan`
 Cheapest = Callable[[Scenario, Deadline], float]

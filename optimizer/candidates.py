@@ -37,14 +37,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fleetplan.catalogs.loader import Catalog, InputError, nearest
-from fleetplan.optimizer.enums import Tier
 from fleetplan.catalogs.schema import GPU, LLM, PRECISIONS
-from fleetplan.models.memory import kv_bytes_per_token
+from fleetplan.models.memory import kv_bytes_per_token, weight_bytes
 from fleetplan.models.parallel import tp_problem
 from fleetplan.models.prefill import prefill_flops_per_request
 from fleetplan.models.presets import Preset
-from fleetplan.models.roofline import StepEstimate, compute_precision, decode_step, effective_kv_precision
-from fleetplan.models.memory import weight_bytes
+from fleetplan.models.roofline import (
+    StepEstimate,
+    compute_precision,
+    decode_step,
+    effective_kv_precision,
+)
 from fleetplan.models.ttft import (
     DEFAULT_MAX_UTILISATION,
     colocated_ttft_s,
@@ -53,6 +56,7 @@ from fleetplan.models.ttft import (
     pool_service_s,
     pool_ttft_s,
 )
+from fleetplan.optimizer.enums import Tier
 from fleetplan.optimizer.scenario import Options, Product
 
 DEFAULT_TP: tuple[int, ...] = (1, 2, 4, 8)

@@ -10,18 +10,22 @@ from typing import Any
 
 from fleetplan.optimizer.deadline import Deadline
 from fleetplan.optimizer.enums import Status
-from fleetplan.optimizer.errors import SolverError
+from fleetplan.optimizer.errors import InfeasibleError, SolverError
 from fleetplan.optimizer.formulation import build_model
 from fleetplan.optimizer.linear import LinearProblem, to_linear_problem
-from fleetplan.optimizer.reductions import reduced
 from fleetplan.optimizer.problem import FleetProblem
-from fleetplan.optimizer.search import solve_by_configuration
+from fleetplan.optimizer.reductions import reduced
 from fleetplan.optimizer.scenario import Product
-from fleetplan.optimizer.solution import Plan, ProductPlan, extract, gpu_hours, tier_gpu_hours
-from fleetplan.optimizer.errors import InfeasibleError
-from fleetplan.optimizer.solvers import SolveResult, solve
+from fleetplan.optimizer.search import solve_by_configuration
+from fleetplan.optimizer.solution import (
+    Plan,
+    ProductPlan,
+    extract,
+    gpu_hours,
+    tier_gpu_hours,
+)
+from fleetplan.optimizer.solvers import Solver, SolveResult, solve
 from fleetplan.optimizer.text import pct
-
 
 # What solving one group gives: (problem, MIP solved, the product's whole model or None, result or
 # None if infeasible, problem to read the solution from)
@@ -96,7 +100,7 @@ def joint_columns(prob: FleetProblem) -> int:
     return configs * (per_hour * prob.hours + ("reserved" in prob.tiers) + 1)
 
 
-def solve_one_by_one(whole: FleetProblem, names: list[str], solver: str, deadline: Deadline, gap: float) -> list[Any]:
+def solve_one_by_one(whole: FleetProblem, names: list[str], solver: Solver, deadline: Deadline, gap: float) -> list[Any]:
     """A coupled group too large for one MIP, planned product by product: each product's cheapest
     plan on its own (shared limits left out), in scenario order, each with its share of the time.
     Each product's own optimum is a lower bound on its share of any joint plan, so their sum bounds
@@ -112,7 +116,7 @@ def solve_one_by_one(whole: FleetProblem, names: list[str], solver: str, deadlin
     return out
 
 
-def one_by_one_result(plan: Plan, groups: list[list[str]], parts: dict[str, Part], solver: str,
+def one_by_one_result(plan: Plan, groups: list[list[str]], parts: dict[str, Part], solver: Solver,
                        mip_rel_gap: float) -> SolveResult:
     """The plan's result when some coupled groups were planned product by product: within the shared
     limits or an error naming them, and its gap against the sum of every product's lower bound
@@ -173,7 +177,7 @@ def coupled_components(prob: FleetProblem) -> list[list[str]]:
     return sorted(comps, key=lambda c: order[c[0]])
 
 
-def infeasible_message(prob: FleetProblem, names: list[str], solver: str) -> str:
+def infeasible_message(prob: FleetProblem, names: list[str], solver: Solver) -> str:
     """Why a coupled group has no plan: GPU availability, or no configuration at all."""
     who = ", ".join(names)
     if prob.gpu_availability or prob.tier_availability:
@@ -193,7 +197,7 @@ def infeasible_message(prob: FleetProblem, names: list[str], solver: str) -> str
     return f"products[{who}]: infeasible: no configuration meets demand under the given limits"
 
 
-def solve_components(prob: FleetProblem, products: list[Product], solver: str, deadline: Deadline, gap: float,
+def solve_components(prob: FleetProblem, products: list[Product], solver: Solver, deadline: Deadline, gap: float,
                      jobs: int = 1) -> Solved:
     """Solve every group of coupled products of ``prob`` within ``deadline`` and read the plans of
     ``products``. Independent multi-hour groups run in ``jobs`` worker processes; each result is
@@ -253,7 +257,7 @@ def _in_turn(tasks: list[Any], deadline: Deadline, decomposed: list[list[str]]) 
     return outcomes
 
 
-def combined_result(solved: Solved, solver: str, solve_s: float) -> SolveResult:
+def combined_result(solved: Solved, solver: Solver, solve_s: float) -> SolveResult:
     """The plan's solve result: optimal when every MIP was proven, else ``time_limit`` with the
     largest gap; the objective is the sum of the MIPs'."""
     results = solved.results()
@@ -261,7 +265,7 @@ def combined_result(solved: Solved, solver: str, solve_s: float) -> SolveResult:
     gaps = [r.mip_gap for r in results if r.mip_gap is not None]
     stopped = [r for r in results if not r.optimal]
     return SolveResult(
-        solver=solver, status=Status.TIME_LIMIT if stopped else Status.OPTIMAL,
+        solver=str(solver), status=Status.TIME_LIMIT if stopped else Status.OPTIMAL,
         termination=(f"time limit reached with a feasible plan (gap {max(r.mip_gap or 0 for r in stopped):.3%})"
                      if stopped else "optimal (every MIP proven optimal)"),
         objective=total, mip_gap=max(gaps) if gaps else None, solve_time_s=solve_s,

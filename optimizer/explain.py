@@ -25,6 +25,7 @@ from fleetplan.optimizer.deadline import Deadline
 from fleetplan.optimizer.enums import BatchLimit, Tier
 from fleetplan.optimizer.runner_ups import mode_costs, runner_ups
 from fleetplan.optimizer.solution import ProductPlan
+from fleetplan.optimizer.solvers import Solver
 from fleetplan.optimizer.text import format_ms, pct
 
 # the seed document's flat share of decode throughput kept for prefill and bursts
@@ -236,7 +237,7 @@ def ttft_note(pp: ProductPlan) -> str:
 
 
 def explain_products(products: list[ProductPlan], solved: Solved, catalog: Catalog, preset: Preset, options: Any,
-                     solver: str, deadline: Deadline, alternatives: bool = True) -> None:
+                     solver: Solver, deadline: Deadline, alternatives: bool = True) -> None:
     """Fill in each product's explanations within ``deadline``: runner-ups on other GPU types (with
     ``alternatives``) and the cost of each prefill mode for a product solved on its own, then the
     reason in words, the KV hand-off and the prefill-headroom check."""

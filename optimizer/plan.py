@@ -32,6 +32,7 @@ from fleetplan.optimizer.solution import (
     allocate_stranded,
     instance_report,
 )
+from fleetplan.optimizer.solvers import Solver
 
 # Of the time a plan is given, the main solve may use this share; the explanations (runner-ups on
 # other GPU types, the cost of each prefill mode) share what is left of the rest. Proven plans
@@ -43,7 +44,7 @@ EXPLAIN_SHARE = 0.8
 def make_plan(
     scenario: Scenario,
     catalog: Catalog,
-    solver: str = "highs",
+    solver: Solver = "highs",
     alternatives: bool = True,
     preset: Preset | None = None,
     folder: Path | None = None,
@@ -99,7 +100,7 @@ def make_plan(
     return plan
 
 
-def _solve_plan(scenario: Scenario, catalog: Catalog, solver: str, alternatives: bool, preset: Preset,
+def _solve_plan(scenario: Scenario, catalog: Catalog, solver: Solver, alternatives: bool, preset: Preset,
                 folder: Path | None, with_api: bool, jobs: int, deadline: Deadline, build: dict[str, Any]) -> Plan:
     """The cheapest plan of ``scenario`` with its explanations (see :func:`make_plan`); with
     ``allow_pooling``, the cheaper of pooled and separate replicas (each with half the time).

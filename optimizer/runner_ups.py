@@ -11,9 +11,10 @@ from fleetplan.optimizer.linear import LinearProblem
 from fleetplan.optimizer.problem import FleetProblem
 from fleetplan.optimizer.search import solve_by_configuration
 from fleetplan.optimizer.solution import ProductPlan, extract
+from fleetplan.optimizer.solvers import Solver
 
 
-def runner_ups(prob: FleetProblem, pp: ProductPlan, base: float, solver: str, deadline: Deadline,
+def runner_ups(prob: FleetProblem, pp: ProductPlan, base: float, solver: Solver, deadline: Deadline,
                base_lp: LinearProblem | None = None) -> list[dict[str, Any]]:
     """Cheapest plan with the product's decode forced onto each other GPU type (those not reached
     before the deadline are left out, and the deadline notes it)."""
@@ -50,7 +51,7 @@ def runner_ups(prob: FleetProblem, pp: ProductPlan, base: float, solver: str, de
     return alts
 
 
-def mode_costs(prob: FleetProblem, pp: ProductPlan, solver: str, deadline: Deadline,
+def mode_costs(prob: FleetProblem, pp: ProductPlan, solver: Solver, deadline: Deadline,
                base_lp: LinearProblem | None = None) -> dict[str, float | None]:
     """The cheapest plan's monthly cost with the product's prefill in each mode it may use (None
     where a mode has no plan); empty when only one mode is possible. Modes not reached before the

@@ -5,15 +5,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
-from fleetplan.catalogs.loader import SECTIONS as CATALOG_SECTIONS
-from fleetplan.catalogs.loader import InputError, first_error, format_validation_error, nearest, parse_yaml, read_text
 from fleetplan.catalogs import fields as F
-from fleetplan.optimizer.enums import PrefillMode, Tier
-from fleetplan.catalogs.schema import Precision
-
 from fleetplan.catalogs.files import at_line, short, short_repr, yaml_line  # noqa: I001 - kept apart: the reader's helpers
+from fleetplan.catalogs.loader import SECTIONS as CATALOG_SECTIONS
+from fleetplan.catalogs.loader import (
+    InputError,
+    first_error,
+    format_validation_error,
+    nearest,
+    parse_yaml,
+    read_text,
+)
+from fleetplan.catalogs.schema import Precision
+from fleetplan.optimizer.enums import PrefillMode, Tier
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 
 class ScenarioError(InputError):

@@ -21,10 +21,9 @@ from fleetplan.optimizer.enums import PrefillMode, Status, Tier
 from fleetplan.optimizer.errors import SolverError
 from fleetplan.optimizer.formulation import build_model
 from fleetplan.optimizer.linear import LinearProblem, to_linear_problem
-from fleetplan.optimizer.reductions import reduced
 from fleetplan.optimizer.problem import FleetProblem, ProductData
-from fleetplan.optimizer.solvers import Session, SolveResult, solve_restricted
-
+from fleetplan.optimizer.reductions import reduced
+from fleetplan.optimizer.solvers import Session, Solver, SolveResult, solve_restricted
 
 Choice = tuple[Candidate | None, PoolCandidate | None]  # a decode configuration and its pool, or none (all-API)
 Found = tuple[SolveResult, LinearProblem, FleetProblem]  # a plan, the model it solves and its problem
@@ -143,7 +142,7 @@ MIP_MAX_TRIES = 6
 def solve_by_configuration(
     prob: FleetProblem,
     product: str,
-    solver: str,
+    solver: Solver,
     *,
     keep: Callable[[Candidate], bool] | None = None,
     deadline: Deadline | None = None,
@@ -203,7 +202,7 @@ def solve_by_configuration(
     return res, lp, whole
 
 
-def _solve_one_hour(prob: FleetProblem, pd: ProductData, decode: list[Candidate], api_alone: bool, solver: str,
+def _solve_one_hour(prob: FleetProblem, pd: ProductData, decode: list[Candidate], api_alone: bool, solver: Solver,
                     deadline: Deadline, mip_rel_gap: float, base_lp: LinearProblem | None) -> Found | None:
     """A one-hour problem is small: its whole model solved once, with the decode configurations
     outside ``decode`` switched off (and all-API allowed when ``api_alone``)."""
@@ -222,7 +221,7 @@ def _solve_one_hour(prob: FleetProblem, pd: ProductData, decode: list[Candidate]
     return res, lp.with_bounds(lower, upper), prob
 
 
-def _search_rounds(prob: FleetProblem, product: str, ordered: list[tuple[float, Choice]], solver: str,
+def _search_rounds(prob: FleetProblem, product: str, ordered: list[tuple[float, Choice]], solver: Solver,
                    deadline: Deadline, mip_rel_gap: float, base_lp: LinearProblem | None
                    ) -> tuple[Found | None, list[float]]:
     """Search ``ordered`` (choices with their quick bound, lowest first) in rounds of 8, 32, 128, ...
@@ -269,7 +268,7 @@ def _with_choices(prob: FleetProblem, product: str, choices: list[Choice]) -> Fl
 
 
 def _search_choices(lp: LinearProblem, prob: FleetProblem, product: str, ordered: list[tuple[float, Choice]],
-                    solver: str, deadline: Deadline, mip_rel_gap: float, incumbent_value: float
+                    solver: Solver, deadline: Deadline, mip_rel_gap: float, incumbent_value: float
                     ) -> tuple[Found | None, list[float]]:
     """Best first over ``ordered`` (choices with their quick bound, lowest first) on the model
     ``lp`` of ``prob`` (:class:`_BestFirst`). Returns the best plan found below
@@ -289,7 +288,7 @@ class _BestFirst:
     the columns of its own choice. A MIP gets a time slice that grows each time it comes back, so
     one hard choice cannot hold up the others."""
 
-    def __init__(self, lp: LinearProblem, prob: FleetProblem, pd: ProductData, solver: str, deadline: Deadline,
+    def __init__(self, lp: LinearProblem, prob: FleetProblem, pd: ProductData, solver: Solver, deadline: Deadline,
                  mip_rel_gap: float, incumbent_value: float) -> None:
         self.lp, self.prob, self.pd, self.solver = lp, prob, pd, solver
         self.deadline, self.gap, self.start = deadline, mip_rel_gap, incumbent_value

@@ -12,9 +12,38 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from fleetplan.optimizer.enums import Status
 from fleetplan.optimizer.linear import LinearProblem
+from fleetplan.optimizer.signals import PENDING_INTERRUPTS
 
 SOLVERS = ("highs", "ortools")
+
+
+@dataclass(frozen=True)
+class SolverOptions:
+    """Which solver runs and how: ``name`` is ``highs`` (HiGHS, handing MIPs it cannot close in
+    :data:`HIGHS_NODE_LIMIT` nodes to SCIP) or ``ortools`` (SCIP); ``log`` prints the solver's own
+    log on stdout; ``presolve`` is HiGHS's presolve setting (``choose``, ``on``, ``off``).
+    Wherever a solver is asked for, its name alone (a string) means these defaults."""
+
+    name: str = "highs"
+    log: bool = False
+    presolve: str = "choose"
+
+    def __post_init__(self) -> None:
+        if self.name not in SOLVERS:
+            raise ValueError(f"unknown solver {self.name!r} (valid: {', '.join(SOLVERS)})")
+
+    def __str__(self) -> str:
+        return self.name
+
+    @classmethod
+    def of(cls, solver: str | SolverOptions) -> SolverOptions:
+        """``solver`` as options (a name gets the defaults)."""
+        return solver if isinstance(solver, SolverOptions) else cls(name=solver)
+
+
+Solver = str | SolverOptions  # a solver's name, or its options
 
 
 @dataclass
@@ -42,7 +71,7 @@ class SolveResult:
 HIGHS_NODE_LIMIT = 500
 
 
-def solve(lp: LinearProblem, solver: str = "highs", time_limit_s: float | None = None, mip_rel_gap: float = 1e-6,
+def solve(lp: LinearProblem, solver: Solver = "highs", time_limit_s: float | None = None, mip_rel_gap: float = 1e-6,
           cutoff: float | None = None) -> SolveResult:
     """Solve ``lp`` with ``solver`` (``highs`` or ``ortools``). With ``highs`` a MIP not proven
     within :data:`HIGHS_NODE_LIMIT` nodes is handed to SCIP (OR-Tools) for the rest of the time;
@@ -51,7 +80,7 @@ def solve(lp: LinearProblem, solver: str = "highs", time_limit_s: float | None =
                                      cutoff=cutoff)
 
 
-def solve_restricted(lp: LinearProblem, lower: list[float], upper: list[float], solver: str = "highs", *,
+def solve_restricted(lp: LinearProblem, lower: list[float], upper: list[float], solver: Solver = "highs", *,
                      relax: bool = False, time_limit_s: float | None = None, mip_rel_gap: float = 1e-6,
                      cutoff: float | None = None) -> SolveResult:
     """Solve ``lp`` under column bounds ``lower``/``upper`` (the MIP, or its LP relaxation with
@@ -61,11 +90,12 @@ def solve_restricted(lp: LinearProblem, lower: list[float], upper: list[float], 
     With ``cutoff``, see :meth:`Session.solve`."""
     part = lp.restricted(lower, upper)
     if part is None:
-        return SolveResult(solver=solver, status="infeasible", termination="a row fails with its columns fixed at zero")
+        return SolveResult(solver=str(solver), status=Status.INFEASIBLE,
+                           termination="a row fails with its columns fixed at zero")
     sub, kept = part
     if not sub.num_cols:
         values = [0.0] * lp.num_cols
-        return SolveResult(solver=solver, status="optimal", termination="nothing left to choose",
+        return SolveResult(solver=str(solver), status=Status.OPTIMAL, termination="nothing left to choose",
                            objective=lp.objective_constant, values=values, mip_gap=0.0)
     res = solve(sub.relaxed() if relax else sub, solver, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap,
                 cutoff=cutoff)
@@ -91,10 +121,6 @@ def with_cutoff_row(lp: LinearProblem, cutoff: float) -> LinearProblem:
     return out
 
 
-# Interrupts (Ctrl-C, SIGTERM) the command line's signal handlers have raised. Python may run a
-# handler inside a solver's callback, where its exception is lost; the callback then stops the
-# solver and the interrupt is raised again once the solver returns.
-PENDING_INTERRUPTS: list[BaseException] = []
 
 
 class Session:
@@ -107,11 +133,10 @@ class Session:
     OR-Tools (SCIP) is given the problem afresh each time.
     """
 
-    def __init__(self, lp: LinearProblem, solver: str = "highs") -> None:
-        if solver not in SOLVERS:
-            raise ValueError(f"unknown solver {solver!r} (valid: {', '.join(SOLVERS)})")
+    def __init__(self, lp: LinearProblem, solver: Solver = "highs") -> None:
+        self.options = SolverOptions.of(solver)
         self.lp = lp
-        self.solver = solver
+        self.solver = self.options.name
         self._highs: Any = None
         self._relaxed = False
 
@@ -159,7 +184,7 @@ class Session:
 
         lp = self.lp
         if self._highs is None:
-            self._highs = _load_highs(lp)
+            self._highs = _load_highs(lp, self.options)
             if self._highs is None:
                 return SolveResult(solver="highs", status="error", termination="HiGHS rejected the model (passModel)")
         h = self._highs
@@ -185,20 +210,19 @@ class Session:
 
         raised: list[BaseException] = []
 
-        def stop_at_cutoff(kind: Any, message: str, out: Any, into: Any, user: Any) -> None:
+        def stop_at_cutoff(event: Any) -> None:
             try:
-                if PENDING_INTERRUPTS or out.mip_dual_bound >= cutoff:
-                    into.user_interrupt = True
+                if PENDING_INTERRUPTS or event.data_out.mip_dual_bound >= cutoff:
+                    event.interrupt()
             except BaseException as exc:  # e.g. Ctrl-C arriving here: stop HiGHS, re-raise after it
                 raised.append(exc)
-                into.user_interrupt = True
+                event.interrupt()
 
-        h.setCallback(stop_at_cutoff, None)
-        h.startCallback(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
+        h.cbMipInterrupt.subscribe(stop_at_cutoff)
         try:
             res = _run(h, highspy, integer)
         finally:
-            h.stopCallback(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
+            h.cbMipInterrupt.unsubscribe(stop_at_cutoff)
         if raised:
             raise raised[0]
         if PENDING_INTERRUPTS:  # taken while HiGHS called back, and lost on the way out of it
@@ -216,24 +240,23 @@ def _quiet_highs(highspy: Any) -> Any:
     null = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(null, 1)
-        return highspy._core._Highs()  # the bare solver: no Python callback machinery needed
+        return highspy.Highs()
     finally:
         os.dup2(saved, 1)
         os.close(saved)
         os.close(null)
 
 
-def _load_highs(lp: LinearProblem) -> Any:
+def _load_highs(lp: LinearProblem, options: SolverOptions) -> Any:
     """A quiet, single-threaded, seeded HiGHS instance holding ``lp`` (None if HiGHS rejects it)."""
     import highspy
     import numpy as np
 
     h = _quiet_highs(highspy)
-    h.setOptionValue("output_flag", bool(os.environ.get("FLEETPLAN_SOLVER_LOG")))
+    h.setOptionValue("output_flag", options.log)
     h.setOptionValue("random_seed", 0)
     h.setOptionValue("threads", 1)
-    if os.environ.get("FLEETPLAN_PRESOLVE"):
-        h.setOptionValue("presolve", os.environ["FLEETPLAN_PRESOLVE"])
+    h.setOptionValue("presolve", options.presolve)
     inf = highspy.kHighsInf
     model = highspy.HighsLp()
     model.num_col_ = lp.num_cols
