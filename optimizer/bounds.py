@@ -11,6 +11,7 @@ from fleetplan.optimizer.candidates import (
     Candidate,
     PoolCandidate,
 )
+from fleetplan.optimizer.defaults import CEILING_TOLERANCE
 from fleetplan.optimizer.problem import SECONDS_PER_HOUR, FleetProblem, ProductData
 
 
@@ -46,12 +47,12 @@ def quick_bound(prob: FleetProblem, pd: ProductData, choice: tuple[Candidate | N
         if f <= 0:  # every prompt token is cached: the pool has nothing to do
             pass
         elif k is not None and not pd.has_api:
-            need = np.maximum(0.0, np.ceil(d * f / k.usable_flops_per_s - 1e-9))
+            need = np.maximum(0.0, np.ceil(d * f / k.usable_flops_per_s - CEILING_TOLERANCE))
             pool_cost = float(np.sum(w * need)) * min(k.usd_per_replica_hour_in(t) for t in prob.tiers)
         else:
             pool_token = min(min(q.usd_per_replica_hour_in(t) for t in prob.tiers) * f / q.usable_flops_per_s
                              for q in pools)
-    whole = np.maximum(0.0, np.ceil(d / u - 1e-9))
+    whole = np.maximum(0.0, np.ceil(d / u - CEILING_TOLERANCE))
     cost = pd.fixed_monthly_usd + pool_cost + rate * float(np.sum(w * whole)) + pool_token * float(np.sum(w * d))
     if not pd.has_api:
         return cost
@@ -65,8 +66,8 @@ def _api_saving(pd: ProductData, w: Any, n_h: Any, d: Any, u: float, rate: float
     taken greedily by saving per token within the API's token cap (the LP of that choice)."""
     import numpy as np
 
-    whole = np.maximum(0.0, np.ceil(d / u - 1e-9))
-    floor = np.floor(d / u + 1e-9)
+    whole = np.maximum(0.0, np.ceil(d / u - CEILING_TOLERANCE))
+    floor = np.floor(d / u + CEILING_TOLERANCE)
     rem = np.clip(d - floor * u, 0.0, None)
     rem = np.where(whole > floor, rem, 0.0)
     tokens = np.concatenate([rem, floor * u])

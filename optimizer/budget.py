@@ -7,6 +7,7 @@ import math
 from typing import Callable
 
 from fleetplan.optimizer.deadline import Deadline
+from fleetplan.optimizer.defaults import MONEY_TOLERANCE_USD
 from fleetplan.optimizer.errors import InfeasibleError
 from fleetplan.optimizer.scenario import Scenario
 from fleetplan.optimizer.solution import Plan
@@ -21,7 +22,7 @@ def check_budget(plan: Plan, original: Scenario, cheapest: Cheapest, with_api: b
     meets the budget if any plan does. Raise, with what would make it fit, when it does not."""
     budget = plan.problem.monthly_budget_usd
     total = plan.monthly_cost_usd
-    if budget is None or total <= budget + 0.005:
+    if budget is None or total <= budget + MONEY_TOLERANCE_USD:
         return
     who = ", ".join(p.name for p in original.products)
     res = plan.solve_result

@@ -56,6 +56,7 @@ from fleetplan.models.ttft import (
     pool_service_s,
     pool_ttft_s,
 )
+from fleetplan.optimizer.defaults import RACK_SCALE_GPUS
 from fleetplan.optimizer.enums import Tier
 from fleetplan.optimizer.scenario import Options, Product
 
@@ -494,7 +495,7 @@ def _best_decode(
 def kv_link(gpu: GPU) -> tuple[str, float]:
     """(name, bytes/s per GPU) of the link a KV cache crosses from a prefill to a decode replica:
     the scale-up fabric when a domain holds many replicas (rack-scale NVLink), else the NIC."""
-    if gpu.scaleup_domain_gpus >= 16:
+    if gpu.scaleup_domain_gpus >= RACK_SCALE_GPUS:
         return "scale-up", gpu.scaleup_bandwidth_bytes_per_s
     return "network", gpu.network_bandwidth_bytes_per_s
 

@@ -22,14 +22,12 @@ from fleetplan.optimizer.candidates import (
 )
 from fleetplan.optimizer.components import Solved
 from fleetplan.optimizer.deadline import Deadline
+from fleetplan.optimizer.defaults import CEILING_TOLERANCE, SEED_HEADROOM
 from fleetplan.optimizer.enums import BatchLimit, Tier
 from fleetplan.optimizer.runner_ups import mode_costs, runner_ups
 from fleetplan.optimizer.solution import ProductPlan
 from fleetplan.optimizer.solvers import Solver
 from fleetplan.optimizer.text import format_ms, pct
-
-# the seed document's flat share of decode throughput kept for prefill and bursts
-SEED_HEADROOM = 0.30
 
 
 def kv_transfer_report(pp: ProductPlan, catalog: Catalog, preset: Preset) -> dict[str, Any] | None:
@@ -57,8 +55,8 @@ def kv_transfer_report(pp: ProductPlan, catalog: Catalog, preset: Preset) -> dic
 def prefill_headroom_check(pp: ProductPlan, catalog: Catalog, preset: Preset, options: Any) -> dict[str, Any] | None:
     """Does a flat headroom cover prefill? On the chosen GPU/TP/precision at the batch the headroom
     rule would run (the largest meeting speed and memory without prefill), compare the rule's
-    usable throughput (decode-only less the headroom: the product's own in headroom mode, the
-    seed's 30% otherwise) with what the replica keeps when each step also carries its share of new
+    usable throughput (decode-only less the headroom: the product's own ``headroom`` when it sets
+    one, else the seed's 30%) with what the replica keeps when each step also carries its share of new
     requests' prefill (colocated, nothing held back)."""
     c = pp.candidate
     if c is None:
@@ -83,13 +81,13 @@ def prefill_headroom_check(pp: ProductPlan, catalog: Catalog, preset: Preset, op
         return None
     b = batches[n - 1]
     plain, mixed = step(b, False), step(b, True)
-    rule = pp.product.effective_headroom if c.mode == "headroom" else SEED_HEADROOM
+    rule = pp.product.headroom if pp.product.headroom is not None else SEED_HEADROOM
     assumed = plain.replica_tokens_per_s * (1 - rule)
     computed = mixed.replica_tokens_per_s
     margin = computed / assumed - 1
     demand = pp.demand_tokens_per_s
-    replicas_rule = math.ceil(demand / assumed - 1e-9) if demand else 0
-    replicas_needed = math.ceil(demand / computed - 1e-9) if demand else 0
+    replicas_rule = math.ceil(demand / assumed - CEILING_TOLERANCE) if demand else 0
+    replicas_needed = math.ceil(demand / computed - CEILING_TOLERANCE) if demand else 0
     added = mixed.step_time_s - plain.step_time_s
     verdict = (
         f"{rule:.0%} headroom {'covers' if margin >= 0 else 'does not cover'} prefill on {c.gpu} tp{c.tp} {c.precision} batch {b}: "

@@ -21,6 +21,7 @@ from fleetplan.optimizer.components import (
     solve_components,
 )
 from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline
+from fleetplan.optimizer.defaults import MONEY_TOLERANCE_USD
 from fleetplan.optimizer.demand import hourly_qps
 from fleetplan.optimizer.errors import InfeasibleError, SolverError
 from fleetplan.optimizer.explain import explain_products
@@ -135,7 +136,7 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: Solver, alternativ
     alt = _solve_plan(unpooled, catalog, solver, alternatives, preset, folder, with_api, jobs, deadline, build)
     note = {"pooled_monthly_cost_usd": round(plan.monthly_cost_usd, 2),
             "separate_monthly_cost_usd": round(alt.monthly_cost_usd, 2)}
-    if alt.monthly_cost_usd < plan.monthly_cost_usd - 0.005:
+    if alt.monthly_cost_usd < plan.monthly_cost_usd - MONEY_TOLERANCE_USD:
         alt.pooling = {**note, "chosen": "separate"}
         return alt
     plan.pooling = {**note, "chosen": "pooled"}

@@ -24,6 +24,7 @@ from fleetplan.optimizer.candidates import (
     generate_candidates,
     prefill_work_per_request,
 )
+from fleetplan.optimizer.defaults import CEILING_TOLERANCE
 from fleetplan.optimizer.demand import hourly_qps
 from fleetplan.optimizer.errors import InfeasibleError
 from fleetplan.optimizer.scenario import Product, Scenario
@@ -71,14 +72,14 @@ class ProductData:
     def replica_bound(self, c: Candidate, hour: int | None = None) -> int:
         """Replicas of ``c`` that alone meet the demand of ``hour`` (or the peak): never more."""
         d = self.peak_demand_tokens_per_s if hour is None else self.demand_tokens_per_s[hour]
-        return max(0, math.ceil(d / c.usable_tokens_per_s - 1e-9))
+        return max(0, math.ceil(d / c.usable_tokens_per_s - CEILING_TOLERANCE))
 
     def pool_bound(self, k: PoolCandidate, hour: int | None = None) -> int:
         """Pool replicas of ``k`` that alone meet the prefill demand of ``hour`` (or the peak)."""
         d = self.peak_demand_tokens_per_s if hour is None else self.demand_tokens_per_s[hour]
         if d * self.prefill_flops_per_output_token <= 0:  # nothing to prefill: every prompt token cached
             return 0
-        return max(0, math.ceil(d * self.prefill_flops_per_output_token / k.usable_flops_per_s - 1e-9))
+        return max(0, math.ceil(d * self.prefill_flops_per_output_token / k.usable_flops_per_s - CEILING_TOLERANCE))
 
 
 @dataclass(frozen=True)

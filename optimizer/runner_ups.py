@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from fleetplan.optimizer.deadline import Deadline
+from fleetplan.optimizer.defaults import EXPLANATION_GAP
 from fleetplan.optimizer.errors import SolverError
 from fleetplan.optimizer.linear import LinearProblem
 from fleetplan.optimizer.problem import FleetProblem
@@ -30,7 +31,7 @@ def runner_ups(prob: FleetProblem, pp: ProductPlan, base: float, solver: Solver,
         each = deadline.share(1.0 / (len(gpus) - i))
         try:
             found = solve_by_configuration(prob, name, solver, keep=lambda c, gpu=gpu: c.gpu == gpu,
-                                           deadline=each, mip_rel_gap=1e-4, base_lp=base_lp,
+                                           deadline=each, mip_rel_gap=EXPLANATION_GAP, base_lp=base_lp,
                                            stage=f"runner-up on {gpu}")
         except SolverError:
             continue
@@ -67,7 +68,7 @@ def mode_costs(prob: FleetProblem, pp: ProductPlan, solver: Solver, deadline: De
             break
         try:
             found = solve_by_configuration(prob, name, solver, keep=lambda c, mode=mode: c.mode == mode,
-                                           deadline=deadline.share(1.0 / (len(modes) - j)), mip_rel_gap=1e-4,
+                                           deadline=deadline.share(1.0 / (len(modes) - j)), mip_rel_gap=EXPLANATION_GAP,
                                            base_lp=base_lp, stage=f"cost of prefill mode {mode}")
         except SolverError:
             found = None

@@ -17,6 +17,13 @@ from fleetplan.catalogs.loader import (
     read_text,
 )
 from fleetplan.catalogs.schema import Precision
+from fleetplan.optimizer.defaults import (
+    BURST_HEADROOM,
+    MAX_BATCH,
+    RESERVED_DISCOUNT,
+    SEED_HEADROOM,
+    SPOT_DISCOUNT,
+)
 from fleetplan.optimizer.enums import PrefillMode, Tier
 from pydantic import (
     BaseModel,
@@ -90,7 +97,7 @@ class Product(_Strict):
         rule), 10% burst headroom when prefill is computed (colocated, pool, auto)."""
         if self.headroom is not None:
             return self.headroom
-        return 0.30 if self.prefill in ("headroom", None) else 0.10
+        return SEED_HEADROOM if self.prefill in (PrefillMode.HEADROOM, None) else BURST_HEADROOM
 
     @property
     def precisions(self) -> tuple[str, ...] | None:
@@ -111,7 +118,7 @@ class Options(_Strict):
     gpus: list[str] | None = None
     tp: list[Annotated[int, F.TP]] | None = None
     batch: list[Annotated[int, F.BATCH]] | None = None
-    max_batch: Annotated[int, F.BATCH] = Field(default=512, description="largest batch searched")
+    max_batch: Annotated[int, F.BATCH] = Field(default=MAX_BATCH, description="largest batch searched")
     precisions: list[Precision] | None = None
     gpu_hour_usd: dict[str, Annotated[float, F.USD_PER_GPU_HOUR]] = Field(default_factory=dict)
     price_provider: str | None = None
@@ -121,8 +128,8 @@ class Options(_Strict):
     reserved_gpu_hour_usd: dict[str, Annotated[float, F.USD_PER_GPU_HOUR]] = Field(default_factory=dict)
     spot_gpu_hour_usd: dict[str, Annotated[float, F.USD_PER_GPU_HOUR]] = Field(default_factory=dict)
     reserved_discount: Annotated[float, F.FRACTION_BELOW_ONE] = Field(
-        default=0.30, description="off the on-demand price")
-    spot_discount: Annotated[float, F.FRACTION_BELOW_ONE] = Field(default=0.50, description="off the on-demand price")
+        default=RESERVED_DISCOUNT, description="off the on-demand price")
+    spot_discount: Annotated[float, F.FRACTION_BELOW_ONE] = Field(default=SPOT_DISCOUNT, description="off the on-demand price")
     spot_max_share: Annotated[float, F.FRACTION] = Field(
         default=0.0, description="largest share of GPUs in any hour on spot")
     time_limit_s: Annotated[float | None, F.TIME_LIMIT_S] = Field(

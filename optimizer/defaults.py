@@ -1,0 +1,41 @@
+"""The planner's policy numbers, each once, with the reason for its value.
+
+Physics (bandwidth efficiencies, overheads, latencies) lives in :mod:`fleetplan.models.physics`;
+this module holds what the planner decides or assumes about a scenario when the user says
+nothing, and the tolerances it compares numbers with."""
+
+from __future__ import annotations
+
+# ---- headroom: share of decode throughput held back
+# The seed document's flat rule: 30% of decode throughput kept for prefill and bursts when
+# prefill is not computed (``prefill: headroom``).
+SEED_HEADROOM = 0.30
+# When prefill is computed (colocated, pool, auto) only bursts within an hour remain: 10%, the
+# margin serving engines' autoscalers commonly keep below saturation.
+BURST_HEADROOM = 0.10
+
+# ---- prices: used when the catalog or scenario gives no tier price
+# A one-year commitment typically saves 30-40% on the on-demand price (reference price notes in
+# catalogs/prices.yaml); 30% is the conservative end.
+RESERVED_DISCOUNT = 0.30
+# Spot capacity is commonly offered at 50-70% off; 50% is the conservative end.
+SPOT_DISCOUNT = 0.50
+
+# ---- search space
+# Largest batch searched when ``options.batch`` is not given: vLLM's and SGLang's default cap on
+# running sequences is 256-1024; 512 covers every decode-optimal batch seen in the catalog.
+MAX_BATCH = 512
+# A GPU whose scale-up (NVLink) domain holds at least this many GPUs is rack-scale (NVL72 and
+# the like): a prefill pool hands its KV cache over that fabric, not over the NIC.
+RACK_SCALE_GPUS = 16
+
+# ---- explanations
+# Runner-ups and the cost of each prefill mode are explanations, not the plan: solved to 0.01%.
+EXPLANATION_GAP = 1e-4
+
+# ---- tolerances
+# Two costs within half a cent are equal (a plan is reported in cents).
+MONEY_TOLERANCE_USD = 0.005
+# Demand divided by a replica's throughput is rounded up to whole replicas after taking off this
+# much, so a quotient that is whole up to rounding error does not buy one replica more.
+CEILING_TOLERANCE = 1e-9
