@@ -313,7 +313,9 @@ def pooled_product(
         "min_tokens_per_s_per_user": max(m.min_tokens_per_s_per_user for m in members),
         "max_ttft_ms": min(ttfts) if ttfts else None,
         "prefix_cache_hit_rate": min(m.prefix_cache_hit_rate for m in members),
-        "headroom": max(m.effective_headroom for m in members),
+        # the largest headroom of the members (left unset when none sets one: the mode's default)
+        "headroom": (max(m.effective_headroom for m in members)
+                     if any(m.headroom is not None for m in members) else None),
         "demand_profile": None,
         "api": None,
         "self_host_fixed_monthly_usd": sum(m.self_host_fixed_monthly_usd for m in members),
