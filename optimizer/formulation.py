@@ -32,7 +32,7 @@ from typing import Callable
 
 from fleetplan.optimizer.candidates import Candidate, PoolCandidate
 from fleetplan.optimizer.enums import Tier
-from fleetplan.optimizer.problem import PETA, SECONDS_PER_HOUR, FleetProblem
+from fleetplan.optimizer.problem import PETA, SECONDS_PER_HOUR, FleetProblem, ProductData
 from pyomo.core import (
     Binary,
     ConcreteModel,
@@ -70,6 +70,20 @@ class Side:
     def part(self, prob: FleetProblem, key: str) -> Candidate | PoolCandidate:
         """The configuration called ``key``."""
         return prob.pools[key] if self.prefix else prob.cand[key]
+
+    def capacity(self, prob: FleetProblem, key: str) -> float:
+        """What one replica of ``key`` serves: output tokens/s (decode) or PFLOP/s of prefill (pool)."""
+        part = self.part(prob, key)
+        return part.usable_flops_per_s / PETA if self.prefix else part.usable_tokens_per_s  # type: ignore[union-attr]
+
+    def per_token(self, pd: ProductData) -> float:
+        """Work per output token in :meth:`capacity`'s unit: 1 (decode) or prefill PFLOP (pool)."""
+        return pd.prefill_flops_per_output_token / PETA if self.prefix else 1.0
+
+    def api_tokens(self, m: ConcreteModel, pd: ProductData, key: str, h: int) -> object:
+        """The API's tokens/s this side need not serve in hour ``h``: those attributed to the
+        configuration (decode) or all of the product's (pool)."""
+        return m.api[pd.name, h] if self.prefix else m.api_for[key, h]
 
     def bound(self, prob: FleetProblem, key: str, hour: int | None = None) -> int:
         """Most replicas of ``key`` ever needed (in ``hour``, or the busiest hour)."""
@@ -197,26 +211,30 @@ def define_throughput_meets_demand(m: ConcreteModel, prob: FleetProblem) -> None
     m.throughput_meets_demand = Constraint([(p, h) for p in prob.products for h in range(prob.hours)], rule=rule)
 
 
-def define_configuration_meets_demand(m: ConcreteModel, prob: FleetProblem) -> None:
-    """The same rule stated for each configuration, which is what makes the MIP solve fast: if c is
-    chosen its replicas (plus the API) cover the hour's demand, else the row is void:
-    usable[c] x replicas[c,h] + api[p,h] >= demand[p,h] x use[c].
-    Without an API, replicas are whole numbers, so the row is rounded up:
-    replicas[c,h] >= ceil(demand[p,h] / usable[c]) x use[c]. (With an API the rounding of this row
-    and the API's split by configuration are families of their own, below.)"""
-    cands = prob.all_candidates()
-    if not cands:
+def define_meets_demand_per_configuration(m: ConcreteModel, prob: FleetProblem, side: Side) -> None:
+    """The demand rule stated for each configuration of ``side``, which is what makes the MIP
+    solve fast: if c is chosen its replicas (plus the API) cover the hour's demand, else the row
+    is void. Decode: usable[c] x replicas[c,h] + api_for[c,h] >= demand[p,h] x use[c]; pool, in
+    PFLOP/s: usable_flops[k] x pool_replicas[k,h] + F x api[p,h] >= F x demand[p,h] x pool_use[k]
+    (F: prefill PFLOP per output token). Without an API, replicas are whole numbers, so the row
+    is rounded up: replicas[c,h] >= ceil(demand[p,h] / usable[c]) x use[c] (pools alike). (With an
+    API the rounding of the decode row and the API's split by configuration are families of
+    their own, below.)"""
+    parts = side.parts(prob)
+    if not parts:
         return
+    use = getattr(m, side.use)
 
     def rule(m: ConcreteModel, key: str, h: int) -> object:
-        c = prob.cand[key]
-        pd = prob.products[c.product]
-        x = replicas_in_hour(m, prob, key, h)
-        if pd.has_api:
-            return c.usable_tokens_per_s * x + m.api_for[key, h] >= pd.demand_tokens_per_s[h] * m.use[key]
-        return x >= pd.replica_bound(c, h) * m.use[key]
+        pd = prob.products[side.part(prob, key).product]
+        x = in_hour(m, prob, side, key, h)
+        if not pd.has_api:
+            return x >= side.bound(prob, key, h) * use[key]
+        f = side.per_token(pd)
+        return side.capacity(prob, key) * x + f * side.api_tokens(m, pd, key, h) >= f * pd.demand_tokens_per_s[h] * use[key]
 
-    m.configuration_meets_demand = Constraint([(c.key, h) for c in cands for h in range(prob.hours)], rule=rule)
+    name = f"{side.prefix}configuration_meets_demand"
+    setattr(m, name, Constraint([(x.key, h) for x in parts for h in range(prob.hours)], rule=rule))
 
 
 def _api_candidates(prob: FleetProblem) -> list[Candidate]:
@@ -346,26 +364,6 @@ def define_prefill_pool_meets_demand(m: ConcreteModel, prob: FleetProblem) -> No
     m.prefill_pool_meets_demand = Constraint([(p, h) for p in names for h in range(prob.hours)], rule=rule)
 
 
-def define_pool_configuration_meets_demand(m: ConcreteModel, prob: FleetProblem) -> None:
-    """The pool rule stated for each pool configuration (tightens the MIP as above), in PFLOP/s:
-    usable_flops[k] x pool_replicas[k,h] + F x api[p,h] >= F x demand[p,h] x pool_use[k];
-    without an API: pool_replicas[k,h] >= ceil(F x demand[p,h] / usable_flops[k]) x pool_use[k]."""
-    pool = prob.all_pool()
-    if not pool:
-        return
-
-    def rule(m: ConcreteModel, key: str, h: int) -> object:
-        k = prob.pools[key]
-        pd = prob.products[k.product]
-        y = pool_replicas_in_hour(m, prob, key, h)
-        if pd.has_api:
-            f = pd.prefill_flops_per_output_token / PETA
-            return k.usable_flops_per_s / PETA * y + f * m.api[pd.name, h] >= f * pd.demand_tokens_per_s[h] * m.pool_use[key]
-        return y >= pd.pool_bound(k, h) * m.pool_use[key]
-
-    m.pool_configuration_meets_demand = Constraint([(k.key, h) for k in pool for h in range(prob.hours)], rule=rule)
-
-
 def gpus_in_hour(m: ConcreteModel, prob: FleetProblem, gpu: str, h: int) -> object:
     """Expression: GPUs of type ``gpu`` running in hour ``h`` (decode and prefill pools)."""
     return sum(c.tp * replicas_in_hour(m, prob, c.key, h) for c in prob.all_candidates() if c.gpu == gpu) + sum(
@@ -469,7 +467,7 @@ FAMILIES: tuple[Callable[[ConcreteModel, FleetProblem], None], ...] = (
     define_one_configuration_per_product,
     lambda m, prob: define_needs_configuration(m, prob, DECODE),
     define_throughput_meets_demand,
-    define_configuration_meets_demand,
+    lambda m, prob: define_meets_demand_per_configuration(m, prob, DECODE),
     define_configuration_meets_demand_rounded,
     define_api_split,
     define_api_for_needs_configuration,
@@ -479,7 +477,7 @@ FAMILIES: tuple[Callable[[ConcreteModel, FleetProblem], None], ...] = (
     define_pool_matches_mode,
     lambda m, prob: define_needs_configuration(m, prob, POOL),
     define_prefill_pool_meets_demand,
-    define_pool_configuration_meets_demand,
+    lambda m, prob: define_meets_demand_per_configuration(m, prob, POOL),
     define_gpu_availability,
     declare_instances,
     define_whole_instances,

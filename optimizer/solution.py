@@ -16,7 +16,7 @@ from fleetplan.optimizer.candidates import (
     CandidateSet,
     PoolCandidate,
 )
-from fleetplan.optimizer.enums import Tier
+from fleetplan.optimizer.enums import TIERS, Tier
 from fleetplan.optimizer.linear import LinearProblem
 from fleetplan.optimizer.problem import SECONDS_PER_HOUR, FleetProblem, ProductData
 from fleetplan.optimizer.scenario import Product, Scenario
@@ -29,6 +29,55 @@ class Timings:
 
     candidates_s: float = 0.0
     solve_s: float = 0.0  # building, exporting and solving the MIPs
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Replicas of one configuration (a product's decode or its prefill pool): reserved all month,
+    on demand and spot hour by hour; ``part`` is None when there is no such configuration."""
+
+    part: Candidate | PoolCandidate | None
+    reserved: int
+    on_demand: list[int]
+    spot: list[int]
+
+    def by_tier(self, h: int) -> dict[Tier, int]:
+        """Replicas running in hour ``h`` per tier (all zero without a configuration)."""
+        if self.part is None:
+            return dict.fromkeys(TIERS, 0)
+        return {Tier.RESERVED: self.reserved, Tier.ON_DEMAND: self.on_demand[h], Tier.SPOT: self.spot[h]}
+
+    def in_hour(self, h: int) -> int:
+        """Replicas running in hour ``h``."""
+        return sum(self.by_tier(h).values())
+
+    @property
+    def peak(self) -> int:
+        """Replicas at the busiest hour."""
+        return max((self.in_hour(h) for h in range(len(self.on_demand))), default=0)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs at the busiest hour."""
+        return self.peak * (self.part.tp if self.part else 0)
+
+    def tiers(self) -> list[str]:
+        """Pricing tiers used at some hour, in reserved, on_demand, spot order."""
+        if self.part is None:
+            return []
+        used = {Tier.RESERVED: self.reserved > 0, Tier.ON_DEMAND: any(self.on_demand), Tier.SPOT: any(self.spot)}
+        return [t for t in TIERS if used[t]]
+
+    def cost_by_tier(self, hours_per_month: float, hour_weight: float) -> dict[str, float]:
+        """USD per month per tier: reserved replicas all month, the others per hour used."""
+        k = self.part
+        if k is None:
+            return dict.fromkeys(TIERS, 0.0)
+        return {
+            Tier.RESERVED: self.reserved * k.usd_per_replica_hour_in(Tier.RESERVED) * hours_per_month,
+            Tier.ON_DEMAND: sum(self.on_demand) * k.usd_per_replica_hour_in(Tier.ON_DEMAND) * hour_weight,
+            Tier.SPOT: sum(self.spot) * k.usd_per_replica_hour_in(Tier.SPOT) * hour_weight,
+        }
 
 
 @dataclass
@@ -57,20 +106,30 @@ class ProductPlan:
     solve_objective: float = 0.0
     solve_optimal: bool = True
 
-    # ---- decode replicas
+    # ---- decode replicas and the prefill pool, each as a fleet
+    @property
+    def decode(self) -> Fleet:
+        """The decode replicas."""
+        return Fleet(self.candidate, self.reserved, self.on_demand, self.spot)
+
+    @property
+    def prefill_pool(self) -> Fleet:
+        """The prefill pool's replicas (none without a pool)."""
+        return Fleet(self.pool, self.pool_reserved, self.pool_on_demand, self.pool_spot)
+
     def replicas_in_hour(self, h: int) -> int:
         """Decode replicas running in hour ``h``."""
-        return self.reserved + self.on_demand[h] + self.spot[h]
+        return self.decode.in_hour(h)
 
     @property
     def replicas(self) -> int:
         """Decode replicas at the busiest hour."""
-        return max((self.replicas_in_hour(h) for h in range(len(self.on_demand))), default=0)
+        return self.decode.peak
 
     @property
     def gpus(self) -> int:
         """Decode GPUs at the busiest hour."""
-        return self.replicas * (self.candidate.tp if self.candidate else 0)
+        return self.decode.gpus
 
     @property
     def demand_tokens_per_s(self) -> float:
@@ -122,17 +181,17 @@ class ProductPlan:
     # ---- pool
     def pool_replicas_in_hour(self, h: int) -> int:
         """Prefill-pool replicas running in hour ``h``."""
-        return self.pool_reserved + self.pool_on_demand[h] + self.pool_spot[h] if self.pool else 0
+        return self.prefill_pool.in_hour(h)
 
     @property
     def pool_replicas(self) -> int:
         """Prefill-pool replicas at the busiest hour."""
-        return max((self.pool_replicas_in_hour(h) for h in range(len(self.pool_on_demand))), default=0)
+        return self.prefill_pool.peak
 
     @property
     def pool_gpus(self) -> int:
         """Prefill-pool GPUs at the busiest hour."""
-        return self.pool_replicas * (self.pool.tp if self.pool else 0)
+        return self.prefill_pool.gpus
 
     def gpus_by_type(self, h: int) -> dict[str, int]:
         """GPUs the product runs in hour ``h``, per GPU type (decode and prefill pool, all tiers)."""
@@ -144,27 +203,20 @@ class ProductPlan:
     def gpus_by_tier(self, h: int) -> dict[tuple[str, str], int]:
         """GPUs the product runs in hour ``h``, per (GPU type, pricing tier)."""
         out: dict[tuple[str, str], int] = {}
-        parts = [(self.candidate, self.reserved, self.on_demand, self.spot),
-                 (self.pool, self.pool_reserved, self.pool_on_demand, self.pool_spot)]
-        for part, reserved, on_demand, spot in parts:
-            if part is None:
-                continue
-            for tier, n in (("reserved", reserved), ("on_demand", on_demand[h]), ("spot", spot[h])):
-                if n:
-                    out[(part.gpu, tier)] = out.get((part.gpu, tier), 0) + part.tp * n
+        for fleet in (self.decode, self.prefill_pool):
+            for tier, n in fleet.by_tier(h).items():
+                if n and fleet.part is not None:
+                    key = (fleet.part.gpu, tier)
+                    out[key] = out.get(key, 0) + fleet.part.tp * n
         return out
 
     def decode_tiers(self) -> list[str]:
         """Pricing tiers the decode replicas run in at some hour (reserved, on_demand, spot order)."""
-        used = {"reserved": self.reserved > 0, "on_demand": any(self.on_demand), "spot": any(self.spot)}
-        return [t for t in ("reserved", "on_demand", "spot") if used[t]]
+        return self.decode.tiers()
 
     def pool_tiers(self) -> list[str]:
         """Pricing tiers the prefill-pool replicas run in at some hour."""
-        if self.pool is None:
-            return []
-        used = {"reserved": self.pool_reserved > 0, "on_demand": any(self.pool_on_demand), "spot": any(self.pool_spot)}
-        return [t for t in ("reserved", "on_demand", "spot") if used[t]]
+        return self.prefill_pool.tiers()
 
     def gpu_prices(self) -> dict[str, float]:
         """Plain GPU-hour price of each GPU type the product uses."""
@@ -174,25 +226,11 @@ class ProductPlan:
     # ---- costs (recomputed from the integer plan)
     def decode_cost_by_tier(self) -> dict[str, float]:
         """USD per month of decode replicas, per tier."""
-        c = self.candidate
-        if c is None:
-            return {"reserved": 0.0, "on_demand": 0.0, "spot": 0.0}
-        return {
-            "reserved": self.reserved * c.usd_per_replica_hour_in("reserved") * self.hours_per_month,
-            "on_demand": sum(self.on_demand) * c.usd_per_replica_hour_in("on_demand") * self.hour_weight,
-            "spot": sum(self.spot) * c.usd_per_replica_hour_in("spot") * self.hour_weight,
-        }
+        return self.decode.cost_by_tier(self.hours_per_month, self.hour_weight)
 
     def pool_cost_by_tier(self) -> dict[str, float]:
         """USD per month of prefill-pool replicas, per tier."""
-        k = self.pool
-        if k is None:
-            return {"reserved": 0.0, "on_demand": 0.0, "spot": 0.0}
-        return {
-            "reserved": self.pool_reserved * k.usd_per_replica_hour_in("reserved") * self.hours_per_month,
-            "on_demand": sum(self.pool_on_demand) * k.usd_per_replica_hour_in("on_demand") * self.hour_weight,
-            "spot": sum(self.pool_spot) * k.usd_per_replica_hour_in("spot") * self.hour_weight,
-        }
+        return self.prefill_pool.cost_by_tier(self.hours_per_month, self.hour_weight)
 
     @property
     def api_cost_usd(self) -> float:
