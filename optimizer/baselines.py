@@ -80,5 +80,5 @@ def separate_cost(prob: FleetProblem, pooled: ProductData, members: list[Product
             return {"replicas": None, "gpus": None, "monthly_cost_usd": None}
         cost += pp.solve_objective
         replicas += pp.replicas
-        gpus += pp.gpus + pp.pool_gpus
+        gpus += pp.gpus + pp.prefill_pool.gpus
     return {"replicas": replicas, "gpus": gpus, "monthly_cost_usd": round(cost, 2)}

@@ -40,7 +40,7 @@ def kv_transfer_report(pp: ProductPlan, catalog: Catalog, preset: Preset) -> dic
     per_request = pp.product.input_tokens * kv_bytes_per_token(llm, kv_prec)
     peak_qps = max((d - a) / pp.product.output_tokens for d, a in zip(pp.data.demand_tokens_per_s, pp.api_tokens_per_s))
     link, per_gpu = kv_link(catalog.gpus[pp.pool.gpu])
-    link_bps = pp.pool_gpus * per_gpu
+    link_bps = pp.prefill_pool.gpus * per_gpu
     peak = peak_qps * per_request
     return {
         "bytes_per_request": round(per_request),
@@ -190,7 +190,7 @@ def _pool_note(pp: ProductPlan) -> str:
     if pp.pool is None:
         return ""
     return (
-        f"; prefill runs on {pp.pool_replicas} x {pp.pool.tp} {pp.pool.gpu} ({pp.pool.precision}) sized to "
+        f"; prefill runs on {pp.prefill_pool.peak} x {pp.pool.tp} {pp.pool.gpu} ({pp.pool.precision}) sized to "
         f"{pp.pool.max_utilisation:.0%} utilisation at most" + ("" if pp.product.max_ttft_ms else f" ({NO_TTFT_TARGET})")
     )
 

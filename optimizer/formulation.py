@@ -461,28 +461,34 @@ def define_whole_instances(m: ConcreteModel, prob: FleetProblem) -> None:
     )
 
 
+Family = Callable[[ConcreteModel, FleetProblem], None]
+
+
+def _on(family: Callable[[ConcreteModel, FleetProblem, Side], None], side: Side) -> Family:
+    """``family`` stated for one side (decode or pool)."""
+    def define(m: ConcreteModel, prob: FleetProblem) -> None:
+        family(m, prob, side)
+    define.__name__ = f"{family.__name__}[{side.prefix or 'decode_'}]"
+    return define
+
+
 # The constraint families of the MIP, in the order they are built (the order fixes the rows'
-# order, and so the solver's path: keep it).
-FAMILIES: tuple[Callable[[ConcreteModel, FleetProblem], None], ...] = (
-    define_one_configuration_per_product,
-    lambda m, prob: define_needs_configuration(m, prob, DECODE),
-    define_throughput_meets_demand,
-    lambda m, prob: define_meets_demand_per_configuration(m, prob, DECODE),
-    define_configuration_meets_demand_rounded,
-    define_api_split,
-    define_api_for_needs_configuration,
-    define_api_for_share_max,
-    define_api_share_limits,
-    define_spot_share_limit,
-    define_pool_matches_mode,
-    lambda m, prob: define_needs_configuration(m, prob, POOL),
-    define_prefill_pool_meets_demand,
-    lambda m, prob: define_meets_demand_per_configuration(m, prob, POOL),
-    define_gpu_availability,
-    declare_instances,
-    define_whole_instances,
-    define_objective,
+# order, and so the solver's path: keep it): decode, the API and spot shares, the prefill pool,
+# then shared limits and the objective.
+DECODE_FAMILIES: tuple[Family, ...] = (
+    define_one_configuration_per_product, _on(define_needs_configuration, DECODE), define_throughput_meets_demand,
+    _on(define_meets_demand_per_configuration, DECODE), define_configuration_meets_demand_rounded,
 )
+SHARE_FAMILIES: tuple[Family, ...] = (
+    define_api_split, define_api_for_needs_configuration, define_api_for_share_max, define_api_share_limits,
+    define_spot_share_limit,
+)
+POOL_FAMILIES: tuple[Family, ...] = (
+    define_pool_matches_mode, _on(define_needs_configuration, POOL), define_prefill_pool_meets_demand,
+    _on(define_meets_demand_per_configuration, POOL),
+)
+LIMIT_FAMILIES: tuple[Family, ...] = (define_gpu_availability, declare_instances, define_whole_instances, define_objective)
+FAMILIES: tuple[Family, ...] = DECODE_FAMILIES + SHARE_FAMILIES + POOL_FAMILIES + LIMIT_FAMILIES
 
 
 def build_model(prob: FleetProblem) -> ConcreteModel:

@@ -31,6 +31,8 @@ class LinearProblem:
     row_value: list[list[float]] = field(default_factory=list)
     # each column's variable family and index, e.g. ("on_demand", ("chat/h100-sxm/tp1/fp8/b64", 3))
     col_keys: list[tuple[str, tuple[Any, ...]]] = field(default_factory=list)
+    # each row's constraint family (the Pyomo component's name)
+    row_families: list[str] = field(default_factory=list)
 
     @property
     def num_cols(self) -> int:
@@ -131,7 +133,9 @@ class LinearProblem:
             col_names=[names[j] for j in kept], col_keys=[self.col_keys[j] for j in kept], col_lower=lo[kept_cols].tolist(), col_upper=hi[kept_cols].tolist(),
             col_integer=[self.col_integer[j] for j in kept], objective=[self.objective[j] for j in kept],
             objective_constant=self.objective_constant,
-            row_names=[self.row_names[i] for i in kept_rows.tolist()], row_lower=r_lo[kept_rows].tolist(),
+            row_names=[self.row_names[i] for i in kept_rows.tolist()],
+            row_families=[self.row_families[i] for i in kept_rows.tolist()] if self.row_families else [],
+            row_lower=r_lo[kept_rows].tolist(),
             row_upper=r_hi[kept_rows].tolist(), row_index=row_index, row_value=row_value,
         )
         return sub, kept
@@ -147,6 +151,7 @@ class LinearProblem:
         out = LinearProblem(
             col_names=self.col_names, col_keys=self.col_keys, col_lower=lower, col_upper=upper, col_integer=self.col_integer,
             objective=self.objective, objective_constant=self.objective_constant, row_names=self.row_names,
+            row_families=self.row_families,
             row_lower=self.row_lower, row_upper=self.row_upper, row_index=self.row_index, row_value=self.row_value,
         )
         for cached in ("_col_index", "_col_of"):
@@ -213,6 +218,7 @@ def to_linear_problem(model: object) -> LinearProblem:
                 j = col_of[id(v)]
                 merged[j] = merged.get(j, 0.0) + float(coef)
             lp.row_names.append(f"{_entity(idx)}-{con.local_name}-{_bound_tag(lo, hi)}")
+            lp.row_families.append(con.local_name)
             lp.row_lower.append(lo)
             lp.row_upper.append(hi)
             lp.row_index.append(list(merged))

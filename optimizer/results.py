@@ -140,8 +140,8 @@ def _prefill_fields(pp: ProductPlan) -> dict[str, Any]:
         "gpu": pool.gpu if pool else None,
         "tp": pool.tp if pool else None,
         "precision": pool.precision if pool else None,
-        "replicas": pp.pool_replicas if pool else None,
-        "gpus": pp.pool_gpus if pool else None,
+        "replicas": pp.prefill_pool.peak if pool else None,
+        "gpus": pp.prefill_pool.gpus if pool else None,
         "pflops_per_s_needed": _r(max((f * s for s in served_tokens(pp)), default=0.0) / 1e15),
         "monthly_cost_usd": _r(pp.pool_cost_usd, 2),
         "prices_paid": prices_paid(pool, pp.pool_tiers()) if pool else {},
@@ -160,7 +160,7 @@ def _hourly_fields(pp: ProductPlan, hours: int) -> list[dict[str, Any]]:
             "reserved_replicas": pp.reserved,
             "on_demand_replicas": pp.on_demand[h],
             "spot_replicas": pp.spot[h],
-            "pool_replicas": pp.pool_replicas_in_hour(h),
+            "pool_replicas": pp.prefill_pool.in_hour(h),
             "api_tokens_per_s": _r(pp.api_tokens_per_s[h]),
         }
         for h in range(hours)

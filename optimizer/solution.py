@@ -162,8 +162,8 @@ class ProductPlan:
         if self.pool is None:
             return None
         f = self.data.prefill_flops_per_output_token
-        loads = [f * s / (self.pool_replicas_in_hour(h) * self.pool.flops_per_s)
-                 for h, s in enumerate(self.served_tokens_per_s()) if self.pool_replicas_in_hour(h) > 0]
+        loads = [f * s / (self.prefill_pool.in_hour(h) * self.pool.flops_per_s)
+                 for h, s in enumerate(self.served_tokens_per_s()) if self.prefill_pool.in_hour(h) > 0]
         return max(loads, default=0.0)
 
     @property
@@ -177,21 +177,6 @@ class ProductPlan:
         if c.mode == "pool":
             return self.pool.ttft_s(self.pool_peak_utilisation or 0.0) if self.pool is not None else None
         return c.ttft_at(self.decode_peak_utilisation or 0.0)
-
-    # ---- pool
-    def pool_replicas_in_hour(self, h: int) -> int:
-        """Prefill-pool replicas running in hour ``h``."""
-        return self.prefill_pool.in_hour(h)
-
-    @property
-    def pool_replicas(self) -> int:
-        """Prefill-pool replicas at the busiest hour."""
-        return self.prefill_pool.peak
-
-    @property
-    def pool_gpus(self) -> int:
-        """Prefill-pool GPUs at the busiest hour."""
-        return self.prefill_pool.gpus
 
     def gpus_by_type(self, h: int) -> dict[str, int]:
         """GPUs the product runs in hour ``h``, per GPU type (decode and prefill pool, all tiers)."""

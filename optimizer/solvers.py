@@ -114,6 +114,7 @@ def with_cutoff_row(lp: LinearProblem, cutoff: float) -> LinearProblem:
     scale = max((abs(lp.objective[j]) for j in nz), default=1.0)
     out = lp.with_bounds(lp.col_lower, lp.col_upper)
     out.row_names = [*lp.row_names, "all-objective_cutoff-max"]
+    out.row_families = [*lp.row_families, "objective_cutoff"]
     out.row_lower = [*lp.row_lower, -math.inf]
     out.row_upper = [*lp.row_upper, (cutoff - lp.objective_constant) / scale]
     out.row_index = [*lp.row_index, nz]

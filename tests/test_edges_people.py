@@ -1,7 +1,7 @@
 """Output for people: tables that fit the terminal, --version, messages that name the user's field.
 
 The width tests render the reference plan of every shipped example (``data/plans/*.json``,
-rewritten by ``python tests/data/make_example_plans.py``) at several widths, so they run
+rewritten by ``python tests/data/make_references.py``) at several widths, so they run
 without a solver.
 """
 

@@ -1,7 +1,7 @@
 """Every shipped example's plan equals its stored reference (``tests/data/plans``).
 
 A change that moves a plan fails here until the references are rewritten with
-``python tests/data/make_example_plans.py``; the rewritten files then show the change in review.
+``python tests/data/make_references.py``; the rewritten files then show the change in review.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 
 DATA = Path(__file__).resolve().parent / "data"
 sys.path.insert(0, str(DATA))
-import make_example_plans  # noqa: E402
+import make_references  # noqa: E402
 
-EXAMPLES = sorted(make_example_plans.EXAMPLES.glob("*.yaml"))
+EXAMPLES = sorted(make_references.EXAMPLES.glob("*.yaml"))
 
 
 def differences(old: Any, new: Any, path: str = "") -> list[str]:
@@ -36,14 +36,14 @@ def differences(old: Any, new: Any, path: str = "") -> list[str]:
 
 
 def test_every_example_has_a_reference():
-    stored = sorted(p.stem for p in make_example_plans.PLANS.glob("*.json"))
+    stored = sorted(p.stem for p in make_references.PLANS.glob("*.json"))
     assert stored == sorted(p.stem for p in EXAMPLES)
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_plan_equals_reference(path):
-    stored = json.loads((make_example_plans.PLANS / f"{path.stem}.json").read_text(encoding="utf-8"))
-    text = make_example_plans.text(make_example_plans.reference(path))
+    stored = json.loads((make_references.PLANS / f"{path.stem}.json").read_text(encoding="utf-8"))
+    text = make_references.text(make_references.reference(path))
     diff = differences(stored, json.loads(text))
     assert not diff, f"{len(diff)} values changed, first: " + "; ".join(diff[:8])
-    assert text == make_example_plans.text(stored)
+    assert text == make_references.text(stored)
