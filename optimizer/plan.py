@@ -111,7 +111,7 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: Solver, alternativ
     prob, sets, planned = build_problem(scenario, catalog, preset, folder, with_api=with_api, **build)
     pooled = any(pd.members for pd in prob.products.values())
     own = deadline.share(0.5) if pooled else deadline
-    products = [p for p, _ in planned]
+    products = [u.request for u in planned]
     timings.candidates_s = time.perf_counter() - t0
     opts = scenario.options
     solved = solve_components(prob, products, solver, own.share(MAIN_SOLVE_SHARE), opts.mip_rel_gap, jobs)
@@ -121,7 +121,7 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: Solver, alternativ
     explain_products(plans, solved, catalog, preset, opts, solver, own.share(EXPLAIN_SHARE), alternatives)
     plan = Plan(scenario=scenario.model_copy(update={"products": products}), preset=preset, solve_result=result,
                 products=plans, candidate_sets=sets, problem=prob, model_size=solved.model_size, timings=timings,
-                components=solved.components, members={p.name: ms for p, ms in planned})
+                components=solved.components, members={u.name: list(u.members) for u in planned})
     plan.instances = instance_report(plan)
     allocate_stranded(plan)
     if solved.decomposed:

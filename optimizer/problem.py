@@ -202,10 +202,10 @@ def explain_no_candidates(product: Product, cs: CandidateSet) -> str:
 def build_problem(
     scenario: Scenario, catalog: Catalog, preset: Preset, folder: Path | None = None, *, with_api: bool = True,
     reductions: bool = True, demand: dict[str, list[float]] | None = None,
-) -> tuple[FleetProblem, dict[str, CandidateSet], list[tuple[Product, list[Product]]]]:
+) -> tuple[FleetProblem, dict[str, CandidateSet], list[Planned]]:
     """Candidates and demand of every product as MIP data; a product with no candidate is an error
-    unless it may go entirely to its API. Also returns the products as planned: with
-    ``allow_pooling``, one product stands for each pooled group (with its members). ``demand``
+    unless it may go entirely to its API. Also returns what is planned (:class:`Planned`): with
+    ``allow_pooling``, one unit for each pooled group. ``demand``
     is each product's queries per second hour by hour, when the caller has read the profiles."""
     check_options(catalog, scenario.options)
     qps = demand if demand is not None else hourly_qps(scenario.products, folder or Path("."))
@@ -214,17 +214,16 @@ def build_problem(
     for product in scenario.products:
         data[product.name], sets[product.name] = _product_data(product, qps[product.name], scenario, catalog, preset,
                                                                with_api)
-    planned: list[tuple[Product, list[Product]]] = [(p, [p]) for p in scenario.products]
+    planned = [Planned(p, (p,)) for p in scenario.products]
     if scenario.limits.allow_pooling:
         for members in pooling_groups(scenario, data):
-            name, product, pdata, cs = pooled_product(members, scenario, catalog, preset, data)
+            group, pdata, cs = pooled_product(members, scenario, catalog, preset, data)
             for m in members:
                 del data[m.name]
-            data[name] = pdata
-            sets[name] = cs
-            first = members[0].name
-            planned = [(product, members) if p.name == first else (p, ms) for p, ms in planned
-                       if p.name == first or p.name not in {m.name for m in members}]
+            data[group.name], sets[group.name] = pdata, cs
+            # the group takes its first member's place
+            planned = [group if u.name == members[0].name else u for u in planned if u.name == members[0].name
+                       or u.name not in {m.name for m in members}]
     prob = FleetProblem(products=data, hours=max(map(len, qps.values()), default=1), hours_per_month=preset.hours_per_month,
                         reductions=reductions, **_limits(scenario, catalog))
     return prob, sets, planned
@@ -285,6 +284,27 @@ def _product_data(product: Product, qps: list[float], scenario: Scenario, catalo
 POOL_PREFIX = "pool:"
 
 
+@dataclass(frozen=True)
+class Planned:
+    """What the planner plans as one unit: a scenario product on its own, or a pooled group of
+    products sharing one fleet of replicas (``members``: the group's products, in scenario order).
+    ``request`` is the request the fleet is sized for: the product itself, or for a group the
+    merged request of :func:`pooled_request` named after the group."""
+
+    request: Product
+    members: tuple[Product, ...]
+
+    @property
+    def pooled(self) -> bool:
+        """Whether this is a group of several products."""
+        return len(self.members) > 1
+
+    @property
+    def name(self) -> str:
+        """The product's name, or the group's: ``pool:`` and its members' names joined by ``+``."""
+        return self.request.name
+
+
 def pooling_groups(scenario: Scenario, data: dict[str, ProductData]) -> list[list[Product]]:
     """Products that may share one pool of replicas: same model, weight and KV precision and
     prefill mode, no API (API shares are per product). Groups of two or more, in scenario order."""
@@ -297,17 +317,14 @@ def pooling_groups(scenario: Scenario, data: dict[str, ProductData]) -> list[lis
     return [g for g in groups.values() if len(g) > 1]
 
 
-def pooled_product(
-    members: list[Product], scenario: Scenario, catalog: Catalog, preset: Preset, data: dict[str, ProductData],
-) -> tuple[str, Product, ProductData, CandidateSet]:
-    """One product standing for a pooled group: summed hourly demand, the strictest speed and
-    TTFT targets, the longest prompt and answer (memory and steps sized for the largest request),
-    the lowest cache hit rate and the largest headroom."""
-    name = POOL_PREFIX + "+".join(m.name for m in members)
+def pooled_request(members: list[Product]) -> Product:
+    """The request a pooled group's fleet is sized for: the strictest speed and TTFT targets, the
+    longest prompt and answer (memory and steps sized for the largest request), the lowest cache
+    hit rate and the largest headroom, named after the group."""
     first = members[0]
     ttfts = [m.max_ttft_ms for m in members if m.max_ttft_ms is not None]
-    product = first.model_copy(update={
-        "name": name,
+    return first.model_copy(update={
+        "name": POOL_PREFIX + "+".join(m.name for m in members),
         "input_tokens": max(m.input_tokens for m in members),
         "output_tokens": max(m.output_tokens for m in members),
         "min_tokens_per_s_per_user": max(m.min_tokens_per_s_per_user for m in members),
@@ -320,18 +337,27 @@ def pooled_product(
         "api": None,
         "self_host_fixed_monthly_usd": sum(m.self_host_fixed_monthly_usd for m in members),
     })
-    cs = _candidates(product, catalog.models[first.model], catalog, scenario, preset)
+
+
+def pooled_product(
+    members: list[Product], scenario: Scenario, catalog: Catalog, preset: Preset, data: dict[str, ProductData],
+) -> tuple[Planned, ProductData, CandidateSet]:
+    """A pooled group as one unit of the MIP: summed hourly demand, candidates sized for the
+    merged request (:func:`pooled_request`), prefill work per token the larger of the members'
+    demand-weighted mean and maximum."""
+    request = pooled_request(members)
+    cs = _candidates(request, catalog.models[request.model], catalog, scenario, preset)
     if not cs.candidates:
-        raise InfeasibleError(explain_no_candidates(product, cs))
-    hours = len(data[first.name].demand_tokens_per_s)
+        raise InfeasibleError(explain_no_candidates(request, cs))
+    hours = len(data[members[0].name].demand_tokens_per_s)
     demand = tuple(sum(data[m.name].demand_tokens_per_s[h] for m in members) for h in range(hours))
     peak = [data[m.name].peak_demand_tokens_per_s for m in members]
     weight = sum(peak) or 1.0
     flops = sum(data[m.name].prefill_flops_per_output_token * d for m, d in zip(members, peak)) / weight
     pdata = ProductData(
-        name=name, demand_tokens_per_s=demand, candidates=tuple(cs.candidates), pool=tuple(cs.pool),
+        name=request.name, demand_tokens_per_s=demand, candidates=tuple(cs.candidates), pool=tuple(cs.pool),
         prefill_flops_per_output_token=max(flops, max(data[m.name].prefill_flops_per_output_token for m in members)),
-        fixed_monthly_usd=product.self_host_fixed_monthly_usd,
+        fixed_monthly_usd=request.self_host_fixed_monthly_usd,
         members=tuple(data[m.name] for m in members),
     )
-    return name, product, pdata, cs
+    return Planned(request, tuple(members)), pdata, cs
