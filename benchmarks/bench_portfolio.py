@@ -24,7 +24,6 @@ from pathlib import Path
 from bench_plan import candidate_counts
 from fleetplan.catalogs import load_catalog
 from fleetplan.models.presets import get_preset
-from fleetplan.optimizer import formulation
 from fleetplan.optimizer.plan import make_plan
 from fleetplan.optimizer.problem import build_problem
 from fleetplan.optimizer.reductions import reduced
@@ -69,7 +68,6 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=600.0)
     ap.add_argument("--only", default=None, help="run only cases whose name contains this text")
     args = ap.parse_args()
-    formulation.REDUCE_PROBLEMS = not args.no_reduce
     catalog = load_catalog()
     print(f"{'case':30} {'prod':>4} {'generated':>9} {'feasible':>8} {'pruned':>6} {'configs':>7} {'hours':>5} "
           f"{'vars':>6} {'rows':>6} {'status':>10} {'gap':>7} {'cost_usd':>10} {'cands_s':>7} {'mip_s':>7} {'total_s':>7}")
@@ -79,13 +77,15 @@ def main() -> None:
                 continue
             scenario = scenario.model_copy(update={"options": scenario.options.model_copy(
                 update={"time_limit_s": args.time_limit})})
-            prob, _, _ = build_problem(scenario, catalog, get_preset(scenario.preset), folder)
+            prob, _, _ = build_problem(scenario, catalog, get_preset(scenario.preset), folder,
+                                       reductions=not args.no_reduce)
             small = reduced(prob)
             rows = []
             plan = None
             for _ in range(args.runs):
                 t0 = time.perf_counter()
-                plan = make_plan(scenario, catalog, alternatives=False, folder=folder, compare_first_come=False)
+                plan = make_plan(scenario, catalog, alternatives=False, folder=folder, compare_first_come=False,
+                                 reductions=not args.no_reduce)
                 rows.append((plan.timings, time.perf_counter() - t0))
             assert plan is not None
             med = lambda f: statistics.median(f(r) for r in rows)  # noqa: E731

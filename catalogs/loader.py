@@ -4,6 +4,8 @@ The shipped catalog (``data/*.yaml``) is read first; user files given with ``--c
 are merged on top, entry by entry: an entry whose key already exists has the given
 fields replaced, a new key adds an entry. Every entry is validated after merging, and
 every problem of every entry is reported on one line naming the file, the entry and the fields.
+
+Owns reading and merging catalogs; it never plans and never writes a file.
 """
 
 from __future__ import annotations

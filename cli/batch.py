@@ -4,6 +4,8 @@ Each scenario is solved on its own; one that fails (bad YAML, unknown id, infeas
 solver error) becomes an error row and the others still run. Rows come out sorted by scenario
 name (the file name without its extension) whatever order the scenarios finish in, so the
 summary files are byte-identical from run to run and for any number of worker processes.
+
+Owns the batch's files and summary; every plan is made by the planner, never here.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@
 engine and model. ``calibrate FILE --out PROFILE.yaml`` fits the calibration factors of
 :mod:`fleetplan.models.calibration`, reports their cross-validated error and writes the
 profile that ``estimate``, ``plan`` and ``validate`` accept with ``--calibration``.
+
+Owns the commands' arguments and output only; fitting and predicting live in :mod:`fleetplan.models`.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ with one line and exit code 130, SIGTERM with 143 (:mod:`fleetplan.interrupts`).
 
 This module parses arguments, calls the planner and prints; the rules it applies live in
 ``catalogs/``, ``models/`` and ``optimizer/``, the tables in :mod:`fleetplan.report`.
+
+Owns argument parsing and printing only: no business rule is decided here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Human-readable tables for the CLI (rich)."""
+"""Human-readable tables for the CLI (rich).
+
+Owns how a plan reads in a terminal; it computes nothing a plan does not already hold."""
 
 from __future__ import annotations
 

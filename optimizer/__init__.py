@@ -6,4 +6,6 @@
 - :mod:`fleetplan.optimizer.linear`: export to a solver-neutral linear problem;
 - :mod:`fleetplan.optimizer.solvers`: HiGHS and OR-Tools behind one call;
 - :mod:`fleetplan.optimizer.plan`: the pipeline; :mod:`fleetplan.optimizer.results`: reading a plan.
+
+Each module owns one stage of the pipeline (see the README's Layout); none reaches into another's job.
 """

@@ -1,4 +1,6 @@
-"""Hosted-API prices for a product's token mix."""
+"""Hosted-API prices for a product's token mix.
+
+Owns the choice of a product's API offer and its price per token; it does not decide how much traffic goes there (the MIP does)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """Baselines a joint plan is compared with: products planned first come, first served on scarce
-GPUs, and a pooled group's products each with replicas of their own."""
+GPUs, and a pooled group's products each with replicas of their own.
+
+Owns these comparisons only; the plan itself is never changed by them."""
 
 from __future__ import annotations
 

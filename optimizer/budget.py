@@ -1,5 +1,7 @@
 """The monthly budget: checked against the plan's total, and when it cannot be met, what would
-make it fit (API share or per-user speed)."""
+make it fit (API share or per-user speed).
+
+The budget is not a row of the MIP; this module never changes a plan, it only accepts it or explains the refusal."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
 """Products coupled by shared limits (:func:`coupled_components`), each group solved as one MIP
 or, when too large, product by product (:func:`solve_one_by_one`), in worker processes when asked.
 
-Owns the split of a problem into independent MIPs; the per-product search is :mod:`.search`."""
+Owns the split of a problem into independent MIPs; the per-product search is :mod:`.search`.
+
+It does not build problems, formulate or explain."""
 
 from __future__ import annotations
 

@@ -2,7 +2,9 @@
 
 Physics (bandwidth efficiencies, overheads, latencies) lives in :mod:`fleetplan.models.physics`;
 this module holds what the planner decides or assumes about a scenario when the user says
-nothing, and the tolerances it compares numbers with."""
+nothing, and the tolerances it compares numbers with.
+
+No logic lives here, only the numbers."""
 
 from __future__ import annotations
 

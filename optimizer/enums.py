@@ -1,6 +1,8 @@
 """The planner's closed vocabularies, each defined once: pricing tiers, solve statuses, prefill
 modes and what limits a configuration's batch. String enums: they compare equal to, and are
-written to JSON as, their plain values, so scenario files and plan JSON keep their words."""
+written to JSON as, their plain values, so scenario files and plan JSON keep their words.
+
+No logic lives here; string literals of these words elsewhere in the package are a defect."""
 
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 
 Rows and columns are named ``{entity}-{rule}-{bound}`` / ``{rule}[{entity}]`` so results can be
 explained by name: e.g. row ``chat-throughput_meets_demand-min``.
+
+Owns the matrix form of a model and column or row lookups; it knows nothing of fleets, products or solvers.
 """
 
 from __future__ import annotations

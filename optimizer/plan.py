@@ -2,7 +2,9 @@
 
 Owns the order of the stages and how the one deadline is shared between them; every stage is
 its own module (:mod:`.problem`, :mod:`.components`, :mod:`.explain`, :mod:`.baselines`,
-:mod:`.budget`)."""
+:mod:`.budget`).
+
+It holds no rule of its own: no constraint, bound, price or explanation is computed here."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Read a solved plan: JSON-ready dicts and invariants recomputed from the plan itself."""
+"""Read a solved plan: JSON-ready dicts and invariants recomputed from the plan itself.
+
+Owns the JSON form of a plan; it computes no plan and checks none (see :mod:`.invariants`)."""
 
 from __future__ import annotations
 

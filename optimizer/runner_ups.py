@@ -1,5 +1,7 @@
 """What the plan is compared with, per product: the cheapest plan on each other GPU type and the
-cost of each prefill mode, each a search restricted to those configurations."""
+cost of each prefill mode, each a search restricted to those configurations.
+
+Owns these comparisons; it never changes the chosen plan."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Schema and loading of scenario files (YAML): products to serve and planning options."""
+"""Schema and loading of scenario files (YAML): products to serve and planning options.
+
+Owns what a valid scenario is; it plans nothing and reads no other file."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Number formatting shared by explanations and tables."""
+"""Number formatting shared by explanations and tables.
+
+Owns wording of numbers only; no computation of what they mean."""
 
 from __future__ import annotations
 
