@@ -140,14 +140,8 @@ MIP_MAX_TRIES = 6
 
 
 def solve_by_configuration(
-    prob: FleetProblem,
-    product: str,
-    solver: Solver,
-    *,
-    keep: Callable[[Candidate], bool] | None = None,
-    deadline: Deadline | None = None,
-    mip_rel_gap: float = 1e-6,
-    base_lp: LinearProblem | None = None,
+    prob: FleetProblem, product: str, solver: Solver, *, keep: Callable[[Candidate], bool] | None = None,
+    deadline: Deadline | None = None, mip_rel_gap: float = 1e-6, base_lp: LinearProblem | None = None,
     stage: str = "configuration search",
 ) -> Found | None:
     """Solve the MIP of one product by branching on its configuration first.
