@@ -12,6 +12,7 @@ from fleetplan.optimizer.candidates import (
     PoolCandidate,
 )
 from fleetplan.optimizer.defaults import CEILING_TOLERANCE
+from fleetplan.optimizer.enums import Tier
 from fleetplan.optimizer.problem import SECONDS_PER_HOUR, FleetProblem, ProductData
 
 
@@ -93,10 +94,10 @@ def _api_saving(pd: ProductData, w: Any, n_h: Any, d: Any, u: float, rate: float
 def replica_hour_rate(prob: FleetProblem, c: Candidate) -> float:
     """The cheapest average price of one decode replica-hour of ``c`` the tiers allow: spot at most
     its share cap of the replica-hours, the rest at the cheaper of reserved and on-demand."""
-    other = [c.usd_per_replica_hour_in(t) for t in prob.tiers if t != "spot"]
-    if "spot" not in prob.tiers:
+    other = [c.usd_per_replica_hour_in(t) for t in prob.tiers if t != Tier.SPOT]
+    if Tier.SPOT not in prob.tiers:
         return min(other)
-    spot = c.usd_per_replica_hour_in("spot")
+    spot = c.usd_per_replica_hour_in(Tier.SPOT)
     if not other:
         return spot
     rest = min(other)
@@ -130,7 +131,7 @@ def on_demand_cost(prob: FleetProblem, pd: ProductData, choice: tuple[Candidate 
     assert c is not None
     total = 0.0
     for h in range(prob.hours):
-        total += prob.weight(h) * pd.replica_bound(c, h) * c.usd_per_replica_hour_in("on_demand")
+        total += prob.weight(h) * pd.replica_bound(c, h) * c.usd_per_replica_hour_in(Tier.ON_DEMAND)
         if k is not None:
-            total += prob.weight(h) * pd.pool_bound(k, h) * k.usd_per_replica_hour_in("on_demand")
+            total += prob.weight(h) * pd.pool_bound(k, h) * k.usd_per_replica_hour_in(Tier.ON_DEMAND)
     return total

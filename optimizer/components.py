@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fleetplan.optimizer.deadline import Deadline
-from fleetplan.optimizer.enums import Status
+from fleetplan.optimizer.enums import Status, Tier
 from fleetplan.optimizer.errors import InfeasibleError, SolverError
 from fleetplan.optimizer.formulation import build_model
 from fleetplan.optimizer.linear import LinearProblem, to_linear_problem
@@ -99,7 +99,7 @@ def joint_columns(prob: FleetProblem) -> int:
     """Columns the joint MIP of ``prob`` would have (integer replicas per configuration, tier and hour)."""
     per_hour = len(prob.hourly_tiers)
     configs = sum(len(p.candidates) + len(p.pool) for p in prob.products.values())
-    return configs * (per_hour * prob.hours + ("reserved" in prob.tiers) + 1)
+    return configs * (per_hour * prob.hours + (Tier.RESERVED in prob.tiers) + 1)
 
 
 def solve_one_by_one(whole: FleetProblem, names: list[str], solver: Solver, deadline: Deadline, gap: float) -> list[Any]:
@@ -189,8 +189,8 @@ def infeasible_message(prob: FleetProblem, names: list[str], solver: Solver) -> 
             f"limits.gpu_availability: infeasible: {who} cannot all be served within "
             + ", ".join(limits) + " GPUs (raise availability, allow other GPU types or add an API)"
         )
-    spot_capped = "spot" in prob.tiers and prob.spot_max_share < 1.0
-    if spot_capped and all(t == "spot" for t in prob.tiers):
+    spot_capped = Tier.SPOT in prob.tiers and prob.spot_max_share < 1.0
+    if spot_capped and all(t == Tier.SPOT for t in prob.tiers):
         return (
             f"options.spot_max_share: infeasible: options.tiers allows only spot, but spot_max_share is "
             f"{prob.spot_max_share:g} (spot may provide at most {pct(prob.spot_max_share)} of replica-hours), so "

@@ -32,7 +32,12 @@ from typing import Callable
 
 from fleetplan.optimizer.candidates import Candidate, PoolCandidate
 from fleetplan.optimizer.enums import Tier
-from fleetplan.optimizer.problem import PETA, SECONDS_PER_HOUR, FleetProblem, ProductData
+from fleetplan.optimizer.problem import (
+    PETA,
+    SECONDS_PER_HOUR,
+    FleetProblem,
+    ProductData,
+)
 from pyomo.core import (
     Binary,
     ConcreteModel,
@@ -318,7 +323,7 @@ def define_api_share_limits(m: ConcreteModel, prob: FleetProblem) -> None:
 def define_spot_share_limit(m: ConcreteModel, prob: FleetProblem) -> None:
     """Spot capacity provides at most ``spot_max_share`` of a product's decode replica-hours over
     the horizon: sum_{c,h} spot[c,h] <= share x sum_{c,h} replicas[c,h]."""
-    if "spot" not in prob.tiers:
+    if Tier.SPOT not in prob.tiers:
         return
     s, hours = prob.spot_max_share, range(prob.hours)
 
@@ -373,7 +378,7 @@ def gpus_in_hour(m: ConcreteModel, prob: FleetProblem, gpu: str, h: int) -> obje
 
 def gpus_in_tier(m: ConcreteModel, prob: FleetProblem, gpu: str, tier: str, h: int) -> object:
     """Expression: GPUs of type ``gpu`` bought in pricing tier ``tier`` running in hour ``h``."""
-    if tier == "reserved":
+    if tier == Tier.RESERVED:
         return sum(c.tp * m.reserved[c.key] for c in prob.all_candidates() if c.gpu == gpu) + sum(
             k.tp * m.pool_reserved[k.key] for k in prob.all_pool() if k.gpu == gpu)
     decode, pool = getattr(m, tier), getattr(m, f"pool_{tier}")
@@ -400,7 +405,7 @@ def define_gpu_availability(m: ConcreteModel, prob: FleetProblem) -> None:
     tiers = [(g, t) for g, t in sorted(prob.tier_availability) if g in types and t in prob.tiers]
     if tiers:
         m.gpu_tier_availability = Constraint(
-            [(g, t, h) for g, t in tiers for h in (range(1) if t == "reserved" else range(prob.hours))],
+            [(g, t, h) for g, t in tiers for h in (range(1) if t == Tier.RESERVED else range(prob.hours))],
             rule=lambda m, g, t, h: gpus_in_tier(m, prob, g, t, h) <= prob.tier_availability[g, t],
         )
 
@@ -425,13 +430,13 @@ def monthly_cost_expression(m: ConcreteModel, prob: FleetProblem) -> object:
     hours = range(prob.hours)
     terms = []
     for c in prob.all_candidates():
-        if "reserved" in prob.tiers:
-            terms.append(c.usd_per_replica_hour_in("reserved") * prob.hours_per_month * m.reserved[c.key])
+        if Tier.RESERVED in prob.tiers:
+            terms.append(c.usd_per_replica_hour_in(Tier.RESERVED) * prob.hours_per_month * m.reserved[c.key])
         for t in prob.hourly_tiers:
             terms.append(c.usd_per_replica_hour_in(t) * sum(prob.weight(h) * getattr(m, t)[c.key, h] for h in hours))
     for k in prob.all_pool():
-        if "reserved" in prob.tiers:
-            terms.append(k.usd_per_replica_hour_in("reserved") * prob.hours_per_month * m.pool_reserved[k.key])
+        if Tier.RESERVED in prob.tiers:
+            terms.append(k.usd_per_replica_hour_in(Tier.RESERVED) * prob.hours_per_month * m.pool_reserved[k.key])
         for t in prob.hourly_tiers:
             terms.append(k.usd_per_replica_hour_in(t) * sum(prob.weight(h) * getattr(m, f"pool_{t}")[k.key, h] for h in hours))
     for p in prob.products.values():

@@ -26,6 +26,7 @@ from fleetplan.optimizer.candidates import (
 )
 from fleetplan.optimizer.defaults import CEILING_TOLERANCE
 from fleetplan.optimizer.demand import hourly_qps
+from fleetplan.optimizer.enums import Tier
 from fleetplan.optimizer.errors import InfeasibleError
 from fleetplan.optimizer.scenario import Product, Scenario
 from fleetplan.optimizer.text import format_ms
@@ -89,7 +90,7 @@ class FleetProblem:
     products: dict[str, ProductData]
     hours: int = 1
     hours_per_month: float = 730.0
-    tiers: tuple[str, ...] = ("on_demand",)
+    tiers: tuple[Tier, ...] = (Tier.ON_DEMAND,)
     spot_max_share: float = 0.0
     gpu_availability: dict[str, int] = field(default_factory=dict)
     tier_availability: dict[tuple[str, str], int] = field(default_factory=dict)  # (GPU type, tier) -> GPUs
@@ -155,7 +156,7 @@ class FleetProblem:
     @property
     def hourly_tiers(self) -> tuple[str, ...]:
         """Tiers chosen hour by hour."""
-        return tuple(t for t in self.tiers if t != "reserved")
+        return tuple(t for t in self.tiers if t != Tier.RESERVED)
 
 
 def context_problem(product: Product, llm: LLM) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fleetplan.optimizer.candidates import Candidate
+from fleetplan.optimizer.enums import Tier
 from fleetplan.optimizer.problem import FleetProblem
 
 
@@ -17,7 +18,7 @@ def hours_separable(prob: FleetProblem) -> bool:
     """Whether nothing but the configuration and reserved replicas links one hour to another:
     no spot share cap over the horizon and no API share limit that can bind. Then hours with
     the same demand for every product have the same best decisions, and merging them is exact."""
-    if "spot" in prob.tiers and prob.spot_max_share < 1.0:
+    if Tier.SPOT in prob.tiers and prob.spot_max_share < 1.0:
         return False
     return not any(p.has_api and (p.api_max_fraction < 1.0 or p.api_min_fraction > 0.0)
                    for p in prob.products.values())
@@ -30,7 +31,7 @@ def without_dominated(prob: FleetProblem) -> FleetProblem:
     same GPU type, prefill mode and hourly prices when c needs no more GPUs than c' in any hour
     (tp x fewest replicas). Then c' can be swapped for c in any plan without raising its cost,
     its GPUs in any hour, or its instances (idle instance GPUs cost no more than used ones)."""
-    if "reserved" in prob.tiers or ("spot" in prob.tiers and prob.spot_max_share < 1.0):
+    if Tier.RESERVED in prob.tiers or (Tier.SPOT in prob.tiers and prob.spot_max_share < 1.0):
         return prob
     hourly = prob.hourly_tiers
     if prob.tier_availability and len(hourly) > 1:  # a TP group cannot be split across tiers

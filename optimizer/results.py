@@ -9,6 +9,7 @@ from typing import Any
 
 from fleetplan.optimizer.candidates import Candidate, CandidateSet, PoolCandidate
 from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S
+from fleetplan.optimizer.enums import Tier
 from fleetplan.optimizer.problem import SECONDS_PER_HOUR
 from fleetplan.optimizer.solution import Plan, ProductPlan
 
@@ -114,7 +115,7 @@ def _cost_fields(pp: ProductPlan, plan: Plan) -> dict[str, Any]:
     self_tokens_month = sum(served_tokens(pp)) * SECONDS_PER_HOUR * w
     api_month = sum(pp.api_tokens_per_s) * SECONDS_PER_HOUR * w
     breakdown = pp.cost_breakdown()
-    fleet_cost = breakdown["reserved"] + breakdown["on_demand"] + breakdown["spot"] + breakdown["stranded"]
+    fleet_cost = breakdown[Tier.RESERVED] + breakdown[Tier.ON_DEMAND] + breakdown[Tier.SPOT] + breakdown["stranded"]
     per_million = _r(pp.monthly_cost_usd / (tokens_month / 1e6), 4) if tokens_month else None
     api = pp.data.api
     return {
@@ -190,7 +191,7 @@ def product_to_dict(pp: ProductPlan, plan: Plan) -> dict[str, Any]:
     return d
 
 
-BREAKDOWN_KEYS = ("reserved", "on_demand", "spot", "api", "fixed", "stranded")
+BREAKDOWN_KEYS = (Tier.RESERVED, Tier.ON_DEMAND, Tier.SPOT, "api", "fixed", "stranded")
 
 
 def split_cents(total_cents: int, weights: list[float]) -> list[int]:

@@ -110,7 +110,7 @@ def on_demand_plan(lp: LinearProblem, prob: FleetProblem, pd: ProductData,
     x = [lo if lo > 0 else 0.0 for lo in fixing(lp, pd, choice)[0]]
     gpus: dict[tuple[str, int], int] = {}
     for h in range(prob.hours):
-        parts = [("on_demand", c, pd.replica_bound(c, h))]
+        parts = [(Tier.ON_DEMAND, c, pd.replica_bound(c, h))]
         if k is not None:
             parts.append(("pool_on_demand", k, pd.pool_bound(k, h)))
         for family, part, n in parts:

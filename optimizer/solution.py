@@ -238,9 +238,9 @@ class ProductPlan:
         """USD per month by kind: reserved, on_demand, spot (decode + pool), api, fixed."""
         d, p = self.decode_cost_by_tier(), self.pool_cost_by_tier()
         return {
-            "reserved": d["reserved"] + p["reserved"],
-            "on_demand": d["on_demand"] + p["on_demand"],
-            "spot": d["spot"] + p["spot"],
+            Tier.RESERVED: d[Tier.RESERVED] + p[Tier.RESERVED],
+            Tier.ON_DEMAND: d[Tier.ON_DEMAND] + p[Tier.ON_DEMAND],
+            Tier.SPOT: d[Tier.SPOT] + p[Tier.SPOT],
             "api": self.api_cost_usd,
             "fixed": self.fixed_cost_usd,
             "stranded": self.stranded_usd,
@@ -328,7 +328,7 @@ def extract(lp: LinearProblem, result: SolveResult, prob: FleetProblem, products
         pp.api_tokens_per_s = [max(0.0, _read(lp, result, "api", product.name, h)) for h in hours]
         if prob.hour_of:  # merged hours: back to every hour of the horizon
             of = prob.hour_of
-            for name in ("on_demand", "spot", "pool_on_demand", "pool_spot", "api_tokens_per_s"):
+            for name in ("on_demand", "spot", "pool_on_demand", "pool_spot", "api_tokens_per_s"):  # ProductPlan fields
                 row = getattr(pp, name)
                 setattr(pp, name, [row[i] for i in of])
             pp.data = replace(pd, demand_tokens_per_s=prob.full_demand[product.name])
