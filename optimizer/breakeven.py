@@ -106,7 +106,8 @@ class BreakevenResult:
 
 
 def scaled(scenario: Scenario, factor: float) -> Scenario:
-    """The scenario with every product's QPS multiplied by ``factor`` (profiles scale with it)."""
+    """The scenario with every product's ``peak_qps`` multiplied by ``factor`` (its hourly demand is
+    :func:`scaled_demand`)."""
     raw = scenario.model_dump(mode="python")
     for p in raw["products"]:
         p["peak_qps"] = p["peak_qps"] * factor
@@ -116,19 +117,26 @@ def scaled(scenario: Scenario, factor: float) -> Scenario:
     return Scenario.model_validate(raw)
 
 
-def check_scales(scenario: Scenario, folder: Path, scales: tuple[float, ...]) -> None:
+def scaled_demand(demand: dict[str, list[float]], factor: float) -> dict[str, list[float]]:
+    """Every product's hourly queries per second multiplied by ``factor`` (whatever kind of
+    profile it came from: multiples of ``peak_qps`` or absolute queries per second)."""
+    return {name: [q * factor for q in qps] for name, qps in demand.items()}
+
+
+def check_scales(scenario: Scenario, demand: dict[str, list[float]], scales: tuple[float, ...]) -> None:
     """Refuse, before any solve, a scale that takes a product's demand out of its valid range
     (its peak or, with a demand profile, its busiest hour)."""
     for s in scales:
-        try:
-            hourly_qps(scaled(scenario, s).products, folder)
-        except InputError as exc:
-            raise InputError(f"--scales: at scale {s:g}, {exc}") from None
+        scaled(scenario, s)  # every peak_qps in range
+        for name, qps in scaled_demand(demand, s).items():
+            if not F.QPS.contains(max(qps)):
+                raise InputError(f"--scales: at scale {s:g}, products[{name}]: the busiest hour reaches {max(qps):g} "
+                                 f"queries per second; it must be {F.QPS.describe()} ({F.QPS.reason})")
 
 
-def all_api_cost(scenario: Scenario, catalog: Catalog, folder: Path, preset: Preset) -> float:
-    """Monthly cost of sending every product's tokens to its API (fixed self-hosting costs avoided)."""
-    qps = hourly_qps(scenario.products, folder)
+def all_api_cost(scenario: Scenario, catalog: Catalog, qps: dict[str, list[float]], preset: Preset) -> float:
+    """Monthly cost of sending every product's tokens (``qps``: queries per second hour by hour)
+    to its API (fixed self-hosting costs avoided)."""
     total = 0.0
     for p in scenario.products:
         offer = resolve_api(p, catalog)
@@ -154,30 +162,32 @@ def breakeven(
     preset = get_preset(scenario.preset)
     if deadline is None:
         deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S)
-    check_scales(scenario, folder, scales)
+    demand = hourly_qps(scenario.products, folder)  # profiles read once for every scale
+    check_scales(scenario, demand, scales)
     points: list[BreakevenPoint] = []
     for i, s in enumerate(scales):
         if deadline.expired:
             deadline.note(f"scales from {s:g} on")
             break
         share = deadline.share(1.0 / (len(scales) - i))
-        sc = scaled(scenario, s)
-        points.append(_point(sc, catalog, folder, solver, s, all_api_cost(sc, catalog, folder, preset), share))
+        sc, qps = scaled(scenario, s), scaled_demand(demand, s)
+        points.append(_point(sc, catalog, folder, solver, s, all_api_cost(sc, catalog, qps, preset), share, qps))
         if on_point is not None:
             on_point(points[-1])
     return BreakevenResult(tuple(points), tuple(deadline.stopped))
 
 
 def _point(scenario: Scenario, catalog: Catalog, folder: Path, solver: Solver, scale: float, all_api_usd: float,
-           share: Deadline) -> BreakevenPoint:
-    """Plan ``scenario`` (already scaled) self-hosted only, in half of ``share``, then with the
-    API, in what is left of it; a strategy without a plan (infeasible, solver error) costs None."""
+           share: Deadline, demand: dict[str, list[float]]) -> BreakevenPoint:
+    """Plan ``scenario`` and its ``demand`` (both already scaled) self-hosted only, in half of
+    ``share``, then with the API, in what is left of it; a strategy without a plan (infeasible,
+    solver error) costs None."""
     proven = True
     costs: list[float | None] = []
     for with_api, part in ((False, share.share(0.5)), (True, share)):
         try:
             plan = make_plan(scenario, catalog, solver, alternatives=False, folder=folder, with_api=with_api,
-                             compare_first_come=False, deadline=part)
+                             compare_first_come=False, deadline=part, demand=demand)
             costs.append(plan.monthly_cost_usd)
             proven = proven and plan.solve_result.optimal
         except (InfeasibleError, SolverError):

@@ -120,3 +120,24 @@ def test_bad_profiles_exit_2(capsys, tmp_path, csv, expected):
     assert main(["plan", str(tmp_path / "s.yaml")]) == 2
     err = capsys.readouterr().err
     assert expected in err and err.count("\n") == 1
+
+
+def test_breakeven_scales_an_absolute_qps_profile(catalog, tmp_path):
+    """A profile of absolute queries per second scales with the breakeven scale like a profile of
+    multiples does: the all-API cost doubles with the scale, and equals tokens x price by hand."""
+    from fleetplan.optimizer.api import resolve_api
+    from fleetplan.optimizer.scenario import parse_scenario
+
+    (tmp_path / "qps.csv").write_text("hour,qps\n" + "".join(f"{h},{2 + h % 3}\n" for h in range(24)))
+    raw = {"products": [{"name": "chat", "model": "llama-3.1-8b", "precision": "fp8", "peak_qps": 4,
+                         "input_tokens": 500, "output_tokens": 200, "min_tokens_per_s_per_user": 20,
+                         "demand_profile": "qps.csv", "api": {"model": "llama-3.1-8b"}}],
+           "options": {"gpus": ["h100-sxm"], "tp": [1]}}
+    scenario = parse_scenario(raw, "qps")
+    result = breakeven(scenario, catalog, tmp_path, scales=(1.0, 2.0))
+    one, two = result.points
+    assert two.all_api_usd == pytest.approx(2 * one.all_api_usd, rel=1e-12)
+    mean_qps = sum(2 + h % 3 for h in range(24)) / 24  # the profile's own numbers, not peak_qps
+    offer = resolve_api(scenario.products[0], catalog)
+    by_hand = mean_qps * 200 * 3600 * 730 * offer.usd_per_output_token
+    assert one.all_api_usd == pytest.approx(by_hand, rel=1e-9)
