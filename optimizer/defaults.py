@@ -31,6 +31,16 @@ MAX_BATCH = 512
 # the like): a prefill pool hands its KV cache over that fabric, not over the NIC.
 RACK_SCALE_GPUS = 16
 
+# ---- the one deadline
+# Of the time a plan is given, the main solve may use this share; the explanations (runner-ups on
+# other GPU types, the cost of each prefill mode) share this share of what is left, and the
+# baselines the rest. Proven plans take far less, so explanations usually get most of the time.
+MAIN_SOLVE_SHARE = 0.75
+EXPLAIN_SHARE = 0.8
+# Of a product's share of the explanation time, the runner-ups on other GPU types may use this
+# much; the cost of each prefill mode gets the rest.
+RUNNER_UP_SHARE = 0.7
+
 # ---- explanations
 # Runner-ups and the cost of each prefill mode are explanations, not the plan: solved to 0.01%.
 EXPLANATION_GAP = 1e-4

@@ -22,7 +22,7 @@ from fleetplan.optimizer.candidates import (
 )
 from fleetplan.optimizer.components import Solved
 from fleetplan.optimizer.deadline import Deadline
-from fleetplan.optimizer.defaults import CEILING_TOLERANCE, SEED_HEADROOM
+from fleetplan.optimizer.defaults import CEILING_TOLERANCE, RUNNER_UP_SHARE, SEED_HEADROOM
 from fleetplan.optimizer.enums import BatchLimit, Tier
 from fleetplan.optimizer.runner_ups import mode_costs, runner_ups
 from fleetplan.optimizer.solution import ProductPlan
@@ -245,7 +245,7 @@ def explain_products(products: list[ProductPlan], solved: Solved, catalog: Catal
         if len(part.whole.products) == 1:
             base = float(part.result.objective or 0.0)
             if alternatives:
-                pp.alternatives = runner_ups(part.whole, pp, base, solver, mine.share(0.7), part.base_lp)
+                pp.alternatives = runner_ups(part.whole, pp, base, solver, mine.share(RUNNER_UP_SHARE), part.base_lp)
             pp.mode_costs = mode_costs(part.whole, pp, solver, mine, part.base_lp)
         pp.why = why(pp)
         pp.kv_transfer = kv_transfer_report(pp, catalog, preset)

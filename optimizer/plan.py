@@ -23,7 +23,7 @@ from fleetplan.optimizer.components import (
     solve_components,
 )
 from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline
-from fleetplan.optimizer.defaults import MONEY_TOLERANCE_USD
+from fleetplan.optimizer.defaults import EXPLAIN_SHARE, MAIN_SOLVE_SHARE, MONEY_TOLERANCE_USD
 from fleetplan.optimizer.demand import hourly_qps
 from fleetplan.optimizer.errors import InfeasibleError, SolverError
 from fleetplan.optimizer.explain import explain_products
@@ -36,13 +36,6 @@ from fleetplan.optimizer.solution import (
     instance_report,
 )
 from fleetplan.optimizer.solvers import Solver
-
-# Of the time a plan is given, the main solve may use this share; the explanations (runner-ups on
-# other GPU types, the cost of each prefill mode) share what is left of the rest. Proven plans
-# take far less, so explanations usually get most of the time in practice.
-MAIN_SOLVE_SHARE = 0.75
-EXPLAIN_SHARE = 0.8
-
 
 def make_plan(
     scenario: Scenario,
