@@ -1,8 +1,10 @@
-"""Shared fixtures: the shipped catalog (loaded once) and paths."""
+"""Shared fixtures: the shipped catalog (loaded once), paths, and each shipped example's plan
+(made once per test session, as the CLI makes it, for every test that reads it)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
@@ -20,3 +22,22 @@ def catalog() -> Catalog:
 @pytest.fixture(scope="session")
 def examples() -> Path:
     return EXAMPLES
+
+
+@pytest.fixture(scope="session")
+def example_plan(catalog: Catalog) -> Callable[[str], Any]:
+    """``example_plan("seed-chat-70b.yaml")``: that example's plan, with runner-ups, as the CLI
+    makes it; each example is planned once per session."""
+    from fleetplan.optimizer.plan import make_plan
+    from fleetplan.optimizer.scenario import load_scenario
+
+    cache: dict[str, Any] = {}
+
+    def plan_of(name: str) -> Any:
+        if name not in cache:
+            scenario, folder = load_scenario(EXAMPLES / name)
+            own = load_catalog([folder / c for c in scenario.catalogs]) if scenario.catalogs else catalog
+            cache[name] = make_plan(scenario, own, folder=folder)
+        return cache[name]
+
+    return plan_of

@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import io
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,27 +15,17 @@ from rich.console import Console
 from fleetplan.batch import Outcome, summary_rows
 from fleetplan.report import print_plan, whole_dollars
 from fleetplan.main import main
-from fleetplan.optimizer.plan import make_plan
 from fleetplan.optimizer.solution import Plan
 from fleetplan.optimizer.results import plan_to_dict, split_cents
-from fleetplan.optimizer.scenario import load_scenario
 from fleetplan.optimizer.text import pct
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
-SLOW_S = 5.0  # an example planning longer than this is left out of the invariant test
 SHIPPED = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
-_CACHE: dict[str, tuple[Plan, dict[str, Any], float]] = {}
-
-
-def planned(catalog: Any, name: str) -> tuple[Plan, dict[str, Any], float]:
-    """One plan (without runner-up reports) per example, its JSON and how long it took."""
-    if name not in _CACHE:
-        scenario, folder = load_scenario(EXAMPLES / name)
-        t0 = time.perf_counter()
-        plan = make_plan(scenario, catalog, folder=folder, alternatives=False)
-        _CACHE[name] = plan, plan_to_dict(plan), time.perf_counter() - t0
-    return _CACHE[name]
+def planned(example_plan: Any, name: str) -> tuple[Plan, dict[str, Any]]:
+    """An example's plan (made once per session, see conftest) and its JSON."""
+    plan = example_plan(name)
+    return plan, plan_to_dict(plan)
 
 
 def table_text(d: dict[str, Any]) -> str:
@@ -95,10 +84,8 @@ def recomputed(plan: Plan) -> dict[str, float]:
 
 
 @pytest.mark.parametrize("name", SHIPPED)
-def test_totals_are_the_sum_of_counted_parts(catalog, name):
-    plan, d, took = planned(catalog, name)
-    if took > SLOW_S:
-        pytest.skip(f"{name} takes {took:.1f} s to plan")
+def test_totals_are_the_sum_of_counted_parts(example_plan, name):
+    plan, d = planned(example_plan, name)
     want = recomputed(plan)
     n = len(d["products"]) + len(d["pools"])
     totals = d["totals"]
@@ -144,8 +131,8 @@ def test_totals_are_the_sum_of_counted_parts(catalog, name):
 
 
 @pytest.mark.parametrize("name", SHIPPED)
-def test_candidate_counts_narrow_down(catalog, name):
-    plan, d, _ = planned(catalog, name)
+def test_candidate_counts_narrow_down(example_plan, name):
+    plan, d = planned(example_plan, name)
     for product, c in d["candidates"].items():
         assert c["generated"] >= c["feasible"] >= c["after_pruning"], product
         assert c["pool_generated"] >= c["pool_feasible"] >= c["pool_after_pruning"], product
@@ -184,8 +171,8 @@ def test_pooled_gpus_counted_once_everywhere(capsys, tmp_path):
     assert text.count("a replica costs") == 1  # the shared replicas are explained once
 
 
-def test_why_quotes_the_reserved_price_paid(catalog):
-    plan, d, _ = planned(catalog, "peak-sized-30pct.yaml")
+def test_why_quotes_the_reserved_price_paid(example_plan):
+    plan, d = planned(example_plan, "peak-sized-30pct.yaml")
     (p,) = d["products"]
     assert "$3,650/month reserved at $2.50/GPU-hour" in p["why"]
     assert "3.9" not in p["why"]  # not the on-demand reference price
@@ -196,16 +183,16 @@ def test_why_quotes_the_reserved_price_paid(catalog):
     assert d["monthly_cost_usd"] == pytest.approx(81 * 3650)
 
 
-def test_why_lists_each_tier_used(catalog):
-    plan, d, took = planned(catalog, "chat-diurnal-blend.yaml")
+def test_why_lists_each_tier_used(example_plan):
+    plan, d = planned(example_plan, "chat-diurnal-blend.yaml")
     (p,) = d["products"]
     for tier, paid in p["prices_paid"].items():
         assert f"at ${paid['usd_per_gpu_hour']:.2f}/GPU-hour" in p["why"], tier
     assert len(p["prices_paid"]) > 1
 
 
-def test_small_paid_share_is_not_zero_percent(catalog):
-    plan, d, _ = planned(catalog, "chat-diurnal-blend.yaml")
+def test_small_paid_share_is_not_zero_percent(example_plan):
+    plan, d = planned(example_plan, "chat-diurnal-blend.yaml")
     (p,) = d["products"]
     assert p["monthly_cost_breakdown_usd"]["api"] > 0 and 0 < p["api_fraction"] < 0.005
     shown = pct(p["api_fraction"])

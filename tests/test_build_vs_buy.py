@@ -7,7 +7,6 @@ import pytest
 
 from fleetplan.main import main
 from fleetplan.optimizer.breakeven import breakeven
-from fleetplan.optimizer.plan import make_plan
 from fleetplan.optimizer.invariants import check_invariants
 from fleetplan.optimizer.results import plan_to_dict
 from fleetplan.optimizer.scenario import load_scenario
@@ -17,12 +16,8 @@ PLANNABLE = ["seed-chat-70b.yaml", "seed-chat-70b-open.yaml", "seed-chat-70b-poo
 
 
 @pytest.fixture(scope="module")
-def plans(catalog, examples):
-    out = {}
-    for name in PLANNABLE:
-        scenario, folder = load_scenario(examples / name)
-        out[name] = make_plan(scenario, catalog, folder=folder, alternatives=False)
-    return out
+def plans(example_plan):
+    return {name: example_plan(name) for name in PLANNABLE}
 
 
 @pytest.mark.parametrize("name", PLANNABLE)

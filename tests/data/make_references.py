@@ -48,11 +48,14 @@ SMALL = {
 }
 
 
-def reference(path: Path) -> dict[str, Any]:
-    """The plan of one example, as the CLI makes it (with runner-ups), with hourly lists digested."""
-    scenario, folder = load_scenario(path)
-    catalog = load_catalog([folder / c for c in scenario.catalogs])
-    d = plan_to_dict(make_plan(scenario, catalog, folder=folder))
+def reference(path: Path, plan: Any = None) -> dict[str, Any]:
+    """The plan of one example, as the CLI makes it (with runner-ups), with hourly lists digested
+    (``plan``: that plan, when already made)."""
+    if plan is None:
+        scenario, folder = load_scenario(path)
+        catalog = load_catalog([folder / c for c in scenario.catalogs])
+        plan = make_plan(scenario, catalog, folder=folder)
+    d = plan_to_dict(plan)
     for p in d["products"]:
         hourly = p.pop("hourly", None)
         if hourly is not None:
