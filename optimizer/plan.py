@@ -1191,27 +1191,24 @@ def joint_columns(prob: FleetProblem) -> int:
     return configs * (per_hour * prob.hours + ("reserved" in prob.tiers) + 1)
 
 
-def solve_one_by_one(whole: FleetProblem, names: list[str], solver: str, deadline: Deadline, gap: float) -> list[Any]:
-    """A coupled group too large for one MIP, planned product by product: each product's cheapest
-    plan on its own (shared limits left out), in scenario order, each with its share of the time.
-    Each product's own optimum is a lower bound on its share of any joint plan, so their sum bounds
-    the joint optimum; the plan is checked against the shared limits afterwards
-    (:func:`_one_by_one_result`)."""
+def solve_one_by_one(whole: FleetProblem, names: list[str], solver: str, deadline: Deadline, gap: float
+                     ) -> tuple[list[Any], float]:
+    """A coupled group too large for one MIP, planned product by product with their GPU types
+    chosen together (:func:`fleetplan.optimizer.portfolio.plan_group`): each product's outcome
+    and a lower bound on the group's joint optimum; the plan is checked against the shared
+    limits afterwards (:func:`_one_by_one_result`)."""
+    from fleetplan.optimizer.portfolio import plan_group
+
     deadline.note("joint plan of " + ", ".join(names[:3]) + (", ..." if len(names) > 3 else "") +
                   ": planned product by product")
-    out = []
-    for i, name in enumerate(names):
-        deadline.progress.update("planning product by product", i, len(names))
-        out.append(solve_component((whole.restrict([name], limits=False), [name], solver,
-                                    deadline.share(1.0 / (len(names) - i)), gap)))
-    return out
+    return plan_group(whole, names, solver, deadline, gap)
 
 
 def _one_by_one_result(plan: Plan, groups: list[list[str]], parts: dict[str, Any], solver: str,
-                       mip_rel_gap: float) -> SolveResult:
+                       mip_rel_gap: float, bounds: list[float]) -> SolveResult:
     """The plan's result when some coupled groups were planned product by product: within the shared
-    limits or an error naming them, and its gap against the sum of every product's lower bound
-    (the plan's total includes idle instance GPUs, which that bound leaves out)."""
+    limits or an error naming them, and its gap against the groups' lower ``bounds`` plus the
+    other products' own bounds."""
     prob = plan.problem
     members = {n for g in groups for n in g}
     mine = [pp for pp in plan.products if pp.product.name in members]
@@ -1227,15 +1224,15 @@ def _one_by_one_result(plan: Plan, groups: list[list[str]], parts: dict[str, Any
             raise SolverError(
                 f"limits.gpu_availability: planned one by one the coupled products need {max(row)} {gpu} {tier} GPUs "
                 f"of the {limit} available; no plan within the limits was found")
-    unique = {id(r): r for _, _, r in parts.values()}
-    bound = sum(float(r.objective or 0.0) * (1 - (r.mip_gap or 0.0)) for r in unique.values())
+    unique = {id(r): r for n, (_, _, r) in parts.items() if n not in members}
+    bound = sum(bounds) + sum(float(r.objective or 0.0) * (1 - (r.mip_gap or 0.0)) for r in unique.values())
     total = plan.monthly_cost_usd
     gap = max(0.0, (total - bound) / total) if total else 0.0
     if gap <= mip_rel_gap:
         return replace(plan.solve_result, status="optimal", mip_gap=gap)
     return replace(plan.solve_result, status="time_limit", mip_gap=gap,
-                   termination=f"planned product by product within the shared limits (gap {gap:.3%} against the "
-                               f"sum of each product's own optimum)")
+                   termination=f"planned product by product within the shared limits (gap {gap:.3%} against a "
+                               f"lower bound of the group)")
 
 
 def coupled_components(prob: FleetProblem) -> list[list[str]]:
@@ -1571,6 +1568,7 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: str, alternatives:
     solved: dict[int, LinearProblem] = {}  # the models the plan was read from
     components = coupled_components(prob)
     decomposed: list[list[str]] = []  # coupled groups too large for one MIP, planned product by product
+    bounds: list[float] = []  # a lower bound of each of them
     t1 = time.perf_counter()
     main = own.share(MAIN_SOLVE_SHARE)
     tasks = [(prob.restrict(names).derive(monthly_budget_usd=None), names, solver, main, opts.mip_rel_gap)
@@ -1595,7 +1593,9 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: str, alternatives:
             share = main.share(weights[i] / sum(weights[i:]))
             if len(n) > 1 and joint_columns(w.reduced()) > JOINT_MAX_COLUMNS:
                 decomposed.append(n)
-                outcomes.append(solve_one_by_one(w, n, so, share, g))
+                group, bound = solve_one_by_one(w, n, so, share, g)
+                outcomes.append(group)
+                bounds.append(bound)
             else:
                 outcomes.append(solve_component((w, n, so, share, g)))
     pieces = [(names, o) for names, o in zip(components, outcomes) if names not in decomposed]
@@ -1657,7 +1657,7 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: str, alternatives:
     plan.instances = _instances(plan)
     _allocate_stranded(plan)
     if decomposed:
-        plan.solve_result = _one_by_one_result(plan, decomposed, parts, solver, opts.mip_rel_gap)
+        plan.solve_result = _one_by_one_result(plan, decomposed, parts, solver, opts.mip_rel_gap, bounds)
     for name, pd in prob.products.items():
         if pd.members:
             plan.separate[name] = separate_cost(prob, pd, solver, opts, own)
