@@ -52,7 +52,11 @@ class InfeasibleError(InputError):
 
 
 class SolverError(RuntimeError):
-    """The solver returned no proven-optimal plan."""
+    """The solver returned no proven-optimal plan (``lower_bound``: what was proven, if anything)."""
+
+    def __init__(self, message: str, lower_bound: float | None = None) -> None:
+        super().__init__(message)
+        self.lower_bound = lower_bound
 
 
 @dataclass
@@ -757,6 +761,7 @@ def solve_by_configuration(
     mip_rel_gap: float = 1e-6,
     base_lp: LinearProblem | None = None,
     stage: str = "configuration search",
+    incumbent_usd: float = math.inf,
 ) -> tuple[SolveResult, LinearProblem, FleetProblem] | None:
     """Solve the MIP of one product by branching on its configuration first.
 
@@ -775,7 +780,9 @@ def solve_by_configuration(
     configurations ``keep`` rejects switched off.
 
     At the ``deadline`` the best plan found so far is returned with status ``time_limit`` and a
-    gap measured against the weakest bound left open.
+    gap measured against the weakest bound left open. Over several hours, ``incumbent_usd`` (the
+    cost of a plan known already) prunes from the start: then None also means that no plan
+    costs less than it by more than ``mip_rel_gap``.
     """
     deadline = deadline or Deadline(at=None)
     prob = prob.reduced()
@@ -815,11 +822,11 @@ def solve_by_configuration(
     best: tuple[SolveResult, LinearProblem, FleetProblem] | None = None
     open_bounds: list[float] = []
     for lp, whole, these in rounds:
-        value = float(best[0].objective or 0.0) if best is not None else math.inf
+        value = float(best[0].objective or 0.0) if best is not None else incumbent_usd
         these = [(q, ch) for q, ch in these if q < value * (1 - mip_rel_gap) - 1e-7]
         if not these:
             continue
-        if deadline.expired and best is not None:
+        if deadline.expired and (best is not None or not math.isinf(incumbent_usd)):
             open_bounds.append(these[0][0])  # not searched: its quick bound is all that is known
             break
         if lp is None:  # a model of these choices only
@@ -832,7 +839,8 @@ def solve_by_configuration(
     if best is None:
         if open_bounds:
             deadline.note(f"{product}: {stage}")
-            raise SolverError(f"{solver} found no plan for {product} before the time limit")
+            raise SolverError(f"{solver} found no plan for {product} before the time limit",
+                              lower_bound=min(open_bounds))
         return None
     res, lp, whole = best
     # every choice not left open was pruned against the best plan: the gap is against the weakest

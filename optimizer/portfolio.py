@@ -316,31 +316,38 @@ def instance_bound(prob: FleetProblem, names: list[str], solver: str, deadline: 
 
 # Shares of a decomposed group's time: each product's own search first, then the instance
 # bound, then the products are planned again on the GPU types chosen together (what is left).
-OWN_SHARE = 0.7
+OWN_SHARE = 0.8
 BOUND_SHARE = 0.05
 
 
-def _own_plans(whole: FleetProblem, names: list[str], solver: str, deadline: Deadline, gap: float
-               ) -> dict[str, tuple[Any, float]]:
-    """Each product's cheapest plan on its own (shared limits left out), in order, each with its
-    share of ``deadline``: its :func:`plan.solve_component` outcome (None when the search found no
-    plan in time) and a lower bound on its own cost (the least quick bound of its choices when
-    the search found nothing)."""
-    from fleetplan.optimizer.plan import SolverError, solve_component
+def _own_plans(whole: FleetProblem, known: dict[str, dict[str, Found]], solver: str, deadline: Deadline,
+               gap: float) -> dict[str, float]:
+    """Search each product's cheapest plan on its own (shared limits left out), in order, each with
+    its share of ``deadline`` and the cheapest plan in ``known`` as the plan to beat; a plan found
+    is added to ``known``. Returns a lower bound on each product's own cost: the search's, the
+    plan to beat less the gap when nothing beats it, else the least quick bound of its choices."""
+    from fleetplan.optimizer.plan import SolverError, solve_by_configuration
 
-    out: dict[str, tuple[Any, float]] = {}
+    out: dict[str, float] = {}
+    names = list(known)
     for i, name in enumerate(names):
         deadline.progress.update("planning product by product", i, len(names))
         alone = whole.restrict([name], limits=False)
+        best = min((float(f[0].objective or 0.0) for f in known[name].values()), default=math.inf)
         try:
-            outcome = solve_component((alone, [name], solver, deadline.share(1.0 / (len(names) - i)), gap))
-        except SolverError:
-            outcome = None
-        if outcome is not None and outcome[3] is not None:
-            out[name] = (outcome, _lower_bound(outcome[3]))
+            found = solve_by_configuration(alone, name, solver, deadline=deadline.share(1.0 / (len(names) - i)),
+                                           mip_rel_gap=gap, incumbent_usd=best)
+        except SolverError as err:  # nothing cheaper found in time: what the search proved
+            if err.lower_bound is not None:
+                out[name] = min(err.lower_bound, best * (1 - gap))
+            else:
+                out[name] = min((b for b, _ in cheapest_by_type(alone, name).values()), default=0.0)
+            continue
+        if found is None:
+            out[name] = best * (1 - gap) if not math.isinf(best) else math.inf
         else:
-            quick = [b for b, _ in cheapest_by_type(alone, name).values()]
-            out[name] = (outcome, min(quick) if quick else math.inf)
+            _keep(known[name], found, name)
+            out[name] = _lower_bound(found[0])
     return out
 
 
@@ -392,26 +399,18 @@ def plan_group(whole: FleetProblem, names: list[str], solver: str, deadline: Dea
     Every product first gets a plan without a solver on every decode GPU type
     (:func:`rule_plans_by_type`), so a plan exists whatever the deadline leaves; each product's own
     search (:func:`_own_plans`) and the searches on the types chosen together
-    (:func:`_plans_on_chosen_types`) add better ones."""
+    (:func:`_plans_on_chosen_types`) add better ones. A product without any plan (no
+    configuration, or none found in time) is returned without one for the caller to report."""
     product_gap = max(gap, PRODUCT_GAP)
     known: dict[str, dict[str, Found]] = {
         n: {g: rule_found(whole, p) for g, p in rule_plans_by_type(whole, n).items()} for n in names}
-    own = _own_plans(whole, names, solver, deadline.share(OWN_SHARE), product_gap)
-    for name, (outcome, _) in own.items():
-        if outcome is not None and outcome[3] is not None:
-            _keep(known[name], (outcome[3], outcome[1], outcome[4]), name)
-    if any(not known[n] for n in names):  # a product without any plan: the caller reports it
-        return [own[n][0] or (whole.restrict([n], limits=False), None, None, None, None) for n in names], 0.0
-    bound = max(sum(b for _, b in own.values()),
-                instance_bound(whole, names, solver, deadline.share(BOUND_SHARE), MASTER_GAP))
+    own = _own_plans(whole, known, solver, deadline.share(OWN_SHARE), product_gap)
+    alone = {n: whole.restrict([n], limits=False) for n in names}
+    if any(not known[n] for n in names):
+        return [(alone[n], None, None, None, None) for n in names], 0.0
+    bound = max(sum(own.values()), instance_bound(whole, names, solver, deadline.share(BOUND_SHARE), MASTER_GAP))
     plans = _plans_on_chosen_types(whole, known, solver, deadline, product_gap)
-    outcomes = []
-    for name in names:
-        res, lp, sub = plans[name]
-        outcome = own[name][0]
-        base_lp = outcome[2] if outcome is not None else None
-        outcomes.append((whole.restrict([name], limits=False), lp, base_lp, res, sub))
-    return outcomes, bound
+    return [(alone[n], plans[n][1], None, plans[n][0], plans[n][2]) for n in names], bound
 
 
 def _keep(known: dict[str, Found], found: Found, name: str) -> None:
@@ -451,7 +450,7 @@ def _plans_on_chosen_types(whole: FleetProblem, known: dict[str, dict[str, Found
         types = _choose(whole, known, types)
         if not todo or deadline.expired:
             break
-    return {n: known[n][types[n]] for n in known}
+    return fill_idle_gpus(whole, {n: known[n][types[n]] for n in known})
 
 
 # Rounds of planning products on the GPU types chosen together (the plans of one round can move
@@ -711,3 +710,94 @@ def rule_found(prob: FleetProblem, plan: RulePlan) -> Found:
                       objective=plan.cost_usd, values=values, mip_gap=None)
     sub = _with_choices(prob.restrict([plan.name], limits=False), plan.name, [plan.choice])
     return res, lp, sub
+
+
+# ---- idle instance GPUs put to work
+
+
+def _spot_slots(whole: FleetProblem, name: str, found: Found) -> list[tuple[str, Any, bool]]:
+    """The parts of a product's plan that can take more spot replicas: (column prefix, the
+    configuration, whether the spot share cap applies), decode first."""
+    res, lp, sub = found
+    pd = sub.products[name]
+    out = []
+    for prefix, parts, capped in (("", pd.candidates, True), ("pool_", pd.pool, False)):
+        for x in parts:
+            j = lp.col_index.get(f"{prefix}use[{x.key}]")
+            if j is not None and res.values[j] > 0.5:
+                out.append((prefix, x, capped))
+    return out
+
+
+class _SpotShare:
+    """Each product's decode spot replica-hours and all its decode replica-hours, to keep the spot
+    share cap while spot replicas are added."""
+
+    def __init__(self, whole: FleetProblem, plans: dict[str, Found], values: dict[str, list[float]]) -> None:
+        self.cap = whole.spot_max_share
+        self.spot: dict[str, float] = {}
+        self.total: dict[str, float] = {}
+        for name, (_, lp, sub) in plans.items():
+            spot = total = 0.0
+            for prefix, c, capped in _spot_slots(whole, name, plans[name]):
+                if not capped:
+                    continue
+                held = values[name][lp.col_index[f"reserved[{c.key}]"]] if f"reserved[{c.key}]" in lp.col_index else 0.0
+                for h in range(sub.hours):
+                    row = {t: values[name][j] for t in sub.hourly_tiers
+                           if (j := lp.col_index.get(f"{t}[{c.key}/{h}]")) is not None}
+                    spot += row.get("spot", 0.0)
+                    total += held + sum(row.values())
+            self.spot[name], self.total[name] = spot, total
+
+    def allows(self, name: str) -> bool:
+        """Whether one more decode spot replica-hour keeps the product within the cap."""
+        return self.spot[name] + 1 <= self.cap * (self.total[name] + 1) + 1e-9
+
+    def add(self, name: str) -> None:
+        """Count one more decode spot replica-hour."""
+        self.spot[name] += 1
+        self.total[name] += 1
+
+
+def _room(whole: FleetProblem, gpu: str, used: float, tp: int) -> bool:
+    """Whether ``tp`` more GPUs of ``gpu`` fit in the idle GPUs of the instances bought for ``used``
+    and within its availability (a GPU type with a spot limit of its own is left alone)."""
+    size = whole.instance_gpus.get(gpu)
+    if not size or (gpu, "spot") in whole.tier_availability:
+        return False
+    return math.ceil(used / size - 1e-9) * size - used >= tp and used + tp <= whole.gpu_availability.get(gpu, math.inf)
+
+
+def fill_idle_gpus(whole: FleetProblem, plans: dict[str, Found]) -> dict[str, Found]:
+    """``plans`` with idle GPUs of whole instances running spot replicas where spot costs less
+    than the plain price an idle GPU is charged: hour by hour, the products' decode (within their
+    spot share and each hour's replica bound) and pool replicas (within the bound) take a spot
+    replica while one fits in the idle GPUs of their type and its availability; products in
+    order. Each replica added saves (plain - spot) x TP x hour weight."""
+    if "spot" not in whole.tiers or not whole.instance_gpus or any(f[2].hour_of for f in plans.values()):
+        return plans
+    plain = plain_prices(whole)
+    values = {n: list(f[0].values) for n, f in plans.items()}
+    usage: dict[str, Any] = {}
+    for n, f in plans.items():
+        for g, row in plan_gpus(f, n).items():
+            usage[g] = usage.get(g, np.zeros(whole.hours)) + np.asarray(row, dtype=float)
+    share = _SpotShare(whole, plans, values)
+    added = {n: 0.0 for n in plans}
+    slots = [(n, *s) for n, f in plans.items() for s in _spot_slots(whole, n, f)
+             if s[1].usd_per_replica_hour_in("spot") < s[1].tp * plain[s[1].gpu]]
+    for h in range(whole.hours):
+        for name, prefix, x, capped in slots:
+            j = plans[name][1].col_index.get(f"{prefix}spot[{x.key}/{h}]")
+            pd = whole.products[name]
+            bound = pd.replica_bound(x, h) if capped else pd.pool_bound(x, h)
+            while (j is not None and values[name][j] + 1 <= bound and _room(whole, x.gpu, usage[x.gpu][h], x.tp)
+                   and (not capped or share.allows(name))):
+                values[name][j] += 1
+                usage[x.gpu][h] += x.tp
+                if capped:
+                    share.add(name)
+                added[name] += x.usd_per_replica_hour_in("spot") * whole.weight(h)
+    return {n: (replace(f[0], values=values[n], objective=float(f[0].objective or 0.0) + added[n]), f[1], f[2])
+            if added[n] else f for n, f in plans.items()}
