@@ -305,12 +305,15 @@ def instance_bound(prob: FleetProblem, names: list[str], solver: str, deadline: 
     inside it. Instances are whole and cover at least the GPUs a product runs for certain on
     its decode type (:func:`fewest_gpus`), within availability. The least of this over every
     choice of decode type per product is the master of :func:`build_master` with those
-    options and idle price f_g; its proven lower bound is returned (without instances, the sum
-    of each product's cheapest option, when the master finds nothing in time)."""
-    floor = floor_prices(prob)
+    options and idle price f_g; its proven lower bound is returned, or, if larger, the same
+    bound with instances taken as fractional (each product's cheapest option plus f_g for
+    each GPU-hour it runs for certain)."""
+    floor = {g: f for g, f in floor_prices(prob).items() if g in prob.instance_gpus}  # lowered where instances are
     options = [o for n in names for o in bound_options(prob, n, floor)]
     _, bound = solve_master(prob, options, floor, solver, deadline, gap)
-    alone = sum(min(o.cost_usd for o in options if o.product == n) for n in names)
+    # without whole instances (n_g I_gh >= the GPUs, fractional), each product alone
+    alone = sum(min(o.cost_usd + _credited(prob, 0.0, o.gpus, {g: -f for g, f in floor.items()})
+                    for o in options if o.product == n) for n in names)
     return max(bound, alone)
 
 
