@@ -109,20 +109,19 @@ def plan_gpus(found: Found, name: str) -> dict[str, tuple[int, ...]]:
     ``name`` runs in a search's plan: decode and pool replicas of every tier, times their TP."""
     res, lp, sub = found
     pd = sub.products[name]
-
-    def value(col: str) -> int:
-        j = lp.col_index.get(col)
-        return 0 if j is None else round(res.values[j])
-
+    col, values = lp.col_index, res.values
+    tiers = sub.hourly_tiers
     out: dict[str, list[int]] = {}
-    parts = [("", c) for c in pd.candidates] + [("pool_", k) for k in pd.pool]
-    for prefix, x in parts:
-        if value(f"{prefix}use[{x.key}]") < 1:
+    for prefix, x in [("", c) for c in pd.candidates] + [("pool_", k) for k in pd.pool]:
+        j = col.get(f"{prefix}use[{x.key}]")
+        if j is None or values[j] < 0.5:
             continue
-        held = value(f"{prefix}reserved[{x.key}]") if "reserved" in sub.tiers else 0
+        held = col.get(f"{prefix}reserved[{x.key}]")
+        base = round(values[held]) if held is not None else 0
+        cols = [[col.get(f"{prefix}{t}[{x.key}/{h}]") for t in tiers] for h in range(sub.hours)]
         row = out.setdefault(x.gpu, [0] * sub.hours)
-        for h in range(sub.hours):
-            row[h] += x.tp * (held + sum(value(f"{prefix}{t}[{x.key}/{h}]") for t in sub.hourly_tiers))
+        for h, js in enumerate(cols):
+            row[h] += x.tp * (base + sum(round(values[i]) for i in js if i is not None))
     of = sub.hour_of or tuple(range(sub.hours))
     return {g: tuple(row[i] for i in of) for g, row in sorted(out.items())}
 
@@ -267,17 +266,24 @@ def _credited(prob: FleetProblem, cost_usd: float, gpus: tuple[tuple[str, tuple[
               per_gpu_hour: dict[str, float]) -> float:
     """``cost_usd`` less ``per_gpu_hour[g]`` for each GPU-hour on an instance type: the master
     prices those GPUs through its instances."""
+    counts = prob.hour_counts
     for g, row in gpus:
         if g in prob.instance_gpus:
-            cost_usd -= per_gpu_hour[g] * sum(prob.weight(h) * n for h, n in enumerate(row))
+            gpu_hours = sum(row) if not counts else sum(c * n for c, n in zip(counts, row))
+            cost_usd -= per_gpu_hour[g] * prob.hour_weight * gpu_hours
     return cost_usd
 
 
-def exact_option(prob: FleetProblem, name: str, found: Found) -> Option:
-    """A product plan as an option of :class:`TypeChoice`: its cost and GPUs exactly."""
-    gpus = tuple(plan_gpus(found, name).items())
+def exact_option(prob: FleetProblem, name: str, found: Found, idle: dict[str, float],
+                 seen: dict[int, tuple[tuple[str, tuple[int, ...]], ...]] | None = None) -> Option:
+    """A product plan as an option of :class:`TypeChoice` whose instance GPUs cost ``idle`` each:
+    its cost and GPUs exactly (``seen`` keeps the GPUs of plans read before, by identity)."""
+    seen = {} if seen is None else seen
+    if id(found[0]) not in seen:
+        seen[id(found[0])] = tuple(plan_gpus(found, name).items())
+    gpus = seen[id(found[0])]
     cost = float(found[0].objective or 0.0)
-    return Option(name, plan_gpu_type(found, name), _credited(prob, cost, gpus, plain_prices(prob)), gpus)
+    return Option(name, plan_gpu_type(found, name), _credited(prob, cost, gpus, idle), gpus)
 
 
 def bound_options(prob: FleetProblem, name: str, floor: dict[str, float]) -> list[Option]:
@@ -379,10 +385,10 @@ def group_cost(whole: FleetProblem, plans: dict[str, Found]) -> float:
     return sum(float(f[0].objective or 0.0) for f in plans.values()) + stranded_usd(whole, usage)
 
 
-def choose_types(options: dict[str, list[Option]], whole: FleetProblem) -> dict[str, str]:
+def choose_types(options: dict[str, list[Option]], whole: FleetProblem, idle: dict[str, float]) -> dict[str, str]:
     """The decode GPU type of each product: a local search (:meth:`TypeChoice.improve`) over
-    ``options``, from each product's first option."""
-    state = TypeChoice(whole, options)
+    ``options``, from each product's first option, every instance GPU at ``idle``."""
+    state = TypeChoice(whole, options, idle)
     state.improve()
     return {n: options[n][i].gpu for n, i in state.chosen.items()}
 
@@ -423,12 +429,36 @@ def _keep(known: dict[str, Found], found: Found, name: str) -> None:
         known[gpu] = found
 
 
-def _choose(whole: FleetProblem, known: dict[str, dict[str, Found]], start: dict[str, str]) -> dict[str, str]:
+def _choose(whole: FleetProblem, known: dict[str, dict[str, Found]], start: dict[str, str],
+            idle: dict[str, float], seen: dict[int, Any]) -> dict[str, str]:
     """:func:`choose_types` over the plans in ``known``, from the types in ``start``."""
-    options = {n: [exact_option(whole, n, plans[start[n]])] +
-               [exact_option(whole, n, f) for g, f in sorted(plans.items()) if g != start[n]]
+    options = {n: [exact_option(whole, n, plans[start[n]], idle, seen)] +
+               [exact_option(whole, n, f, idle, seen) for g, f in sorted(plans.items()) if g != start[n]]
                for n, plans in known.items()}
-    return choose_types(options, whole)
+    return choose_types(options, whole, idle)
+
+
+def idle_prices(whole: FleetProblem) -> list[dict[str, float]]:
+    """What an idle instance GPU may end up costing, per GPU type, as the type search prices it: the
+    plain price (left idle), the cheapest tier (running a spot replica, :func:`fill_idle_gpus`)
+    and half-way; the search runs with each and the cheapest plan after filling is kept."""
+    plain, floor = plain_prices(whole), floor_prices(whole)
+    return [plain, {g: (plain[g] + floor[g]) / 2 for g in plain}, floor]
+
+
+def _cheapest_choice(whole: FleetProblem, known: dict[str, dict[str, Found]], start: dict[str, str],
+                     seen: dict[int, Any]) -> dict[str, Found]:
+    """The plans :func:`_choose` picks with each of :func:`idle_prices`, idle GPUs filled, the
+    cheapest of them (the first among equals)."""
+    best: tuple[float, dict[str, Found]] | None = None
+    for idle in idle_prices(whole):
+        types = _choose(whole, known, start, idle, seen)
+        plans = fill_idle_gpus(whole, {n: known[n][types[n]] for n in known})
+        cost = group_cost(whole, plans)
+        if best is None or cost < best[0] - 1e-6:
+            best = (cost, plans)
+    assert best is not None
+    return best[1]
 
 
 def _plans_on_chosen_types(whole: FleetProblem, known: dict[str, dict[str, Found]], solver: str,
@@ -437,7 +467,11 @@ def _plans_on_chosen_types(whole: FleetProblem, known: dict[str, dict[str, Found
     each product whose chosen plan came without a solver is searched on its type, cheapest
     first, and the types are chosen again; at most :data:`MAX_ROUNDS` rounds, or to the deadline."""
     start = {n: min(plans, key=lambda g: (float(plans[g][0].objective or 0.0), g)) for n, plans in known.items()}
-    types = _choose(whole, known, start)
+    idle, seen = idle_prices(whole)[1], {}
+    types = _choose(whole, known, start, idle, seen)
+    left = deadline.left()
+    # the searches stop in time for the final choice
+    deadline = deadline.share(max(0.0, 1.0 - FINAL_CHOICE_S / left)) if left else deadline
     searched: set[tuple[str, str]] = set()
     for _ in range(MAX_ROUNDS):
         todo = [n for n in known if known[n][types[n]][0].solver == "none" and (n, types[n]) not in searched]
@@ -450,15 +484,18 @@ def _plans_on_chosen_types(whole: FleetProblem, known: dict[str, dict[str, Found
             found = _on_type(whole, name, types[name], solver, deadline.share(1.0 / (len(todo) - i)), gap)
             if found is not None:
                 _keep(known[name], found, name)
-        types = _choose(whole, known, types)
         if not todo or deadline.expired:
             break
-    return fill_idle_gpus(whole, {n: known[n][types[n]] for n in known})
+        types = _choose(whole, known, types, idle, seen)
+    return _cheapest_choice(whole, known, types, seen)
 
 
 # Rounds of planning products on the GPU types chosen together (the plans of one round can move
 # the choice of the next).
 MAX_ROUNDS = 3
+# Seconds kept from those searches for the final choice of types (:func:`_cheapest_choice`: three
+# type searches and fills, a few seconds for 50 products on 14 GPU types and 168 hours).
+FINAL_CHOICE_S = 5.0
 
 
 # A GPU over the availability of its type in some hour counts as this many USD per month in
@@ -468,19 +505,18 @@ OVER_AVAILABILITY_USD = 1e7
 
 class TypeChoice:
     """One option per product (:class:`Option`) with what it costs together: the options' costs
-    plus every GPU-hour of the whole instances their GPUs need at the plain price (the costs of
-    :func:`exact_option` are credited for their own GPU-hours), plus a penalty per GPU over
-    availability. :meth:`improve` moves products between options while that lowers the total."""
+    plus every GPU-hour of the whole instances their GPUs need at ``idle`` per GPU type (the
+    costs of :func:`exact_option` are credited for their own GPU-hours at the same price), plus
+    a penalty per GPU over availability. :meth:`improve` moves products between options while that lowers the total."""
 
-    def __init__(self, prob: FleetProblem, options: dict[str, list[Option]]) -> None:
+    def __init__(self, prob: FleetProblem, options: dict[str, list[Option]], idle: dict[str, float]) -> None:
         self.options = options
         types = sorted({g for opts in options.values() for o in opts for g, _ in o.gpus})
         row = {g: i for i, g in enumerate(types)}
         self.types = types
         self.weight = np.array([prob.weight(h) for h in range(prob.hours)])
-        plain = plain_prices(prob)
         self.size = np.array([[prob.instance_gpus.get(g, 1)] for g in types], dtype=float)
-        self.price = np.array([[plain.get(g, 0.0) if g in prob.instance_gpus else 0.0] for g in types])
+        self.price = np.array([[idle.get(g, 0.0) if g in prob.instance_gpus else 0.0] for g in types])
         self.limit = np.array([[prob.gpu_availability.get(g, np.inf)] for g in types])
         # per option: the rows of the GPU types it runs and its GPUs there in each hour
         self.use = {n: [([row[g] for g, _ in o.gpus], np.array([r for _, r in o.gpus], dtype=float).reshape(-1, prob.hours))

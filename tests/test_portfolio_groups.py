@@ -137,7 +137,7 @@ def test_type_choice_shares_instances(catalog, examples):
         "a": [portfolio.Option("a", "l40s", 100.0, (("l40s", one),)), portfolio.Option("a", "h100-sxm", 110.0, (("h100-sxm", one),))],
         "b": [portfolio.Option("b", "h100-sxm", 100.0, (("h100-sxm", one),)), portfolio.Option("b", "l40s", 110.0, (("l40s", one),))],
     }
-    state = portfolio.TypeChoice(prob, options)
+    state = portfolio.TypeChoice(prob, options, portfolio.plain_prices(prob))
     before = state.total()
     state.improve()
     chosen = {n: options[n][i].gpu for n, i in state.chosen.items()}
