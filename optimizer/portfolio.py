@@ -2,18 +2,23 @@
 and a lower bound that prices whole instances.
 
 A group of products coupled by whole instances or scarce GPUs whose joint MIP is too large
-(:data:`fleetplan.optimizer.plan.JOINT_MAX_COLUMNS`) is planned in three steps:
+(:data:`fleetplan.optimizer.plan.JOINT_MAX_COLUMNS`) is planned by :func:`plan_group`:
 
-1. every product is planned on its own (shared limits left out) by the configuration search;
-2. a small MIP, the *master*, picks one decode GPU type per product so that the products'
-   GPUs, rounded up to whole instances per GPU type and hour, cost least within the
-   availability limits (:func:`choose_types`); each product whose type changed is planned again
-   on its new type;
-3. a second master gives a lower bound on the joint optimum that sees instance rounding
-   (:func:`instance_bound`).
+1. every product gets a plan without a solver on every decode GPU type
+   (:func:`rule_plans_by_type`: each hour's fewest replicas, split by tier);
+2. each product's own configuration search starts from its cheapest such plan; its proven
+   lower bound is the product's share of the group's bound;
+3. a local search (:class:`TypeChoice`) picks one plan per product so that the plans plus the
+   whole instances they need per GPU type and hour cost least within availability; products
+   whose chosen plan came without a solver are searched on that type, and the choice is made
+   again;
+4. idle instance GPUs run spot replicas where that is cheaper (:func:`fill_idle_gpus`).
+
+The group's bound is the larger of the products' own bounds and :func:`instance_bound`, a master
+MIP (:func:`build_master`) that prices instance rounding.
 
 This module plans and bounds such a group; it does not read scenarios, report plans or change
-the formulation (the masters are Pyomo models of their own, solved like every other model).
+the formulation (the master is a Pyomo model of its own, solved like every other model).
 """
 
 from __future__ import annotations
@@ -89,19 +94,6 @@ def lowered(prob: FleetProblem, by: dict[str, float]) -> FleetProblem:
             pd, candidates=tuple(replace(c, price=_lowered(c.price, by.get(c.gpu, 0.0))) for c in pd.candidates),
             pool=tuple(replace(k, price=_lowered(k.price, by.get(k.gpu, 0.0))) for k in pd.pool))
     return prob.derive(products=products)
-
-
-def priced_as(sub: FleetProblem, prob: FleetProblem) -> FleetProblem:
-    """``sub`` (a search's problem) with its configurations taken from ``prob`` by key, so a
-    solution of a lowered problem is read with the prices actually paid."""
-    products = {}
-    for name, pd in sub.products.items():
-        real = prob.products[name]
-        cands = {c.key: c for c in real.candidates}
-        pools = {k.key: k for k in real.pool}
-        products[name] = replace(pd, candidates=tuple(cands[c.key] for c in pd.candidates),
-                                 pool=tuple(pools[k.key] for k in pd.pool))
-    return sub.derive(products=products)
 
 
 def plan_gpus(found: Found, name: str) -> dict[str, tuple[int, ...]]:
@@ -393,8 +385,8 @@ def choose_types(options: dict[str, list[Option]], whole: FleetProblem, idle: di
     return {n: options[n][i].gpu for n, i in state.chosen.items()}
 
 
-# The masters' relative gap: the type choice is a heuristic step (its costs are estimates), and
-# the instance bound is valid at whatever gap its solver proves.
+# The instance bound's master is solved to this relative gap (its bound is valid at whatever gap
+# the solver proves).
 MASTER_GAP = 1e-3
 
 
@@ -448,17 +440,19 @@ def idle_prices(whole: FleetProblem) -> list[dict[str, float]]:
 
 def _cheapest_choice(whole: FleetProblem, known: dict[str, dict[str, Found]], start: dict[str, str],
                      seen: dict[int, Any]) -> dict[str, Found]:
-    """The plans :func:`_choose` picks with each of :func:`idle_prices`, idle GPUs filled, the
-    cheapest of them (the first among equals)."""
-    best: tuple[float, dict[str, Found]] | None = None
-    for idle in idle_prices(whole):
-        types = _choose(whole, known, start, idle, seen)
+    """The plans :func:`_choose` picks with each of :func:`idle_prices`, and each product's own
+    cheapest plan, idle GPUs filled: the cheapest of those within availability (the first among
+    equals), so the group never costs more than its products planned alone."""
+    best: tuple[bool, float, dict[str, Found]] | None = None
+    own = {n: min(plans, key=lambda g: (float(plans[g][0].objective or 0.0), g)) for n, plans in known.items()}
+    for idle in [None, *idle_prices(whole)]:  # None: each product's cheapest plan, as planned alone
+        types = own if idle is None else _choose(whole, known, start, idle, seen)
         plans = fill_idle_gpus(whole, {n: known[n][types[n]] for n in known})
-        cost = group_cost(whole, plans)
-        if best is None or cost < best[0] - 1e-6:
-            best = (cost, plans)
+        key = (not within_availability(whole, [plan_gpus(f, n) for n, f in plans.items()]), group_cost(whole, plans))
+        if best is None or key < best[:2]:
+            best = (*key, plans)
     assert best is not None
-    return best[1]
+    return best[2]
 
 
 def _plans_on_chosen_types(whole: FleetProblem, known: dict[str, dict[str, Found]], solver: str,
