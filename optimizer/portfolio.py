@@ -32,7 +32,7 @@ from pyomo.core import Binary, ConcreteModel, Constraint, NonNegativeIntegers, O
 
 from fleetplan.optimizer.candidates import Candidate, GPUPriceChoice, PoolCandidate
 from fleetplan.optimizer.deadline import Deadline
-from fleetplan.optimizer.formulation import FleetProblem, ProductData
+from fleetplan.optimizer.formulation import SECONDS_PER_HOUR, FleetProblem, ProductData
 from fleetplan.optimizer.linear import LinearProblem, to_linear_problem
 from fleetplan.optimizer.solvers import SolveResult, solve
 
@@ -662,14 +662,15 @@ def split_by_tier(need: Any, prices: dict[str, float], hours_per_month: float, h
 @dataclass(frozen=True)
 class RulePlan:
     """A plan of one product without a solver: one choice, each hour the fewest replicas (and pool
-    replicas) that alone meet its demand, split by tier (:func:`split_by_tier`); nothing sent to
-    the API."""
+    replicas) that alone meet its demand, split by tier (:func:`split_by_tier`); with an API,
+    some hours' last on-demand replica handed to the API (:func:`_remainders_to_api`)."""
 
     name: str
     choice: Choice
     decode: TierSplit
     pool: TierSplit | None
     cost_usd: float
+    api_tokens_per_s: tuple[float, ...] = ()
 
     def gpus(self, hours: int) -> tuple[tuple[str, tuple[int, ...]], ...]:
         """GPUs per type in each hour."""
@@ -703,7 +704,43 @@ def rule_plan(prob: FleetProblem, pd: ProductData, choice: Choice) -> RulePlan |
     if decode is None:
         return None
     cost = decode.cost_usd + (pool.cost_usd if pool is not None else 0.0) + pd.fixed_monthly_usd
-    return RulePlan(pd.name, choice, decode, pool, cost)
+    plan = RulePlan(pd.name, choice, decode, pool, cost)
+    return _remainders_to_api(prob, pd, plan) if pd.has_api else plan
+
+
+def _remainders_to_api(prob: FleetProblem, pd: ProductData, plan: RulePlan) -> RulePlan:
+    """``plan`` with, in the hours where that saves most per token, the hour's last replica above
+    the reserved ones dropped (on demand first, else spot) and the demand above the remaining
+    replicas sent to the API, while the API stays within its share of the horizon's tokens and
+    decode spot within its share."""
+    c = plan.choice[0]
+    assert c is not None and pd.api is not None
+    u, d, split = c.usable_tokens_per_s, pd.demand_tokens_per_s, plan.decode
+    price = {t: c.usd_per_replica_hour_in(t) * prob.hour_weight for t in ("on_demand", "spot")}
+    per_token = pd.api.usd_per_output_token * SECONDS_PER_HOUR * prob.hour_weight
+    moves = []  # (saving per token, hour, tier, tokens)
+    for h in range(prob.hours):
+        tier = "on_demand" if split.on_demand[h] else "spot" if split.spot[h] else None
+        tokens = d[h] - (split.running(h) - 1) * u
+        if tier is not None and 0 < tokens <= u and price[tier] > tokens * per_token:
+            moves.append(((price[tier] - tokens * per_token) / tokens, h, tier, tokens))
+    left = pd.api_max_fraction * sum(d)
+    spot, running = sum(split.spot), sum(split.running(h) for h in range(prob.hours))
+    rows = {"on_demand": list(split.on_demand), "spot": list(split.spot)}
+    api, dropped, saved = [0.0] * prob.hours, 0.0, 0.0
+    for _, h, tier, tokens in sorted(moves, key=lambda m: (-m[0], m[1])):
+        after = spot - (tier == "spot")
+        if tokens > left or (prob.spot_max_share < 1.0 and after > prob.spot_max_share * (running - 1) + 1e-9):
+            continue
+        left, running, spot = left - tokens, running - 1, after
+        rows[tier][h] -= 1
+        api[h] = tokens
+        dropped += price[tier]
+        saved += price[tier] - tokens * per_token
+    if not saved:
+        return plan
+    decode = replace(split, on_demand=tuple(rows["on_demand"]), spot=tuple(rows["spot"]), cost_usd=split.cost_usd - dropped)
+    return replace(plan, decode=decode, cost_usd=plan.cost_usd - saved, api_tokens_per_s=tuple(api))
 
 
 def rule_plans_by_type(prob: FleetProblem, name: str) -> dict[str, RulePlan]:
@@ -737,6 +774,11 @@ def rule_found(prob: FleetProblem, plan: RulePlan) -> Found:
     if prob.products[plan.name].has_api:
         names.append(f"self_host[{plan.name}]")
         values.append(1.0)
+        c = plan.choice[0]
+        assert c is not None
+        for h, tokens in enumerate(plan.api_tokens_per_s):
+            names += [f"api[{plan.name}/{h}]", f"api_for[{c.key}/{h}]"]
+            values += [tokens, tokens]
     lp = LinearProblem(col_names=names, col_lower=[0.0] * len(names), col_upper=[math.inf] * len(names),
                        col_integer=[True] * len(names), objective=[0.0] * len(names), objective_constant=plan.cost_usd)
     res = SolveResult(solver="none", status="time_limit", termination="planned without a solver",

@@ -147,14 +147,23 @@ def test_type_choice_shares_instances(catalog, examples):
     assert state.total() < before
 
 
-def test_split_rule_plans_read_back_as_plans(catalog, examples):
-    _, prob = _problem(catalog, examples, "three-small")
-    for name in prob.products:
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_rule_plans_read_back_as_plans_that_meet_demand(catalog, examples, case):
+    _, prob = _problem(catalog, examples, case)
+    for name, pd in prob.products.items():
         for gpu, rule in portfolio.rule_plans_by_type(prob, name).items():
             found = portfolio.rule_found(prob, rule)
             assert portfolio.plan_gpu_type(found, name) == gpu
             assert dict(portfolio.plan_gpus(found, name)) == dict(rule.gpus(prob.hours))
             pp = planner.extract(found[1], found[0], found[2], parse_scenario(
-                {"products": [p for p in CASES["three-small"][0] if p["name"] == name]}, "s"))[0]
+                {"products": [p for p in CASES[case][0] if p["name"] == name]}, "s"))[0]
             assert pp.monthly_cost_usd == pytest.approx(rule.cost_usd, rel=1e-9)
-
+            c = pp.candidate
+            for h, d in enumerate(pd.demand_tokens_per_s):
+                assert pp.replicas_in_hour(h) * c.usable_tokens_per_s + pp.api_tokens_per_s[h] >= d * (1 - 1e-12)
+                assert pp.spot[h] <= pd.replica_bound(c, h) and pp.on_demand[h] <= pd.replica_bound(c, h)
+            assert sum(pp.api_tokens_per_s) <= pd.api_max_fraction * sum(pd.demand_tokens_per_s) + 1e-9
+            running = sum(pp.replicas_in_hour(h) for h in range(prob.hours))
+            assert sum(pp.spot) <= prob.spot_max_share * running + 1e-9
+    if case == "with-api":  # the API takes some hours' last replica on some GPU type
+        assert any(any(r.api_tokens_per_s) for r in portfolio.rule_plans_by_type(prob, "a").values())
