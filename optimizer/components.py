@@ -51,6 +51,7 @@ class Solved:
 
     components: list[list[str]]
     decomposed: list[list[str]]
+    bounds: list[float] = field(default_factory=list)  # a lower bound of each decomposed group
     parts: dict[str, Part] = field(default_factory=dict)
     models: dict[int, LinearProblem] = field(default_factory=dict)
     plans: dict[str, ProductPlan] = field(default_factory=dict)
@@ -102,27 +103,24 @@ def joint_columns(prob: FleetProblem) -> int:
     return configs * (per_hour * prob.hours + (Tier.RESERVED in prob.tiers) + 1)
 
 
-def solve_one_by_one(whole: FleetProblem, names: list[str], solver: Solver, deadline: Deadline, gap: float) -> list[Any]:
-    """A coupled group too large for one MIP, planned product by product: each product's cheapest
-    plan on its own (shared limits left out), in scenario order, each with its share of the time.
-    Each product's own optimum is a lower bound on its share of any joint plan, so their sum bounds
-    the joint optimum; the plan is checked against the shared limits afterwards
-    (:func:`one_by_one_result`)."""
+def solve_one_by_one(whole: FleetProblem, names: list[str], solver: Solver, deadline: Deadline, gap: float
+                     ) -> tuple[list[Any], float]:
+    """A coupled group too large for one MIP, planned product by product with their GPU types
+    chosen together (:func:`fleetplan.optimizer.portfolio.plan_group`): each product's outcome
+    and a lower bound on the group's joint optimum; the plan is checked against the shared
+    limits afterwards (:func:`one_by_one_result`)."""
+    from fleetplan.optimizer.portfolio import plan_group  # the group search uses this module's pieces
+
     deadline.note("joint plan of " + ", ".join(names[:3]) + (", ..." if len(names) > 3 else "") +
                   ": planned product by product")
-    out = []
-    for i, name in enumerate(names):
-        deadline.progress.update("planning product by product", i, len(names))
-        out.append(solve_component((whole.restrict([name], limits=False), [name], solver,
-                                    deadline.share(1.0 / (len(names) - i)), gap)))
-    return out
+    return plan_group(whole, names, solver, deadline, gap)
 
 
 def one_by_one_result(plan: Plan, groups: list[list[str]], parts: dict[str, Part], solver: Solver,
-                       mip_rel_gap: float) -> SolveResult:
+                       mip_rel_gap: float, bounds: list[float]) -> SolveResult:
     """The plan's result when some coupled groups were planned product by product: within the shared
-    limits or an error naming them, and its gap against the sum of every product's lower bound
-    (the plan's total includes idle instance GPUs, which that bound leaves out)."""
+    limits or an error naming them, and its gap against the groups' lower ``bounds`` plus the
+    other products' own bounds."""
     prob = plan.problem
     members = {n for g in groups for n in g}
     mine = [pp for pp in plan.products if pp.product.name in members]
@@ -138,15 +136,15 @@ def one_by_one_result(plan: Plan, groups: list[list[str]], parts: dict[str, Part
             raise SolverError(
                 f"limits.gpu_availability: planned one by one the coupled products need {max(row)} {gpu} {tier} GPUs "
                 f"of the {limit} available; no plan within the limits was found")
-    unique = {id(p.result): p.result for p in parts.values()}
-    bound = sum(float(r.objective or 0.0) * (1 - (r.mip_gap or 0.0)) for r in unique.values())
+    unique = {id(p.result): p.result for n, p in parts.items() if n not in members}
+    bound = sum(bounds) + sum(float(r.objective or 0.0) * (1 - (r.mip_gap or 0.0)) for r in unique.values())
     total = plan.monthly_cost_usd
     gap = max(0.0, (total - bound) / total) if total else 0.0
     if gap <= mip_rel_gap:
-        return replace(plan.solve_result, status="optimal", mip_gap=gap)
-    return replace(plan.solve_result, status="time_limit", mip_gap=gap,
-                   termination=f"planned product by product within the shared limits (gap {gap:.3%} against the "
-                               f"sum of each product's own optimum)")
+        return replace(plan.solve_result, status=Status.OPTIMAL, mip_gap=gap)
+    return replace(plan.solve_result, status=Status.TIME_LIMIT, mip_gap=gap,
+                   termination=f"planned product by product within the shared limits (gap {gap:.3%} against a "
+                               f"lower bound of the group)")
 
 
 def coupled_components(prob: FleetProblem) -> list[list[str]]:
@@ -213,7 +211,7 @@ def solve_components(prob: FleetProblem, products: list[Product], solver: Solver
     if len(heavy) > 1 and jobs > 1:
         outcomes = _in_workers(tasks, heavy, jobs, deadline)
     else:
-        outcomes = _in_turn(tasks, deadline, solved.decomposed)
+        outcomes = _in_turn(tasks, deadline, solved)
     pieces = [(names, o) for names, o in zip(components, outcomes) if names not in solved.decomposed]
     pieces += [([name], o) for names, os_ in zip(components, outcomes) if names in solved.decomposed
                for name, o in zip(names, os_)]
@@ -242,9 +240,10 @@ def _in_workers(tasks: list[Any], heavy: list[Any], jobs: int, deadline: Deadlin
     return [done[id(t)] if id(t) in done else solve_component(t) for t in tasks]
 
 
-def _in_turn(tasks: list[Any], deadline: Deadline, decomposed: list[list[str]]) -> list[Any]:
+def _in_turn(tasks: list[Any], deadline: Deadline, solved: Solved) -> list[Any]:
     """Outcomes of ``tasks`` one after another, each with a share of the time by its size; a
-    group too large for one MIP is planned product by product (and added to ``decomposed``)."""
+    group too large for one MIP is planned product by product (added to ``solved.decomposed``,
+    its lower bound to ``solved.bounds``)."""
     weights = [max(1, sum(len(p.candidates) + len(p.pool) for p in t[0].products.values()) * t[0].hours)
                for t in tasks]
     outcomes: list[Any] = []
@@ -252,8 +251,10 @@ def _in_turn(tasks: list[Any], deadline: Deadline, decomposed: list[list[str]]) 
         deadline.progress.update("planning", i, len(tasks))
         share = deadline.share(weights[i] / sum(weights[i:]))
         if len(n) > 1 and joint_columns(reduced(w)) > JOINT_MAX_COLUMNS:
-            decomposed.append(n)
-            outcomes.append(solve_one_by_one(w, n, so, share, g))
+            solved.decomposed.append(n)
+            group, bound = solve_one_by_one(w, n, so, share, g)
+            outcomes.append(group)
+            solved.bounds.append(bound)
         else:
             outcomes.append(solve_component((w, n, so, share, g)))
     return outcomes

@@ -10,4 +10,8 @@ class InfeasibleError(InputError):
 
 
 class SolverError(RuntimeError):
-    """The solver returned no proven-optimal plan."""
+    """The solver returned no proven-optimal plan (``lower_bound``: what was proven, if anything)."""
+
+    def __init__(self, message: str, lower_bound: float | None = None) -> None:
+        super().__init__(message)
+        self.lower_bound = lower_bound

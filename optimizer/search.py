@@ -142,7 +142,7 @@ MIP_MAX_TRIES = 6
 def solve_by_configuration(
     prob: FleetProblem, product: str, solver: Solver, *, keep: Callable[[Candidate], bool] | None = None,
     deadline: Deadline | None = None, mip_rel_gap: float = 1e-6, base_lp: LinearProblem | None = None,
-    stage: str = "configuration search",
+    stage: str = "configuration search", incumbent_usd: float = math.inf,
 ) -> Found | None:
     """Solve the MIP of one product by branching on its configuration first.
 
@@ -161,7 +161,9 @@ def solve_by_configuration(
     configurations ``keep`` rejects switched off.
 
     At the ``deadline`` the best plan found so far is returned with status ``time_limit`` and a
-    gap measured against the weakest bound left open.
+    gap measured against the weakest bound left open. Over several hours, ``incumbent_usd`` (the
+    cost of a plan known already) prunes from the start: then None also means that no plan
+    costs less than it by more than ``mip_rel_gap``.
     """
     deadline = deadline or Deadline(at=None)
     prob = reduced(prob)
@@ -176,11 +178,12 @@ def solve_by_configuration(
     if api_alone:
         choices.append((None, None))
     best, open_bounds = _search_rounds(prob, product, by_quick_bound(prob, pd, choices), solver, deadline,
-                                       mip_rel_gap, base_lp)
+                                       mip_rel_gap, base_lp, incumbent_usd)
     if best is None:
         if open_bounds:
             deadline.note(f"{product}: {stage}")
-            raise SolverError(f"{solver} found no plan for {product} before the time limit")
+            raise SolverError(f"{solver} found no plan for {product} before the time limit",
+                              lower_bound=min(open_bounds))
         return None
     res, lp, whole = best
     # every choice not left open was pruned against the best plan: the gap is against the weakest
@@ -216,7 +219,7 @@ def _solve_one_hour(prob: FleetProblem, pd: ProductData, decode: list[Candidate]
 
 
 def _search_rounds(prob: FleetProblem, product: str, ordered: list[tuple[float, Choice]], solver: Solver,
-                   deadline: Deadline, mip_rel_gap: float, base_lp: LinearProblem | None
+                   deadline: Deadline, mip_rel_gap: float, base_lp: LinearProblem | None, incumbent_usd: float
                    ) -> tuple[Found | None, list[float]]:
     """Search ``ordered`` (choices with their quick bound, lowest first) in rounds of 8, 32, 128, ...
     choices: a round's model is built only if a choice of it can still beat the best plan of the
@@ -232,14 +235,14 @@ def _search_rounds(prob: FleetProblem, product: str, ordered: list[tuple[float, 
     best: Found | None = None
     open_bounds: list[float] = []
     for lp, these in rounds:
-        value = float(best[0].objective or 0.0) if best is not None else math.inf
+        value = float(best[0].objective or 0.0) if best is not None else incumbent_usd
         these = [(q, ch) for q, ch in these if q < value * (1 - mip_rel_gap) - 1e-7]
         if not these:
             continue
-        if deadline.expired and best is not None:
+        if deadline.expired and (best is not None or not math.isinf(incumbent_usd)):
             open_bounds.append(these[0][0])  # not searched: its quick bound is all that is known
             break
-        whole = prob if lp is not None else _with_choices(prob, product, [ch for _, ch in these])
+        whole = prob if lp is not None else with_choices(prob, product, [ch for _, ch in these])
         lp = lp if lp is not None else to_linear_problem(build_model(whole))  # a model of these choices only
         found, left_open = _search_choices(lp, whole, product, these, solver, deadline, mip_rel_gap, value)
         open_bounds += left_open
@@ -252,7 +255,7 @@ def _search_rounds(prob: FleetProblem, product: str, ordered: list[tuple[float, 
 FIRST_ROUND_CHOICES = 8
 
 
-def _with_choices(prob: FleetProblem, product: str, choices: list[Choice]) -> FleetProblem:
+def with_choices(prob: FleetProblem, product: str, choices: list[Choice]) -> FleetProblem:
     """``prob`` with the product's configurations cut to those of ``choices``."""
     pd = prob.products[product]
     keys = {x.key for ch in choices for x in ch if x is not None}
