@@ -107,8 +107,9 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     """Roofline breakdown of one configuration."""
     from fleetplan.catalogs import load_catalog
     from fleetplan.models.parallel import tp_problem
-    from fleetplan.models.prefill import prefill_flops_per_request
+    from fleetplan.models.prefill import prefill_flops
     from fleetplan.models.roofline import decode_step
+    from fleetplan.models.ttft import colocated_configuration_ttft_s, prefill_service_s
     from fleetplan.catalogs.loader import InputError
 
     catalog = load_catalog(args.catalog)
@@ -128,7 +129,15 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         "calibration": preset.calibration,
     }
     d.update(e.as_dict())
-    d["prefill_flops_per_request"] = prefill_flops_per_request(llm, args.input_tokens)
+    work = prefill_flops(llm, preset, args.input_tokens)
+    d["prefill_flops_per_request"] = work
+    d["prefill_service_ms"] = prefill_service_s(llm, gpu, preset, precision=args.precision, tp=args.tp, flops=work) * 1e3
+    mixed, ttft = colocated_configuration_ttft_s(
+        llm, gpu, preset, precision=args.precision, tp=args.tp, batch=args.batch, input_tokens=args.input_tokens,
+        output_tokens=args.output_tokens, kv_precision=args.kv_precision, flops_per_request=work, utilisation=0.0,
+    )
+    d["colocated_step_time_ms"] = mixed.step_time_s * 1e3
+    d["ttft_ms"] = ttft * 1e3
     if args.json:
         sys.stdout.write(dumps(d))
     else:
