@@ -98,6 +98,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             d: dict[str, Any] = {"line": p.row.line, **typed_cells(p.row)}
             d["predicted_tpot_ms"] = _r(p.predicted_tpot_ms)
             d["predicted_ttft_ms"] = _r(p.predicted_ttft_ms)
+            d["step_time_ms"] = _r(p.decode_step_time_ms)
+            d["prefill_flops_per_request"] = p.prefill_flops_per_request
             d["ratio_measured_to_predicted"] = _r(p.ratio)
             d["bound"] = p.estimate.bound
             d["fits"] = p.estimate.fits
@@ -118,7 +120,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"  skipped line {r.line}: {why}")
     _print_summary("time per output token (ratio = measured / predicted):", {k: v for k, v in summary.items() if k != "ttft"})
     if summary["ttft"].get("rows"):
-        print("time to first token (rows that report it; queueing not modelled):")
+        print("time to first token (rows that report it; ratio = measured / predicted):")
         print(_stats_line("overall", summary["ttft"]))
     return 0
 

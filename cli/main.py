@@ -103,6 +103,19 @@ def resolve_preset(name: str, calibration: str | None, preset_hint: str = "use -
 
 
 # ---------------------------------------------------------------- estimate
+def _benchmark_prediction(catalog: Any, preset: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """What ``validate`` predicts for a closed-loop continuous-batching benchmark of this
+    configuration at concurrency ``--batch`` on ``--engine``: the same function, on the same row."""
+    from fleetplan.models.measurements import Measurement
+    from fleetplan.models.validation import predict
+
+    row = Measurement(line=0, model=args.model, gpu=args.gpu, precision=args.precision, tp=args.tp, batch=args.batch,
+                      input_tokens=args.input_tokens, output_tokens=args.output_tokens, engine=args.engine or "",
+                      measured_tpot_ms=1.0, kv_precision=args.kv_precision)
+    p = predict(row, catalog, preset)
+    return {"engine": args.engine, "benchmark_tpot_ms": p.predicted_tpot_ms, "benchmark_ttft_ms": p.predicted_ttft_ms}
+
+
 def cmd_estimate(args: argparse.Namespace) -> int:
     """Roofline breakdown of one configuration."""
     from fleetplan.catalogs import load_catalog
@@ -121,7 +134,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         raise InputError(f"--tp: {problem}")
     e = decode_step(
         llm, gpu, precision=args.precision, tp=args.tp, batch=args.batch, input_tokens=args.input_tokens,
-        output_tokens=args.output_tokens, preset=preset, kv_precision=args.kv_precision,
+        output_tokens=args.output_tokens, preset=preset, kv_precision=args.kv_precision, engine=args.engine,
     )
     d: dict[str, Any] = {
         "model": llm.id, "gpu": gpu.id, "tp": args.tp, "batch": args.batch, "precision": args.precision,
@@ -135,9 +148,11 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     mixed, ttft = colocated_configuration_ttft_s(
         llm, gpu, preset, precision=args.precision, tp=args.tp, batch=args.batch, input_tokens=args.input_tokens,
         output_tokens=args.output_tokens, kv_precision=args.kv_precision, flops_per_request=work, utilisation=0.0,
+        engine=args.engine,
     )
     d["colocated_step_time_ms"] = mixed.step_time_s * 1e3
     d["ttft_ms"] = ttft * 1e3
+    d.update(_benchmark_prediction(catalog, preset, args))
     if args.json:
         sys.stdout.write(dumps(d))
     else:
@@ -372,6 +387,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--input-tokens", type=_number_flag(F.WHOLE_TOKENS), required=True)
     e.add_argument("--output-tokens", type=_number_flag(F.WHOLE_TOKENS), required=True)
     e.add_argument("--preset", choices=("seed", "default"), default="default")
+    e.add_argument("--engine", default=None,
+                   help="serving engine (vllm, sglang, trtllm): its calibration factors and prefill scheduling in the "
+                        "benchmark prediction")
     e.add_argument("--calibration", help="calibration profile YAML (from `fleetplan calibrate`)")
     e.add_argument("--catalog", action="append", default=[], help=catalog_help)
     e.add_argument("--json", action="store_true", help="print JSON")

@@ -319,11 +319,46 @@ def apply_profile(preset: Preset, path: Path, preset_hint: str = "use --preset {
     if profile.preset != preset.name:
         hint = preset_hint.format(fitted=profile.preset, used=preset.name)
         raise InputError(f"{path}: profile was fitted for preset {profile.preset!r}, not {preset.name!r} ({hint})")
-    factors = tuple(
+    return dataclasses.replace(preset, factors=factors_from_entries(profile.factors), calibration=path.name)
+
+
+def factors_from_entries(entries: Sequence[FactorEntry]) -> tuple[CalibrationFactors, ...]:
+    """A profile's factor entries as the preset's :class:`CalibrationFactors`."""
+    return tuple(
         CalibrationFactors(
             gpu=f.gpu, engine=normalize_engine(f.engine), kind=f.kind, bandwidth_scale=f.bandwidth_scale,
             compute_scale=f.compute_scale, overhead_scale=f.overhead_scale, comm_scale=f.comm_scale,
         )
-        for f in profile.factors
+        for f in entries
     )
-    return dataclasses.replace(preset, factors=factors, calibration=path.name)
+
+
+def fitted_preset(preset: Preset, rows: Sequence[Measurement], catalog: Catalog, name: str = "fit") -> Preset:
+    """``preset`` calibrated on ``rows`` exactly as a profile written by ``calibrate`` would
+    calibrate it (for cross-validation of everything a profile changes, TTFT included)."""
+    comp = [components(r, catalog, preset) for r in rows]
+    entries = profile_factors(fit(comp), comp)
+    return dataclasses.replace(preset, factors=factors_from_entries(entries), calibration=name)
+
+
+def cross_validated_mape(comp: Sequence[Components], configs: Sequence[tuple[Any, ...]]) -> tuple[float, float] | None:
+    """(calibrated, uncalibrated) TPOT MAPE over the rows cross-validation could hold out, or
+    None when no row could be held out: the figures ``calibrate`` compares before writing."""
+    cv, _, _ = cross_validated_predictions(comp, configs)
+    held = [i for i, v in enumerate(cv) if math.isfinite(v)]
+    if not held:
+        return None
+    plain = _predict([comp[i] for i in held], np.zeros((len(held), 4)))[0]
+    measured = np.array([comp[i].measured for i in held])
+    calibrated = float(np.mean(np.abs(cv[held] - measured) / measured))
+    return calibrated, float(np.mean(np.abs(plain - measured) / measured))
+
+
+def calibrated_unless_worse(preset: Preset, rows: Sequence[Measurement], catalog: Catalog) -> Preset:
+    """What a user who runs ``calibrate`` on ``rows`` ends up with: the calibrated preset, or
+    ``preset`` itself when cross-validation finds calibration worse (``calibrate`` refuses)."""
+    comp = [components(r, catalog, preset) for r in rows]
+    mapes = cross_validated_mape(comp, [r.configuration for r in rows])
+    if mapes is not None and mapes[0] > mapes[1]:
+        return preset
+    return fitted_preset(preset, rows, catalog)

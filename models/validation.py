@@ -49,6 +49,8 @@ class Prediction:
     estimate: StepEstimate
     predicted_tpot_ms: float
     predicted_ttft_ms: float
+    decode_step_time_ms: float = 0.0
+    prefill_flops_per_request: float = 0.0
 
     @property
     def ratio(self) -> float:
@@ -91,15 +93,16 @@ def predict(row: Measurement, catalog: Catalog, preset: Preset) -> Prediction:
     continuous = row.batching == "continuous"
     est = _step(row, catalog, preset, aggregated=continuous)
     decode_only = _step(row, catalog, preset, aggregated=False) if continuous else est
-    prompt_s = prefill_service_s(llm, gpu, preset, precision=row.precision, tp=row.tp,
-                                 flops=prefill_flops(llm, preset, row.input_tokens), engine=row.engine)
+    work = prefill_flops(llm, preset, row.input_tokens)
+    prompt_s = prefill_service_s(llm, gpu, preset, precision=row.precision, tp=row.tp, flops=work, engine=row.engine)
     if continuous:
         ttft = benchmark_ttft_s(preset, prefill_s=prompt_s, step_s=decode_only.step_time_s, batch=row.batch,
                                 input_tokens=row.input_tokens, engine=row.engine)
     else:  # static batching: every prompt of the batch is prefilled, then one step
         ttft = ttft_s(prefill_s=prompt_s, requests_ahead=row.batch - 1, steps=1.0, step_s=est.step_time_s,
                       utilisation=0.0)
-    return Prediction(row=row, estimate=est, predicted_tpot_ms=est.step_time_s * 1e3, predicted_ttft_ms=ttft * 1e3)
+    return Prediction(row=row, estimate=est, predicted_tpot_ms=est.step_time_s * 1e3, predicted_ttft_ms=ttft * 1e3,
+                      decode_step_time_ms=decode_only.step_time_s * 1e3, prefill_flops_per_request=work)
 
 
 def predict_all(
