@@ -44,9 +44,9 @@ class CalibrationProfile(BaseModel):
 
     fleetplan_calibration: Literal[1] = Field(description="profile format version")
     preset: str = Field(description="the preset the factors were fitted for")
-    measurements: str = Field(description="file name of the measurements fitted")
-    rows: int = Field(ge=0, description="rows fitted")
-    skipped_rows: int = Field(ge=0, description="rows skipped (the planner would not run them)")
+    measurements: str = Field(default="", description="file name of the measurements fitted")
+    rows: int = Field(default=0, ge=0, description="rows fitted")
+    skipped_rows: int = Field(default=0, ge=0, description="rows skipped (the planner would not run them)")
     groups: int = Field(default=0, ge=0, description="configuration groups fitted")
     forced: bool = Field(default=False, description="written with --force although cross-validation "
                          "found it worse than uncalibrated")

@@ -199,7 +199,7 @@ def test_calibration_flag_on_validate_estimate_and_plan(tmp_path, capsys, catalo
     [("just text", "not a fleetplan calibration profile"),
      ("fleetplan_calibration: 1\npreset: default\nmeasurements: m.csv\nrows: 1\nskipped_rows: 0\nfactors: []\n",
       "p.yaml.factors: List should have at least 1 item"),
-     ("fleetplan_calibration: 1\npreset: default\nfactors: []\n", "p.yaml.measurements: Field required"),
+     ("fleetplan_calibration: 1\npreset: default\nfactors: []\nrows: -1\n", "p.yaml.rows: Input should be greater than"),
      ("fleetplan_calibration: 1\npreset: default\nmeasurements: m.csv\nrows: 1\nskipped_rows: 0\nfactors:\n"
       "  - {bandwidth_scale: -1, compute_scale: 1, overhead_scale: 1, comm_scale: 1}\n", "factors.0.bandwidth_scale"),
      ("a: [\n", "malformed YAML")],
