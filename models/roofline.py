@@ -110,6 +110,18 @@ def kv_context_tokens(preset: Preset, input_tokens: float, output_tokens: float)
     return read, held
 
 
+def kv_bytes_read_and_held(
+    llm: LLM, preset: Preset, tp: int, kv_prec: str, input_tokens: float, output_tokens: float
+) -> tuple[float, float]:
+    """(KV bytes one sequence's step reads, KV bytes it holds: paged, with head replication)."""
+    read_tokens, held_tokens = kv_context_tokens(preset, input_tokens, output_tokens)
+    replication = kv_replication_factor(llm, tp) if preset.kv_head_replication else 1.0
+    block = preset.physics.kv_block_tokens if (preset.paged_kv and preset.physics is not None) else 1
+    kv_read = kv_bytes_per_sequence(llm, kv_prec, read_tokens, preset.sliding_window) * replication
+    kv_held = kv_bytes_per_sequence(llm, kv_prec, held_tokens, preset.sliding_window, block) * replication
+    return kv_read, kv_held
+
+
 def model_kind(llm: LLM) -> str:
     """``moe`` for a mixture-of-experts model, else ``dense`` (calibration factors differ by kind)."""
     return "dense" if llm.moe is None else "moe"
@@ -168,20 +180,9 @@ def _extra_times(llm: LLM, gpu: GPU, preset: Preset, tp: int, ep: int, batch: in
 
 
 def decode_step(
-    llm: LLM,
-    gpu: GPU,
-    *,
-    precision: str,
-    tp: int,
-    batch: int,
-    input_tokens: float,
-    output_tokens: float,
-    preset: Preset,
-    kv_precision: str | None = None,
-    prefill_flops_per_step: float = 0.0,
-    ep: int = 1,
-    engine: str | None = None,
-    aggregated: bool = False,
+    llm: LLM, gpu: GPU, *, precision: str, tp: int, batch: int, input_tokens: float, output_tokens: float,
+    preset: Preset, kv_precision: str | None = None, prefill_flops_per_step: float = 0.0, ep: int = 1,
+    engine: str | None = None, aggregated: bool = False,
 ) -> StepEstimate:
     """Estimate of one decode step of a ``tp``-GPU replica running ``batch`` sequences: the one
     function every decode step time comes from (``estimate``, the planner, ``validate``).
@@ -189,75 +190,49 @@ def decode_step(
     ``prefill_flops_per_step`` is prefill work carried by the same step (chunked prefill of
     new requests on a colocated replica). The seed composition adds it to the step's FLOPs;
     the default one adds its compute time, at the prefill efficiency, to the step.
-    ``aggregated=True`` says the step is measured in a closed-loop continuous-batching
-    benchmark: a preset with ``prefill_interference`` then adds the engine's share of the other
-    ``batch - 1`` requests' prefill (:mod:`fleetplan.models.interference`). ``ep`` is the
-    expert-parallel degree of MoE layers (1: experts split by tensor parallelism);
-    ``engine`` selects engine-specific calibration factors and prefill scheduling.
+    ``aggregated=True``: a closed-loop continuous-batching benchmark, where a preset with
+    ``prefill_interference`` adds the engine's share of the other ``batch - 1`` requests' prefill
+    (:mod:`fleetplan.models.interference`). ``ep``: expert-parallel degree of MoE layers;
+    ``engine``: engine-specific calibration factors and prefill scheduling.
     """
     kv_prec = effective_kv_precision(preset, kv_precision)
-    read_tokens, held_tokens = kv_context_tokens(preset, input_tokens, output_tokens)
-    replication = kv_replication_factor(llm, tp) if preset.kv_head_replication else 1.0
-    block = preset.physics.kv_block_tokens if (preset.paged_kv and preset.physics is not None) else 1
-    kv_read = kv_bytes_per_sequence(llm, kv_prec, read_tokens, preset.sliding_window) * replication
-    kv_held = kv_bytes_per_sequence(llm, kv_prec, held_tokens, preset.sliding_window, block) * replication
+    kv_read, kv_held = kv_bytes_read_and_held(llm, preset, tp, kv_prec, input_tokens, output_tokens)
     w = weight_bytes(llm, precision)
     w_read, w_timed = weight_bytes_read(llm, gpu, preset, precision, batch)
     if aggregated and preset.prefill_interference:
         share = benchmark_prefill_share(preset, engine)
         prefill_flops_per_step += aggregated_prefill_flops(llm, max(batch - 1, 0), input_tokens, output_tokens, share)
-
     factors = preset.factors_for(gpu.id, gpu.family, engine, model_kind(llm))
     bandwidth = tp * gpu.mem_bandwidth_bytes_per_s * bandwidth_efficiency(preset, gpu) * factors.bandwidth_scale
     kv_eff = preset.physics.kv_bandwidth_efficiency if preset.physics is not None else 1.0
     flop_rate = usable_flop_rate(preset, gpu, precision, tp, factors, prefill=False)
-
     bytes_per_step = w_read + batch * kv_read
     memory_time = bytes_per_step / bandwidth
     decode_flops = 2.0 * llm.active_params * batch
+    comm, overhead = _extra_times(llm, gpu, preset, tp, ep, batch, factors)
     if preset.composition == "roofline":
         flops = decode_flops + prefill_flops_per_step
         compute_time = flops / flop_rate
         weights_time, kv_time, prefill_time = memory_time, 0.0, 0.0
-        core = max(memory_time, compute_time)
         parts = {"memory": memory_time, "compute": compute_time}
+        step = max(memory_time, compute_time) + comm + overhead
     else:
         flops = decode_flops
         compute_time = flops / flop_rate
-        weights_time = w_timed / bandwidth
-        kv_time = batch * kv_read / (bandwidth * kv_eff)
+        weights_time, kv_time = w_timed / bandwidth, batch * kv_read / (bandwidth * kv_eff)
         prefill_time = prefill_flops_per_step / usable_flop_rate(preset, gpu, precision, tp, factors, prefill=True)
-        core = max(weights_time, compute_time) + kv_time + prefill_time
-    comm, overhead = _extra_times(llm, gpu, preset, tp, ep, batch, factors)
-    step = core + comm + overhead
-    if preset.composition != "roofline":
+        step = max(weights_time, compute_time) + kv_time + prefill_time + comm + overhead
         parts = {"memory": weights_time + kv_time if weights_time >= compute_time else kv_time,
                  "compute": compute_time + prefill_time, "communication": comm, "overhead": overhead}
     bound = max(parts, key=lambda k: parts[k])
     cap = preset.physics.max_num_seqs if (preset.sequence_cap and preset.physics is not None) else None
     return StepEstimate(
-        weight_bytes=w,
-        kv_bytes_read_per_sequence=kv_read,
-        kv_bytes_held_per_sequence=kv_held,
-        bytes_per_step=bytes_per_step,
-        flops_per_step=flops,
-        memory_time_s=memory_time,
-        compute_time_s=compute_time,
-        step_time_s=step,
-        bound=bound,
-        per_user_tokens_per_s=1.0 / step,
-        replica_tokens_per_s=batch / step,
+        weight_bytes=w, kv_bytes_read_per_sequence=kv_read, kv_bytes_held_per_sequence=kv_held,
+        bytes_per_step=bytes_per_step, flops_per_step=flops, memory_time_s=memory_time, compute_time_s=compute_time,
+        step_time_s=step, bound=bound, per_user_tokens_per_s=1.0 / step, replica_tokens_per_s=batch / step,
         memory_needed_bytes=w + batch * kv_held,
         memory_usable_bytes=tp * gpu.memory_bytes * preset.usable_memory_fraction,
-        kv_precision=kv_prec,
-        compute_precision=compute_precision(preset, gpu, precision),
-        weight_bytes_read=w_read,
-        weights_time_s=weights_time,
-        kv_time_s=kv_time,
-        prefill_time_s=prefill_time,
-        comm_time_s=comm,
-        overhead_time_s=overhead,
-        batch=batch,
-        batch_cap=cap,
-        ep=ep,
+        kv_precision=kv_prec, compute_precision=compute_precision(preset, gpu, precision), weight_bytes_read=w_read,
+        weights_time_s=weights_time, kv_time_s=kv_time, prefill_time_s=prefill_time, comm_time_s=comm,
+        overhead_time_s=overhead, batch=batch, batch_cap=cap, ep=ep,
     )
