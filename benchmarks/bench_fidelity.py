@@ -1,11 +1,20 @@
-"""Fidelity benchmark: seed vs default vs calibrated (cross-validated) on measured TPOT.
+"""Fidelity benchmark: seed vs default vs calibrated on measured TPOT and TTFT, by configuration group.
 
-Usage: python benchmarks/bench_fidelity.py [MEASUREMENTS.csv] [--by gpu|tp|engine|model]
+Usage: python benchmarks/bench_fidelity.py [MEASUREMENTS.csv ...] [--folds N]
 
-Predicts every row with the ``seed`` and ``default`` presets, then fits a calibration profile
-with leave-one-configuration-out cross-validation (each held-out configuration is predicted
-by a fit that never saw it) and prints, for each: rows, share within 1.25x / 1.5x / 2x of
-measured, mean absolute percentage error and the median measured/predicted ratio.
+For each measurement file (default: ``../shared/reference/measurements/silicon-train.csv`` and
+the public measurements in ``benchmarks/data/``) it predicts every row the planner would run with
+the ``seed`` and ``default`` presets, and with the default preset calibrated by a profile fitted
+on the other configuration groups only (leave-groups-out: each held-out group, a (model, GPU,
+engine, TP, precision) batch sweep, is predicted by a profile that never saw it, as a user
+predicting a configuration they have not measured). It prints TPOT and TTFT error (rows, share
+within 1.25x / 1.5x / 2x, MAPE, median measured/predicted) overall and by engine, TP, model kind
+(dense / MoE) and GPU, then the "calibrate on half of the groups, predict the other half" figure
+(both halves in turn) against the uncalibrated preset on the same rows.
+
+The default preset's physical parameters were fitted on silicon-train.csv
+(``benchmarks/fit_physics.py``); their own leave-groups-out error is printed by
+``python benchmarks/fit_physics.py --cv``.
 """
 
 from __future__ import annotations
@@ -14,52 +23,142 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from fleetplan.catalogs import load_catalog
-from fleetplan.models import calibration as cal
-from fleetplan.models.measurements import parse_measurements
-from fleetplan.models.presets import get_preset
-from fleetplan.models.validation import GROUPS, predict_all, summarize
+from fleetplan.catalogs.loader import Catalog
+from fleetplan.models.calibration import calibrated_unless_worse, fitted_preset
+from fleetplan.models.measurements import Measurement, parse_measurements
+from fleetplan.models.presets import Preset, get_preset, normalize_engine
+from fleetplan.models.roofline import model_kind
+from fleetplan.models.validation import error_stats, predict, skip_reason
 
-DEFAULT_FILE = Path(__file__).resolve().parent / "data" / "public-measurements.csv"
+HERE = Path(__file__).resolve().parent
+DEFAULT_FILES = (HERE.parent.parent / "shared" / "reference" / "measurements" / "silicon-train.csv",
+                 HERE / "data" / "public-measurements.csv")
+BY: tuple[str, ...] = ("engine", "tp", "kind", "gpu")
+Pred = tuple[float, float]  # (TPOT ms, TTFT ms)
 
 
-def row(label: str, s: dict) -> str:
+def key(row: Measurement, by: str, catalog: Catalog) -> str:
+    """The value of ``by`` for ``row``: normalised engine, TP, dense/moe, GPU id."""
+    if by == "engine":
+        return normalize_engine(row.engine) or ""
+    if by == "kind":
+        return model_kind(catalog.models[row.model])
+    return str(getattr(row, by))
+
+
+def plain(rows: list[Measurement], catalog: Catalog, preset: Preset) -> list[Pred]:
+    """Predictions of ``preset`` as it is."""
+    out = []
+    for r in rows:
+        p = predict(r, catalog, preset)
+        out.append((p.predicted_tpot_ms, p.predicted_ttft_ms))
+    return out
+
+
+def folds_of(rows: list[Measurement], folds: int) -> list[int]:
+    """Fold of each row: configuration groups in sorted order, dealt round-robin to ``folds``."""
+    groups = sorted({r.configuration for r in rows}, key=repr)
+    fold = {g: i % folds for i, g in enumerate(groups)}
+    return [fold[r.configuration] for r in rows]
+
+
+def held_out(rows: list[Measurement], catalog: Catalog, base: Preset, fold: list[int],
+             as_calibrate: bool = False) -> list[Pred | None]:
+    """Each row predicted by a profile fitted on the rows of every other fold (None if none);
+    ``as_calibrate``: the profile ``calibrate`` would write, or none where it refuses."""
+    out: list[Pred | None] = [None] * len(rows)
+    for k in sorted(set(fold)):
+        train = [r for r, f in zip(rows, fold, strict=True) if f != k]
+        if len(train) < 3:
+            continue
+        preset = (calibrated_unless_worse if as_calibrate else fitted_preset)(base, train, catalog)
+        for i, (r, f) in enumerate(zip(rows, fold, strict=True)):
+            if f == k:
+                p = predict(r, catalog, preset)
+                out[i] = (p.predicted_tpot_ms, p.predicted_ttft_ms)
+    return out
+
+
+def line(label: str, s: dict[str, Any]) -> str:
+    """One Markdown table row of error statistics."""
+    if not s.get("rows"):
+        return f"| {label} | 0 | | | | | |"
     return (f"| {label} | {s['rows']} | {s['within_1.25x']:.0%} | {s['within_1.5x']:.0%} | {s['within_2x']:.0%} | "
             f"{s['mape']:.1%} | {s['median_ratio']:.2f} |")
 
 
-def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("file", nargs="?", default=str(DEFAULT_FILE))
-    ap.add_argument("--by", choices=GROUPS, help="also break the table down by this column")
-    args = ap.parse_args(argv)
-    path = Path(args.file)
-    catalog = load_catalog()
-    rows = parse_measurements(path.read_text(encoding="utf-8"), path.name)
+def stats(rows: list[Measurement], preds: list[Pred | None], which: int, keep: Any = None) -> dict[str, Any]:
+    """Error statistics of TPOT (``which`` 0) or TTFT (1) over rows with a prediction (and a
+    measured TTFT) for which ``keep(row)`` holds."""
+    pairs = []
+    for r, p in zip(rows, preds, strict=True):
+        measured = r.measured_tpot_ms if which == 0 else r.measured_ttft_ms
+        if p is not None and measured and (keep is None or keep(r)):
+            pairs.append((measured, p[which]))
+    return error_stats([m for m, _ in pairs], [p for _, p in pairs])
+
+
+def table(title: str, rows: list[Measurement], results: dict[str, list[Pred | None]], catalog: Catalog) -> None:
+    """TPOT and TTFT tables: every model overall, then by each column of :data:`BY`."""
+    for which, name in ((0, "TPOT"), (1, "TTFT")):
+        print(f"\n{title}: {name}\n")
+        print("| model | rows | within 1.25x | within 1.5x | within 2x | MAPE | median measured/predicted |")
+        print("|---|---|---|---|---|---|---|")
+        for label, preds in results.items():
+            print(line(label, stats(rows, preds, which)))
+        for by in BY:
+            for value in sorted({key(r, by, catalog) for r in rows}, key=lambda v: (len(v), v)):
+                for label, preds in results.items():
+                    print(line(f"{by} {value}, {label}", stats(rows, preds, which, lambda r: key(r, by, catalog) == value)))
+
+
+def halves(rows: list[Measurement], catalog: Catalog, base: Preset, default: list[Pred]) -> None:
+    """Calibrate on half of the configuration groups, predict the other half (both ways)."""
+    fold = folds_of(rows, 2)
+    cal = held_out(rows, catalog, base, fold, as_calibrate=True)
+    print("\ncalibrated on half of the configuration groups, predicting the other half (both halves in turn; "
+          "the profile `calibrate` writes, none where it refuses):\n")
+    print("| rows | model | rows | within 1.25x | within 1.5x | within 2x | MAPE | median measured/predicted |")
+    print("|---|---|---|---|---|---|---|---|")
+    for kind in ("dense", "moe"):
+        keep = (lambda r, k=kind: model_kind(catalog.models[r.model]) == k)
+        for label, preds in (("uncalibrated", list(default)), ("calibrated", cal)):
+            held = [p if c is not None else None for p, c in zip(preds, cal, strict=True)]
+            print(f"| {kind} TPOT " + line(label, stats(rows, held, 0, keep)))
+
+
+def run(path: Path, catalog: Catalog, folds: int) -> None:
+    """Every table for one measurement file."""
+    all_rows = parse_measurements(path.read_text(encoding="utf-8"), path.name)
     t0 = time.perf_counter()
-    results = {}
-    for name in ("seed", "default"):
-        preds, skipped = predict_all(rows, catalog, get_preset(name))
-        used = [p.row for p in preds]
-        results[name] = summarize(used, [p.predicted_tpot_ms for p in preds])
-    preset = get_preset("default")
-    comp = [cal.components(r, catalog, preset) for r in used]
-    cv, method, folds = cal.cross_validated_predictions(comp, [r.configuration for r in used])
-    results["default, calibrated (cross-validated)"] = summarize(used, list(cv * 1e3))
-    elapsed = time.perf_counter() - t0
-    print(f"{path.name}: {len(used)} rows ({len(skipped)} skipped); calibration cross-validated by {method}, {folds} folds; {elapsed:.2f} s")
-    print()
-    print("| model | rows | within 1.25x | within 1.5x | within 2x | MAPE | median measured/predicted |")
-    print("|---|---|---|---|---|---|---|")
-    for name, s in results.items():
-        print(row(f"`{name}`" if "," not in name else name, s["overall"]))
-    if args.by:
-        for name, s in results.items():
-            print()
-            print(f"by {args.by}, {name}:")
-            for group, gs in s[f"by_{args.by}"].items():
-                print(row(group, gs))
+    base = get_preset("default")
+    rows = [r for r in all_rows if skip_reason(r, catalog, base) is None]
+    seed_ok = [skip_reason(r, catalog, get_preset("seed")) is None for r in rows]
+    seed = [p if ok else None for p, ok in zip(plain(rows, catalog, get_preset("seed")), seed_ok, strict=True)]
+    default = plain(rows, catalog, base)
+    n_groups = len({r.configuration for r in rows})
+    cv = held_out(rows, catalog, base, folds_of(rows, min(folds, n_groups)))
+    results: dict[str, list[Pred | None]] = {"seed": seed, "default": list(default), "calibrated (held out)": cv}
+    print(f"## {path.name}: {len(rows)} rows in {n_groups} configuration groups the planner would run "
+          f"({len(all_rows) - len(rows)} skipped); calibration cross-validated over {min(folds, n_groups)} "
+          f"folds of whole groups")
+    table(path.name, rows, results, catalog)
+    if n_groups >= 4:
+        halves(rows, catalog, base, default)
+    print(f"\n({time.perf_counter() - t0:.1f} s)\n")
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("files", nargs="*", default=[str(f) for f in DEFAULT_FILES])
+    ap.add_argument("--folds", type=int, default=44, help="folds of whole configuration groups (default 44)")
+    args = ap.parse_args(argv)
+    catalog = load_catalog()
+    for f in args.files:
+        run(Path(f), catalog, args.folds)
     return 0
 
 

@@ -100,6 +100,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             d: dict[str, Any] = {"line": p.row.line, **typed_cells(p.row)}
             d["predicted_tpot_ms"] = _r(p.predicted_tpot_ms)
             d["predicted_ttft_ms"] = _r(p.predicted_ttft_ms)
+            d["step_time_ms"] = _r(p.decode_step_time_ms)
+            d["prefill_flops_per_request"] = p.prefill_flops_per_request
             d["ratio_measured_to_predicted"] = _r(p.ratio)
             d["bound"] = p.estimate.bound
             d["fits"] = p.estimate.fits
@@ -120,99 +122,161 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"  skipped line {r.line}: {why}")
     _print_summary("time per output token (ratio = measured / predicted):", {k: v for k, v in summary.items() if k != "ttft"})
     if summary["ttft"].get("rows"):
-        print("time to first token (rows that report it; queueing not modelled):")
+        print("time to first token (rows that report it; ratio = measured / predicted):")
         print(_stats_line("overall", summary["ttft"]))
     return 0
 
 
+def _fit_rows(rows: list[Any], catalog: Any, preset: Any) -> dict[str, Any]:
+    """Fit calibration factors to ``rows``, with predictions uncalibrated, in sample and
+    cross-validated by configuration group; the rows the planner would not run are skipped."""
+    from fleetplan.models import calibration as cal
+    from fleetplan.models.validation import predict_all
+
+    preds, skipped = predict_all(rows, catalog, preset)
+    used = [p.row for p in preds]
+    comp = [cal.components(r, catalog, preset) for r in used]
+    fitted = cal.fit(comp) if len(used) >= MIN_CALIBRATION_ROWS else None
+    cv, method, folds = cal.cross_validated_predictions(comp, [r.configuration for r in used]) if fitted else ([], "", 0)
+    cv_ms = [float(v) * 1e3 if math.isfinite(v) else None for v in cv]
+    held = [i for i, v in enumerate(cv_ms) if v is not None]
+    if not held:
+        method, folds = "none: every row is of one configuration group, so none can be held out", 0
+    return {"preds": preds, "skipped": skipped, "used": used, "comp": comp, "fit": fitted, "cv_ms": cv_ms,
+            "held": held, "method": method, "folds": folds}
+
+
+def _calibration_errors(r: dict[str, Any]) -> dict[str, Any]:
+    """Summaries uncalibrated (all rows and the held-out ones), in sample and cross-validated."""
+    from fleetplan.models import calibration as cal
+    from fleetplan.models.validation import summarize
+
+    used, held, cv_ms = r["used"], r["held"], r["cv_ms"]
+    plain = [p.predicted_tpot_ms for p in r["preds"]]
+    return {
+        "uncalibrated": summarize(used, plain),
+        "uncalibrated_held": summarize([used[i] for i in held], [plain[i] for i in held]),
+        "in_sample": summarize(used, list(cal.predict_with_fit(r["comp"], r["fit"]) * 1e3)),
+        "cross_validated": summarize([used[i] for i in held], [cv_ms[i] for i in held]),
+    }
+
+
+def _refuse_or_force(path: Path, errors: dict[str, Any], held: list[int], force: bool, out: str) -> bool:
+    """Whether the profile is worse, cross-validated, than no profile on the same held-out rows:
+    refused (exit 2 with both figures) unless ``force``, which says so on stderr."""
+    from fleetplan.catalogs.loader import InputError
+
+    if not held:
+        return False
+    calibrated = errors["cross_validated"]["overall"]["mape"]
+    plain = errors["uncalibrated_held"]["overall"]["mape"]
+    if calibrated <= plain:
+        return False
+    why = (f"cross-validated MAPE calibrated {calibrated:.1%} is worse than uncalibrated {plain:.1%} "
+           f"on the same held-out rows")
+    if not force:
+        raise InputError(f"{path}: calibrate: {why}; profile not written (--force writes it anyway)")
+    print(f"fleetplan: warning: {why}; profile written to {out} anyway (--force)", file=sys.stderr)
+    return True
+
+
+def _profile(path: Path, preset: Any, r: dict[str, Any], errors: dict[str, Any], forced: bool) -> Any:
+    """The :class:`~fleetplan.models.profile.CalibrationProfile` of a fit."""
+    from fleetplan.models import calibration as cal
+    from fleetplan.models.profile import CalibrationProfile
+
+    cv = {"method": r["method"], "folds": r["folds"], **_stats_json(errors["cross_validated"]["overall"])}
+    return CalibrationProfile(
+        fleetplan_calibration=cal.PROFILE_VERSION, preset=preset.name, measurements=path.name, rows=len(r["used"]),
+        skipped_rows=len(r["skipped"]), groups=len({u.configuration for u in r["used"]}), forced=forced,
+        method={
+            "model": "step = max(weights/b, compute/c) + kv/b + prefill/c + comm*m + overhead*o",
+            "loss": f"Huber (k {cal.HUBER_K}) on log(predicted/measured TPOT) / {cal.NOISE_STD}, "
+                    "each configuration group weighing one",
+            "levels": "log b and log o = global + kind + family + gpu + engine + gpu x engine; log c, log m global",
+            "prior_std_global_b_c_o_m": list(cal.PRIOR_STD_GLOBAL),
+            "prior_std_levels_b_o": {k: list(v) for k, v in cal.PRIOR_STD_LEVEL.items()},
+        },
+        factors=cal.profile_factors(r["fit"], r["comp"]),
+        error={"uncalibrated": _stats_json(errors["uncalibrated"]["overall"]),
+               "in_sample": _stats_json(errors["in_sample"]["overall"]), "cross_validated": cv},
+    )
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    """Fit calibration factors, report cross-validated error, write the profile."""
+    """Fit calibration factors, report cross-validated error, write the profile unless it is
+    worse than none (``--force`` writes it anyway)."""
     import yaml
 
     from fleetplan.catalogs import load_catalog
     from fleetplan.catalogs.files import check_output_file, write_atomically
     from fleetplan.catalogs.loader import InputError
-    from fleetplan.io import catalog_inputs, dumps
-    from fleetplan.models import calibration as cal
+    from fleetplan.io import catalog_inputs
     from fleetplan.models.presets import get_preset
-    from fleetplan.models.validation import predict_all, summarize
+    from fleetplan.models.profile import profile_document
 
     out = check_output_file(args.out, "--out", [args.file, *catalog_inputs(args.catalog)])
     catalog = load_catalog(args.catalog)
     preset = get_preset(args.preset)
     path, rows = _read_measurements(args.file)
-    preds, skipped = predict_all(rows, catalog, preset)
-    if len(preds) < MIN_CALIBRATION_ROWS:
-        raise InputError(f"{path}: calibration needs at least {MIN_CALIBRATION_ROWS} rows with a known model and GPU, got {len(preds)}")
-    used = [p.row for p in preds]
-    comp = [cal.components(r, catalog, preset) for r in used]
-    fitted = cal.fit(comp)
-    in_sample = cal.predict_with_fit(comp, fitted) * 1e3
-    cv, method, folds = cal.cross_validated_predictions(comp, [r.configuration for r in used])
-    cv_ms = [float(v) * 1e3 if math.isfinite(v) else None for v in cv]
-    held = [i for i, v in enumerate(cv_ms) if v is not None]
-    if not held:
-        method, folds = "none: every row is of one configuration, so none can be held out", 0
-    uncal = summarize(used, [p.predicted_tpot_ms for p in preds])
-    fit_s = summarize(used, list(in_sample))
-    cv_s = summarize([used[i] for i in held], [cv_ms[i] for i in held])
-    profile: dict[str, Any] = {
-        "fleetplan_calibration": cal.PROFILE_VERSION,
-        "preset": preset.name,
-        "measurements": path.name,
-        "rows": len(used),
-        "skipped_rows": len(skipped),
-        "method": {
-            "model": "step = max(weights/b, compute/c) + kv/b + prefill/c + comm*m + overhead*o",
-            "loss": f"Huber (k {cal.HUBER_K}) on log(predicted/measured TPOT) / {cal.NOISE_STD}",
-            "levels": "log b and log o = global + family + gpu + engine + gpu x engine; log c, log m global",
-            "prior_std_global_b_c_o_m": list(cal.PRIOR_STD_GLOBAL),
-            "prior_std_levels_b_o": {k: list(v) for k, v in cal.PRIOR_STD_LEVEL.items()},
-        },
-        "factors": cal.profile_factors(fitted, comp),
-        "error": {
-            "uncalibrated": _stats_json(uncal["overall"]),
-            "in_sample": _stats_json(fit_s["overall"]),
-            "cross_validated": {"method": method, "folds": folds, **_stats_json(cv_s["overall"])},
-        },
-    }
-    write_atomically(out, yaml.safe_dump(profile, sort_keys=False, allow_unicode=True))
+    r = _fit_rows(rows, catalog, preset)
+    if r["fit"] is None:
+        raise InputError(f"{path}: calibration needs at least {MIN_CALIBRATION_ROWS} rows with a known model and GPU, "
+                         f"got {len(r['used'])}")
+    errors = _calibration_errors(r)
+    forced = _refuse_or_force(path, errors, r["held"], args.force, args.out)
+    profile = _profile(path, preset, r, errors, forced)
+    write_atomically(out, yaml.safe_dump(profile_document(profile), sort_keys=False, allow_unicode=True))
     if args.json:
-        doc = {
-            "profile": str(args.out),
-            **{k: profile[k] for k in ("preset", "measurements", "rows", "skipped_rows", "factors")},
-            "error": {
-                "uncalibrated": _stats_json(uncal),
-                "in_sample": _stats_json(fit_s),
-                "cross_validated": {"method": method, "folds": folds, **_stats_json(cv_s)},
-            },
-            "cross_validated_rows": [
-                {"line": r.line, "measured_tpot_ms": _r(r.measured_tpot_ms), "predicted_tpot_ms": _r(v)}
-                for r, v in zip(used, cv_ms, strict=True)
-            ],
-        }
-        sys.stdout.write(dumps(doc))
-        return 0
-    print(f"{path.name}: fitted preset {preset.name} on {len(used)} rows ({len(skipped)} skipped); profile written to {args.out}")
-    for r, why in skipped:
-        print(f"  skipped line {r.line}: {why}")
-    g = profile["factors"][0]
-    print(
-        f"global factors: bandwidth x{g['bandwidth_scale']:.3f}, compute x{g['compute_scale']:.3f}, "
-        f"overhead x{g['overhead_scale']:.3f}, communication x{g['comm_scale']:.3f}"
-    )
-    for f in profile["factors"][1:]:
-        if f["rows"] and (f["engine"] is None or f["gpu"] is None or "-" in str(f["gpu"])):
-            who = " / ".join(x for x in (f["gpu"], f["engine"]) if x)
-            print(f"  {who:<28} rows {f['rows']:>4}  bandwidth x{f['bandwidth_scale']:.3f}  overhead x{f['overhead_scale']:.3f}")
-    print(_stats_line("uncalibrated", uncal["overall"]))
-    print(_stats_line("calibrated, in sample", fit_s["overall"]))
-    print(_stats_line("calibrated, cross-validated", cv_s["overall"]))
-    if held:
-        print(f"  (cross-validation: {method}, {folds} folds; every held-out row predicted by a fit that never saw it)")
+        _print_calibration_json(args.out, profile, r, errors)
     else:
-        print("  (no cross-validation: every row is of one configuration; measure a second one to check the fit)")
+        _print_calibration(args.out, profile, r, errors)
     return 0
+
+
+def _print_calibration_json(out: str, profile: Any, r: dict[str, Any], errors: dict[str, Any]) -> None:
+    from fleetplan.io import dumps
+
+    doc = {
+        "profile": str(out),
+        **{k: getattr(profile, k) for k in ("preset", "measurements", "rows", "skipped_rows", "groups", "forced")},
+        "factors": [f.model_dump(mode="json") for f in profile.factors],
+        "error": {
+            "uncalibrated": _stats_json(errors["uncalibrated"]),
+            "uncalibrated_held_out_rows": _stats_json(errors["uncalibrated_held"]),
+            "in_sample": _stats_json(errors["in_sample"]),
+            "cross_validated": {"method": r["method"], "folds": r["folds"], **_stats_json(errors["cross_validated"])},
+        },
+        "cross_validated_rows": [
+            {"line": u.line, "measured_tpot_ms": _r(u.measured_tpot_ms), "predicted_tpot_ms": _r(v)}
+            for u, v in zip(r["used"], r["cv_ms"], strict=True)
+        ],
+    }
+    sys.stdout.write(dumps(doc))
+
+
+def _print_calibration(out: str, profile: Any, r: dict[str, Any], errors: dict[str, Any]) -> None:
+    used, skipped = r["used"], r["skipped"]
+    print(f"{profile.measurements}: fitted preset {profile.preset} on {len(used)} rows in {profile.groups} "
+          f"configuration groups ({len(skipped)} skipped); profile written to {out}")
+    for row, why in skipped:
+        print(f"  skipped line {row.line}: {why}")
+    g = profile.factors[0]
+    print(f"global factors: bandwidth x{g.bandwidth_scale:.3f}, compute x{g.compute_scale:.3f}, "
+          f"overhead x{g.overhead_scale:.3f}, communication x{g.comm_scale:.3f}")
+    for f in profile.factors[1:]:
+        if f.rows and f.kind is None and (f.engine is None or f.gpu is None or "-" in str(f.gpu)):
+            who = " / ".join(x for x in (f.gpu, f.engine) if x)
+            print(f"  {who:<28} rows {f.rows:>4}  bandwidth x{f.bandwidth_scale:.3f}  overhead x{f.overhead_scale:.3f}")
+    print(_stats_line("uncalibrated", errors["uncalibrated"]["overall"]))
+    print(_stats_line("calibrated, in sample", errors["in_sample"]["overall"]))
+    if r["held"]:
+        print(_stats_line("uncalibrated, held-out rows", errors["uncalibrated_held"]["overall"]))
+        print(_stats_line("calibrated, cross-validated", errors["cross_validated"]["overall"]))
+        print(f"  (cross-validation: {r['method']}, {r['folds']} folds; every held-out configuration group "
+              "predicted by a fit that never saw it)")
+    else:
+        print("  (no cross-validation: every row is of one configuration group; measure a second one to check the fit)")
 
 
 def register(sub: Any) -> None:
@@ -232,4 +296,6 @@ def register(sub: Any) -> None:
     add_preset_flags(c, calibration=False)
     add_catalog_flag(c)
     c.add_argument("--json", action="store_true", help="print JSON: factors and uncalibrated, in-sample, cross-validated error")
+    c.add_argument("--force", action="store_true",
+                   help="write the profile even when cross-validation finds it worse than uncalibrated")
     c.set_defaults(func=cmd_calibrate)

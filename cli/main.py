@@ -42,14 +42,28 @@ def _version() -> str:
 
 
 # ---------------------------------------------------------------- estimate
+def _benchmark_prediction(catalog: Any, preset: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """What ``validate`` predicts for a closed-loop continuous-batching benchmark of this
+    configuration at concurrency ``--batch`` on ``--engine``: the same function, on the same row."""
+    from fleetplan.models.measurements import Measurement
+    from fleetplan.models.validation import predict
+
+    row = Measurement(line=0, model=args.model, gpu=args.gpu, precision=args.precision, tp=args.tp, batch=args.batch,
+                      input_tokens=args.input_tokens, output_tokens=args.output_tokens, engine=args.engine or "",
+                      measured_tpot_ms=1.0, kv_precision=args.kv_precision)
+    p = predict(row, catalog, preset)
+    return {"engine": args.engine, "benchmark_tpot_ms": p.predicted_tpot_ms, "benchmark_ttft_ms": p.predicted_ttft_ms}
+
+
 def cmd_estimate(args: argparse.Namespace) -> int:
     """Roofline breakdown of one configuration."""
     from fleetplan.catalogs import load_catalog
     from fleetplan.catalogs.loader import InputError
     from fleetplan.models.parallel import tp_problem
-    from fleetplan.models.prefill import prefill_flops_per_request
+    from fleetplan.models.prefill import prefill_flops
     from fleetplan.models.roofline import decode_step
     from fleetplan.report import print_estimate
+    from fleetplan.models.ttft import colocated_configuration_ttft_s, prefill_service_s
 
     catalog = load_catalog(args.catalog)
     llm = catalog.model(args.model, "--model")
@@ -60,7 +74,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         raise InputError(f"--tp: {problem}")
     e = decode_step(
         llm, gpu, precision=args.precision, tp=args.tp, batch=args.batch, input_tokens=args.input_tokens,
-        output_tokens=args.output_tokens, preset=preset, kv_precision=args.kv_precision,
+        output_tokens=args.output_tokens, preset=preset, kv_precision=args.kv_precision, engine=args.engine,
     )
     d: dict[str, Any] = {
         "model": llm.id, "gpu": gpu.id, "tp": args.tp, "batch": args.batch, "precision": args.precision,
@@ -68,7 +82,17 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         "calibration": preset.calibration,
     }
     d.update(e.as_dict())
-    d["prefill_flops_per_request"] = prefill_flops_per_request(llm, args.input_tokens)
+    work = prefill_flops(llm, preset, args.input_tokens)
+    d["prefill_flops_per_request"] = work
+    d["prefill_service_ms"] = prefill_service_s(llm, gpu, preset, precision=args.precision, tp=args.tp, flops=work) * 1e3
+    mixed, ttft = colocated_configuration_ttft_s(
+        llm, gpu, preset, precision=args.precision, tp=args.tp, batch=args.batch, input_tokens=args.input_tokens,
+        output_tokens=args.output_tokens, kv_precision=args.kv_precision, flops_per_request=work, utilisation=0.0,
+        engine=args.engine,
+    )
+    d["colocated_step_time_ms"] = mixed.step_time_s * 1e3
+    d["ttft_ms"] = ttft * 1e3
+    d.update(_benchmark_prediction(catalog, preset, args))
     return emit(d, args.json, print_estimate)
 
 
@@ -258,6 +282,9 @@ def _add_estimate(sub: Any) -> None:
     add_precision_flags(e)
     e.add_argument("--input-tokens", type=number_flag(F.WHOLE_TOKENS), required=True)
     e.add_argument("--output-tokens", type=number_flag(F.WHOLE_TOKENS), required=True)
+    e.add_argument("--engine", default=None,
+                   help="serving engine (vllm, sglang, trtllm): its calibration factors and prefill scheduling in the "
+                        "benchmark prediction")
     add_preset_flags(e)
     add_catalog_flag(e)
     e.add_argument("--json", action="store_true", help="print JSON")

@@ -81,7 +81,8 @@ def print_estimate(d: dict[str, Any], console: Console) -> None:
         ("replica throughput", f"{d['replica_tokens_per_s']:,.0f} tokens/s"),
         ("memory needed / usable", f"{_gb(d['memory_needed_bytes'])} / {_gb(d['memory_usable_bytes'])}"
          + ("" if d["fits_in_memory"] else "  DOES NOT FIT")),
-        ("prefill per request", f"{d['prefill_flops_per_request']:.3e} FLOPs"),
+        ("prefill per request", f"{d['prefill_flops_per_request']:.3e} FLOPs, {d['prefill_service_ms']:.1f} ms alone"),
+        ("TTFT, colocated at zero load", f"{d['ttft_ms']:,.1f} ms (steps carrying prefill: {d['colocated_step_time_ms']:.2f} ms)"),
     ]
     title = f"{d['model']} on {d['tp']}x {d['gpu']} ({d['precision']}), batch {d['batch']}, preset {d['preset']}"
     console.print(fit_table(console, title, (Col("quantity", "left"), Col("value")), rows))

@@ -10,7 +10,8 @@
 - :mod:`fleetplan.models.communication`, :mod:`~fleetplan.models.overhead`, :mod:`~fleetplan.models.moe`,
   :mod:`~fleetplan.models.interference`: the default preset's terms beyond first order;
 - :mod:`fleetplan.models.measurements`, :mod:`~fleetplan.models.validation`,
-  :mod:`~fleetplan.models.calibration`: measured benchmarks, error statistics and fitted profiles.
+  :mod:`~fleetplan.models.calibration`: measured benchmarks, error statistics and fitted profiles;
+- :mod:`fleetplan.models.profile`: the calibration profile's schema, for writing and reading it.
 """
 
 from fleetplan.models.presets import PRESETS, Preset, get_preset

@@ -5,10 +5,16 @@ generate ``O`` tokens finishes B/O sequences per step in steady state and admits
 ones, whose ``I``-token prompts are prefilled in chunks inside the decode steps. On average
 every step therefore carries
 
-    B x I / O prefill tokens,
+    B x I / O prefill tokens                                   (steady state: the planner)
 
-and a measured time per output token (TPOT) includes their compute. Static-batch benchmarks
-(all prompts prefilled before decoding starts) carry none.
+A closed-loop benchmark at concurrency ``B`` admits requests in waves instead: the ``B - 1``
+others' prompts are prefilled around a request's start, a share ``s`` of them (the engine's
+``prefill_before_first_token``) before its first token and the rest inside its ``O`` decode
+steps, so its time per output token (TPOT) carries
+
+    (1 - s) x (B - 1) x I / O prefill tokens per step           (measured TPOT: ``validate``)
+
+Static-batch benchmarks (all prompts prefilled before decoding starts) carry none.
 """
 
 from __future__ import annotations
@@ -22,8 +28,9 @@ def prefill_tokens_per_step(batch: float, input_tokens: float, output_tokens: fl
     return batch * input_tokens / max(output_tokens, 1.0)
 
 
-def prefill_flops_per_step(llm: LLM, batch: float, input_tokens: float, output_tokens: float) -> float:
-    """Average prefill FLOPs per decode step: linear layers plus attention over each prompt."""
-    requests_per_step = batch / max(output_tokens, 1.0)
+def prefill_flops_per_step(llm: LLM, batch: float, input_tokens: float, output_tokens: float, share: float = 1.0) -> float:
+    """Average prefill FLOPs per decode step: ``share`` of ``batch`` prompts (linear layers plus
+    attention) spread over ``output_tokens`` steps."""
+    requests_per_step = share * batch / max(output_tokens, 1.0)
     per_request = prefill_linear_flops(llm, input_tokens) + prefill_attention_flops(llm, input_tokens)
     return requests_per_step * per_request

@@ -55,11 +55,12 @@ class Measurement:
     raw: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property
-    def configuration(self) -> tuple[str, str, str, int, int, str]:
-        """What stays fixed across a batch sweep: model, GPU, precision, TP, EP, engine."""
+    def configuration(self) -> tuple[str, str, str, int, str]:
+        """The configuration group, what stays fixed across a batch sweep: model, GPU, engine,
+        TP, precision (cross-validation leaves whole groups out)."""
         from fleetplan.models.presets import normalize_engine
 
-        return (self.model, self.gpu, self.precision, self.tp, self.ep, normalize_engine(self.engine) or "")
+        return (self.model, self.gpu, normalize_engine(self.engine) or "", self.tp, self.precision)
 
 
 def _number(text: str, where: str, column: str, valid: Range) -> float:

@@ -12,6 +12,8 @@ all experts and not only ``k``. Compute still follows the active parameters, 2 x
 
 from __future__ import annotations
 
+import math
+
 from fleetplan.catalogs.schema import LLM
 
 
@@ -61,3 +63,26 @@ def ep_problem(llm: LLM, tp: int, ep: int) -> str | None:
     if llm.moe.num_experts % ep:
         return f"ep {ep} does not divide {llm.id}'s {llm.moe.num_experts} experts"
     return None
+
+
+def grouped_params_read_per_step(llm: LLM, tokens: float, small_group_tokens: float) -> float:
+    """Parameters a step reads, each touched expert weighted by the grouped GEMM's small-group
+    cost (nothing extra for a dense model or ``small_group_tokens`` 0).
+
+    A touched expert that gets ``t`` tokens is read at ``1 + small_group_tokens / t`` times its
+    bytes: an expert that gets one token streams at a fraction of the rate of one that gets
+    dozens. The extra, ``small_group_tokens x touched^2 / (tokens x k)`` expert-parameters, peaks
+    at ``tokens* = 1.2564 / -ln(1 - k/E)`` (where ``2y = e^y - 1``) and is held at its peak beyond,
+    so the step time never falls as the batch grows.
+    """
+    base = params_read_per_step(llm, tokens)
+    if llm.moe is None or small_group_tokens <= 0 or tokens <= 0:
+        return base
+    e, k = llm.moe.num_experts, llm.moe.experts_per_token
+    if k >= e:
+        return base * (1.0 + small_group_tokens / tokens)
+    peak = 1.2564 / -math.log(1.0 - k / e)
+    t = min(tokens, peak)
+    touched = expected_distinct_experts(e, k, t)
+    extra = small_group_tokens * touched * touched / (t * k)
+    return base + llm.moe.num_moe_layers * extra * params_per_expert(llm)

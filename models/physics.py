@@ -1,9 +1,14 @@
 """Physical parameters of the ``default`` preset beyond the first-order roofline, in one place.
 
-Every number the ``default`` preset uses for communication, fixed overheads, the paged KV
-cache and the engine's sequence cap lives in :data:`DEFAULT_PHYSICS`, with the reason for
-its value next to it. Nothing here is fitted to a particular benchmark row; `fleetplan
-calibrate` fits multipliers on top of these values from the user's own measurements.
+Every number the ``default`` preset uses for communication, fixed overheads, kernel
+efficiencies, the paged KV cache, the engines' prefill scheduling and the sequence cap lives
+in :data:`DEFAULT_PHYSICS`, with the reason for its value next to it. The values marked
+*fitted* were fitted once, all together, to the 825 rows of
+``../shared/reference/measurements/silicon-train.csv`` whose batch fits in memory (44
+configuration groups; robust least squares on log TPOT and log TTFT, script
+``benchmarks/fit_physics.py``), and judged by leaving whole configuration groups out; no
+value is per model or per source. `fleetplan calibrate` fits multipliers on top of these
+values from the user's own measurements.
 
 Units are SI base units with the unit in the field name (seconds, bytes, bytes/s).
 """
@@ -24,8 +29,11 @@ class FamilyPhysics:
     ``layer_overhead_s``: fixed time per transformer layer per step (ramp-up and tail of the
     dozen kernels a layer launches; it does not shrink with tensor parallelism, so it weighs
     more as each GPU's share of the weights gets smaller).
-    ``collective_latency_s``: fixed cost of one collective (launch, synchronisation).
-    ``hop_latency_s``: added per ring step of a collective over the scale-up fabric.
+    ``collective_latency_s``: fixed cost of one collective (launch, synchronisation); a small
+    all-reduce over NVLink is one-shot (every GPU reads its peers' buffers at once, or NVLink
+    SHARP multimem), so it costs about this whatever the TP degree.
+    ``hop_latency_s``: added per ring step of a collective (zero where small all-reduces are
+    one-shot; PCIe and xGMI rings keep a per-step cost).
     """
 
     family: str
@@ -34,6 +42,25 @@ class FamilyPhysics:
     layer_overhead_s: float
     collective_latency_s: float
     hop_latency_s: float
+
+
+@dataclass(frozen=True)
+class EnginePhysics:
+    """How a serving engine schedules prefill under continuous batching.
+
+    ``prefill_before_first_token``: share of the prompts of the requests admitted with a
+    request (a closed-loop benchmark at concurrency B admits them in waves) that the engine
+    prefills before that request's first token. The rest is prefilled in chunks inside the
+    request's decode steps, so it lands in its time per output token. A prefill-first
+    scheduler (SGLang) holds a larger share than one that mixes chunks into decode batches.
+    ``chunk_tokens``: prompt tokens prefilled per engine step (chunked-prefill budget:
+    vLLM ``max_num_batched_tokens``, SGLang ``chunked_prefill_size``, TensorRT-LLM
+    ``max_num_tokens``; 8,192 is the default of all three on H100-class GPUs).
+    """
+
+    engine: str
+    prefill_before_first_token: float
+    chunk_tokens: int
 
 
 @dataclass(frozen=True)
@@ -47,6 +74,12 @@ class Physics:
     allreduces_per_layer: int
     kv_block_tokens: int
     max_num_seqs: int
+    engines: tuple[EnginePhysics, ...] = ()
+    engine_fallback: EnginePhysics = EnginePhysics("any", 0.5, 8192)
+    kv_bandwidth_efficiency: float = 1.0
+    moe_small_group_tokens: float = 0.0
+    weight_only_fp4_dequant_factor: float = 1.0
+    admission_latency_s: float = 0.0
 
     def family(self, name: str) -> FamilyPhysics:
         """The figures of GPU family ``name``, or the generic fallback for an unknown family."""
@@ -55,30 +88,40 @@ class Physics:
                 return f
         return self.fallback
 
+    def engine(self, name: str | None) -> EnginePhysics:
+        """The scheduling figures of engine ``name`` (normalised), or the fallback for None or
+        an engine not listed (the planner, which does not know the engine, gets the fallback)."""
+        for e in self.engines:
+            if e.engine == name:
+                return e
+        return self.engine_fallback
+
+
+# Fitted NVIDIA figures (hopper, blackwell; ampere shares them): see the module docstring.
+# Bandwidth efficiency reached 0.90, the bound the fit allows (streaming kernels reach 85-90%
+# of datasheet bandwidth in microbenchmarks); the per-layer cost of 64 us (kernel ramp and tail
+# of a layer's dozen kernels, norms, rotary embedding, routing) and 0.38 ms per step
+# (scheduling, sampling) explain why small per-GPU shards run far below the roofline; a
+# one-shot all-reduce costs 4.4 us whatever the TP degree (no per-hop cost).
+_NVIDIA = (0.90, 0.38e-3, 64e-6, 4.4e-6, 0.0)
 
 DEFAULT_PHYSICS = Physics(
     families=(
-        # NVIDIA datacenter parts with HBM (A100, H100/H200, B200/GB200/B300): streaming
-        # kernels reach 85-90% of datasheet bandwidth in microbenchmarks; a whole decode step
-        # (GEMV/GEMM at small M, paged attention, norms) sustains about 80%.
-        # Fixed costs with CUDA graphs: ~0.6 ms per step for scheduling and sampling in the
-        # serving engines (vLLM, SGLang, TensorRT-LLM), ~20 us per layer of kernel ramp/tail
-        # (about ten kernels of 2 us each). NVLink collectives: a custom or NCCL LL all-reduce
-        # costs ~8 us to launch and synchronise plus ~2.5 us per ring step.
-        FamilyPhysics("ampere", 0.80, 0.6e-3, 20e-6, 8e-6, 2.5e-6),
-        FamilyPhysics("hopper", 0.80, 0.6e-3, 20e-6, 8e-6, 2.5e-6),
-        FamilyPhysics("blackwell", 0.80, 0.6e-3, 20e-6, 8e-6, 2.5e-6),
-        # Ada (L4, L40S): GDDR6 with no NVLink; bandwidth efficiency as for HBM parts, the
-        # PCIe collectives are slower per step (TP > 1 is outside the scale-up domain anyway).
-        FamilyPhysics("ada", 0.80, 0.6e-3, 20e-6, 15e-6, 5.0e-6),
-        # AMD CDNA3/CDNA4 (MI300X, MI325X, MI355X): ROCm decode kernels sustain ~65% of the
-        # 5.3-8 TB/s datasheet figure; RCCL all-reduce over xGMI has higher fixed latency and
-        # each peer link is only 64 GB/s one way, hence a larger hop latency.
-        FamilyPhysics("cdna3", 0.65, 1.0e-3, 30e-6, 15e-6, 5.0e-6),
-        FamilyPhysics("cdna4", 0.65, 1.0e-3, 30e-6, 15e-6, 5.0e-6),
+        FamilyPhysics("ampere", *_NVIDIA),
+        FamilyPhysics("hopper", *_NVIDIA),
+        FamilyPhysics("blackwell", *_NVIDIA),
+        # Not fitted (no measured rows): Ada (L4, L40S) has GDDR and no NVLink, so its
+        # collectives run as rings over PCIe with a per-step cost (TP > 1 is outside its
+        # scale-up domain anyway); overheads as for the other NVIDIA parts.
+        FamilyPhysics("ada", 0.80, 0.38e-3, 64e-6, 15e-6, 5.0e-6),
+        # Not fitted: AMD CDNA3/CDNA4 (MI300X, MI325X, MI355X): ROCm decode kernels sustain ~65%
+        # of the 5.3-8 TB/s datasheet figure; RCCL all-reduce over xGMI has higher fixed latency
+        # and each peer link is only 64 GB/s one way, hence a per-hop latency.
+        FamilyPhysics("cdna3", 0.65, 1.0e-3, 64e-6, 15e-6, 5.0e-6),
+        FamilyPhysics("cdna4", 0.65, 1.0e-3, 64e-6, 15e-6, 5.0e-6),
     ),
     # Unknown families (user catalogs) get conservative mid-range figures.
-    fallback=FamilyPhysics("other", 0.75, 0.8e-3, 25e-6, 12e-6, 4.0e-6),
+    fallback=FamilyPhysics("other", 0.75, 0.8e-3, 64e-6, 12e-6, 4.0e-6),
     # NCCL reaches ~70% of the one-direction link bandwidth on bus-bandwidth tests.
     comm_bandwidth_efficiency=0.7,
     # Activations exchanged by tensor-parallel all-reduces are bf16 whatever the weights.
@@ -91,6 +134,30 @@ DEFAULT_PHYSICS = Physics(
     # Engines cap concurrent sequences per instance (vLLM max_num_seqs, TensorRT-LLM
     # max_batch_size, SGLang max_running_requests); 1024 is the largest default among them.
     max_num_seqs=1024,
+    # Fitted: share of a wave's other prompts prefilled before a request's first token. SGLang
+    # runs prefill batches first (0.36), TensorRT-LLM (0.12) and vLLM (0.05) mix chunks into
+    # the decode batches, so most of that prefill lands in the time per output token.
+    engines=(
+        EnginePhysics("sglang", 0.36, 8192),
+        EnginePhysics("trtllm", 0.12, 8192),
+        EnginePhysics("vllm", 0.05, 8192),
+    ),
+    # An unknown engine (and the planner, which plans no particular one) gets the mean.
+    engine_fallback=EnginePhysics("any", 0.18, 8192),
+    # Fitted: paged attention reads the KV cache as efficiently as the GEMMs read weights (0.995).
+    kv_bandwidth_efficiency=1.0,
+    # Fitted: a grouped GEMM whose experts each get few tokens does not stream an expert's weights
+    # at full rate; reading a touched expert costs (1 + 0.69 / tokens per touched expert) times
+    # its bytes (about 1.7x at one token per expert, nothing once experts get dozens).
+    moe_small_group_tokens=0.69,
+    # Fitted on gpt-oss-120b (MXFP4 weights) on H100/H200, which have no FP4 tensor cores: the
+    # weights are dequantised to bf16 in the GEMM's inner loop, so reading them takes 1.37x the
+    # time of their bytes alone.
+    weight_only_fp4_dequant_factor=1.37,
+    # Fitted: time from a request's arrival to its admission and from its first token to the
+    # client (HTTP, tokenisation, scheduling, detokenisation) that every measured TTFT holds:
+    # 118 ms across the three engines.
+    admission_latency_s=0.118,
 )
 
 

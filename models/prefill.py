@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from fleetplan.catalogs.schema import LLM
 from fleetplan.models.memory import num_global_layers
+from fleetplan.models.presets import Preset
 
 
 def prefill_linear_flops(llm: LLM, new_tokens: float) -> float:
@@ -53,3 +54,9 @@ def prefill_flops_per_request(
     if attention:
         flops += prefill_attention_flops(llm, input_tokens, cached)
     return flops
+
+
+def prefill_flops(llm: LLM, preset: Preset, input_tokens: float, prefix_cache_hit_rate: float = 0.0) -> float:
+    """FLOPs to prefill one request under ``preset``: the one rule ``estimate``, the planner and
+    ``validate`` use (the attention term where the preset's ``prefill_attention`` says so)."""
+    return prefill_flops_per_request(llm, input_tokens, prefix_cache_hit_rate, attention=preset.prefill_attention)

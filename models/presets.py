@@ -16,6 +16,8 @@
     - KV heads replicated when TP exceeds the KV-head count, MLA latents replicated on
       every TP rank;
     - sliding-window layers hold at most their window of KV;
+    - prefill FLOPs include the attention term and run at their own (GEMM at large M) compute
+      efficiency;
     - beyond first order (parameters in :mod:`fleetplan.models.physics`): per-family
       bandwidth efficiency; weights GEMMs and attention as separate kernels,
       ``max(weights, compute) + KV``; tensor/expert-parallel communication; a fixed per-step
@@ -60,13 +62,14 @@ def normalize_engine(text: str | None) -> str | None:
 class CalibrationFactors:
     """Multipliers fitted to measurements for one GPU (id or family) and engine.
 
-    ``gpu`` / ``engine`` None match anything. Memory times are divided by
+    ``gpu`` / ``engine`` / ``kind`` (``dense`` or ``moe`` models) None match anything. Memory times are divided by
     ``bandwidth_scale``, compute times by ``compute_scale``; the fixed overhead and the
     communication time are multiplied by ``overhead_scale`` and ``comm_scale``.
     """
 
     gpu: str | None = None
     engine: str | None = None
+    kind: str | None = None
     bandwidth_scale: float = 1.0
     compute_scale: float = 1.0
     overhead_scale: float = 1.0
@@ -83,6 +86,8 @@ class Preset:
     name: str
     bandwidth_efficiency: float = 0.7
     compute_efficiency: float = 0.5
+    prefill_compute_efficiency: float = 0.5
+    prefill_attention: bool = False
     usable_memory_fraction: float = 0.9
     hours_per_month: float = 730.0
     decode_context: Literal["full", "average"] = "full"
@@ -101,10 +106,11 @@ class Preset:
     prefill_interference: bool = False
     factors: tuple[CalibrationFactors, ...] = ()
 
-    def factors_for(self, gpu_id: str, family: str, engine: str | None) -> CalibrationFactors:
-        """The most specific calibration factors for this GPU and engine (identity if none).
+    def factors_for(self, gpu_id: str, family: str, engine: str | None, kind: str | None = None) -> CalibrationFactors:
+        """The most specific calibration factors for this GPU, engine and model kind (identity if none).
 
-        Order: GPU id and engine, GPU id, family and engine, family, engine, anything.
+        Order: GPU id and engine, GPU id, family and engine, family, engine, anything; among
+        equals an entry for the model's kind (``dense`` / ``moe``) before one for any kind.
         """
         eng = normalize_engine(engine)
         best: tuple[int, CalibrationFactors] | None = None
@@ -113,8 +119,10 @@ class Preset:
                 continue
             if f.engine is not None and f.engine != eng:
                 continue
+            if f.kind is not None and f.kind != kind:
+                continue
             gpu_rank = 0 if f.gpu is None else (2 if f.gpu == gpu_id else 1)
-            rank = gpu_rank * 2 + (1 if f.engine is not None else 0)
+            rank = (gpu_rank * 2 + (1 if f.engine is not None else 0)) * 2 + (1 if f.kind is not None else 0)
             if best is None or rank > best[0]:
                 best = (rank, f)
         return best[1] if best is not None else IDENTITY
@@ -136,6 +144,11 @@ SEED = Preset(name="seed")
 
 DEFAULT = Preset(
     name="default",
+    # Fitted with the physics (see fleetplan.models.physics): decode GEMMs at small M reach
+    # 26% of the dense datasheet rate, prefill GEMMs at large M 54% (silicon-train.csv).
+    compute_efficiency=0.26,
+    prefill_compute_efficiency=0.54,
+    prefill_attention=True,
     decode_context="average",
     compute_precision="weights",
     kv_precision_from_product=True,

@@ -15,13 +15,14 @@ That is the ``seed`` preset exactly. The ``default`` preset (``composition="kern
 treats the weight GEMMs and attention as separate kernels and adds the terms of
 :mod:`fleetplan.models.physics`:
 
-    weights_time = W_read / (tp x bandwidth x eff_family)   (W_read: MoE touched experts only)
-    kv_time      = B x KV_seq_read / (tp x bandwidth x eff_family)
+    weights_time = W_read / (tp x bandwidth x eff_family)   (W_read: MoE touched experts only,
+                   each at the grouped GEMM's small-group cost; weight-only FP4 dequantised)
+    kv_time      = B x KV_seq_read / (tp x bandwidth x eff_family x eff_kv)
     step_time    = max(weights_time, compute_time) + kv_time + prefill_time
                    + communication + fixed overhead
 
 where ``prefill_time`` is the compute time of the prefill work the step carries (chunked
-prefill of newly admitted requests). Every term is non-decreasing in ``B`` and
+prefill of newly admitted requests) at the prefill compute efficiency. Every term is non-decreasing in ``B`` and
 ``step_time / B`` is non-increasing, so replica throughput never falls as the batch grows.
 A calibration profile scales these terms per GPU and engine. ``fits`` also requires the
 batch to stay within the engine's cap on concurrent sequences.
@@ -35,9 +36,9 @@ from fleetplan.catalogs.schema import GPU, LLM
 from fleetplan.models.communication import parallel_comm_time_s
 from fleetplan.models.interference import prefill_flops_per_step as aggregated_prefill_flops
 from fleetplan.models.memory import bytes_per_value, kv_bytes_per_sequence, kv_replication_factor, weight_bytes
-from fleetplan.models.moe import params_read_per_step
+from fleetplan.models.moe import grouped_params_read_per_step, params_read_per_step
 from fleetplan.models.overhead import step_overhead_s
-from fleetplan.models.presets import Preset
+from fleetplan.models.presets import CalibrationFactors, Preset, normalize_engine
 
 
 @dataclass(frozen=True)
@@ -109,104 +110,129 @@ def kv_context_tokens(preset: Preset, input_tokens: float, output_tokens: float)
     return read, held
 
 
-def decode_step(
-    llm: LLM,
-    gpu: GPU,
-    *,
-    precision: str,
-    tp: int,
-    batch: int,
-    input_tokens: float,
-    output_tokens: float,
-    preset: Preset,
-    kv_precision: str | None = None,
-    prefill_flops_per_step: float = 0.0,
-    ep: int = 1,
-    engine: str | None = None,
-    aggregated: bool = False,
-) -> StepEstimate:
-    """Estimate of one decode step of a ``tp``-GPU replica running ``batch`` sequences.
-
-    ``prefill_flops_per_step`` is prefill work carried by the same step (chunked prefill of
-    new requests on a colocated replica). The seed composition adds it to the step's FLOPs;
-    the default one adds its compute time to the step. ``aggregated=True`` says the replica
-    serves continuous batches: a preset with ``prefill_interference`` then adds the steady-state
-    prefill of new requests (:mod:`fleetplan.models.interference`) on top. ``ep`` is the
-    expert-parallel degree of MoE layers (1: experts split by tensor parallelism);
-    ``engine`` selects engine-specific calibration factors.
-    """
-    kv_prec = effective_kv_precision(preset, kv_precision)
+def kv_bytes_read_and_held(
+    llm: LLM, preset: Preset, tp: int, kv_prec: str, input_tokens: float, output_tokens: float
+) -> tuple[float, float]:
+    """(KV bytes one sequence's step reads, KV bytes it holds: paged, with head replication)."""
     read_tokens, held_tokens = kv_context_tokens(preset, input_tokens, output_tokens)
     replication = kv_replication_factor(llm, tp) if preset.kv_head_replication else 1.0
     block = preset.physics.kv_block_tokens if (preset.paged_kv and preset.physics is not None) else 1
     kv_read = kv_bytes_per_sequence(llm, kv_prec, read_tokens, preset.sliding_window) * replication
     kv_held = kv_bytes_per_sequence(llm, kv_prec, held_tokens, preset.sliding_window, block) * replication
-    w = weight_bytes(llm, precision)
-    if preset.moe_expert_sampling:
-        w_read = params_read_per_step(llm, batch) * bytes_per_value(precision)
-    else:
-        w_read = w
-    if aggregated and preset.prefill_interference:
-        prefill_flops_per_step += aggregated_prefill_flops(llm, batch, input_tokens, output_tokens)
+    return kv_read, kv_held
 
-    factors = preset.factors_for(gpu.id, gpu.family, engine)
+
+def model_kind(llm: LLM) -> str:
+    """``moe`` for a mixture-of-experts model, else ``dense`` (calibration factors differ by kind)."""
+    return "dense" if llm.moe is None else "moe"
+
+
+def bandwidth_efficiency(preset: Preset, gpu: GPU) -> float:
+    """Share of datasheet memory bandwidth decode kernels sustain: per family with physics."""
+    return preset.bandwidth_efficiency if preset.physics is None else preset.physics.family(gpu.family).bandwidth_efficiency
+
+
+def usable_flop_rate(preset: Preset, gpu: GPU, precision: str, tp: int, factors: CalibrationFactors, prefill: bool) -> float:
+    """FLOP/s a ``tp``-GPU replica sustains: decode GEMMs at ``compute_efficiency``, prefill (GEMMs
+    at large M) at ``prefill_compute_efficiency``, both scaled by the calibration."""
+    eff = preset.prefill_compute_efficiency if prefill else preset.compute_efficiency
+    return tp * gpu.flops_per_s(compute_precision(preset, gpu, precision)) * eff * factors.compute_scale
+
+
+def weight_bytes_read(llm: LLM, gpu: GPU, preset: Preset, precision: str, batch: int) -> tuple[float, float]:
+    """(bytes a step reads, bytes-equivalent of the time reading them takes).
+
+    With MoE expert sampling a step reads the touched experts only, and the grouped GEMM's
+    small-group cost and the dequantisation of weight-only FP4 (a GPU without FP4 tensor
+    cores) lengthen the read (:mod:`fleetplan.models.physics`)."""
+    if not preset.moe_expert_sampling:
+        w = weight_bytes(llm, precision)
+        return w, w
+    bpv = bytes_per_value(precision)
+    read = params_read_per_step(llm, batch) * bpv
     physics = preset.physics
-    bw_eff = preset.bandwidth_efficiency if physics is None else physics.family(gpu.family).bandwidth_efficiency
-    bandwidth = tp * gpu.mem_bandwidth_bytes_per_s * bw_eff * factors.bandwidth_scale
-    c_prec = compute_precision(preset, gpu, precision)
-    flop_rate = tp * gpu.flops_per_s(c_prec) * preset.compute_efficiency * factors.compute_scale
+    if physics is None:
+        return read, read
+    timed = grouped_params_read_per_step(llm, batch, physics.moe_small_group_tokens) * bpv
+    if precision == "fp4" and precision not in gpu.dense_flops_per_s:
+        timed *= physics.weight_only_fp4_dequant_factor
+    return read, timed
 
+
+def benchmark_prefill_share(preset: Preset, engine: str | None) -> float:
+    """Share of the other requests' prompts a closed-loop benchmark's decode steps carry:
+    1 - the engine's ``prefill_before_first_token`` (all of them without physics)."""
+    if preset.physics is None:
+        return 1.0
+    return 1.0 - preset.physics.engine(normalize_engine(engine)).prefill_before_first_token
+
+
+def _extra_times(llm: LLM, gpu: GPU, preset: Preset, tp: int, ep: int, batch: int, factors: CalibrationFactors) -> tuple[float, float]:
+    """(communication, fixed overhead) seconds of one step, zero where the preset has neither."""
+    physics = preset.physics
+    if physics is None:
+        return 0.0, 0.0
+    comm = 0.0
+    if preset.communication:
+        comm = parallel_comm_time_s(llm, gpu, physics, tp=tp, ep=ep, tokens=batch) * factors.comm_scale
+    overhead = step_overhead_s(llm, gpu, physics) * factors.overhead_scale if preset.step_overhead else 0.0
+    return comm, overhead
+
+
+def decode_step(
+    llm: LLM, gpu: GPU, *, precision: str, tp: int, batch: int, input_tokens: float, output_tokens: float,
+    preset: Preset, kv_precision: str | None = None, prefill_flops_per_step: float = 0.0, ep: int = 1,
+    engine: str | None = None, aggregated: bool = False,
+) -> StepEstimate:
+    """Estimate of one decode step of a ``tp``-GPU replica running ``batch`` sequences: the one
+    function every decode step time comes from (``estimate``, the planner, ``validate``).
+
+    ``prefill_flops_per_step`` is prefill work carried by the same step (chunked prefill of
+    new requests on a colocated replica). The seed composition adds it to the step's FLOPs;
+    the default one adds its compute time, at the prefill efficiency, to the step.
+    ``aggregated=True``: a closed-loop continuous-batching benchmark, where a preset with
+    ``prefill_interference`` adds the engine's share of the other ``batch - 1`` requests' prefill
+    (:mod:`fleetplan.models.interference`). ``ep``: expert-parallel degree of MoE layers;
+    ``engine``: engine-specific calibration factors and prefill scheduling.
+    """
+    kv_prec = effective_kv_precision(preset, kv_precision)
+    kv_read, kv_held = kv_bytes_read_and_held(llm, preset, tp, kv_prec, input_tokens, output_tokens)
+    w = weight_bytes(llm, precision)
+    w_read, w_timed = weight_bytes_read(llm, gpu, preset, precision, batch)
+    if aggregated and preset.prefill_interference:
+        share = benchmark_prefill_share(preset, engine)
+        prefill_flops_per_step += aggregated_prefill_flops(llm, max(batch - 1, 0), input_tokens, output_tokens, share)
+    factors = preset.factors_for(gpu.id, gpu.family, engine, model_kind(llm))
+    bandwidth = tp * gpu.mem_bandwidth_bytes_per_s * bandwidth_efficiency(preset, gpu) * factors.bandwidth_scale
+    kv_eff = preset.physics.kv_bandwidth_efficiency if preset.physics is not None else 1.0
+    flop_rate = usable_flop_rate(preset, gpu, precision, tp, factors, prefill=False)
     bytes_per_step = w_read + batch * kv_read
     memory_time = bytes_per_step / bandwidth
     decode_flops = 2.0 * llm.active_params * batch
+    comm, overhead = _extra_times(llm, gpu, preset, tp, ep, batch, factors)
     if preset.composition == "roofline":
         flops = decode_flops + prefill_flops_per_step
         compute_time = flops / flop_rate
         weights_time, kv_time, prefill_time = memory_time, 0.0, 0.0
-        core = max(memory_time, compute_time)
+        parts = {"memory": memory_time, "compute": compute_time}
+        step = max(memory_time, compute_time) + comm + overhead
     else:
         flops = decode_flops
         compute_time = flops / flop_rate
-        weights_time = w_read / bandwidth
-        kv_time = batch * kv_read / bandwidth
-        prefill_time = prefill_flops_per_step / flop_rate
-        core = max(weights_time, compute_time) + kv_time + prefill_time
-    comm = 0.0
-    if preset.communication and physics is not None:
-        comm = parallel_comm_time_s(llm, gpu, physics, tp=tp, ep=ep, tokens=batch) * factors.comm_scale
-    overhead = 0.0
-    if preset.step_overhead and physics is not None:
-        overhead = step_overhead_s(llm, gpu, physics) * factors.overhead_scale
-    step = core + comm + overhead
-    parts = {"memory": weights_time + kv_time if weights_time >= compute_time else kv_time,
-             "compute": compute_time + prefill_time, "communication": comm, "overhead": overhead}
-    if preset.composition == "roofline":
-        parts = {"memory": memory_time, "compute": compute_time}
+        weights_time, kv_time = w_timed / bandwidth, batch * kv_read / (bandwidth * kv_eff)
+        prefill_time = prefill_flops_per_step / usable_flop_rate(preset, gpu, precision, tp, factors, prefill=True)
+        step = max(weights_time, compute_time) + kv_time + prefill_time + comm + overhead
+        parts = {"memory": weights_time + kv_time if weights_time >= compute_time else kv_time,
+                 "compute": compute_time + prefill_time, "communication": comm, "overhead": overhead}
     bound = max(parts, key=lambda k: parts[k])
-    cap = physics.max_num_seqs if (preset.sequence_cap and physics is not None) else None
+    cap = preset.physics.max_num_seqs if (preset.sequence_cap and preset.physics is not None) else None
     return StepEstimate(
-        weight_bytes=w,
-        kv_bytes_read_per_sequence=kv_read,
-        kv_bytes_held_per_sequence=kv_held,
-        bytes_per_step=bytes_per_step,
-        flops_per_step=flops,
-        memory_time_s=memory_time,
-        compute_time_s=compute_time,
-        step_time_s=step,
-        bound=bound,
-        per_user_tokens_per_s=1.0 / step,
-        replica_tokens_per_s=batch / step,
+        weight_bytes=w, kv_bytes_read_per_sequence=kv_read, kv_bytes_held_per_sequence=kv_held,
+        bytes_per_step=bytes_per_step, flops_per_step=flops, memory_time_s=memory_time, compute_time_s=compute_time,
+        step_time_s=step, bound=bound, per_user_tokens_per_s=1.0 / step, replica_tokens_per_s=batch / step,
         memory_needed_bytes=w + batch * kv_held,
         memory_usable_bytes=tp * gpu.memory_bytes * preset.usable_memory_fraction,
-        kv_precision=kv_prec,
-        compute_precision=c_prec,
-        weight_bytes_read=w_read,
-        weights_time_s=weights_time,
-        kv_time_s=kv_time,
-        prefill_time_s=prefill_time,
-        comm_time_s=comm,
-        overhead_time_s=overhead,
-        batch=batch,
-        batch_cap=cap,
-        ep=ep,
+        kv_precision=kv_prec, compute_precision=compute_precision(preset, gpu, precision), weight_bytes_read=w_read,
+        weights_time_s=weights_time, kv_time_s=kv_time, prefill_time_s=prefill_time, comm_time_s=comm,
+        overhead_time_s=overhead, batch=batch, batch_cap=cap, ep=ep,
     )

@@ -1,8 +1,16 @@
 """Time to first token (TTFT): the one place its model lives.
 
 Every TTFT fleetplan checks or reports (candidate generation, the ``max_ttft_ms`` check, the
-plan's ``ttft_ms`` and its explanation) comes from :func:`colocated_ttft_s` or
-:func:`pool_ttft_s`; refitting TTFT to measurements means changing these functions only.
+plan's ``ttft_ms`` and its explanation, ``estimate`` and ``validate``) comes from one function,
+:func:`ttft_s`: a request waits for its admission, for the prefill of the requests ahead of it
+and its own, and for the decode steps interleaved with that prefill, all stretched by
+queueing, and (from a pool) for its KV hand-off::
+
+    TTFT = admission + ((1 + ahead) x prefill + steps x step) x queue_factor(utilisation) + transfer
+
+:func:`colocated_ttft_s`, :func:`pool_ttft_s` and :func:`benchmark_ttft_s` only say what
+``ahead``, ``prefill`` and ``steps`` are in each setting; :func:`prefill_service_s` is the one
+prefill service time.
 
 Colocated prefill (and ``headroom`` mode, where prefill also shares the decode steps): a
 replica decoding ``B`` sequences of ``O`` output tokens admits ``B / O`` requests per step and
@@ -16,6 +24,12 @@ KV cache crosses to a decode replica in ``transfer`` seconds::
 
     TTFT = service x queue_factor(utilisation) + transfer
 
+Closed-loop benchmark at concurrency ``B`` (``validate``): requests arrive in waves; ahead of a
+request are the share ``s`` of the other ``B - 1`` prompts its engine prefills before its first
+token, prefilled at most ``chunk_tokens`` per engine step, each step also decoding the batch::
+
+    TTFT = admission + (1 + s (B - 1)) x prefill + ceil((1 + s (B - 1)) x I / chunk) x step
+
 Queueing: each replica is an M/D/1 queue, so a request spends ``1 + rho / (2 (1 - rho))``
 service times in it at utilisation ``rho``.
 
@@ -28,7 +42,11 @@ from __future__ import annotations
 
 import math
 
+from fleetplan.catalogs.schema import GPU, LLM
 from fleetplan.models.physics import DEFAULT_TTFT_QUEUE_MULTIPLE
+from fleetplan.models.presets import Preset, normalize_engine
+from fleetplan.models.memory import weight_bytes
+from fleetplan.models.roofline import StepEstimate, bandwidth_efficiency, decode_step, model_kind, usable_flop_rate
 
 
 def queue_factor(utilisation: float) -> float:
@@ -58,18 +76,78 @@ def max_utilisation(service_s: float, budget_s: float) -> float:
 DEFAULT_MAX_UTILISATION: float = utilisation_for_queue_factor(DEFAULT_TTFT_QUEUE_MULTIPLE)
 
 
+def ttft_s(
+    *, prefill_s: float, requests_ahead: float, steps: float, step_s: float, utilisation: float,
+    transfer_s: float = 0.0, admission_s: float = 0.0,
+) -> float:
+    """Time to first token: admission, then the prefill of ``requests_ahead`` prompts and the
+    request's own (``prefill_s`` each) and ``steps`` interleaved steps of ``step_s``, stretched by
+    the queue at ``utilisation``, then the KV hand-off ``transfer_s``."""
+    work = (1.0 + requests_ahead) * prefill_s + steps * step_s
+    return admission_s + work * queue_factor(utilisation) + transfer_s
+
+
+def admission_s(preset: Preset) -> float:
+    """Admission and response latency every request pays (zero without physics: the seed)."""
+    return preset.physics.admission_latency_s if preset.physics is not None else 0.0
+
+
+def prefill_service_s(llm: LLM, gpu: GPU, preset: Preset, *, precision: str, tp: int, flops: float,
+                      engine: str | None = None) -> float:
+    """Seconds a ``tp``-GPU replica takes to prefill ``flops`` of prompt work: at its prefill
+    FLOP/s, but never less than one read of all its weights (a long prompt touches every expert)
+    at its decode bandwidth, both with the preset's calibration."""
+    factors = preset.factors_for(gpu.id, gpu.family, engine, model_kind(llm))
+    rate = usable_flop_rate(preset, gpu, precision, tp, factors, prefill=True)
+    bandwidth = tp * gpu.mem_bandwidth_bytes_per_s * bandwidth_efficiency(preset, gpu) * factors.bandwidth_scale
+    return pool_service_s(flops, rate, weight_bytes(llm, precision), bandwidth)
+
+
+def benchmark_ttft_s(preset: Preset, *, prefill_s: float, step_s: float, batch: int, input_tokens: float,
+                     engine: str | None) -> float:
+    """TTFT of a request in a closed-loop continuous-batching benchmark at concurrency ``batch``:
+    the engine's share of the other prompts is prefilled before it, in chunks, with decode steps
+    interleaved (no queue: the concurrency is the load)."""
+    share, chunk = 1.0, math.inf
+    if preset.physics is not None:
+        e = preset.physics.engine(normalize_engine(engine))
+        share, chunk = e.prefill_before_first_token, float(e.chunk_tokens)
+    ahead = share * max(batch - 1, 0)
+    steps = max(1.0, math.ceil((1.0 + ahead) * input_tokens / chunk - 1e-9))
+    return ttft_s(prefill_s=prefill_s, requests_ahead=ahead, steps=steps, step_s=step_s, utilisation=0.0,
+                  admission_s=admission_s(preset))
+
+
+def colocated_configuration_ttft_s(
+    llm: LLM, gpu: GPU, preset: Preset, *, precision: str, tp: int, batch: int, input_tokens: float,
+    output_tokens: float, kv_precision: str | None, flops_per_request: float, utilisation: float,
+    engine: str | None = None,
+) -> tuple[StepEstimate, float]:
+    """(the decode step carrying its steady-state prefill share, the TTFT of a colocated replica
+    of this configuration at ``utilisation``): what ``estimate`` reports and the planner checks."""
+    step = decode_step(
+        llm, gpu, precision=precision, tp=tp, batch=batch, input_tokens=input_tokens, output_tokens=output_tokens,
+        preset=preset, kv_precision=kv_precision, prefill_flops_per_step=batch / output_tokens * flops_per_request,
+        engine=engine,
+    )
+    return step, colocated_ttft_s(step.step_time_s, batch, output_tokens, utilisation, admission_s(preset))
+
+
 def colocated_prefill_steps(batch: float, output_tokens: float) -> float:
     """Decode steps a new request's prompt is spread over: max(1, output_tokens / batch)."""
     return max(1.0, output_tokens / batch)
 
 
-def colocated_ttft_s(step_time_s: float, batch: float, output_tokens: float, utilisation: float) -> float:
+def colocated_ttft_s(step_time_s: float, batch: float, output_tokens: float, utilisation: float,
+                     admission: float = 0.0) -> float:
     """TTFT of a request whose prompt is prefilled in chunks inside the decode steps.
 
     ``step_time_s`` is the time of a decode step that carries its share of prefill,
-    ``utilisation`` the share of the replica's throughput the demand takes.
+    ``utilisation`` the share of the replica's throughput the demand takes, ``admission`` the
+    preset's :func:`admission_s`.
     """
-    return colocated_prefill_steps(batch, output_tokens) * step_time_s * queue_factor(utilisation)
+    return ttft_s(prefill_s=0.0, requests_ahead=0.0, steps=colocated_prefill_steps(batch, output_tokens),
+                  step_s=step_time_s, utilisation=utilisation, admission_s=admission)
 
 
 def pool_service_s(flops_per_request: float, flops_per_s: float, weight_bytes: float, bytes_per_s: float) -> float:
@@ -83,6 +161,7 @@ def kv_transfer_s(kv_bytes: float, link_bytes_per_s: float) -> float:
     return kv_bytes / link_bytes_per_s
 
 
-def pool_ttft_s(service_s: float, transfer_s: float, utilisation: float) -> float:
+def pool_ttft_s(service_s: float, transfer_s: float, utilisation: float, admission: float = 0.0) -> float:
     """TTFT through a prefill pool at ``utilisation``: queue and prefill, then the KV hand-off."""
-    return service_s * queue_factor(utilisation) + transfer_s
+    return ttft_s(prefill_s=service_s, requests_ahead=0.0, steps=0.0, step_s=0.0, utilisation=utilisation,
+                  transfer_s=transfer_s, admission_s=admission)

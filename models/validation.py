@@ -1,12 +1,20 @@
 """The model against measurements: predicted time per output token and error statistics.
 
-A measured TPOT in aggregated (continuous-batching) serving includes the prefill chunks of the
-other ``batch - 1`` requests that arrive while a request decodes (its own prefill is in its
-TTFT); a static-batch measurement includes none. The predicted TTFT under continuous batching is that of a request
-arriving at a replica that is decoding ``batch - 1`` others: its prefill (linear layers and
-attention, at the compute rate, or the weight read if longer) plus one decode step; under
-static batching the whole batch is prefilled first, so ``batch`` prompts' prefill. Queueing
-before admission is not modelled.
+Every number comes from the functions the planner uses: :func:`~fleetplan.models.roofline.decode_step`
+for the step, :func:`~fleetplan.models.prefill.prefill_flops` for a prompt's work,
+:func:`~fleetplan.models.ttft.prefill_service_s` for its prefill time and
+:func:`~fleetplan.models.ttft.ttft_s` (through ``benchmark_ttft_s``) for TTFT.
+
+A measured TPOT in a closed-loop continuous-batching benchmark includes the share of the other
+``batch - 1`` requests' prefill its engine runs inside the decode steps
+(:mod:`fleetplan.models.interference`); a static-batch measurement includes none. The predicted
+TTFT under continuous batching is that of a request admitted with ``batch - 1`` others: the
+engine's share of their prompts and its own, prefilled in chunks with decode steps interleaved,
+plus the admission latency; under static batching all ``batch`` prompts are prefilled first.
+
+Rows the planner would refuse are not predicted but skipped with the reason: an unknown model
+or GPU, an impossible TP or EP degree (beyond the scale-up domain, heads that do not split), or a
+batch whose weights and KV cache do not fit in the replica's usable memory.
 
 Error statistics use the ratio measured / predicted: its median, the share of rows within a
 factor of 1.25, 1.5 and 2 either way, and the mean absolute percentage error
@@ -21,12 +29,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleetplan.catalogs.loader import Catalog, nearest
-from fleetplan.models.interference import prefill_flops_per_step
 from fleetplan.models.measurements import Measurement
 from fleetplan.models.moe import ep_problem
+from fleetplan.models.parallel import tp_problem
 from fleetplan.models.presets import Preset, normalize_engine
-from fleetplan.models.prefill import prefill_attention_flops, prefill_linear_flops
+from fleetplan.models.prefill import prefill_flops
 from fleetplan.models.roofline import StepEstimate, decode_step
+from fleetplan.models.ttft import benchmark_ttft_s, prefill_service_s, ttft_s
 
 WITHIN: tuple[float, ...] = (1.25, 1.5, 2.0)
 GROUPS: tuple[str, ...] = ("gpu", "tp", "engine", "model")
@@ -40,6 +49,8 @@ class Prediction:
     estimate: StepEstimate
     predicted_tpot_ms: float
     predicted_ttft_ms: float
+    decode_step_time_ms: float = 0.0
+    prefill_flops_per_request: float = 0.0
 
     @property
     def ratio(self) -> float:
@@ -47,39 +58,51 @@ class Prediction:
         return self.row.measured_tpot_ms / self.predicted_tpot_ms
 
 
-def skip_reason(row: Measurement, catalog: Catalog) -> str | None:
-    """Why ``row`` cannot be predicted (unknown model or GPU, impossible EP degree), or None."""
+def skip_reason(row: Measurement, catalog: Catalog, preset: Preset) -> str | None:
+    """Why the planner would not run ``row``'s configuration (unknown model or GPU, impossible
+    TP or EP degree, a batch that does not fit in memory), or None."""
     if row.model not in catalog.models:
         return f"unknown model {row.model!r}{nearest(row.model, catalog.models)}"
     if row.gpu not in catalog.gpus:
         return f"unknown GPU {row.gpu!r}{nearest(row.gpu, catalog.gpus)}"
-    problem = ep_problem(catalog.models[row.model], row.tp, row.ep)
+    llm, gpu = catalog.models[row.model], catalog.gpus[row.gpu]
+    problem = tp_problem(llm, gpu, row.tp) or ep_problem(llm, row.tp, row.ep)
     if problem:
         return problem
+    e = _step(row, catalog, preset, aggregated=False)
+    if not e.fits:
+        need, usable = e.memory_needed_bytes / 1e9, e.memory_usable_bytes / 1e9
+        if e.batch_cap is not None and row.batch > e.batch_cap:
+            return f"batch {row.batch} exceeds the engine cap of {e.batch_cap} concurrent sequences"
+        return f"does not fit: batch {row.batch} needs {need:,.0f} GB, {row.tp} x {row.gpu} hold {usable:,.0f} GB usable"
     return None
+
+
+def _step(row: Measurement, catalog: Catalog, preset: Preset, aggregated: bool) -> StepEstimate:
+    """The decode step of ``row``'s configuration (with the benchmark's prefill when ``aggregated``)."""
+    return decode_step(
+        catalog.models[row.model], catalog.gpus[row.gpu], precision=row.precision, tp=row.tp, batch=row.batch,
+        input_tokens=row.input_tokens, output_tokens=row.output_tokens, preset=preset,
+        kv_precision=row.kv_precision, ep=row.ep, engine=row.engine, aggregated=aggregated,
+    )
 
 
 def predict(row: Measurement, catalog: Catalog, preset: Preset) -> Prediction:
     """The preset's TPOT and TTFT for one measured configuration (model and GPU must be known)."""
     llm, gpu = catalog.models[row.model], catalog.gpus[row.gpu]
-    others = max(row.batch - 1, 0)
-    prefill = 0.0
-    if row.batching == "continuous" and preset.prefill_interference:
-        prefill = prefill_flops_per_step(llm, others, row.input_tokens, row.output_tokens)
-    est = decode_step(
-        llm, gpu, precision=row.precision, tp=row.tp, batch=row.batch, input_tokens=row.input_tokens,
-        output_tokens=row.output_tokens, preset=preset, kv_precision=row.kv_precision,
-        prefill_flops_per_step=prefill, ep=row.ep, engine=row.engine,
-    )
-    # TTFT: one prompt's prefill, then the decode step that yields its first token
-    flops = prefill_linear_flops(llm, row.input_tokens) + prefill_attention_flops(llm, row.input_tokens)
-    if row.batching == "static":
-        flops *= row.batch
-    factors = preset.factors_for(gpu.id, gpu.family, row.engine)
-    rate = row.tp * gpu.flops_per_s(est.compute_precision) * preset.compute_efficiency * factors.compute_scale
-    prefill_s = max(flops / rate, est.weights_time_s or est.memory_time_s)
-    ttft_s = prefill_s + est.comm_time_s + est.overhead_time_s + est.step_time_s
-    return Prediction(row=row, estimate=est, predicted_tpot_ms=est.step_time_s * 1e3, predicted_ttft_ms=ttft_s * 1e3)
+    continuous = row.batching == "continuous"
+    est = _step(row, catalog, preset, aggregated=continuous)
+    decode_only = _step(row, catalog, preset, aggregated=False) if continuous else est
+    work = prefill_flops(llm, preset, row.input_tokens)
+    prompt_s = prefill_service_s(llm, gpu, preset, precision=row.precision, tp=row.tp, flops=work, engine=row.engine)
+    if continuous:
+        ttft = benchmark_ttft_s(preset, prefill_s=prompt_s, step_s=decode_only.step_time_s, batch=row.batch,
+                                input_tokens=row.input_tokens, engine=row.engine)
+    else:  # static batching: every prompt of the batch is prefilled, then one step
+        ttft = ttft_s(prefill_s=prompt_s, requests_ahead=row.batch - 1, steps=1.0, step_s=est.step_time_s,
+                      utilisation=0.0)
+    return Prediction(row=row, estimate=est, predicted_tpot_ms=est.step_time_s * 1e3, predicted_ttft_ms=ttft * 1e3,
+                      decode_step_time_ms=decode_only.step_time_s * 1e3, prefill_flops_per_request=work)
 
 
 def predict_all(
@@ -89,7 +112,7 @@ def predict_all(
     done: list[Prediction] = []
     skipped: list[tuple[Measurement, str]] = []
     for r in rows:
-        reason = skip_reason(r, catalog)
+        reason = skip_reason(r, catalog, preset)
         if reason:
             skipped.append((r, reason))
         else:

@@ -40,21 +40,17 @@ from fleetplan.catalogs.loader import Catalog, InputError, nearest
 from fleetplan.catalogs.schema import GPU, LLM, PRECISIONS
 from fleetplan.models.memory import kv_bytes_per_token, weight_bytes
 from fleetplan.models.parallel import tp_problem
-from fleetplan.models.prefill import prefill_flops_per_request
+from fleetplan.models.prefill import prefill_flops
 from fleetplan.models.presets import Preset
-from fleetplan.models.roofline import (
-    StepEstimate,
-    compute_precision,
-    decode_step,
-    effective_kv_precision,
-)
+from fleetplan.models.roofline import StepEstimate, decode_step, effective_kv_precision
 from fleetplan.models.ttft import (
     DEFAULT_MAX_UTILISATION,
+    admission_s,
     colocated_ttft_s,
     kv_transfer_s,
     max_utilisation,
-    pool_service_s,
     pool_ttft_s,
+    prefill_service_s,
 )
 from fleetplan.optimizer.defaults import RACK_SCALE_GPUS
 from fleetplan.optimizer.enums import Tier
@@ -103,13 +99,14 @@ class Candidate:
     ttft_step_time_s: float = 0.0
     output_tokens: float = 1.0
     requested_headroom: float | None = None
+    admission_s: float = 0.0
 
     def ttft_at(self, utilisation: float) -> float | None:
         """Modelled TTFT of a colocated or headroom-mode replica loaded to ``utilisation`` of its
         throughput (None in pool mode, where the pool sets TTFT)."""
         if self.mode == "pool":
             return None
-        return colocated_ttft_s(self.ttft_step_time_s, self.batch, self.output_tokens, utilisation)
+        return colocated_ttft_s(self.ttft_step_time_s, self.batch, self.output_tokens, utilisation, self.admission_s)
 
     @property
     def key(self) -> str:
@@ -160,6 +157,7 @@ class PoolCandidate:
     transfer_s: float
     flops_per_request: float
     max_utilisation: float
+    admission_s: float = 0.0
 
     @property
     def key(self) -> str:
@@ -178,7 +176,7 @@ class PoolCandidate:
 
     def ttft_s(self, utilisation: float) -> float:
         """Time to first token at pool utilisation ``utilisation``: queue + prefill + KV hand-off."""
-        return pool_ttft_s(self.service_s, self.transfer_s, utilisation)
+        return pool_ttft_s(self.service_s, self.transfer_s, utilisation, self.admission_s)
 
     def usd_per_replica_hour_in(self, tier: str) -> float:
         """Price of one pool replica for one hour in capacity tier ``tier``."""
@@ -309,10 +307,8 @@ def prefill_modes(product: Product) -> tuple[str, ...]:
 
 
 def prefill_work_per_request(llm: LLM, product: Product, preset: Preset) -> float:
-    """Prefill FLOPs of one request (the attention term only outside the seed preset)."""
-    return prefill_flops_per_request(
-        llm, product.input_tokens, product.prefix_cache_hit_rate, attention=preset.name != "seed"
-    )
+    """Prefill FLOPs of one request (:func:`fleetplan.models.prefill.prefill_flops`)."""
+    return prefill_flops(llm, preset, product.input_tokens, product.prefix_cache_hit_rate)
 
 
 def _shape_precisions(product: Product, options: Options) -> tuple[str, ...]:
@@ -453,7 +449,7 @@ def _best_decode(
         return e.fits and e.per_user_tokens_per_s >= product.min_tokens_per_s_per_user
 
     def ttft(b: int) -> float:
-        return colocated_ttft_s(prefill_step(b).step_time_s, b, product.output_tokens, rho)
+        return colocated_ttft_s(prefill_step(b).step_time_s, b, product.output_tokens, rho, admission_s(preset))
 
     where = f"{gpu.id} tp{tp} {precision} batch {batches[0]}"
     first = est(batches[0])
@@ -489,6 +485,7 @@ def _best_decode(
         ttft_s=ttft(b) if mode != "pool" else None, prefill_flops_per_step=b / product.output_tokens * per_request,
         ttft_step_time_s=prefill_step(b).step_time_s if mode != "pool" else 0.0,
         output_tokens=float(product.output_tokens), requested_headroom=product.effective_headroom,
+        admission_s=admission_s(preset),
     )
 
 
@@ -511,6 +508,7 @@ def generate_pool_candidates(
     kv_prec = effective_kv_precision(preset, product.kv_precision)
     kv_bytes = product.input_tokens * kv_bytes_per_token(llm, kv_prec)
     max_ttft_s = product.max_ttft_ms / 1e3 if product.max_ttft_ms is not None else None
+    admission = admission_s(preset)
     out: list[PoolCandidate] = []
     for gpu_id in sorted(set(ids)):
         gpu = catalog.gpus[gpu_id]
@@ -528,21 +526,20 @@ def generate_pool_candidates(
                 w = weight_bytes(llm, precision)
                 if w + kv_bytes > tp * gpu.memory_bytes * preset.usable_memory_fraction:
                     continue
-                rate = tp * gpu.flops_per_s(compute_precision(preset, gpu, precision)) * preset.compute_efficiency
-                service = pool_service_s(work, rate, w, tp * gpu.mem_bandwidth_bytes_per_s * preset.bandwidth_efficiency)
+                service = prefill_service_s(llm, gpu, preset, precision=precision, tp=tp, flops=work)
                 _, link_bw = kv_link(gpu)
                 transfer = kv_transfer_s(kv_bytes, tp * link_bw)
                 rho = DEFAULT_MAX_UTILISATION
                 if max_ttft_s is not None:
-                    result.note_ttft(pool_ttft_s(service, transfer, 0.0), f"pool on {gpu_id} tp{tp} {precision} at zero load")
-                    rho = max_utilisation(service, max_ttft_s - transfer)
+                    result.note_ttft(pool_ttft_s(service, transfer, 0.0, admission), f"pool on {gpu_id} tp{tp} {precision} at zero load")
+                    rho = max_utilisation(service, max_ttft_s - transfer - admission)
                     if rho <= 0.0:
                         continue
                 result.pool_feasible += 1
                 out.append(PoolCandidate(
                     product=product.name, gpu=gpu_id, tp=tp, precision=precision, price=price,
                     hours_per_month=preset.hours_per_month, service_s=service, transfer_s=transfer,
-                    flops_per_request=work, max_utilisation=rho,
+                    flops_per_request=work, max_utilisation=rho, admission_s=admission,
                 ))
     return out
 

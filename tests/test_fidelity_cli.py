@@ -154,16 +154,17 @@ def test_calibrate_recovers_known_factors_and_cross_validates(tmp_path, capsys, 
     assert code == 0
     d = json.loads(out)
     cv = d["error"]["cross_validated"]
-    assert cv["method"] == "leave-one-configuration-out" and cv["folds"] == 8
+    assert cv["method"] == "leave-one-configuration-group-out" and cv["folds"] == 8
     assert cv["overall"]["mape"] < 0.03
     assert d["error"]["uncalibrated"]["overall"]["mape"] > 0.1
     preset = apply_profile(DEFAULT, out_file)
     assert preset.calibration == "profile.yaml"
     got = preset.factors_for("h100-sxm", "hopper", "vllm")
-    assert got.bandwidth_scale == pytest.approx(0.8, rel=0.05)
+    # recovered, shrunk toward no change by the priors (eight groups are little evidence)
+    assert 0.8 <= got.bandwidth_scale < 0.93
     assert got.overhead_scale == pytest.approx(1.6, rel=0.15)
     # the planner's lookup without an engine falls back to the GPU's pooled factors
-    assert preset.factors_for("h100-sxm", "hopper", None).bandwidth_scale == pytest.approx(0.8, rel=0.1)
+    assert 0.8 <= preset.factors_for("h100-sxm", "hopper", None).bandwidth_scale < 0.95
     doc = yaml.safe_load(out_file.read_text())
     assert doc["preset"] == "default" and doc["fleetplan_calibration"] == 1
 
@@ -185,7 +186,8 @@ def test_calibration_flag_on_validate_estimate_and_plan(tmp_path, capsys, catalo
     assert code == 2 and "fitted for preset 'default'" in err
     # plans say which calibration they used
     seed_prof = tmp_path / "seed.yaml"
-    seed_prof.write_text("fleetplan_calibration: 1\npreset: seed\nfactors:\n  - {gpu: null, engine: null, "
+    seed_prof.write_text("fleetplan_calibration: 1\npreset: seed\nmeasurements: m.csv\nrows: 1\nskipped_rows: 0\n"
+                         "factors:\n  - {gpu: null, engine: null, "
                          "bandwidth_scale: 1.0, compute_scale: 1.0, overhead_scale: 1.0, comm_scale: 1.0}\n")
     code, out, _ = run(capsys, ["plan", str(examples / "seed-chat-70b.yaml"), "--json", "--calibration", str(seed_prof),
                                 "--no-alternatives"])
@@ -195,9 +197,11 @@ def test_calibration_flag_on_validate_estimate_and_plan(tmp_path, capsys, catalo
 @pytest.mark.parametrize(
     ("text", "expected"),
     [("just text", "not a fleetplan calibration profile"),
-     ("fleetplan_calibration: 1\npreset: default\nfactors: []\n", "factors: must be a non-empty list"),
-     ("fleetplan_calibration: 1\npreset: default\nfactors:\n  - {bandwidth_scale: -1, compute_scale: 1, "
-      "overhead_scale: 1, comm_scale: 1}\n", "factors[0].bandwidth_scale"),
+     ("fleetplan_calibration: 1\npreset: default\nmeasurements: m.csv\nrows: 1\nskipped_rows: 0\nfactors: []\n",
+      "p.yaml.factors: List should have at least 1 item"),
+     ("fleetplan_calibration: 1\npreset: default\nfactors: []\nrows: -1\n", "p.yaml.rows: Input should be greater than"),
+     ("fleetplan_calibration: 1\npreset: default\nmeasurements: m.csv\nrows: 1\nskipped_rows: 0\nfactors:\n"
+      "  - {bandwidth_scale: -1, compute_scale: 1, overhead_scale: 1, comm_scale: 1}\n", "factors.0.bandwidth_scale"),
      ("a: [\n", "malformed YAML")],
 )
 def test_bad_profiles_are_input_errors(tmp_path, text, expected):
@@ -228,7 +232,9 @@ def test_public_measurements_fidelity():
     stats = {}
     for name in ("seed", "default"):
         preds, skipped = predict_all(rows, catalog, get_preset(name))
-        assert not skipped
+        # only what the planner would refuse: a batch beyond usable memory, TP beyond the scale-up domain
+        assert all(why.startswith("does not fit") or "scale-up domain" in why for _, why in skipped)
+        assert sum("scale-up domain" in why for _, why in skipped) == 2  # the two L40S rows at TP 2 and 4
         stats[name] = summarize([p.row for p in preds], [p.predicted_tpot_ms for p in preds])["overall"]
     assert stats["default"]["within_1.5x"] >= 0.85 and stats["default"]["mape"] <= 0.25
     assert stats["seed"]["mape"] > 2 * stats["default"]["mape"]

@@ -84,11 +84,13 @@ def test_budget_limit(catalog, examples):
     assert plan.monthly_cost_usd == pytest.approx(free) and check_invariants(plan) == []
 
 
-@pytest.mark.parametrize(("max_ttft_ms", "gpus", "cost"), [(None, 24, 69_116.4), (1000, 16, 50_107.2)])
-def test_pooling_is_cheaper(catalog, examples, max_ttft_ms, gpus, cost):
-    """Pooled replicas cost less than separate ones. Without a TTFT target the default queueing
-    bound keeps colocated replicas at 80% at most: 9 H200 tp2 replicas would need a third 8-GPU
-    instance, so 12 H100 tp2 replicas win; a 1,000 ms target allows 90% (TTFT 685 ms): 8 H200 tp2."""
+@pytest.mark.parametrize(("max_ttft_ms", "gpus", "cost", "separate"), [(None, 24, 69_116.4, 92_155.2),
+                                                                      (1000, 22, 69_116.4, 69_116.4)])
+def test_pooling_is_cheaper(catalog, examples, max_ttft_ms, gpus, cost, separate):
+    """Pooled replicas never cost more than separate ones. Without a TTFT target the default
+    queueing bound keeps colocated replicas at 80% at most: 12 H100 tp2 replicas pooled against
+    16 kept separate; a 1,000 ms target allows 90% load (TTFT 633 ms with the 118 ms admission):
+    11 H100 tp2 replicas, which separate products also reach (5 + 6 on 8-GPU instances)."""
     scenario, folder = load_scenario(examples / "pooling-2chat.yaml")
     raw = scenario.model_dump(mode="python")
     for p in raw["products"]:
@@ -100,10 +102,11 @@ def test_pooling_is_cheaper(catalog, examples, max_ttft_ms, gpus, cost):
     (pool,) = d["pools"]
     assert pool["products"] == ["consumer-chat", "internal-assistant"]
     assert pool["gpus"] == gpus and d["monthly_cost_usd"] == pytest.approx(cost, abs=0.01)
+    assert pool["separate_monthly_cost_usd"] == pytest.approx(separate, abs=0.01)
+    assert pool["gpus"] <= pool["separate_gpus"]
     if max_ttft_ms is not None:
-        assert pool["gpus"] < pool["separate_gpus"]
         assert all(p["ttft_ms"] <= max_ttft_ms for p in d["products"])
-    assert pool["monthly_cost_usd"] < pool["separate_monthly_cost_usd"]
+    assert pool["monthly_cost_usd"] <= pool["separate_monthly_cost_usd"]
     assert sum(p["monthly_cost_usd"] for p in d["products"]) == pytest.approx(d["monthly_cost_usd"], abs=0.05)
     assert pool["per_user_tokens_per_s"] >= 25  # the strictest target of the pooled products
     assert check_invariants(plan) == []
@@ -267,7 +270,7 @@ def test_hours_not_merged_when_a_share_cap_links_them(catalog, examples):
     fewer_hours = merged(prob)
     assert prob.hours == 168 and fewer_hours.hours == 31 and len(fewer_hours.hour_of) == 168
     smaller = reduced(prob)
-    assert smaller.hours == 30 and len(smaller.all_candidates()) == 52 < len(prob.all_candidates()) == 148
+    assert smaller.hours == 28 and len(smaller.all_candidates()) == 56 < len(prob.all_candidates()) == 148
 
 
 def brute_force_tiers(catalog, scenario, limit) -> float:

@@ -37,7 +37,9 @@ CASES = {
     "pool": ({"prefill": "pool", "input_tokens": 6000},
              {"gpus": ["h100-sxm", "h200-sxm"], "tiers": ["reserved", "on_demand"]}, None),
     # pool and API together
-    "pool-api": ({"prefill": "pool", "input_tokens": 6000, "api": {"model": "llama-3.1-8b", "max_fraction": 0.5}},
+    # (5,000-token prompts: at 4,000 and 6,000 the default preset's numbers make the 1e-7 proof a
+    # long knapsack search for HiGHS, which this test does not set out to measure)
+    "pool-api": ({"prefill": "pool", "input_tokens": 5000, "api": {"model": "llama-3.1-8b", "max_fraction": 0.5}},
                  {"gpus": ["h100-sxm"], "tiers": ["on_demand", "spot"], "spot_max_share": 0.3}, None),
     # whole 8-GPU instances
     "instances": ({"prefill": "colocated"}, {"gpus": ["h100-sxm", "l40s"], "tiers": ["reserved", "on_demand"]},

@@ -14,6 +14,7 @@ from fleetplan.models.presets import get_preset
 from fleetplan.models.roofline import decode_step
 from fleetplan.models.ttft import (
     DEFAULT_MAX_UTILISATION,
+    admission_s,
     colocated_ttft_s,
     pool_ttft_s,
     queue_factor,
@@ -28,7 +29,7 @@ from fleetplan.optimizer.scenario import load_scenario, parse_scenario
 from fleetplan.models.parallel import tp_problem
 
 
-def small(prefill: str = "colocated", ttft: float | None = 250, batch: list[int] | None = None) -> dict:
+def small(prefill: str = "colocated", ttft: float | None = 400, batch: list[int] | None = None) -> dict:
     """llama-3.1-8b fp8 on one H200, 20 QPS of 1,000 in / 300 out at 10 tokens/s per user."""
     return {
         "products": [{"name": "chat", "model": "llama-3.1-8b", "precision": "fp8", "peak_qps": 20,
@@ -76,32 +77,33 @@ def test_hand_checked_plan_ttfts(catalog, examples):
 
 def test_sparse_batch_list_keeps_the_smaller_batch_that_meets_ttft(catalog):
     """At batch 512 the 300-token answers spread no prompt over more than one step, but a step is
-    too long for 250 ms; batch 128 meets every target and the shape must not be dropped."""
+    too long for 400 ms (with the 118 ms admission); batch 128 meets every target and the shape
+    must not be dropped."""
     plan = make_plan(parse_scenario(small(), "s"), catalog, alternatives=False)
     d = plan_to_dict(plan)["products"][0]
     assert (d["gpu"], d["batch"], d["replicas"], d["binding_constraint"]) == ("h200-sxm", 128, 1, "max_ttft_ms")
-    assert d["ttft_ms"] <= 250 and check_invariants(plan) == []
+    assert d["ttft_ms"] <= 400 and check_invariants(plan) == []
     alone = make_plan(parse_scenario(small(batch=[128]), "s"), catalog, alternatives=False)
     assert alone.monthly_cost_usd == pytest.approx(plan.monthly_cost_usd)
 
 
 def test_headroom_mode_honours_the_target(catalog):
-    raw = small(prefill="headroom", ttft=100)
+    raw = small(prefill="headroom", ttft=230)
     plan = make_plan(parse_scenario(raw, "s"), catalog, alternatives=False)
     d = plan_to_dict(plan)["products"][0]
     assert d["prefill"]["mode"] == "headroom" and d["batch"] == 128 and d["binding_constraint"] == "max_ttft_ms"
-    assert d["ttft_ms"] <= 100
-    # without the target batch 512 wins; at the 70% load the plan may reach its TTFT is 100+ ms
+    assert d["ttft_ms"] <= 230
+    # without the target batch 512 wins; at the 70% load the plan may reach its TTFT is 230+ ms
     without = make_plan(parse_scenario(small(prefill="headroom", ttft=None), "s"), catalog, alternatives=False)
     c = without.products[0].candidate
-    assert c.batch == 512 and c.ttft_s > 0.1 and c.ttft_at(0.7) == pytest.approx(c.ttft_s)
-    with pytest.raises(InfeasibleError, match=r"max_ttft_ms: infeasible: .* best reachable is 78 ms \(headroom mode on "
+    assert c.batch == 512 and c.ttft_s > 0.23 and c.ttft_at(0.7) == pytest.approx(c.ttft_s)
+    with pytest.raises(InfeasibleError, match=r"max_ttft_ms: infeasible: .* best reachable is 206 ms \(headroom mode on "
                                               r"h200-sxm tp1 fp8 batch 128 at 70% utilisation\)"):
-        make_plan(parse_scenario(small(prefill="headroom", ttft=50), "s"), catalog, alternatives=False)
+        make_plan(parse_scenario(small(prefill="headroom", ttft=150), "s"), catalog, alternatives=False)
 
 
 def test_target_below_zero_load_is_one_line_naming_the_best(capsys, tmp_path):
-    for prefill, best in (("headroom", "78 ms (headroom mode on h200-sxm tp1 fp8 batch 128 at 70% utilisation)"),
+    for prefill, best in (("headroom", "206 ms (headroom mode on h200-sxm tp1 fp8 batch 128 at 70% utilisation)"),
                           ("pool", "ms (pool on h200-sxm tp1 fp8 at zero load)")):
         raw = small(prefill=prefill, ttft=1)
         path = tmp_path / f"{prefill}.yaml"
@@ -135,7 +137,7 @@ def _brute_largest(catalog, product, preset, gpu_id, tp, precision, mode, batche
             continue
         if mode != "pool" and product.max_ttft_ms is not None:
             mixed = step(work)
-            ttft = max(1.0, product.output_tokens / b) * mixed.step_time_s * queue_factor(1 - headroom)
+            ttft = max(1.0, product.output_tokens / b) * mixed.step_time_s * queue_factor(1 - headroom) + admission_s(preset)
             if ttft * 1e3 > product.max_ttft_ms:
                 continue
         best = b if best is None else max(best, b)
@@ -160,7 +162,8 @@ def _ttft_quantile(catalog, raw, q: float) -> float | None:
                                 input_tokens=product.input_tokens, output_tokens=product.output_tokens, preset=preset,
                                 prefill_flops_per_step=b / product.output_tokens * work)
                 if e.fits:
-                    values.append(colocated_ttft_s(e.step_time_s, b, product.output_tokens, 1 - product.effective_headroom))
+                    values.append(colocated_ttft_s(e.step_time_s, b, product.output_tokens, 1 - product.effective_headroom,
+                                                   admission_s(preset)))
     if not values:
         return None
     values.sort()
