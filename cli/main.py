@@ -335,11 +335,12 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     from fleetplan.fidelity import register
     from fleetplan.report_command import register as register_report
+    from fleetplan.sweep import register as register_sweep
 
     p = Parser(prog="fleetplan", description="Cheapest GPU fleet for LLM inference, as a mixed-integer program.")
     p.add_argument("--version", action="version", version=f"fleetplan {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for add in (_add_estimate, _add_plan, _add_breakeven, _add_catalog, register, register_report):
+    for add in (_add_estimate, _add_plan, _add_breakeven, _add_catalog, register, register_report, register_sweep):
         add(sub)
     return p
 
