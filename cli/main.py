@@ -336,11 +336,13 @@ def build_parser() -> argparse.ArgumentParser:
     from fleetplan.fidelity import register
     from fleetplan.report_command import register as register_report
     from fleetplan.sweep import register as register_sweep
+    from fleetplan.deploy import register as register_deploy
 
     p = Parser(prog="fleetplan", description="Cheapest GPU fleet for LLM inference, as a mixed-integer program.")
     p.add_argument("--version", action="version", version=f"fleetplan {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for add in (_add_estimate, _add_plan, _add_breakeven, _add_catalog, register, register_report, register_sweep):
+    for add in (_add_estimate, _add_plan, _add_breakeven, _add_catalog, register, register_report, register_sweep,
+                register_deploy):
         add(sub)
     return p
 
