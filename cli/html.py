@@ -135,7 +135,11 @@ def sensitivities(rows: list[dict[str, Any]] | None, base: float) -> str:
          "-" if None in (r["low_monthly_cost_usd"], r["high_monthly_cost_usd"])
          else _money(abs(r["high_monthly_cost_usd"] - r["low_monthly_cost_usd"])), _tornado_note(r)]
         for r in rows], {1, 2, 3})
-    return (charts.tornado_chart(rows, base) or "") + table
+    method = ("<p class=note>Each input is moved by ±20% for every product and the plan's configurations are kept "
+              "(GPU type, TP, precision and prefill mode per product): batch, replicas, tiers and API share are "
+              "chosen again. A full re-plan can only cost less; an empty bar means the kept configurations cannot "
+              "serve the moved input.</p>")
+    return method + (charts.tornado_chart(rows, base) or "") + table
 
 
 def _tornado_note(r: dict[str, Any]) -> str:

@@ -1,7 +1,8 @@
 """``fleetplan report SCENARIO.yaml|PLAN.json --out plan.html``: a plan as one HTML page.
 
-From a scenario the command plans it and then re-plans it with each tornado input moved by
-±20%, all within the one deadline of the command (``options.time_limit_s`` or the default);
+From a scenario the command plans it and then prices the plan's configurations with each
+tornado input moved by ±20% (:meth:`~fleetplan.optimizer.sensitivity.Replanner.kept_cost`), all
+within the one deadline of the command (``options.time_limit_s`` or the default);
 from a plan file (``fleetplan plan ... --json`` output) it draws that plan and says the
 sensitivities need the scenario. The page is written atomically, only when everything
 succeeded. Owns this command's flow; the page is :mod:`fleetplan.html`."""
@@ -52,7 +53,7 @@ def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dic
     deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S, progress)
     try:
         plan = make_plan(scenario, catalog, solver=args.solver, preset=preset, folder=folder, deadline=deadline.share(0.5))
-        rows = tornado(scenario, Replanner(catalog, preset, folder, args.solver), deadline)
+        rows = tornado(scenario, Replanner(catalog, preset, folder, args.solver), deadline, plan)
     finally:
         progress.close()
     return plan_to_dict(plan), rows, out
