@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 from fleetplan.catalogs import fields as F
 from fleetplan.catalogs.files import check_output_file, one_line
+from fleetplan.cluster import SCHEDULER_HELP
 from fleetplan.optimizer.enums import Status
 from fleetplan.flags import (
     CALIBRATION_HELP, Parser, add_catalog_flag, add_precision_flags, add_preset_flags, add_solver_flag, number_flag,
@@ -80,7 +81,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if is_batch(args.scenario):
         settings = Settings(catalogs=tuple(args.catalog), solver=args.solver, calibration=args.calibration,
                             alternatives=not args.no_alternatives)
-        return run_batch(args.scenario, settings, args.out, args.json, args.jobs, console())
+        return run_batch(args.scenario, settings, args.out, args.json, args.jobs, console(), args.scheduler)
     return _plan_one(args)
 
 
@@ -291,6 +292,7 @@ def _add_plan(sub: Any) -> None:
                     help="a batch: plan this many scenarios at once in worker processes; one scenario: solve this many "
                          "independent multi-hour components at once (same results for any value)")
     pl.add_argument("--calibration", help=CALIBRATION_HELP)
+    pl.add_argument("--scheduler", help="a batch: " + SCHEDULER_HELP)
     pl.add_argument("--no-alternatives", action="store_true", help="skip the per-GPU-type runner-up solves")
     pl.set_defaults(func=cmd_plan)
 

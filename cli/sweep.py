@@ -21,7 +21,6 @@ from typing import Any
 from fleetplan.catalogs.loader import InputError
 
 FILES = ("sweep.csv", "sweep.parquet", "sweep.svg")
-CONNECT_TIMEOUT_S = 10
 
 
 def table_csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
@@ -70,44 +69,15 @@ def plot_svg(rows: list[dict[str, Any]], x: str) -> str:
     return to_svg(fig)
 
 
-def _reachable(address: str) -> None:
-    """Refuse at once a scheduler address nothing listens on (instead of waiting for a timeout)."""
-    import socket
-    from urllib.parse import urlsplit
-
-    if address.startswith("inproc://"):
-        return  # a scheduler in this very process (a LocalCluster without processes): nothing to probe
-    try:
-        where = urlsplit(address if "://" in address else f"tcp://{address}")
-        host, port = where.hostname, where.port
-    except ValueError:
-        host, port = None, None
-    if not host or not port:
-        raise InputError(f"--scheduler {address}: give the scheduler's address as tcp://HOST:PORT (e.g. tcp://10.0.0.5:8786)")
-    try:
-        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S).close()
-    except OSError as exc:
-        raise InputError(f"--scheduler {address}: no Dask scheduler answers ({exc.strerror or type(exc).__name__}); "
-                         f"start one with `dask scheduler` and give its address, or leave --scheduler out to run "
-                         f"local workers") from None
-
-
-def _runner(args: argparse.Namespace) -> tuple[Any, Any]:
-    """(runner, client to close): a Dask client for ``--scheduler``, else local workers."""
-    from fleetplan.optimizer.sweep import dask_runner, local_runner
+def _rows(args: argparse.Namespace, sweep: Any, points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every point planned: on the Dask cluster of ``--scheduler``, else in ``--jobs`` local workers."""
+    from fleetplan.cluster import connected, map_in_order
+    from fleetplan.optimizer.sweep import local_runner, run_points
 
     if not args.scheduler:
-        return local_runner(args.jobs), None
-    _reachable(args.scheduler)
-    try:
-        from distributed import Client
-
-        client = Client(args.scheduler, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as exc:
-        raise InputError(f"--scheduler {args.scheduler}: no Dask scheduler answers ({type(exc).__name__}); start one "
-                         f"with `dask scheduler` and give its address, e.g. tcp://HOST:8786, or leave --scheduler out "
-                         f"to run local workers") from None
-    return dask_runner(client), client
+        return run_points(sweep, points, local_runner(args.jobs))
+    with connected(args.scheduler) as client:
+        return run_points(sweep, points, lambda fn, tasks: map_in_order(client, fn, tasks))
 
 
 def _out_dir(path: str) -> Path:
@@ -129,9 +99,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from fleetplan.catalogs.files import check_output_file
     from fleetplan.io import scenario_inputs, write_atomically
     from fleetplan.optimizer.scenario import load_scenario
-    from fleetplan.optimizer.sweep import (
-        OUTPUTS, Sweep, check_axes, check_points, grid_points, parse_axis, run_points, sampled_points,
-    )
+    from fleetplan.cluster import check_reachable
+    from fleetplan.optimizer.sweep import OUTPUTS, Sweep, check_axes, check_points, grid_points, parse_axis, sampled_points
 
     axes = [parse_axis(s) for s in args.set]
     sweep = Sweep(args.scenario, tuple(args.catalog), args.calibration, args.solver)
@@ -139,15 +108,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     points = sampled_points(axes, args.samples, args.seed) if args.samples else grid_points(axes)
     check_points(sweep, points)
     scenario, folder = load_scenario(args.scenario)
-    runner, client = _runner(args)
-    try:
-        out = _out_dir(args.out)
-        inputs = scenario_inputs(args.scenario, scenario, folder, args.catalog, args.calibration)
-        paths = [check_output_file(out / name, "--out", inputs) for name in FILES]
-        rows = run_points(sweep, points, runner)
-    finally:
-        if client is not None:
-            client.close()
+    if args.scheduler:
+        check_reachable(args.scheduler)  # before the output directory is made
+    out = _out_dir(args.out)
+    inputs = scenario_inputs(args.scenario, scenario, folder, args.catalog, args.calibration)
+    paths = [check_output_file(out / name, "--out", inputs) for name in FILES]
+    rows = _rows(args, sweep, points)
     columns = ["point", *(a.path for a in axes), *OUTPUTS, "error"]
     write_atomically(paths[0], table_csv(rows, columns))
     write_atomically(paths[1], table_parquet(rows, columns))
@@ -163,6 +129,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     """Add ``sweep`` to the CLI's subparsers."""
     from fleetplan.catalogs import fields as F
+    from fleetplan.cluster import SCHEDULER_HELP
     from fleetplan.flags import CALIBRATION_HELP, add_catalog_flag, add_solver_flag, number_flag
 
     s = sub.add_parser("sweep", help="plan a grid or Monte-Carlo draws of scenario fields",
@@ -177,7 +144,7 @@ def register(sub: Any) -> None:
     s.add_argument("--seed", type=number_flag(F.SEED), default=0, help="seed of the draws (default 0)")
     s.add_argument("--out", required=True, help="directory for sweep.csv, sweep.parquet and sweep.svg (created if needed)")
     s.add_argument("--jobs", type=number_flag(F.JOBS), default=2, help="local worker processes (default 2)")
-    s.add_argument("--scheduler", help="address of a running Dask scheduler (tcp://HOST:8786) to plan the points on")
+    s.add_argument("--scheduler", help=SCHEDULER_HELP)
     add_solver_flag(s)
     add_catalog_flag(s)
     s.add_argument("--calibration", help=CALIBRATION_HELP)

@@ -235,11 +235,3 @@ def local_runner(jobs: int) -> Runner:
         with worker_pool(jobs) as pool:
             return list(pool.map(fn, tasks, chunksize=max(1, len(tasks) // (4 * jobs))))
     return run
-
-
-def dask_runner(client: Any) -> Runner:
-    """Points planned on the Dask cluster of ``client`` (a ``distributed.Client``)."""
-    def run(fn: Callable[[Any], dict[str, Any]], tasks: list[Any]) -> list[dict[str, Any]]:
-        futures = client.map(fn, tasks, pure=False)
-        return list(client.gather(futures))
-    return run
