@@ -112,7 +112,8 @@ def sglang_command(r: ReplicaSet) -> list[str]:
     if r.batch:
         cmd += ["--max-running-requests", str(r.batch)]
     cmd += {"bf16": ["--dtype", "bfloat16"], "fp8": ["--quantization", "fp8"]}.get(r.precision, [])
-    cmd += {"prefill": ["--disaggregation-mode", "prefill"], "decode-only": ["--disaggregation-mode", "decode"]}.get(r.role, [])
+    cmd += {"prefill": ["--disaggregation-mode", "prefill"],
+            "decode-only": ["--disaggregation-mode", "decode"]}.get(r.role, [])
     return cmd + ["--kv-cache-dtype", "fp8_e4m3" if r.kv_precision == "fp8" else "auto"]
 
 

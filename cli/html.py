@@ -29,7 +29,8 @@ STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:62rem;margin:1.5rem auto;padding:0 1rem;
 color:#1d1d1d;line-height:1.4}
 h1{font-size:1.5rem;margin-bottom:.2rem}h2{font-size:1.15rem;border-bottom:1px solid #ccc;margin-top:1.8rem}
-table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0}th,td{vertical-align:top;padding:.2rem .5rem;border-bottom:1px solid #e4e4e4}
+table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0}
+th,td{vertical-align:top;padding:.2rem .5rem;border-bottom:1px solid #e4e4e4}
 th{text-align:left;background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .cards{display:flex;flex-wrap:wrap;gap:.8rem}.card{border:1px solid #ddd;border-radius:.4rem;padding:.5rem .8rem;min-width:9rem}
 .card b{display:block;font-size:1.3rem}.note{color:#555;font-size:.85rem}svg{max-width:100%;height:auto}

@@ -112,8 +112,9 @@ class Replanner:
             empty = [name for name, pd in kept.items() if not pd.candidates and not pd.has_api]
             if empty:
                 return None, False, f"{empty[0]}: its configuration no longer meets the targets"
-            solved = solve_components(prob.derive(products=kept), [u.request for u in planned], self.solver,  # type: ignore[arg-type]
-                                      within, max(scenario.options.mip_rel_gap, SENSITIVITY_GAP))
+            gap = max(scenario.options.mip_rel_gap, SENSITIVITY_GAP)
+            solved = solve_components(prob.derive(products=kept), [u.request for u in planned],
+                                      self.solver, within, gap)  # type: ignore[arg-type]
         except (InputError, SolverError) as exc:
             return None, False, str(exc)
         result = combined_result(solved, self.solver, 0.0)  # type: ignore[arg-type]

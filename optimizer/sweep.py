@@ -100,7 +100,8 @@ def _check_distribution(flag: str, name: str, args: tuple[Any, ...]) -> None:
         raise InputError(f"{flag}: {name}(a,b) takes two numbers (got {len(args)} arguments)")
     lo, hi = args
     if (name == "uniform" and hi <= lo) or (name != "uniform" and hi <= 0):
-        raise InputError(f"{flag}: {name}({lo},{hi}): " + ("hi must exceed lo" if name == "uniform" else "the spread must be above 0"))
+        why = "hi must exceed lo" if name == "uniform" else "the spread must be above 0"
+        raise InputError(f"{flag}: {name}({lo},{hi}): {why}")
 
 
 def grid_points(axes: list[Axis]) -> list[dict[str, Any]]:

@@ -103,3 +103,17 @@ def test_a_plan_from_an_older_version_or_no_directory_is_refused(capsys, tmp_pat
     assert main(["deploy", str(PLANS[0]), "--engine", "vllm", "--out", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
     assert "--out:" in err and err.count("\n") == 1
+
+
+def test_a_replica_wider_than_a_node_becomes_a_leader_worker_set():
+    from fleetplan.deploy import ReplicaSet, manifest
+
+    wide = ReplicaSet(name="big-decode", model="m", repo="org/m", gpu="gb200", vendor="nvidia", tp=16, batch=64,
+                      precision="fp8", kv_precision="bf16", context_tokens=4096, replicas=3, node_gpus=4)
+    doc = manifest("sglang", wide)
+    assert doc["kind"] == "LeaderWorkerSet" and doc["spec"]["replicas"] == 3
+    group = doc["spec"]["leaderWorkerTemplate"]
+    assert group["size"] == 4  # 16 GPUs of a replica on nodes of 4
+    [container] = group["workerTemplate"]["spec"]["containers"]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 4}
+    assert flag(container["command"], "--tp-size") == "16"
