@@ -115,17 +115,27 @@ def usage_chart(d: dict[str, Any]) -> str | None:
 
 
 def tornado_chart(rows: list[dict[str, Any]], base: float) -> str | None:
-    """The tornado: each input's monthly cost at -20% and +20%, as bars from the plan's cost."""
-    rows = [r for r in rows if r["low_monthly_cost_usd"] is not None and r["high_monthly_cost_usd"] is not None]
+    """The tornado: each input's monthly cost at -20% and +20%, as bars from the plan's cost (a
+    side with no plan is left out; inputs sorted by their widest bar)."""
+    def delta(r: dict[str, Any], side: str) -> float | None:
+        cost = r[f"{side}_monthly_cost_usd"]
+        return None if cost is None else cost - base
+
+    rows = [r for r in rows if delta(r, "low") is not None or delta(r, "high") is not None]
     if not rows:
         return None
-    rows = sorted(rows, key=lambda r: -abs(r["high_monthly_cost_usd"] - r["low_monthly_cost_usd"]))
+    rows = sorted(rows, key=lambda r: -max(abs(delta(r, s) or 0.0) for s in ("low", "high")))
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(WIDTH_IN, 0.6 + 0.5 * len(rows)))
+    labelled: set[str] = set()
     for y, r in enumerate(rows):
         for side, colour in (("low", "#8cb369"), ("high", "#e76f51")):
-            delta = r[f"{side}_monthly_cost_usd"] - base
-            ax.barh(y, delta, left=base, color=colour, label=f"{side} ({r[f'{side}_factor']:.0%})" if y == 0 else None)
+            d = delta(r, side)
+            if d is None:
+                continue
+            label = None if side in labelled else f"{side} ({r[f'{side}_factor']:.0%})"
+            labelled.add(side)
+            ax.barh(y, d, left=base, color=colour, label=label)
     ax.axvline(base, color=DEMAND_COLOUR, linewidth=1)
     ax.set_yticks(range(len(rows)), [r["input"] for r in rows])
     ax.invert_yaxis()

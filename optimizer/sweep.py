@@ -165,8 +165,12 @@ def check_axes(sweep: Sweep, axes: list[Axis]) -> None:
     from fleetplan.optimizer.whatif import check_path
 
     scenario = _loaded(sweep)[0]
+    seen: set[str] = set()
     for a in axes:
         check_path(scenario, a.path)
+        if a.path in seen:
+            raise InputError(f"--set {a.path}: given twice; give all its values in one --set (a,b,c)")
+        seen.add(a.path)
 
 
 def check_points(sweep: Sweep, points: list[dict[str, Any]]) -> None:

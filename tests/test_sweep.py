@@ -83,6 +83,7 @@ def test_a_dask_local_cluster_gives_the_same_bytes_as_local_workers(capsys, tmp_
     (["--set", "optoins.tp=1,2"], "unknown section 'optoins' (nearest valid choice: options)"),
     (["--set", "products.chat.peak_qps=-5,10"], "--set: products[chat].peak_qps: must be a number from 0"),
     (["--set", "products.chat.peak_qps=300:100:50"], "a grid needs a step above 0 and stop >= start"),
+    (["--set", "products.chat.peak_qps=1,2", "--set", "products.chat.peak_qps=3"], "given twice"),
     (["--set", "products.chat.peak_qps=normal(100,10)"], "a distribution needs --samples N"),
     (["--set", "products.chat.peak_qps=gauss(1,2)", "--samples", "3"], "unknown distribution 'gauss' (valid choices"),
     (["--set", "products.chat.peak_qps=1,2", "--scheduler", "tcp://127.0.0.1:9"], "--scheduler tcp://127.0.0.1:9: no Dask "
