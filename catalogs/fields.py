@@ -180,3 +180,5 @@ CALIBRATION_SCALE = Range(0, 1e6, "", "a fitted factor beyond a million is no ca
 DEMAND_SCALE = Range(1e-6, 1e6, "x demand", "scales demand by a millionth to a million")
 MODEL_PARAMS_FLAG = Range(1, 1e14, "parameters", "a hundred trillion parameters is two orders above the largest models")
 JOBS = Range(1, 256, "processes", "more worker processes than 256 only contend for the machine", integer=True)
+SWEEP_SAMPLES = Range(1, 1e5, "points", "a hundred thousand plans is a batch queue's work, not one command's", integer=True)
+SEED = Range(0, 2**32 - 1, "", "seeds are unsigned 32-bit numbers", integer=True)

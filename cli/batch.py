@@ -157,15 +157,24 @@ def solve_one(path: str, settings: Settings) -> Outcome:
 
 def solve_all(files: list[str], settings: Settings, jobs: int = 1,
               on_done: Callable[[Outcome], None] | None = None,
-              on_start: Callable[[str], None] | None = None) -> list[Outcome]:
+              on_start: Callable[[str], None] | None = None, client: Any = None) -> list[Outcome]:
     """Plan every file, ``jobs`` at a time; outcomes in the order of ``files``.
 
     ``on_done`` is called in the calling process as each scenario finishes (in finishing
     order); ``on_start`` before each file when planning one at a time. With ``jobs > 1`` the
     scenarios are planned in worker processes started afresh (``spawn``), so no state of this
     process leaks into a plan; an interrupt stops them (:mod:`fleetplan.optimizer.workers`).
+    With a Dask ``client`` (:mod:`fleetplan.cluster`) they are planned on its cluster instead.
     """
     done = on_done or (lambda o: None)
+    if client is not None:
+        from fleetplan.cluster import each_in_order
+
+        on_cluster = []
+        for _, o in each_in_order(client, solve_one, [(f, settings) for f in files]):
+            done(o)
+            on_cluster.append(o)
+        return on_cluster
     if jobs <= 1 or len(files) <= 1:
         out = []
         for f in files:
@@ -323,7 +332,8 @@ def check_outputs(out: str, files: list[str], settings: Settings) -> Path:
     return out_dir
 
 
-def run_batch(paths: list[str], settings: Settings, out: str | None, as_json: bool, jobs: int, console: Any) -> int:
+def run_batch(paths: list[str], settings: Settings, out: str | None, as_json: bool, jobs: int, console: Any,
+              scheduler: str | None = None) -> int:
     """Plan every scenario named by ``paths``, write the plan and summary files, print the summary.
 
     With ``out``, each solved scenario's plan goes to ``out/<stem>.json`` and the summary to
@@ -335,6 +345,7 @@ def run_batch(paths: list[str], settings: Settings, out: str | None, as_json: bo
 
     An interrupt (Ctrl-C, SIGTERM) stops the workers, writes the summary of the scenarios that
     finished (with ``out``) and goes on as the same interrupt, with a message saying so.
+    With ``scheduler`` the scenarios are planned on that Dask cluster (same files).
     """
     from fleetplan.catalogs.files import make_output_dir
     from fleetplan.interrupts import on_hard_exit
@@ -342,6 +353,10 @@ def run_batch(paths: list[str], settings: Settings, out: str | None, as_json: bo
     skipped: list[str] = []
     files = scenario_files(paths, skipped)
     out_dir = check_outputs(out, files, settings) if out else None
+    if scheduler is not None:
+        from fleetplan.cluster import check_reachable
+
+        check_reachable(scheduler)  # before the output directory is made
     earlier = {f for f in files if out_dir is not None and (out_dir / f"{Path(f).stem}.json").exists()}
     for note in skipped:
         print(f"fleetplan: note: skipped {note}", file=sys.stderr)
@@ -350,7 +365,7 @@ def run_batch(paths: list[str], settings: Settings, out: str | None, as_json: bo
     written = _BatchFiles(files, out_dir)
     try:
         with on_hard_exit(written.summary_of_finished if out_dir is not None else lambda: None):
-            outcomes = _solve_with_progress(files, settings, jobs, written.save)
+            outcomes = _on_cluster_or_here(files, settings, jobs, written.save, scheduler)
     except KeyboardInterrupt as exc:
         if out_dir is None:
             raise
@@ -414,10 +429,22 @@ def _report_failures(outcomes: list[Outcome], earlier: set[str], out: str | None
     return EXIT_USER_ERROR if failed else 0
 
 
-def _solve_with_progress(files: list[str], settings: Settings, jobs: int, save: Callable[[Outcome], None]) -> list[Outcome]:
+def _on_cluster_or_here(files: list[str], settings: Settings, jobs: int, save: Callable[[Outcome], None],
+                        scheduler: str | None) -> list[Outcome]:
+    """:func:`_solve_with_progress` on the Dask cluster of ``scheduler``, or here."""
+    if scheduler is None:
+        return _solve_with_progress(files, settings, jobs, save)
+    from fleetplan.cluster import connected
+
+    with connected(scheduler) as client:
+        return _solve_with_progress(files, settings, jobs, save, client)
+
+
+def _solve_with_progress(files: list[str], settings: Settings, jobs: int, save: Callable[[Outcome], None],
+                         client: Any = None) -> list[Outcome]:
     """:func:`solve_all`, with a progress bar on stderr when it is a terminal."""
     if not sys.stderr.isatty():
-        return solve_all(files, settings, jobs, save)
+        return solve_all(files, settings, jobs, save, client=client)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -432,4 +459,4 @@ def _solve_with_progress(files: list[str], settings: Settings, jobs: int, save: 
         def start(f: str) -> None:
             bar.update(task, description=f"{Path(f).stem} ...")
 
-        return solve_all(files, settings, jobs, advance, start)
+        return solve_all(files, settings, jobs, advance, start, client)

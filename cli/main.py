@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 from fleetplan.catalogs import fields as F
 from fleetplan.catalogs.files import check_output_file, one_line
+from fleetplan.cluster import SCHEDULER_HELP
 from fleetplan.optimizer.enums import Status
 from fleetplan.flags import (
     CALIBRATION_HELP, Parser, add_catalog_flag, add_precision_flags, add_preset_flags, add_solver_flag, number_flag,
@@ -104,7 +105,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if is_batch(args.scenario):
         settings = Settings(catalogs=tuple(args.catalog), solver=args.solver, calibration=args.calibration,
                             alternatives=not args.no_alternatives)
-        return run_batch(args.scenario, settings, args.out, args.json, args.jobs, console())
+        return run_batch(args.scenario, settings, args.out, args.json, args.jobs, console(), args.scheduler)
     return _plan_one(args)
 
 
@@ -318,6 +319,7 @@ def _add_plan(sub: Any) -> None:
                     help="a batch: plan this many scenarios at once in worker processes; one scenario: solve this many "
                          "independent multi-hour components at once (same results for any value)")
     pl.add_argument("--calibration", help=CALIBRATION_HELP)
+    pl.add_argument("--scheduler", help="a batch: " + SCHEDULER_HELP)
     pl.add_argument("--no-alternatives", action="store_true", help="skip the per-GPU-type runner-up solves")
     pl.set_defaults(func=cmd_plan)
 
@@ -361,11 +363,15 @@ def _add_catalog(sub: Any) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     from fleetplan.fidelity import register
+    from fleetplan.report_command import register as register_report
+    from fleetplan.sweep import register as register_sweep
+    from fleetplan.deploy import register as register_deploy
 
     p = Parser(prog="fleetplan", description="Cheapest GPU fleet for LLM inference, as a mixed-integer program.")
     p.add_argument("--version", action="version", version=f"fleetplan {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for add in (_add_estimate, _add_plan, _add_breakeven, _add_catalog, register):
+    for add in (_add_estimate, _add_plan, _add_breakeven, _add_catalog, register, register_report, register_sweep,
+                register_deploy):
         add(sub)
     return p
 

@@ -330,6 +330,15 @@ def print_portfolio(d: dict[str, Any], console: Console) -> None:
         fc, total = d["first_come_monthly_cost_usd"], d["monthly_cost_usd"]
         console.print(f"planned one after another, first come first served: ${fc:,.0f} a month; the joint plan saves "
                       f"${fc - total:,.0f} ({pct((fc - total) / fc)})")
+    print_binding_limits(d, console)
+
+
+def print_binding_limits(d: dict[str, Any], console: Console) -> None:
+    """One line per binding limit: what one more step of it would save a month."""
+    from fleetplan.optimizer.binding import binding_sentence
+
+    for entry in d.get("binding_limits") or []:
+        console.print(f"binding limit {entry['limit']}: {binding_sentence(entry)}")
 
 
 def print_catalog(kind: str, rows: list[dict[str, Any]], console: Console) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 from fleetplan.catalogs.loader import Catalog
 from fleetplan.models.presets import Preset, get_preset
 from fleetplan.optimizer.baselines import first_come_cost, separate_cost
+from fleetplan.optimizer.binding import binding_limits
 from fleetplan.optimizer.budget import check_budget
 from fleetplan.optimizer.components import (
     combined_result,
@@ -77,13 +78,17 @@ def make_plan(
     if deadline is None:
         deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S)
 
-    def cheapest(variant: Scenario, within: Deadline) -> float:
+    def resolve(variant: Scenario, within: Deadline) -> tuple[float, bool] | None:
         try:
-            return make_plan(variant, catalog, solver, False, preset, folder, with_api=with_api,
-                             compare_first_come=False, deadline=within, reductions=reductions,
-                             demand=demand).monthly_cost_usd
+            found = make_plan(variant, catalog, solver, False, preset, folder, with_api=with_api,
+                              compare_first_come=False, deadline=within, reductions=reductions, demand=demand)
         except (InfeasibleError, SolverError):
-            return math.inf
+            return None
+        return found.monthly_cost_usd, found.solve_result.optimal
+
+    def cheapest(variant: Scenario, within: Deadline) -> float:
+        found = resolve(variant, within)
+        return math.inf if found is None else found[0]
 
     plan = _solve_plan(scenario, catalog, solver, alternatives, preset, folder, with_api, jobs, deadline,
                        dict(reductions=reductions, demand=demand))
@@ -92,6 +97,8 @@ def make_plan(
     if compare_first_come and (prob.gpu_availability or prob.tier_availability) and len(plan.scenario.products) > 1:
         plan.first_come_monthly_cost_usd = first_come_cost(prob, list(plan.scenario.products), solver,
                                                            plan.scenario.options, deadline)
+    if alternatives:
+        plan.binding_limits = binding_limits(plan, scenario, resolve, deadline.share(EXPLAIN_SHARE))
     plan.stopped = list(deadline.stopped)
     return plan
 

@@ -90,6 +90,7 @@ def _configuration_fields(pp: ProductPlan) -> dict[str, Any]:
         "batch": c.batch if c else None,
         "precision": c.precision if c else None,
         "kv_precision": e.kv_precision if e else None,
+        "context_tokens": pp.product.input_tokens + pp.product.output_tokens,
         "replicas": pp.replicas,
         "gpus": pp.gpus,
         "per_user_tokens_per_s": _r(e.per_user_tokens_per_s) if e else None,
@@ -275,6 +276,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                        for comp in plan.components],
         "gpu_usage": plan.instances,
         "first_come_monthly_cost_usd": _r(plan.first_come_monthly_cost_usd, 2),
+        "binding_limits": plan.binding_limits,
     }
 
 

@@ -281,6 +281,7 @@ class Plan:
     separate: dict[str, dict[str, Any]] = field(default_factory=dict)
     pooling: dict[str, Any] | None = None
     stopped: list[str] = field(default_factory=list)  # stages cut short by the deadline
+    binding_limits: list[dict[str, Any]] = field(default_factory=list)  # see :mod:`.binding`
 
     @property
     def monthly_cost_usd(self) -> float:

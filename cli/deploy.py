@@ -1,0 +1,238 @@
+"""``fleetplan deploy PLAN.json --engine vllm|sglang|trtllm [--k8s|--skypilot] [--out DIR]``.
+
+Turns each replica set of a plan (a product's decode replicas, its prefill pool, a pooled
+group's shared replicas) into the engine's launch command with the planned tensor parallelism,
+batch cap, weight and KV-cache precision and context length, and optionally into Kubernetes
+manifests (a Deployment per set; a LeaderWorkerSet when one replica spans several nodes) or a
+SkyPilot service per set. Replica counts are the plan's: each set's busiest hour.
+
+Engine flags are named as each engine documents them: vLLM ``vllm serve`` engine arguments,
+SGLang ``python -m sglang.launch_server`` server arguments, TensorRT-LLM ``trtllm-serve``
+options. FP4 weights need a checkpoint already quantized to FP4 (every engine reads the format
+from the checkpoint), and TensorRT-LLM reads FP8 weights the same way; the command says so in
+a comment. Owns this command; it computes nothing the plan does not hold."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from fleetplan.catalogs.loader import InputError
+
+ENGINE_NAMES = ("vllm", "sglang", "trtllm")
+PORT = 8000
+# GPUs of one node when the plan does not buy instances: an HGX baseboard holds 8.
+NODE_GPUS = 8
+# Kubernetes device-plugin resource names per GPU vendor (NVIDIA and AMD device plugins).
+GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
+# The node label the manifests select on: set it on each node to the catalog id of its GPU.
+GPU_LABEL = "fleetplan/gpu"
+# Each engine's published serving image (pin a release tag in production).
+IMAGES = {"vllm": "vllm/vllm-openai:latest", "sglang": "lmsysorg/sglang:latest",
+          "trtllm": "nvcr.io/nvidia/tensorrt-llm/release:latest"}
+PRE_QUANTIZED = "# weights: give a checkpoint already quantized to {precision} (the engine reads it from the checkpoint)"
+
+
+@dataclass(frozen=True)
+class ReplicaSet:
+    """One group of identical replicas the plan runs: what a launch command and a manifest need."""
+
+    name: str
+    model: str
+    repo: str
+    gpu: str
+    vendor: str
+    tp: int
+    batch: int | None
+    precision: str
+    kv_precision: str
+    context_tokens: int
+    replicas: int
+    node_gpus: int
+    role: str = "decode"  # "prefill" for a prefill pool; decode sets of a product with a pool are "decode-only"
+
+    @property
+    def nodes(self) -> int:
+        """Nodes one replica spans (1 when its TP group fits in a node)."""
+        return -(-self.tp // self.node_gpus)
+
+
+def _set(p: dict[str, Any], name: str, part: dict[str, Any], replicas: int, catalog: Any, node: dict[str, int],
+         role: str) -> ReplicaSet:
+    """A replica set named ``name`` of ``p``'s model on ``part``'s configuration, in ``role``."""
+    model, gpu = catalog.models[p["model"]], catalog.gpus[part["gpu"]]
+    return ReplicaSet(name=name, model=model.id, repo=model.hf_repo or model.id, gpu=gpu.id, vendor=gpu.vendor,
+                      tp=part["tp"], batch=part.get("batch"), precision=part["precision"],
+                      kv_precision=p.get("kv_precision") or "bf16", context_tokens=p["context_tokens"],
+                      replicas=replicas, node_gpus=node.get(gpu.id) or NODE_GPUS, role=role)
+
+
+def replica_sets(d: dict[str, Any], catalog: Any) -> list[ReplicaSet]:
+    """Every replica set of plan ``d``: per product (or pooled group, once) its decode replicas
+    and its prefill pool; products served only by an API have none."""
+    node = {g: u["gpus_per_instance"] for g, u in (d.get("gpu_usage") or {}).items() if u.get("gpus_per_instance")}
+    pools = {pool["name"]: pool for pool in d.get("pools") or []}
+    out, done = [], set()
+    for p in d["products"]:
+        unit = p.get("pooled_in") or p["name"]
+        if unit in done or not p["gpu"]:
+            continue
+        done.add(unit)
+        pool = pools.get(unit)
+        replicas = pool["replicas"] if pool else p["replicas"]
+        prefill_replicas = pool["prefill_replicas"] if pool else p["prefill"]["replicas"]
+        split = bool(p["prefill"]["gpu"] and prefill_replicas)
+        if replicas:
+            out.append(_set(p, f"{unit}-decode", p, replicas, catalog, node, "decode-only" if split else "decode"))
+        if split:
+            prefill = {**p["prefill"], "batch": None}
+            out.append(_set(p, f"{unit}-prefill", prefill, prefill_replicas, catalog, node, "prefill"))
+    return out
+
+
+def vllm_command(r: ReplicaSet) -> list[str]:
+    """``vllm serve`` with the set's engine arguments."""
+    cmd = ["vllm", "serve", r.repo, "--tensor-parallel-size", str(r.tp), "--max-model-len", str(r.context_tokens),
+           "--port", str(PORT)]
+    if r.batch:
+        cmd += ["--max-num-seqs", str(r.batch)]
+    cmd += {"bf16": ["--dtype", "bfloat16"], "fp8": ["--quantization", "fp8"]}.get(r.precision, [])
+    return cmd + ["--kv-cache-dtype", "fp8" if r.kv_precision == "fp8" else "auto"]
+
+
+def sglang_command(r: ReplicaSet) -> list[str]:
+    """``python -m sglang.launch_server`` with the set's server arguments."""
+    cmd = ["python", "-m", "sglang.launch_server", "--model-path", r.repo, "--tp-size", str(r.tp),
+           "--context-length", str(r.context_tokens), "--host", "0.0.0.0", "--port", str(PORT)]
+    if r.batch:
+        cmd += ["--max-running-requests", str(r.batch)]
+    cmd += {"bf16": ["--dtype", "bfloat16"], "fp8": ["--quantization", "fp8"]}.get(r.precision, [])
+    cmd += {"prefill": ["--disaggregation-mode", "prefill"],
+            "decode-only": ["--disaggregation-mode", "decode"]}.get(r.role, [])
+    return cmd + ["--kv-cache-dtype", "fp8_e4m3" if r.kv_precision == "fp8" else "auto"]
+
+
+def trtllm_command(r: ReplicaSet) -> list[str]:
+    """``trtllm-serve`` (PyTorch backend) with the set's options."""
+    cmd = ["trtllm-serve", r.repo, "--backend", "pytorch", "--tp_size", str(r.tp), "--max_seq_len",
+           str(r.context_tokens), "--host", "0.0.0.0", "--port", str(PORT)]
+    if r.batch:
+        cmd += ["--max_batch_size", str(r.batch)]
+    return cmd + ["--kv_cache_dtype", "fp8" if r.kv_precision == "fp8" else "auto"]
+
+
+ENGINES: dict[str, Callable[[ReplicaSet], list[str]]] = {
+    "vllm": vllm_command, "sglang": sglang_command, "trtllm": trtllm_command,
+}
+
+
+def pre_quantized(engine: str, r: ReplicaSet) -> bool:
+    """Whether the set's weights must come pre-quantized (FP4 always; FP8 on TensorRT-LLM)."""
+    return r.precision == "fp4" or (engine == "trtllm" and r.precision == "fp8")
+
+
+def launch_script(engine: str, sets: list[ReplicaSet]) -> str:
+    """One commented launch command per replica set."""
+    lines = ["#!/bin/sh", f"# launch commands for {engine}: one per replica set; run each on as many replicas as it says"]
+    for r in sets:
+        lines.append(f"\n# {r.name}: {r.replicas} replicas of {r.tp} x {r.gpu} ({r.precision}, KV {r.kv_precision})")
+        if r.role != "decode" and engine != "sglang":
+            lines.append(f"# {r.role}: pair the prefill and decode sets with {engine}'s disaggregated-serving setup")
+        if pre_quantized(engine, r):
+            lines.append(PRE_QUANTIZED.format(precision=r.precision.upper()))
+        lines.append(shlex.join(ENGINES[engine](r)))
+    return "\n".join(lines) + "\n"
+
+
+def _container(engine: str, r: ReplicaSet, gpus: int) -> dict[str, Any]:
+    """The serving container of one pod: the launch command, the port and the GPUs it requests."""
+    resource = GPU_RESOURCE.get(r.vendor, GPU_RESOURCE["nvidia"])
+    return {"name": "engine", "image": IMAGES[engine], "command": ENGINES[engine](r),
+            "ports": [{"containerPort": PORT}], "resources": {"limits": {resource: gpus}}}
+
+
+def _pod(engine: str, r: ReplicaSet, gpus: int) -> dict[str, Any]:
+    """A pod template on nodes of the set's GPU type."""
+    return {"metadata": {"labels": {"app": r.name}},
+            "spec": {"nodeSelector": {GPU_LABEL: r.gpu}, "containers": [_container(engine, r, gpus)]}}
+
+
+def manifest(engine: str, r: ReplicaSet) -> dict[str, Any]:
+    """A Deployment of ``r.replicas`` pods, or a LeaderWorkerSet of ``r.replicas`` groups of
+    ``r.nodes`` pods when one replica spans several nodes."""
+    meta = {"name": r.name, "labels": {"app": r.name, "fleetplan/gpu": r.gpu}}
+    if r.nodes == 1:
+        return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+                "spec": {"replicas": r.replicas, "selector": {"matchLabels": {"app": r.name}},
+                         "template": _pod(engine, r, r.tp)}}
+    pod = _pod(engine, r, r.node_gpus)
+    return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": meta,
+            "spec": {"replicas": r.replicas, "leaderWorkerTemplate": {"size": r.nodes, "leaderTemplate": pod,
+                                                                      "workerTemplate": pod}}}
+
+
+def skypilot_service(engine: str, r: ReplicaSet) -> dict[str, Any]:
+    """A SkyPilot service: ``r.replicas`` replicas of ``r.tp`` GPUs running the launch command."""
+    return {"name": r.name,
+            "service": {"readiness_probe": "/v1/models", "replicas": r.replicas},
+            "resources": {"accelerators": f"{r.gpu}:{min(r.tp, r.node_gpus)}", "ports": PORT},
+            "num_nodes": r.nodes,
+            "run": shlex.join(ENGINES[engine](r))}
+
+
+def documents(args: argparse.Namespace, sets: list[ReplicaSet]) -> dict[str, str]:
+    """File name -> text: the launch script, and the manifests or services asked for."""
+    dump = lambda docs: yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False)  # noqa: E731
+    out = {"launch.sh": launch_script(args.engine, sets)}
+    if args.k8s:
+        out["k8s.yaml"] = dump([manifest(args.engine, r) for r in sets])
+    if args.skypilot:
+        out.update({f"skypilot-{r.name}.yaml": dump([skypilot_service(args.engine, r)]) for r in sets})
+    return out
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    """Write (or print) the launch commands and manifests of a plan file."""
+    from fleetplan.catalogs import load_catalog
+    from fleetplan.catalogs.files import check_output_file
+    from fleetplan.io import catalog_inputs, write_atomically
+    from fleetplan.report_command import read_plan
+
+    plan = read_plan(Path(args.plan))
+    if "context_tokens" not in (plan["products"] or [{}])[0]:
+        raise InputError(f"{args.plan}: the plan lacks context_tokens; plan the scenario again with this version")
+    sets = replica_sets(plan, load_catalog(args.catalog))
+    docs = documents(args, sets)
+    if not args.out:
+        print("\n---\n".join(f"# {name}\n{text}" for name, text in docs.items()), end="")
+        return 0
+    out = Path(args.out)
+    if not out.is_dir():
+        raise InputError(f"--out: {out} is not a directory; create it first")
+    paths = {name: check_output_file(out / name, "--out", [Path(args.plan), *catalog_inputs(args.catalog)])
+             for name in docs}
+    for name, text in docs.items():
+        write_atomically(paths[name], text)
+    print(f"wrote {', '.join(str(p) for p in paths.values())}: {len(sets)} replica sets, "
+          f"{sum(r.replicas for r in sets):,} replicas")
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``deploy`` to the CLI's subparsers."""
+    from fleetplan.flags import add_catalog_flag
+
+    p = sub.add_parser("deploy", help="launch commands and Kubernetes or SkyPilot configs for a plan file")
+    p.add_argument("plan", help="a plan JSON file (fleetplan plan SCENARIO.yaml --json --out PLAN.json)")
+    p.add_argument("--engine", choices=ENGINE_NAMES, required=True)
+    target = p.add_mutually_exclusive_group()
+    target.add_argument("--k8s", action="store_true", help="also write Kubernetes manifests (k8s.yaml)")
+    target.add_argument("--skypilot", action="store_true", help="also write one SkyPilot service YAML per replica set")
+    p.add_argument("--out", help="existing directory to write into (default: print)")
+    add_catalog_flag(p)
+    p.set_defaults(func=cmd_deploy)

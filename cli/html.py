@@ -1,0 +1,179 @@
+"""The plan as one self-contained HTML page: summary, configuration, costs, the hourly fleet,
+GPU usage, runner-ups, binding limits and sensitivities.
+
+Owns the page's markup; charts come from :mod:`fleetplan.charts`, every figure from the plan
+JSON (:mod:`fleetplan.optimizer.results`) and the tornado rows
+(:mod:`fleetplan.optimizer.sensitivity`). Styles are inlined and charts are inline SVG: the
+page loads nothing (no script, no font, no image from anywhere) and prints as it reads."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from fleetplan import charts
+from fleetplan.optimizer.binding import binding_sentence
+from fleetplan.optimizer.text import pct
+
+# What the performance model is worth, as measured against published benchmarks: the README's
+# Fidelity table (python benchmarks/bench_fidelity.py on benchmarks/data/public-measurements.csv,
+# 46 rows; measured 2026-11-30). Quoted, not recomputed, so the report stays fast.
+FIDELITY = {
+    "seed": "the seed document's first-order roofline: 57% of 46 public measurements within 1.5x, MAPE 44.6%",
+    "default": "roofline with communication, overheads and prefill interference: 91% of 46 public measurements "
+               "within 1.5x, MAPE 12.9%",
+}
+FIDELITY_SOURCE = "README, Fidelity on public measurements (benchmarks/bench_fidelity.py)"
+
+STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:62rem;margin:1.5rem auto;padding:0 1rem;
+color:#1d1d1d;line-height:1.4}
+h1{font-size:1.5rem;margin-bottom:.2rem}h2{font-size:1.15rem;border-bottom:1px solid #ccc;margin-top:1.8rem}
+table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0}
+th,td{vertical-align:top;padding:.2rem .5rem;border-bottom:1px solid #e4e4e4}
+th{text-align:left;background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}
+.cards{display:flex;flex-wrap:wrap;gap:.8rem}.card{border:1px solid #ddd;border-radius:.4rem;padding:.5rem .8rem;min-width:9rem}
+.card b{display:block;font-size:1.3rem}.note{color:#555;font-size:.85rem}svg{max-width:100%;height:auto}
+@media print{body{max-width:none;margin:0}h2{break-after:avoid}table,svg{break-inside:avoid}}
+"""
+
+
+def _money(x: float | None) -> str:
+    return "-" if x is None else f"${x:,.0f}"
+
+
+def _table(head: list[str], rows: list[list[Any]], numeric: set[int] = frozenset()) -> str:  # type: ignore[assignment]
+    """An HTML table; cells escaped, columns in ``numeric`` right-aligned."""
+    th = "".join(f"<th>{escape(h)}</th>" for h in head)
+    body = "".join(
+        "<tr>" + "".join(f"<td class=n>{escape(str(c))}</td>" if i in numeric else f"<td>{escape(str(c))}</td>"
+                         for i, c in enumerate(r)) + "</tr>"
+        for r in rows)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def cost_per_million(d: dict[str, Any]) -> float | None:
+    """The plan's cost per million output tokens: total cost over the tokens of every product
+    (each product's tokens are its cost over its own cost per million)."""
+    tokens = sum(p["monthly_cost_usd"] / p["cost_per_million_tokens_usd"] for p in d["products"]
+                 if p.get("cost_per_million_tokens_usd"))
+    return d["monthly_cost_usd"] / tokens if tokens else None
+
+
+def summary(d: dict[str, Any]) -> str:
+    """The cards: monthly cost, GPUs, cost per million tokens, status and gap; preset,
+    calibration and the model's stated fidelity."""
+    cpm = cost_per_million(d)
+    gap = "-" if d.get("mip_gap") is None else f"{d['mip_gap']:.4%}"
+    cards = [
+        f'<div class=card>monthly cost<b id="total-cost" data-usd="{d["monthly_cost_usd"]:.2f}">'
+        f'{_money(d["monthly_cost_usd"])}</b></div>',
+        f'<div class=card>GPUs<b id="total-gpus">{d["totals"]["all_gpus"]:,}</b></div>',
+        f'<div class=card>$ per million output tokens<b>{"-" if cpm is None else f"${cpm:,.3f}"}</b></div>',
+        f'<div class=card>status<b>{escape(d["status"])}</b>gap {gap}</div>',
+    ]
+    preset = d["preset"]
+    fidelity = FIDELITY.get(preset, "")
+    calib = escape(d["calibration"]) if d.get("calibration") else "none"
+    return (f'<div class=cards>{"".join(cards)}</div><p class=note>preset <b>{escape(preset)}</b>, calibration '
+            f'{calib}; {d["hours"]} hour(s) modelled, tiers {escape(", ".join(d["tiers"]))}. Model fidelity: '
+            f'{escape(fidelity)} ({escape(FIDELITY_SOURCE)}).</p>')
+
+
+def configuration(d: dict[str, Any]) -> str:
+    """One row per product (configuration, replicas, GPUs, speed, TTFT, cost), then why each runs it."""
+    rows = [[p["name"], p["model"], p.get("pooled_in") or "", p["gpu"] or "API", p["tp"] or "", p["precision"] or "",
+             p["batch"] or "", p["replicas"], p["gpus"], p["prefill"]["mode"] or "",
+             "-" if p["per_user_tokens_per_s"] is None else f"{p['per_user_tokens_per_s']:,.1f}",
+             "-" if p["ttft_ms"] is None else f"{p['ttft_ms']:,.0f}", _money(p["monthly_cost_usd"]),
+             pct(p["api_fraction"])]
+            for p in d["products"]]
+    head = ["product", "model", "pooled in", "GPU", "TP", "precision", "batch", "replicas", "GPUs", "prefill",
+            "tokens/s per user", "TTFT ms", "$/month", "API share"]
+    why = "".join(f"<li><b>{escape(p['name'])}</b>: {escape(p['why'])}</li>" for p in d["products"] if p.get("why"))
+    return _table(head, rows, {4, 6, 7, 8, 10, 11, 12}) + (f"<ul class=note>{why}</ul>" if why else "")
+
+
+def breakdown(d: dict[str, Any]) -> str:
+    """The cost by kind (reserved, on demand, spot, API, fixed, stranded) and by product."""
+    b = d["monthly_cost_breakdown_usd"]
+    rows = [[k.replace("_", " "), _money(v), pct(v / d["monthly_cost_usd"]) if d["monthly_cost_usd"] else "-"]
+            for k, v in b.items() if v]
+    rows.append(["total", _money(d["monthly_cost_usd"]), "100%"])
+    return _table(["kind", "$/month", "share"], rows, {1, 2}) + charts.cost_chart(d)
+
+
+def runner_ups(d: dict[str, Any]) -> str:
+    """The cheapest plan on each other GPU type, per product."""
+    rows = [[p["name"], a["gpu"], a["tp"], a["precision"], a["batch"], a["replicas"], a["gpus"],
+             _money(a["monthly_cost_usd"]), f"+{_money(a['cost_difference_usd'])}"]
+            for p in d["products"] for a in p.get("alternatives") or []]
+    if not rows:
+        return "<p class=note>No runner-ups: each product runs on the only GPU type it may use, or products share " \
+               "limits and were planned together.</p>"
+    return _table(["product", "GPU", "TP", "precision", "batch", "replicas", "GPUs", "$/month", "vs chosen"], rows,
+                  {2, 4, 5, 6, 7, 8})
+
+
+def binding(d: dict[str, Any]) -> str:
+    """Each binding limit and what one more step of it is worth."""
+    rows = [[b["limit"], f"+{b['step']} {b['step_unit']}", _money(b["value_usd_per_month"]),
+             _money(b["relaxed_monthly_cost_usd"]), "yes" if b["proven"] else "no", binding_sentence(b)]
+            for b in d.get("binding_limits") or []]
+    if not rows:
+        return "<p class=note>No shared limit binds: every availability limit leaves at least one instance free " \
+               "(a budget never binds a plan that exists: the plan is already the cheapest).</p>"
+    return _table(["limit", "step", "saving $/month", "cost with the step", "proven", "in words"], rows, {2, 3})
+
+
+def sensitivities(rows: list[dict[str, Any]] | None, base: float) -> str:
+    """The tornado chart and its table; a note when the report was made from a plan file."""
+    if rows is None:
+        return "<p class=note>Not computed: the report was made from a plan file; give the scenario to re-plan " \
+               "with each input moved by ±20%.</p>"
+    table = _table(["input", "-20% $/month", "+20% $/month", "swing", "note"], [
+        [r["input"], _money(r["low_monthly_cost_usd"]), _money(r["high_monthly_cost_usd"]),
+         "-" if None in (r["low_monthly_cost_usd"], r["high_monthly_cost_usd"])
+         else _money(abs(r["high_monthly_cost_usd"] - r["low_monthly_cost_usd"])), _tornado_note(r)]
+        for r in rows], {1, 2, 3})
+    method = ("<p class=note>Each input is moved by ±20% for every product and the plan's configurations are kept "
+              "(GPU type, TP, precision and prefill mode per product): batch, replicas, tiers and API share are "
+              "chosen again. A full re-plan can only cost less; an empty bar means the kept configurations cannot "
+              "serve the moved input.</p>")
+    return method + (charts.tornado_chart(rows, base) or "") + table
+
+
+def _tornado_note(r: dict[str, Any]) -> str:
+    """Why a tornado bar is missing or not proven."""
+    notes = [f"{side}: {r[f'{side}_error']}" for side in ("low", "high") if r.get(f"{side}_error")]
+    notes += [f"{side}: not proven optimal" for side in ("low", "high")
+              if r[f"{side}_monthly_cost_usd"] is not None and not r[f"{side}_proven"]]
+    return "; ".join(notes)
+
+
+def page(d: dict[str, Any], tornado: list[dict[str, Any]] | None, title: str) -> str:
+    """The whole report for plan ``d`` with its tornado rows (None: not computed)."""
+    fleet = charts.fleet_chart(d) or "<p class=note>A one-hour plan: the fleet is the configuration table.</p>"
+    usage = charts.usage_chart(d) or ""
+    sections = [
+        ("Summary", summary(d)),
+        ("Configuration per product", configuration(d)),
+        ("Cost breakdown", breakdown(d)),
+        ("Hourly fleet against demand", fleet),
+        ("GPU usage against availability", usage + _usage_table(d)),
+        ("Runner-ups", runner_ups(d)),
+        ("Binding limits", binding(d)),
+        ("Sensitivities (±20%)", sensitivities(tornado, d["monthly_cost_usd"])),
+    ]
+    body = "".join(f"<section><h2>{escape(h)}</h2>{s}</section>" for h, s in sections)
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head>'
+            f"<body><h1>{escape(title)}</h1>{body}</body></html>\n")
+
+
+def _usage_table(d: dict[str, Any]) -> str:
+    """GPUs per type at the busiest hour, instances, stranded GPUs and availability."""
+    rows = [[g, u["gpus"], "-" if u["instances"] is None else u["instances"], u["stranded_gpus"],
+             "no limit" if u["available"] is None else u["available"]]
+            for g, u in sorted((d.get("gpu_usage") or {}).items())]
+    return _table(["GPU", "GPUs", "instances", "stranded GPUs", "available"], rows, {1, 2, 3, 4}) if rows else ""

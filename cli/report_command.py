@@ -1,0 +1,92 @@
+"""``fleetplan report SCENARIO.yaml|PLAN.json --out plan.html``: a plan as one HTML page.
+
+From a scenario the command plans it and then prices the plan's configurations with each
+tornado input moved by ±20% (:meth:`~fleetplan.optimizer.sensitivity.Replanner.kept_cost`), all
+within the one deadline of the command (``options.time_limit_s`` or the default);
+from a plan file (``fleetplan plan ... --json`` output) it draws that plan and says the
+sensitivities need the scenario. The page is written atomically, only when everything
+succeeded. Owns this command's flow; the page is :mod:`fleetplan.html`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from fleetplan.catalogs.loader import InputError
+
+HTML_SUFFIXES = (".html", ".htm")
+PLAN_SUFFIXES = (".json",)
+# A plan file must hold these keys (the plan JSON's own).
+PLAN_KEYS = ("status", "monthly_cost_usd", "products", "totals", "monthly_cost_breakdown_usd", "gpu_usage")
+
+
+def read_plan(path: Path) -> dict[str, Any]:
+    """A plan written by ``fleetplan plan --json`` (checked to hold the plan's keys)."""
+    from fleetplan.catalogs.files import read_json
+
+    d = read_json(path, "plan file", InputError)
+    missing = [k for k in PLAN_KEYS if not isinstance(d, dict) or k not in d]
+    if missing:
+        raise InputError(f"{path}: not a plan file (missing {', '.join(missing)}); write one with "
+                         f"fleetplan plan SCENARIO.yaml --json --out PLAN.json, or give the scenario")
+    return d
+
+
+def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]], Path]:
+    """Plan the scenario, then its tornado, in one deadline; (plan JSON, tornado rows, output)."""
+    from fleetplan.catalogs import load_catalog
+    from fleetplan.catalogs.files import check_output_file
+    from fleetplan.io import SCENARIO_PRESET_HINT, resolve_preset, scenario_inputs
+    from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline, Progress
+    from fleetplan.optimizer.plan import make_plan
+    from fleetplan.optimizer.results import plan_to_dict
+    from fleetplan.optimizer.scenario import load_scenario
+    from fleetplan.optimizer.sensitivity import Replanner, tornado
+
+    scenario, folder = load_scenario(args.input)
+    inputs = scenario_inputs(args.input, scenario, folder, args.catalog, args.calibration)
+    out = check_output_file(args.out, "--out", inputs, suffixes=HTML_SUFFIXES)
+    catalog = load_catalog([*(folder / c for c in scenario.catalogs), *args.catalog])
+    preset = resolve_preset(scenario.preset, args.calibration, SCENARIO_PRESET_HINT) if args.calibration else None
+    progress = Progress.for_terminal()
+    deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S, progress)
+    try:
+        plan = make_plan(scenario, catalog, solver=args.solver, preset=preset, folder=folder, deadline=deadline.share(0.5))
+        rows = tornado(scenario, Replanner(catalog, preset, folder, args.solver), deadline, plan)
+    finally:
+        progress.close()
+    return plan_to_dict(plan), rows, out
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Write the HTML report of a scenario or of a plan file."""
+    from fleetplan.catalogs.files import check_output_file
+    from fleetplan.html import page
+    from fleetplan.io import catalog_inputs, write_atomically
+
+    src = Path(args.input)
+    if src.suffix.lower() in PLAN_SUFFIXES:
+        out = check_output_file(args.out, "--out", [src, *catalog_inputs(args.catalog)], suffixes=HTML_SUFFIXES)
+        d, rows = read_plan(src), None
+    else:
+        d, rows, out = plan_and_tornado(args)
+    write_atomically(out, page(d, rows, f"fleetplan: {src.name}"))
+    print(f"wrote {args.out}: ${d['monthly_cost_usd']:,.2f} a month, {d['totals']['all_gpus']:,} GPUs, status {d['status']}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``report`` to the CLI's subparsers."""
+    from fleetplan.flags import CALIBRATION_HELP, add_catalog_flag, add_solver_flag
+
+    r = sub.add_parser("report", help="the plan as one self-contained HTML page",
+                       description="Plan a scenario (or read a plan file from `fleetplan plan --json`) and write one "
+                                   "HTML page: summary, configuration, costs, hourly fleet, GPU usage, runner-ups, "
+                                   "binding limits and a ±20% tornado (from a scenario only).")
+    r.add_argument("input", help="scenario YAML, or a plan JSON file")
+    r.add_argument("--out", required=True, help="HTML file to write")
+    add_solver_flag(r)
+    add_catalog_flag(r)
+    r.add_argument("--calibration", help=CALIBRATION_HELP)
+    r.set_defaults(func=cmd_report)

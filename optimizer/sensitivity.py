@@ -1,0 +1,152 @@
+"""Sensitivities of a plan's cost: the tornado of ±20% on demand, GPU price, speed target and
+input length, each the scenario with that input moved and planned again.
+
+Two ways to plan again: :meth:`Replanner.cost` runs the whole planner
+(:func:`~fleetplan.optimizer.plan.make_plan`, without runner-ups or baselines); with the plan
+given, :meth:`Replanner.kept_cost` keeps each product's configuration shape (GPU, TP, precision,
+prefill mode; the prefill pool's GPU, TP, precision) and lets the MIP choose again only the
+batch that still meets the targets, the replicas, tiers and API share: a far smaller MIP, and a
+cost no lower than a full re-plan's (the answer to "what does this fleet cost if ..."). Every
+re-plan runs within a share of the caller's one deadline.
+
+Owns which inputs move and how; it changes no plan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from fleetplan.catalogs.loader import Catalog, InputError
+from fleetplan.models.presets import Preset
+from fleetplan.optimizer.candidates import resolve_gpu_price
+from fleetplan.optimizer.deadline import Deadline
+from fleetplan.optimizer.errors import SolverError
+from fleetplan.optimizer.scenario import Product, Scenario
+from fleetplan.optimizer.solution import Plan
+
+# The tornado's swing: every input 20% below and above the scenario's value.
+SWING = 0.20
+# Re-plans of a tornado are a picture of the slope, not a proof: each is solved to 0.1%.
+SENSITIVITY_GAP = 1e-3
+
+
+def _products(scenario: Scenario, change: Callable[[Product], dict[str, Any]]) -> Scenario:
+    """``scenario`` with ``change(product)`` applied to every product."""
+    return scenario.model_copy(update={"products": [p.model_copy(update=change(p)) for p in scenario.products]})
+
+
+def demand(scenario: Scenario, catalog: Catalog, f: float) -> Scenario:
+    """Every product's ``peak_qps`` times ``f`` (profiles scale with it)."""
+    return _products(scenario, lambda p: {"peak_qps": p.peak_qps * f})
+
+
+def speed_target(scenario: Scenario, catalog: Catalog, f: float) -> Scenario:
+    """Every product's ``min_tokens_per_s_per_user`` times ``f``."""
+    return _products(scenario, lambda p: {"min_tokens_per_s_per_user": p.min_tokens_per_s_per_user * f})
+
+
+def input_length(scenario: Scenario, catalog: Catalog, f: float) -> Scenario:
+    """Every product's ``input_tokens`` times ``f``, rounded to whole tokens (at least one)."""
+    return _products(scenario, lambda p: {"input_tokens": max(1, round(p.input_tokens * f))})
+
+
+def gpu_price(scenario: Scenario, catalog: Catalog, f: float) -> Scenario:
+    """Every GPU-hour price times ``f``: the on-demand price each GPU gets (override, provider or
+    reference) and any reserved or spot override."""
+    o = scenario.options
+    gpus = o.gpus or sorted(catalog.gpus)
+    on_demand = {}
+    for g in gpus:
+        price = resolve_gpu_price(catalog, o, g)
+        if price is not None:
+            on_demand[g] = price.usd_per_gpu_hour * f
+    update = {"gpu_hour_usd": on_demand,
+              "reserved_gpu_hour_usd": {g: v * f for g, v in o.reserved_gpu_hour_usd.items()},
+              "spot_gpu_hour_usd": {g: v * f for g, v in o.spot_gpu_hour_usd.items()}}
+    return scenario.model_copy(update={"options": o.model_copy(update=update)})
+
+
+# The tornado's inputs, in the order the report lists them.
+DRIVERS: dict[str, Callable[[Scenario, Catalog, float], Scenario]] = {
+    "demand (peak_qps)": demand,
+    "GPU-hour price": gpu_price,
+    "speed target (min_tokens_per_s_per_user)": speed_target,
+    "input length (input_tokens)": input_length,
+}
+
+
+@dataclass(frozen=True)
+class Replanner:
+    """What a re-plan needs besides the scenario: catalog, preset, folder of profiles, solver."""
+
+    catalog: Catalog
+    preset: Preset | None
+    folder: Path
+    solver: str = "highs"
+
+    def cost(self, scenario: Scenario, within: Deadline) -> tuple[float | None, bool, str | None]:
+        """(monthly cost, proven optimal, why there is no plan) of ``scenario`` by ``within``."""
+        from fleetplan.optimizer.plan import make_plan
+
+        quick = scenario.model_copy(update={"options": scenario.options.model_copy(
+            update={"mip_rel_gap": max(scenario.options.mip_rel_gap, SENSITIVITY_GAP)})})
+        try:
+            plan = make_plan(quick, self.catalog, self.solver, False, self.preset, self.folder,  # type: ignore[arg-type]
+                             compare_first_come=False, deadline=within)
+        except (InputError, SolverError) as exc:
+            return None, False, str(exc)
+        return round(plan.monthly_cost_usd, 2), plan.solve_result.optimal, None
+
+
+    def kept_cost(self, scenario: Scenario, plan: Plan, within: Deadline) -> tuple[float | None, bool, str | None]:
+        """(monthly cost, proven optimal, why there is none) of ``scenario`` with each product of
+        ``plan`` kept on its configuration shape (see the module docstring)."""
+        from fleetplan.models.presets import get_preset
+        from fleetplan.optimizer.components import combined_result, solve_components
+        from fleetplan.optimizer.problem import build_problem
+
+        try:
+            prob, _, planned = build_problem(scenario, self.catalog, self.preset or get_preset(scenario.preset), self.folder)
+            kept = {name: _kept(pd, plan) for name, pd in prob.products.items()}
+            empty = [name for name, pd in kept.items() if not pd.candidates and not pd.has_api]
+            if empty:
+                return None, False, f"{empty[0]}: its configuration no longer meets the targets"
+            gap = max(scenario.options.mip_rel_gap, SENSITIVITY_GAP)
+            solved = solve_components(prob.derive(products=kept), [u.request for u in planned],
+                                      self.solver, within, gap)  # type: ignore[arg-type]
+        except (InputError, SolverError) as exc:
+            return None, False, str(exc)
+        result = combined_result(solved, self.solver, 0.0)  # type: ignore[arg-type]
+        return round(float(result.objective or 0.0), 2), result.optimal, None
+
+
+def _kept(pd: Any, plan: Plan) -> Any:
+    """``pd`` with only the candidates of the configuration shape its product runs in ``plan``
+    (unchanged when the plan has no such product, or runs it on its API alone)."""
+    pp = next((p for p in plan.products if p.product.name == pd.name), None)
+    if pp is None or pp.candidate is None:
+        return pd
+    c, k = pp.candidate, pp.pool
+    shape = (c.gpu, c.tp, c.precision, c.mode)
+    pool = tuple(q for q in pd.pool if k is not None and (q.gpu, q.tp, q.precision) == (k.gpu, k.tp, k.precision))
+    return replace(pd, candidates=tuple(x for x in pd.candidates if (x.gpu, x.tp, x.precision, x.mode) == shape),
+                   pool=pool)
+
+
+def tornado(scenario: Scenario, replan: Replanner, deadline: Deadline, plan: Plan | None = None) -> list[dict[str, Any]]:
+    """For each driver, the monthly cost at -20% and +20% (each re-plan gets an equal share of
+    what is left of ``deadline``): with ``plan``, that plan's configurations kept
+    (:meth:`Replanner.kept_cost`), else planned afresh. A re-plan with no plan (infeasible, out
+    of time) gives None and its reason."""
+    out = []
+    runs = 2 * len(DRIVERS)
+    for name, move in DRIVERS.items():
+        row: dict[str, Any] = {"input": name, "low_factor": 1 - SWING, "high_factor": 1 + SWING}
+        for side, f in (("low", 1 - SWING), ("high", 1 + SWING)):
+            variant, within = move(scenario, replan.catalog, f), deadline.share(1.0 / runs)
+            cost, proven, error = replan.kept_cost(variant, plan, within) if plan else replan.cost(variant, within)
+            runs -= 1
+            row.update({f"{side}_monthly_cost_usd": cost, f"{side}_proven": proven, f"{side}_error": error})
+        out.append(row)
+    return out

@@ -1,0 +1,51 @@
+"""The tornado: each driver moves what it says, a kept-configuration re-plan prices the plan's
+own fleet (exactly, where the answer is linear) and never costs less than a full re-plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fleetplan.optimizer.deadline import Deadline
+from fleetplan.optimizer.plan import make_plan
+from fleetplan.optimizer.scenario import load_scenario
+from fleetplan.optimizer.sensitivity import DRIVERS, Replanner, gpu_price, input_length, tornado
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.fixture(scope="module")
+def seed(catalog):
+    scenario, folder = load_scenario(EXAMPLES / "seed-chat-70b.yaml")
+    return scenario, folder, make_plan(scenario, catalog, folder=folder, alternatives=False)
+
+
+def test_a_dearer_gpu_hour_scales_a_one_configuration_fleet_exactly(catalog, seed):
+    scenario, folder, plan = seed
+    dearer = gpu_price(scenario, catalog, 1.2)
+    assert dearer.options.gpu_hour_usd == {g: pytest.approx(v * 1.2) for g, v in scenario.options.gpu_hour_usd.items()}
+    cost, proven, error = Replanner(catalog, None, folder).kept_cost(dearer, plan, Deadline.after(60))
+    assert error is None and proven
+    assert cost == pytest.approx(plan.monthly_cost_usd * 1.2, abs=0.01)
+
+
+def test_input_length_rounds_to_whole_tokens(catalog, seed):
+    scenario = seed[0]
+    assert [p.input_tokens for p in input_length(scenario, catalog, 0.8).products] == [
+        max(1, round(p.input_tokens * 0.8)) for p in scenario.products]
+
+
+def test_kept_configurations_never_cost_less_than_a_full_replan(catalog):
+    scenario, folder = load_scenario(EXAMPLES / "seed-chat-70b-open.yaml")
+    plan = make_plan(scenario, catalog, folder=folder, alternatives=False)
+    replan = Replanner(catalog, None, folder)
+    rows = tornado(scenario, replan, Deadline.after(60), plan)
+    assert [r["input"] for r in rows] == list(DRIVERS)
+    demand = rows[0]
+    assert demand["low_monthly_cost_usd"] < plan.monthly_cost_usd < demand["high_monthly_cost_usd"]
+    for name, move in DRIVERS.items():
+        row = next(r for r in rows if r["input"] == name)
+        for side, f in (("low", 0.8), ("high", 1.2)):
+            full, _, _ = replan.cost(move(scenario, catalog, f), Deadline.after(60))
+            assert row[f"{side}_monthly_cost_usd"] >= full * (1 - 1e-3) - 0.01  # full re-plans are solved to 0.1%
