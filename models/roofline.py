@@ -30,6 +30,7 @@ batch to stay within the engine's cap on concurrent sequences.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from fleetplan.catalogs.schema import GPU, LLM
 from fleetplan.models.communication import parallel_comm_time_s
@@ -38,6 +39,9 @@ from fleetplan.models.memory import bytes_per_value, kv_bytes_per_sequence, kv_r
 from fleetplan.models.moe import params_read_per_step
 from fleetplan.models.overhead import step_overhead_s
 from fleetplan.models.presets import Preset
+
+if TYPE_CHECKING:
+    from fleetplan.models.layout import Layout
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,7 @@ def decode_step(
     ep: int = 1,
     engine: str | None = None,
     aggregated: bool = False,
+    layout: Layout | None = None,
 ) -> StepEstimate:
     """Estimate of one decode step of a ``tp``-GPU replica running ``batch`` sequences.
 
@@ -133,8 +138,17 @@ def decode_step(
     serves continuous batches: a preset with ``prefill_interference`` then adds the steady-state
     prefill of new requests (:mod:`fleetplan.models.interference`) on top. ``ep`` is the
     expert-parallel degree of MoE layers (1: experts split by tensor parallelism);
-    ``engine`` selects engine-specific calibration factors.
+    ``engine`` selects engine-specific calibration factors. ``layout`` (pipeline stages, expert
+    and attention-data parallelism, :mod:`fleetplan.models.layout`) times a replica beyond one
+    tensor-parallel group; left out, or with pp = ep = dp_attention = 1, the step is this one.
     """
+    # layout hook: a replica spanning stages, EP or attention-DP ranks (models/layout.py)
+    if layout is not None and not layout.is_tensor_parallel_only:
+        from fleetplan.models.layout import layout_step
+
+        return layout_step(llm, gpu, layout, precision=precision, batch=batch, input_tokens=input_tokens,
+                           output_tokens=output_tokens, preset=preset, kv_precision=kv_precision,
+                           prefill_flops_per_step=prefill_flops_per_step, engine=engine, aggregated=aggregated)
     kv_prec = effective_kv_precision(preset, kv_precision)
     read_tokens, held_tokens = kv_context_tokens(preset, input_tokens, output_tokens)
     replication = kv_replication_factor(llm, tp) if preset.kv_head_replication else 1.0
