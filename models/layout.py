@@ -351,3 +351,12 @@ def _layout_estimate(
 def memory_per_gpu_bytes(llm: LLM, layout: Layout, estimate: StepEstimate) -> float:
     """Bytes the busiest GPU holds: the replica's need over its GPUs, scaled to the largest stage."""
     return estimate.memory_needed_bytes / layout.gpus * pp_imbalance(llm.num_layers, layout.pp)
+
+
+def weights_per_gpu_bytes(llm: LLM, layout: Layout, precision: str) -> float:
+    """Weight bytes the busiest GPU holds: dense / (tp pp) + routed experts / (tp dp pp), on the
+    largest stage."""
+    w = llm.total_params * bytes_per_value(precision)
+    experts = routed_expert_params(llm) * bytes_per_value(precision)
+    per_stage = (w - experts) / layout.tp + experts / layout.gpus_per_stage
+    return per_stage / layout.pp * pp_imbalance(llm.num_layers, layout.pp)

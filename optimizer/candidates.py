@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 from fleetplan.catalogs.loader import Catalog, InputError, nearest
 from fleetplan.catalogs.schema import GPU, LLM, PRECISIONS
+from fleetplan.models.layout import Layout, layout_problem, pp_imbalance, weights_per_gpu_bytes
 from fleetplan.models.memory import kv_bytes_per_token, weight_bytes
 from fleetplan.models.parallel import tp_problem
 from fleetplan.models.prefill import prefill_flops_per_request
@@ -61,6 +62,12 @@ from fleetplan.optimizer.enums import Tier
 from fleetplan.optimizer.scenario import Options, Product
 
 DEFAULT_TP: tuple[int, ...] = (1, 2, 4, 8)
+# pipeline stages searched: only where the model's weights do not fit the stage's GPUs with fewer
+DEFAULT_PP: tuple[int, ...] = (1, 2, 4)
+# attention data-parallel ranks searched for mixture-of-experts models (experts over the whole stage)
+DEFAULT_DP_ATTENTION: tuple[int, ...] = (1, 8, 16, 32, 64)
+# most GPUs in one pipeline stage (tp x dp_attention): the widest expert parallelism engines report
+MAX_STAGE_GPUS = 64
 TIERS: tuple[str, ...] = tuple(Tier)
 
 
@@ -103,6 +110,15 @@ class Candidate:
     ttft_step_time_s: float = 0.0
     output_tokens: float = 1.0
     requested_headroom: float | None = None
+    pp: int = 1
+    ep: int = 1
+    dp_attention: int = 1
+    node_gpus: int = 8
+
+    @property
+    def layout(self) -> Layout:
+        """The replica's parallel layout."""
+        return Layout(self.tp, self.pp, self.ep, self.dp_attention)
 
     def ttft_at(self, utilisation: float) -> float | None:
         """Modelled TTFT of a colocated or headroom-mode replica loaded to ``utilisation`` of its
@@ -113,13 +129,19 @@ class Candidate:
 
     @property
     def key(self) -> str:
-        """Stable name: ``{product}/{mode}/{gpu}/tp{tp}/{precision}/b{batch}``."""
-        return f"{self.product}/{self.mode}/{self.gpu}/tp{self.tp}/{self.precision}/b{self.batch}"
+        """Stable name: ``{product}/{mode}/{gpu}/tp{tp}[/pp{pp}/ep{ep}/dp{dp}]/{precision}/b{batch}``."""
+        return (f"{self.product}/{self.mode}/{self.gpu}/tp{self.tp}{self.layout.key_suffix()}"
+                f"/{self.precision}/b{self.batch}")
 
     @property
-    def gpus(self) -> int:
-        """GPUs per replica."""
-        return self.tp
+    def gpus_per_replica(self) -> int:
+        """GPUs per replica: ``tp x dp_attention x pp`` (``tp`` for a tensor-parallel group)."""
+        return self.layout.gpus
+
+    @property
+    def nodes_per_replica(self) -> int:
+        """Nodes (servers) one replica occupies."""
+        return -(-self.gpus_per_replica // self.node_gpus)
 
     @property
     def replica_tokens_per_s(self) -> float:
@@ -134,11 +156,11 @@ class Candidate:
     @property
     def usd_per_replica_hour(self) -> float:
         """Price of one replica for one hour at the plain (on-demand) price."""
-        return self.tp * self.price.usd_per_gpu_hour
+        return self.gpus_per_replica * self.price.usd_per_gpu_hour
 
     def usd_per_replica_hour_in(self, tier: str) -> float:
         """Price of one replica for one hour in capacity tier ``tier``."""
-        return self.tp * self.price.tier(tier)
+        return self.gpus_per_replica * self.price.tier(tier)
 
     @property
     def monthly_cost_per_replica_usd(self) -> float:
@@ -160,11 +182,30 @@ class PoolCandidate:
     transfer_s: float
     flops_per_request: float
     max_utilisation: float
+    pp: int = 1
+    ep: int = 1
+    dp_attention: int = 1
+    node_gpus: int = 8
+
+    @property
+    def layout(self) -> Layout:
+        """The replica's parallel layout."""
+        return Layout(self.tp, self.pp, self.ep, self.dp_attention)
 
     @property
     def key(self) -> str:
-        """Stable name: ``{product}/pool/{gpu}/tp{tp}/{precision}``."""
-        return f"{self.product}/pool/{self.gpu}/tp{self.tp}/{self.precision}"
+        """Stable name: ``{product}/pool/{gpu}/tp{tp}[/pp{pp}]/{precision}``."""
+        return f"{self.product}/pool/{self.gpu}/tp{self.tp}{self.layout.key_suffix()}/{self.precision}"
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs per pool replica: ``tp x pp``."""
+        return self.layout.gpus
+
+    @property
+    def nodes_per_replica(self) -> int:
+        """Nodes (servers) one pool replica occupies."""
+        return -(-self.gpus_per_replica // self.node_gpus)
 
     @property
     def flops_per_s(self) -> float:
@@ -182,12 +223,12 @@ class PoolCandidate:
 
     def usd_per_replica_hour_in(self, tier: str) -> float:
         """Price of one pool replica for one hour in capacity tier ``tier``."""
-        return self.tp * self.price.tier(tier)
+        return self.gpus_per_replica * self.price.tier(tier)
 
     @property
     def monthly_cost_per_replica_usd(self) -> float:
         """Price of one replica kept on all month at the plain price."""
-        return self.tp * self.price.usd_per_gpu_hour * self.hours_per_month
+        return self.gpus_per_replica * self.price.usd_per_gpu_hour * self.hours_per_month
 
 
 @dataclass
@@ -355,6 +396,41 @@ def _largest_ok(batches: list[int], n: int, f: Callable[[int], float], limit: fl
     return m + bisect.bisect_left(range(m, n), True, key=lambda i: f(batches[i]) > limit), m
 
 
+def stage_layouts(llm: LLM, tp: int, options: Options) -> list[Layout]:
+    """One-stage layouts of ``tp``-GPU attention ranks: the tensor-parallel group; for a MoE model
+    also experts spread over the group (ep = tp) and ``dp_attention`` ranks with experts over the
+    whole stage (ep = tp x dp), within :data:`MAX_STAGE_GPUS`; ``options`` restrict ep and dp."""
+    out = [Layout(tp)]
+    if llm.moe is None:
+        return out
+    eps = set(options.ep) if options.ep else None
+    for dp in sorted(set(options.dp_attention or DEFAULT_DP_ATTENTION)):
+        ep = tp * dp
+        if ep > 1 and ep <= MAX_STAGE_GPUS and (eps is None or ep in eps):
+            out.append(Layout(tp, 1, ep, dp))
+    if eps is not None and 1 not in eps:
+        out = [lay for lay in out if lay.ep > 1]
+    return out
+
+
+def replica_layouts(llm: LLM, gpu: GPU, tp: int, precision: str, options: Options, preset: Preset) -> list[Layout]:
+    """Layouts searched for one (GPU, TP, precision): each stage layout, and pipeline stages
+    (``options.pp`` or :data:`DEFAULT_PP`) only where its weights do not fit with half as many
+    stages (dense or EP-in-TP layouts; attention-DP layouts grow by ranks instead)."""
+    pps = sorted(set(options.pp or DEFAULT_PP))
+    usable = gpu.memory_bytes * preset.usable_memory_fraction
+    out: list[Layout] = []
+    for stage in stage_layouts(llm, tp, options):
+        for pp in pps:
+            lay = Layout(stage.tp, pp, stage.ep, stage.dp_attention)
+            fewer = Layout(stage.tp, max(1, pp // 2), stage.ep, stage.dp_attention)
+            if pp > 1 and (stage.dp_attention > 1 or weights_per_gpu_bytes(llm, fewer, precision) <= usable):
+                continue
+            if layout_problem(llm, gpu, lay) is None:
+                out.append(lay)
+    return out
+
+
 def generate_candidates(
     product: Product,
     llm: LLM,
@@ -383,15 +459,17 @@ def generate_candidates(
             continue
         for tp in tps:
             for precision in _shape_precisions(product, options):
-                for mode in modes:
-                    result.generated += len(batches)
-                    if tp_problem(llm, gpu, tp) is not None:
-                        result.invalid_shapes += len(batches)
-                        continue
-                    cand = _best_decode(product, llm, gpu, tp, precision, mode, batches, preset, price, work,
-                                        headroom, max_ttft_s, result)
-                    if cand is not None:
-                        result.candidates.append(cand)
+                if tp_problem(llm, gpu, tp) is not None:
+                    result.generated += len(batches) * len(modes)
+                    result.invalid_shapes += len(batches) * len(modes)
+                    continue
+                for layout in replica_layouts(llm, gpu, tp, precision, options, preset):
+                    for mode in modes:
+                        result.generated += len(batches)
+                        cand = _best_decode(product, llm, gpu, layout, precision, mode, batches, preset, price,
+                                            work, headroom, max_ttft_s, result)
+                        if cand is not None:
+                            result.candidates.append(cand)
     if "pool" in modes:
         result.pool = generate_pool_candidates(product, llm, catalog, options, preset, work, result)
         if not result.pool:
@@ -411,7 +489,7 @@ def decode_headroom(headroom: float, max_ttft_s: float | None) -> float:
 
 
 def _best_decode(
-    product: Product, llm: LLM, gpu: GPU, tp: int, precision: str, mode: str, batches: list[int],
+    product: Product, llm: LLM, gpu: GPU, layout: Layout, precision: str, mode: str, batches: list[int],
     preset: Preset, price: GPUPriceChoice, work: float, headroom: float, max_ttft_s: float | None,
     result: CandidateSet,
 ) -> Candidate | None:
@@ -430,9 +508,10 @@ def _best_decode(
 
     def step(b: int, prefill_per_request: float) -> StepEstimate:
         return decode_step(
-            llm, gpu, precision=precision, tp=tp, batch=b, input_tokens=product.input_tokens,
+            llm, gpu, precision=precision, tp=layout.tp, batch=b, input_tokens=product.input_tokens,
             output_tokens=product.output_tokens, preset=preset, kv_precision=product.kv_precision,
             prefill_flops_per_step=b / product.output_tokens * prefill_per_request,
+            layout=layout,  # layout hook: pp, ep, dp_attention beyond the TP group
         )
 
     def est(b: int) -> StepEstimate:
@@ -455,7 +534,9 @@ def _best_decode(
     def ttft(b: int) -> float:
         return colocated_ttft_s(prefill_step(b).step_time_s, b, product.output_tokens, rho)
 
-    where = f"{gpu.id} tp{tp} {precision} batch {batches[0]}"
+    tp = layout.tp
+    shape = layout.label()
+    where = f"{gpu.id} {shape} {precision} batch {batches[0]}"
     first = est(batches[0])
     if first.fits:
         result.any_fits_memory = True
@@ -469,7 +550,7 @@ def _best_decode(
     limited_by = "batch_options" if n_ok == len(batches) else ("memory" if not est(batches[n_ok]).fits else "per_user_speed")
     if mode != "pool" and max_ttft_s is not None:
         n_ttft, low = _largest_ok(batches, n_ok, ttft, max_ttft_s)
-        result.note_ttft(ttft(batches[low]), f"{'colocated' if mode == 'colocated' else 'headroom mode'} on {gpu.id} tp{tp} {precision} batch {batches[low]} "
+        result.note_ttft(ttft(batches[low]), f"{'colocated' if mode == 'colocated' else 'headroom mode'} on {gpu.id} {shape} {precision} batch {batches[low]} "
                                              f"at {rho:.0%} utilisation")
         if n_ttft == 0:
             return None
@@ -489,6 +570,7 @@ def _best_decode(
         ttft_s=ttft(b) if mode != "pool" else None, prefill_flops_per_step=b / product.output_tokens * per_request,
         ttft_step_time_s=prefill_step(b).step_time_s if mode != "pool" else 0.0,
         output_tokens=float(product.output_tokens), requested_headroom=product.effective_headroom,
+        pp=layout.pp, ep=layout.ep, dp_attention=layout.dp_attention, node_gpus=gpu.node_gpus,
     )
 
 
@@ -525,26 +607,51 @@ def generate_pool_candidates(
                 continue
             for precision in _shape_precisions(product, options):
                 result.pool_generated += 1
-                w = weight_bytes(llm, precision)
-                if w + kv_bytes > tp * gpu.memory_bytes * preset.usable_memory_fraction:
-                    continue
-                rate = tp * gpu.flops_per_s(compute_precision(preset, gpu, precision)) * preset.compute_efficiency
-                service = pool_service_s(work, rate, w, tp * gpu.mem_bandwidth_bytes_per_s * preset.bandwidth_efficiency)
-                _, link_bw = kv_link(gpu)
-                transfer = kv_transfer_s(kv_bytes, tp * link_bw)
-                rho = DEFAULT_MAX_UTILISATION
-                if max_ttft_s is not None:
-                    result.note_ttft(pool_ttft_s(service, transfer, 0.0), f"pool on {gpu_id} tp{tp} {precision} at zero load")
-                    rho = max_utilisation(service, max_ttft_s - transfer)
-                    if rho <= 0.0:
-                        continue
-                result.pool_feasible += 1
-                out.append(PoolCandidate(
-                    product=product.name, gpu=gpu_id, tp=tp, precision=precision, price=price,
-                    hours_per_month=preset.hours_per_month, service_s=service, transfer_s=transfer,
-                    flops_per_request=work, max_utilisation=rho,
-                ))
+                for pp in pool_stages(llm, gpu, tp, precision, kv_bytes, options, preset):
+                    cand = _pool_shape(product, llm, gpu, Layout(tp, pp), precision, price, preset, work, kv_bytes,
+                                       max_ttft_s, result)
+                    if cand is not None:
+                        out.append(cand)
     return out
+
+
+def pool_stages(
+    llm: LLM, gpu: GPU, tp: int, precision: str, kv_bytes: float, options: Options, preset: Preset
+) -> list[int]:
+    """Pipeline stages of a ``tp``-GPU pool replica that hold the weights and one prompt's KV:
+    the fewest of ``options.pp`` (or :data:`DEFAULT_PP`) that fit, none if none does."""
+    w = weight_bytes(llm, precision)
+    for pp in sorted(set(options.pp or DEFAULT_PP)):
+        if w + kv_bytes <= tp * pp / pp_imbalance(llm.num_layers, pp) * gpu.memory_bytes * preset.usable_memory_fraction:
+            return [pp]
+    return []
+
+
+def _pool_shape(
+    product: Product, llm: LLM, gpu: GPU, layout: Layout, precision: str, price: GPUPriceChoice, preset: Preset, work: float,
+    kv_bytes: float, max_ttft_s: float | None, result: CandidateSet,
+) -> PoolCandidate | None:
+    """One pool replica of ``layout.gpus`` GPUs: prompts pipelined through its stages, so it
+    prefills at ``tp x pp`` GPUs' rate; None when it cannot meet the TTFT target."""
+    n = layout.gpus
+    llm_w = weight_bytes(llm, precision)
+    rate = n * gpu.flops_per_s(compute_precision(preset, gpu, precision)) * preset.compute_efficiency
+    service = pool_service_s(work, rate, llm_w, n * gpu.mem_bandwidth_bytes_per_s * preset.bandwidth_efficiency)
+    _, link_bw = kv_link(gpu)
+    transfer = kv_transfer_s(kv_bytes, n * link_bw)
+    rho = DEFAULT_MAX_UTILISATION
+    shape = layout.label()
+    if max_ttft_s is not None:
+        result.note_ttft(pool_ttft_s(service, transfer, 0.0), f"pool on {gpu.id} {shape} {precision} at zero load")
+        rho = max_utilisation(service, max_ttft_s - transfer)
+        if rho <= 0.0:
+            return None
+    result.pool_feasible += 1
+    return PoolCandidate(
+        product=product.name, gpu=gpu.id, tp=layout.tp, precision=precision, price=price,
+        hours_per_month=preset.hours_per_month, service_s=service, transfer_s=transfer,
+        flops_per_request=work, max_utilisation=rho, pp=layout.pp, node_gpus=gpu.node_gpus,
+    )
 
 
 def prune_dominated(cands: list[Candidate]) -> list[Candidate]:
@@ -559,7 +666,7 @@ def prune_dominated(cands: list[Candidate]) -> list[Candidate]:
     kept: list[Candidate] = []
     for c in order:
         if not any(
-            k.gpu == c.gpu and k.mode == c.mode and k.tp <= c.tp
+            k.gpu == c.gpu and k.mode == c.mode and k.gpus_per_replica <= c.gpus_per_replica
             and k.monthly_cost_per_replica_usd <= c.monthly_cost_per_replica_usd
             and k.usable_tokens_per_s >= c.usable_tokens_per_s
             for k in kept
@@ -574,7 +681,7 @@ def prune_dominated_pool(cands: list[PoolCandidate]) -> list[PoolCandidate]:
     kept: list[PoolCandidate] = []
     for c in order:
         if not any(
-            k.gpu == c.gpu and k.tp <= c.tp and k.monthly_cost_per_replica_usd <= c.monthly_cost_per_replica_usd
+            k.gpu == c.gpu and k.gpus_per_replica <= c.gpus_per_replica and k.monthly_cost_per_replica_usd <= c.monthly_cost_per_replica_usd
             and k.usable_flops_per_s >= c.usable_flops_per_s
             for k in kept
         ):

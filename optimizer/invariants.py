@@ -35,7 +35,7 @@ def _gpus(plan: Plan) -> dict[tuple[str, Tier, int], int]:
                 continue
             for h in range(len(pp.on_demand)):
                 for tier, n in _replicas(pp, pool, h).items():
-                    out[part.gpu, tier, h] = out.get((part.gpu, tier, h), 0) + n * part.tp
+                    out[part.gpu, tier, h] = out.get((part.gpu, tier, h), 0) + n * part.gpus_per_replica
     return out
 
 
@@ -120,10 +120,10 @@ def product_cost(plan: Plan, pp: ProductPlan) -> float:
     for part, pool in ((pp.candidate, False), (pp.pool, True)):
         if part is None:
             continue
-        total += _replicas(pp, pool, 0)[Tier.RESERVED] * part.tp * part.price.tier(Tier.RESERVED) * prob.hours_per_month
+        total += _replicas(pp, pool, 0)[Tier.RESERVED] * part.gpus_per_replica * part.price.tier(Tier.RESERVED) * prob.hours_per_month
         for h in range(len(pp.on_demand)):
             for tier in (Tier.ON_DEMAND, Tier.SPOT):
-                total += _replicas(pp, pool, h)[tier] * part.tp * part.price.tier(tier) * weight
+                total += _replicas(pp, pool, h)[tier] * part.gpus_per_replica * part.price.tier(tier) * weight
     if pp.data.api is not None:
         total += sum(pp.api_tokens_per_s) * SECONDS_PER_HOUR * weight * pp.data.api.usd_per_output_token
     return total + (pp.data.fixed_monthly_usd if pp.candidate is not None else 0.0)
