@@ -93,7 +93,9 @@ def print_estimate(d: dict[str, Any], console: Console) -> None:
          + ("" if d["fits_in_memory"] else "  DOES NOT FIT")),
         ("prefill per request", f"{d['prefill_flops_per_request']:.3e} FLOPs"),
     ]
-    title = f"{d['model']} on {d['tp']}x {d['gpu']} ({d['precision']}), batch {d['batch']}, preset {d['preset']}"
+    shape = d.get("layout") or f"tp{d['tp']}"
+    gpus = d.get("gpus_per_replica") or d["tp"]
+    title = f"{d['model']} on {gpus}x {d['gpu']} {shape} ({d['precision']}), batch {d['batch']}, preset {d['preset']}"
     console.print(fit_table(console, title, (Col("quantity", "left"), Col("value")), rows))
 
 

@@ -124,10 +124,11 @@ def layout_problem(llm: LLM, gpu: GPU, layout: Layout) -> str | None:
         return problem
     if layout.pp < 1 or layout.pp > llm.num_layers:
         return f"pp {layout.pp} must be between 1 and {llm.id}'s {llm.num_layers} layers"
-    if layout.dp_attention < 1 or layout.ep < 1:
-        return "ep and dp_attention must be at least 1"
-    if llm.moe is None and (layout.ep > 1 or layout.dp_attention > 1):
-        return f"ep and dp_attention need a mixture-of-experts model; {llm.id} is dense (use more replicas)"
+    for name, value in (("ep", layout.ep), ("dp_attention", layout.dp_attention)):
+        if value < 1:
+            return f"{name} must be at least 1"
+        if value > 1 and llm.moe is None:
+            return f"{name} {value} needs a mixture-of-experts model; {llm.id} is dense (nearest valid choice: 1)"
     if llm.moe is not None and layout.ep > 1:
         if layout.gpus_per_stage % layout.ep:
             return f"ep {layout.ep} must divide the stage's {layout.gpus_per_stage} GPUs (tp x dp_attention)"

@@ -22,6 +22,7 @@ from typing import Any
 
 from fleetplan.catalogs.loader import Catalog, nearest
 from fleetplan.models.interference import prefill_flops_per_step
+from fleetplan.models.layout import Layout, layout_problem
 from fleetplan.models.measurements import Measurement
 from fleetplan.models.moe import ep_problem
 from fleetplan.models.presets import Preset, normalize_engine
@@ -47,6 +48,11 @@ class Prediction:
         return self.row.measured_tpot_ms / self.predicted_tpot_ms
 
 
+def row_layout(row: Measurement) -> Layout:
+    """The replica layout a measurement row names (``pp``, ``ep``, ``dp_attention`` default 1)."""
+    return Layout(row.tp, row.pp, row.ep, row.dp_attention)
+
+
 def skip_reason(row: Measurement, catalog: Catalog) -> str | None:
     """Why ``row`` cannot be predicted (unknown model or GPU, impossible EP degree), or None."""
     if row.model not in catalog.models:
@@ -54,6 +60,8 @@ def skip_reason(row: Measurement, catalog: Catalog) -> str | None:
     if row.gpu not in catalog.gpus:
         return f"unknown GPU {row.gpu!r}{nearest(row.gpu, catalog.gpus)}"
     problem = ep_problem(catalog.models[row.model], row.tp, row.ep)
+    if row.pp > 1 or row.dp_attention > 1:  # layout hook: replicas beyond one TP group (models/layout.py)
+        problem = layout_problem(catalog.models[row.model], catalog.gpus[row.gpu], row_layout(row))
     if problem:
         return problem
     return None
@@ -70,6 +78,7 @@ def predict(row: Measurement, catalog: Catalog, preset: Preset) -> Prediction:
         llm, gpu, precision=row.precision, tp=row.tp, batch=row.batch, input_tokens=row.input_tokens,
         output_tokens=row.output_tokens, preset=preset, kv_precision=row.kv_precision,
         prefill_flops_per_step=prefill, ep=row.ep, engine=row.engine,
+        layout=row_layout(row) if row.pp > 1 or row.dp_attention > 1 else None,  # layout hook
     )
     # TTFT: one prompt's prefill, then the decode step that yields its first token
     flops = prefill_linear_flops(llm, row.input_tokens) + prefill_attention_flops(llm, row.input_tokens)
