@@ -413,6 +413,15 @@ def stage_layouts(llm: LLM, tp: int, options: Options) -> list[Layout]:
     return out
 
 
+def layout_batches(batches: list[int], layout: Layout, options: Options) -> list[int]:
+    """Batches searched for a replica of ``layout``: the options' list when given, else 1 up to
+    ``max_batch`` per engine instance, that is per attention rank and pipeline micro-batch
+    (``max_batch x dp_attention x pp`` for the replica)."""
+    if options.batch or layout.dp_attention * layout.pp == 1:
+        return batches
+    return list(range(1, options.max_batch * layout.dp_attention * layout.pp + 1))
+
+
 def replica_layouts(llm: LLM, gpu: GPU, tp: int, precision: str, options: Options, preset: Preset) -> list[Layout]:
     """Layouts searched for one (GPU, TP, precision): each stage layout, and pipeline stages
     (``options.pp`` or :data:`DEFAULT_PP`) only where its weights do not fit with half as many
@@ -464,9 +473,10 @@ def generate_candidates(
                     result.invalid_shapes += len(batches) * len(modes)
                     continue
                 for layout in replica_layouts(llm, gpu, tp, precision, options, preset):
+                    searched = layout_batches(batches, layout, options)
                     for mode in modes:
-                        result.generated += len(batches)
-                        cand = _best_decode(product, llm, gpu, layout, precision, mode, batches, preset, price,
+                        result.generated += len(searched)
+                        cand = _best_decode(product, llm, gpu, layout, precision, mode, searched, preset, price,
                                             work, headroom, max_ttft_s, result)
                         if cand is not None:
                             result.candidates.append(cand)
