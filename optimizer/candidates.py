@@ -1,4 +1,4 @@
-"""Candidate configurations: enumerate (GPU x TP x precision x batch), keep the feasible, prune.
+"""Candidate configurations: enumerate (GPU x layout x precision x batch), keep the feasible, prune.
 
 Decode candidates. Every decode-step quantity the roofline gives gets worse as the batch grows
 (step time, per-user speed, memory), while replica throughput B / step only grows. So for one
