@@ -26,7 +26,8 @@ from fleetplan.models.moe import routed_expert_params
 from fleetplan.models.physics import DEFAULT_PHYSICS
 from fleetplan.models.presets import get_preset
 from fleetplan.models.roofline import decode_step
-from fleetplan.optimizer.candidates import generate_candidates, replica_layouts
+from fleetplan.optimizer.candidates import generate_candidates
+from fleetplan.optimizer.layouts import replica_layouts
 from fleetplan.optimizer.plan import make_plan
 from fleetplan.optimizer.problem import fits_instances
 from fleetplan.optimizer.results import plan_to_dict

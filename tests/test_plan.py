@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from fleetplan.models.parallel import tp_problem
 from fleetplan.models.presets import get_preset
 from fleetplan.models.roofline import decode_step
-from fleetplan.optimizer.candidates import replica_layouts
+from fleetplan.optimizer.layouts import replica_layouts
 from fleetplan.optimizer.errors import InfeasibleError
 from fleetplan.optimizer.plan import make_plan
 from fleetplan.optimizer.invariants import check_invariants
