@@ -48,6 +48,8 @@ class GPU(Entry):
         description="one direction, per GPU")
     network_bandwidth_bytes_per_s: Annotated[float, F.BANDWIDTH_BYTES_PER_S] = Field(
         description="scale-out NIC, one direction, per GPU")
+    gpus_per_node: Annotated[int | None, F.INSTANCE_GPUS] = Field(
+        default=None, description="GPUs in one server (node, compute tray); left out: the scale-up domain, at most 8")
     tdp_watts: Annotated[float | None, F.WATTS] = None
 
     @model_validator(mode="after")
@@ -55,6 +57,11 @@ class GPU(Entry):
         if "bf16" not in self.dense_flops_per_s:
             raise ValueError("dense_flops_per_s must give at least bf16")
         return self
+
+    @property
+    def node_gpus(self) -> int:
+        """GPUs in one node: ``gpus_per_node``, else the scale-up domain capped at an 8-GPU server."""
+        return self.gpus_per_node if self.gpus_per_node is not None else min(self.scaleup_domain_gpus, 8)
 
     def flops_per_s(self, precision: str) -> float:
         """Dense FLOP/s at ``precision``; precisions without native support run at bf16 rate."""

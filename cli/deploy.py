@@ -55,11 +55,19 @@ class ReplicaSet:
     replicas: int
     node_gpus: int
     role: str = "decode"  # "prefill" for a prefill pool; decode sets of a product with a pool are "decode-only"
+    pp: int = 1  # pipeline stages
+    ep: int = 1  # expert-parallel degree of MoE layers
+    dp_attention: int = 1  # attention data-parallel ranks (each of ``tp`` GPUs)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one replica: tp x pp x attention-DP ranks."""
+        return self.tp * self.pp * self.dp_attention
 
     @property
     def nodes(self) -> int:
-        """Nodes one replica spans (1 when its TP group fits in a node)."""
-        return -(-self.tp // self.node_gpus)
+        """Nodes one replica spans (1 when it fits in a node)."""
+        return -(-self.gpus // self.node_gpus)
 
 
 def _set(p: dict[str, Any], name: str, part: dict[str, Any], replicas: int, catalog: Any, node: dict[str, int],
@@ -69,7 +77,8 @@ def _set(p: dict[str, Any], name: str, part: dict[str, Any], replicas: int, cata
     return ReplicaSet(name=name, model=model.id, repo=model.hf_repo or model.id, gpu=gpu.id, vendor=gpu.vendor,
                       tp=part["tp"], batch=part.get("batch"), precision=part["precision"],
                       kv_precision=p.get("kv_precision") or "bf16", context_tokens=p["context_tokens"],
-                      replicas=replicas, node_gpus=node.get(gpu.id) or NODE_GPUS, role=role)
+                      replicas=replicas, node_gpus=node.get(gpu.id) or gpu.node_gpus or NODE_GPUS, role=role,
+                      pp=part.get("pp") or 1, ep=part.get("ep") or 1, dp_attention=part.get("dp_attention") or 1)
 
 
 def replica_sets(d: dict[str, Any], catalog: Any) -> list[ReplicaSet]:
@@ -99,6 +108,9 @@ def vllm_command(r: ReplicaSet) -> list[str]:
     """``vllm serve`` with the set's engine arguments."""
     cmd = ["vllm", "serve", r.repo, "--tensor-parallel-size", str(r.tp), "--max-model-len", str(r.context_tokens),
            "--port", str(PORT)]
+    cmd += ["--pipeline-parallel-size", str(r.pp)] if r.pp > 1 else []
+    cmd += ["--data-parallel-size", str(r.dp_attention)] if r.dp_attention > 1 else []
+    cmd += ["--enable-expert-parallel"] if r.ep > 1 else []  # experts over tp x data-parallel ranks
     if r.batch:
         cmd += ["--max-num-seqs", str(r.batch)]
     cmd += {"bf16": ["--dtype", "bfloat16"], "fp8": ["--quantization", "fp8"]}.get(r.precision, [])
@@ -107,8 +119,12 @@ def vllm_command(r: ReplicaSet) -> list[str]:
 
 def sglang_command(r: ReplicaSet) -> list[str]:
     """``python -m sglang.launch_server`` with the set's server arguments."""
-    cmd = ["python", "-m", "sglang.launch_server", "--model-path", r.repo, "--tp-size", str(r.tp),
+    # SGLang's --tp-size counts every GPU of a pipeline stage; attention DP splits it into ranks
+    cmd = ["python", "-m", "sglang.launch_server", "--model-path", r.repo, "--tp-size", str(r.tp * r.dp_attention),
            "--context-length", str(r.context_tokens), "--host", "0.0.0.0", "--port", str(PORT)]
+    cmd += ["--pp-size", str(r.pp)] if r.pp > 1 else []
+    cmd += ["--dp-size", str(r.dp_attention), "--enable-dp-attention"] if r.dp_attention > 1 else []
+    cmd += ["--ep-size", str(r.ep)] if r.ep > 1 else []
     if r.batch:
         cmd += ["--max-running-requests", str(r.batch)]
     cmd += {"bf16": ["--dtype", "bfloat16"], "fp8": ["--quantization", "fp8"]}.get(r.precision, [])
@@ -119,8 +135,11 @@ def sglang_command(r: ReplicaSet) -> list[str]:
 
 def trtllm_command(r: ReplicaSet) -> list[str]:
     """``trtllm-serve`` (PyTorch backend) with the set's options."""
-    cmd = ["trtllm-serve", r.repo, "--backend", "pytorch", "--tp_size", str(r.tp), "--max_seq_len",
+    # --tp_size counts every GPU of a pipeline stage (attention DP is an option of those ranks)
+    cmd = ["trtllm-serve", r.repo, "--backend", "pytorch", "--tp_size", str(r.tp * r.dp_attention), "--max_seq_len",
            str(r.context_tokens), "--host", "0.0.0.0", "--port", str(PORT)]
+    cmd += ["--pp_size", str(r.pp)] if r.pp > 1 else []
+    cmd += ["--ep_size", str(r.ep)] if r.ep > 1 else []
     if r.batch:
         cmd += ["--max_batch_size", str(r.batch)]
     return cmd + ["--kv_cache_dtype", "fp8" if r.kv_precision == "fp8" else "auto"]
@@ -140,7 +159,9 @@ def launch_script(engine: str, sets: list[ReplicaSet]) -> str:
     """One commented launch command per replica set."""
     lines = ["#!/bin/sh", f"# launch commands for {engine}: one per replica set; run each on as many replicas as it says"]
     for r in sets:
-        lines.append(f"\n# {r.name}: {r.replicas} replicas of {r.tp} x {r.gpu} ({r.precision}, KV {r.kv_precision})")
+        lines.append(f"\n# {r.name}: {r.replicas} replicas of {r.gpus} x {r.gpu} ({r.precision}, KV {r.kv_precision})")
+        if engine == "trtllm" and r.dp_attention > 1:
+            lines.append("# attention data parallelism: set enable_attention_dp: true in --extra_llm_api_options")
         if r.role != "decode" and engine != "sglang":
             lines.append(f"# {r.role}: pair the prefill and decode sets with {engine}'s disaggregated-serving setup")
         if pre_quantized(engine, r):
@@ -169,7 +190,7 @@ def manifest(engine: str, r: ReplicaSet) -> dict[str, Any]:
     if r.nodes == 1:
         return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
                 "spec": {"replicas": r.replicas, "selector": {"matchLabels": {"app": r.name}},
-                         "template": _pod(engine, r, r.tp)}}
+                         "template": _pod(engine, r, r.gpus)}}
     pod = _pod(engine, r, r.node_gpus)
     return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": meta,
             "spec": {"replicas": r.replicas, "leaderWorkerTemplate": {"size": r.nodes, "leaderTemplate": pod,
@@ -177,10 +198,10 @@ def manifest(engine: str, r: ReplicaSet) -> dict[str, Any]:
 
 
 def skypilot_service(engine: str, r: ReplicaSet) -> dict[str, Any]:
-    """A SkyPilot service: ``r.replicas`` replicas of ``r.tp`` GPUs running the launch command."""
+    """A SkyPilot service: ``r.replicas`` replicas of ``r.gpus`` GPUs running the launch command."""
     return {"name": r.name,
             "service": {"readiness_probe": "/v1/models", "replicas": r.replicas},
-            "resources": {"accelerators": f"{r.gpu}:{min(r.tp, r.node_gpus)}", "ports": PORT},
+            "resources": {"accelerators": f"{r.gpu}:{min(r.gpus, r.node_gpus)}", "ports": PORT},
             "num_nodes": r.nodes,
             "run": shlex.join(ENGINES[engine](r))}
 

@@ -60,7 +60,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     """Roofline breakdown of one configuration."""
     from fleetplan.catalogs import load_catalog
     from fleetplan.catalogs.loader import InputError
-    from fleetplan.models.parallel import tp_problem
+    from fleetplan.models.layout import Layout, layout_problem, memory_per_gpu_bytes
     from fleetplan.models.prefill import prefill_flops
     from fleetplan.models.roofline import decode_step
     from fleetplan.report import print_estimate
@@ -70,15 +70,21 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     llm = catalog.model(args.model, "--model")
     gpu = catalog.gpu(args.gpu, "--gpu")
     preset = resolve_preset(args.preset, args.calibration)
-    problem = tp_problem(llm, gpu, args.tp)
+    layout = Layout(args.tp, args.pp, args.ep, args.dp_attention)
+    problem = layout_problem(llm, gpu, layout)
     if problem:
-        raise InputError(f"--tp: {problem}")
+        flag = problem.split()[0] if problem.split()[0] in ("pp", "ep", "dp_attention") else "tp"
+        raise InputError(f"--{flag.replace('_', '-')}: {problem}")
     e = decode_step(
         llm, gpu, precision=args.precision, tp=args.tp, batch=args.batch, input_tokens=args.input_tokens,
         output_tokens=args.output_tokens, preset=preset, kv_precision=args.kv_precision, engine=args.engine,
+        layout=layout,
     )
     d: dict[str, Any] = {
-        "model": llm.id, "gpu": gpu.id, "tp": args.tp, "batch": args.batch, "precision": args.precision,
+        "model": llm.id, "gpu": gpu.id, "tp": args.tp, "pp": args.pp, "ep": args.ep, "dp_attention": args.dp_attention,
+        "gpus_per_replica": layout.gpus, "nodes_per_replica": layout.nodes(gpu), "layout": layout.label(),
+        "memory_per_gpu_bytes": memory_per_gpu_bytes(llm, layout, e),
+        "batch": args.batch, "precision": args.precision,
         "input_tokens": args.input_tokens, "output_tokens": args.output_tokens, "preset": preset.name,
         "calibration": preset.calibration,
     }
@@ -279,6 +285,9 @@ def _add_estimate(sub: Any) -> None:
     e.add_argument("--model", required=True)
     e.add_argument("--gpu", required=True)
     e.add_argument("--tp", type=number_flag(F.TP), default=1)
+    e.add_argument("--pp", type=number_flag(F.TP), default=1, help="pipeline stages")
+    e.add_argument("--ep", type=number_flag(F.TP), default=1, help="expert-parallel degree (MoE)")
+    e.add_argument("--dp-attention", type=number_flag(F.TP), default=1, help="attention data-parallel ranks (MoE)")
     e.add_argument("--batch", type=number_flag(F.BATCH), default=1)
     add_precision_flags(e)
     e.add_argument("--input-tokens", type=number_flag(F.WHOLE_TOKENS), required=True)

@@ -32,6 +32,16 @@ PLAN_COLUMNS: tuple[Col, ...] = (
     Col("$/month"),
     Col("$ per million\noutput tokens", give_way=3, under="$/month", short="$/M output tok"),
 )
+
+
+def layout_cell(p: dict[str, Any]) -> str:
+    """The TP column: the TP degree of a tensor-parallel replica, else its layout (``tp8·pp2``, ``dp16·ep16``)."""
+    layout = p.get("layout")
+    if p.get("tp") is None:
+        return "-"
+    return str(p["tp"]) if layout in (None, f"tp{p['tp']}") else str(layout)
+
+
 # One key per column of PLAN_COLUMNS, in its order: how the rows name their cells.
 PLAN_KEYS: tuple[str, ...] = (
     "product", "part", "gpu", "tp", "prec", "batch", "replicas", "gpus", "user_tps", "replica_tps", "ttft", "cost", "per_m",
@@ -84,7 +94,9 @@ def print_estimate(d: dict[str, Any], console: Console) -> None:
         ("prefill per request", f"{d['prefill_flops_per_request']:.3e} FLOPs, {d['prefill_service_ms']:.1f} ms alone"),
         ("TTFT, colocated at zero load", f"{d['ttft_ms']:,.1f} ms (steps carrying prefill: {d['colocated_step_time_ms']:.2f} ms)"),
     ]
-    title = f"{d['model']} on {d['tp']}x {d['gpu']} ({d['precision']}), batch {d['batch']}, preset {d['preset']}"
+    shape = d.get("layout") or f"tp{d['tp']}"
+    gpus = d.get("gpus_per_replica") or d["tp"]
+    title = f"{d['model']} on {gpus}x {d['gpu']} {shape} ({d['precision']}), batch {d['batch']}, preset {d['preset']}"
     console.print(fit_table(console, title, (Col("quantity", "left"), Col("value")), rows))
 
 
@@ -161,12 +173,12 @@ class _PlanRows:
 
     def decode(self, label: str, p: dict[str, Any], part: str, replicas: int, gpus: int, cost: str) -> None:
         """The decode replicas of ``p`` (a product, or a pooled group's first member)."""
-        self.add(product=label, part=part, gpu=p["gpu"] or "-", tp=_n(p["tp"], "{}"), prec=p["precision"] or "-",
+        self.add(product=label, part=part, gpu=p["gpu"] or "-", tp=layout_cell(p), prec=p["precision"] or "-",
                  batch=_n(p["batch"], "{}"), replicas=f"{replicas:,}", gpus=f"{gpus:,}",
                  user_tps=_n(p["per_user_tokens_per_s"], "{:,.1f}"), replica_tps=_n(p["replica_tokens_per_s"]),
                  ttft=_n(p["ttft_ms"]), cost=cost)
 
-    def prefill(self, gpu: str, tp: Any, precision: str, replicas: int, gpus: int, cost: str = "") -> None:
+    def prefill(self, gpu: str, tp: str, precision: str, replicas: int, gpus: int, cost: str = "") -> None:
         """A prefill pool's replicas."""
         self.add(part="prefill pool", gpu=gpu, tp=str(tp), prec=precision, replicas=f"{replicas:,}", gpus=f"{gpus:,}",
                  cost=cost)
@@ -181,7 +193,7 @@ class _PlanRows:
         pre = first["prefill"]
         self.decode(label, first, f"decode ({pre['mode'] or 'api'})", pool["replicas"], pool["gpus"], "")
         if pool.get("prefill_gpu"):
-            self.prefill(pool["prefill_gpu"], pre["tp"], pre["precision"], pool["prefill_replicas"], pool["prefill_gpus"])
+            self.prefill(pool["prefill_gpu"], layout_cell(pre), pre["precision"], pool["prefill_replicas"], pool["prefill_gpus"])
         member_shown = whole_dollars([p["monthly_cost_usd"] for p in members], total_shown)
         for p, cost in zip(members, member_shown):
             self.add(product=f"  {p['name']}", part=f"share: {pct(p['pool_share'])} of tokens", replicas="-", gpus="-",
@@ -194,7 +206,7 @@ class _PlanRows:
         decode_usd, pre_usd, api_usd, fixed_usd = whole_dollars(_product_parts(p), total_shown)
         self.decode(p["name"], p, f"decode ({pre['mode'] or 'api'})", p["replicas"], p["gpus"], f"{decode_usd:,}")
         if pre["gpu"]:
-            self.prefill(pre["gpu"], pre["tp"], pre["precision"], pre["replicas"], pre["gpus"], f"{pre_usd:,}")
+            self.prefill(pre["gpu"], layout_cell(pre), pre["precision"], pre["replicas"], pre["gpus"], f"{pre_usd:,}")
         if b["api"]:
             self.add(part=f"api ({pct(p['api_fraction'])} of tokens)", gpu=p["api"]["id"], cost=f"{api_usd:,}")
         if b["fixed"]:
@@ -273,7 +285,7 @@ def _print_reasons(p: dict[str, Any], name: str, hours: int, console: Console) -
         )
     if p["alternatives"]:
         alt_rows: list[Row] = [
-            (a["gpu"], str(a["tp"]), a["precision"], str(a["batch"]), f"{a['replicas']:,}", f"{a['gpus']:,}",
+            (a["gpu"], layout_cell(a), a["precision"], str(a["batch"]), f"{a['replicas']:,}", f"{a['gpus']:,}",
              f"{a['monthly_cost_usd']:,.0f}", f"+{a['cost_difference_usd']:,.0f}")
             for a in p["alternatives"]
         ]

@@ -3,6 +3,8 @@
 - :mod:`fleetplan.models.presets`: the modelling assumptions (``seed`` and ``default``);
 - :mod:`fleetplan.models.memory`: weight and KV-cache bytes derived from architecture facts;
 - :mod:`fleetplan.models.parallel`: which tensor-parallel degrees a model and GPU allow;
+- :mod:`fleetplan.models.layout`: replicas beyond one TP group (pipeline stages, expert and
+  attention-data parallelism): their rules, GPUs and nodes, memory per GPU and step terms;
 - :mod:`fleetplan.models.roofline`: the decode-step roofline (time, bound, tokens/s, memory);
 - :mod:`fleetplan.models.prefill`: prefill FLOPs per request (linear layers and attention);
 - :mod:`fleetplan.models.ttft`: time to first token per prefill mode, with its queueing allowance;

@@ -1,7 +1,8 @@
 """Measured benchmark rows: the CSV format `fleetplan validate` and `fleetplan calibrate` read.
 
 Required columns: ``model, gpu, precision, tp, batch, input_tokens, output_tokens, engine,
-measured_tpot_ms``. Optional: ``measured_ttft_ms``, ``ep`` (expert-parallel degree, default
+measured_tpot_ms``. Optional: ``measured_ttft_ms``, ``ep`` (expert-parallel degree, default 1), ``pp`` and
+``dp_attention`` (pipeline stages and attention data-parallel ranks, default
 1), ``kv_precision`` (default bf16) and ``batching`` (``continuous``, the default: decode
 steps carry the prefill of newly admitted requests; or ``static``: every prompt is prefilled
 before decoding starts). Other columns are kept with the row and otherwise ignored.
@@ -24,7 +25,7 @@ from fleetplan.catalogs.fields import Range
 REQUIRED_COLUMNS: tuple[str, ...] = (
     "model", "gpu", "precision", "tp", "batch", "input_tokens", "output_tokens", "engine", "measured_tpot_ms",
 )
-OPTIONAL_COLUMNS: tuple[str, ...] = ("measured_ttft_ms", "ep", "kv_precision", "batching")
+OPTIONAL_COLUMNS: tuple[str, ...] = ("measured_ttft_ms", "ep", "pp", "dp_attention", "kv_precision", "batching")
 PRECISION_ALIASES: dict[str, str] = {
     "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4",
 }
@@ -51,6 +52,8 @@ class Measurement:
     measured_ttft_ms: float | None = None
     ep: int = 1
     kv_precision: str | None = None
+    pp: int = 1
+    dp_attention: int = 1
     batching: str = "continuous"
     raw: dict[str, str] = field(default_factory=dict, compare=False)
 
@@ -61,6 +64,12 @@ class Measurement:
         from fleetplan.models.presets import normalize_engine
 
         return (self.model, self.gpu, normalize_engine(self.engine) or "", self.tp, self.precision)
+
+
+def _count(cells: dict[str, str], where: str, column: str) -> int:
+    """An optional parallel degree (``pp``, ``dp_attention``): a whole number of GPUs, 1 when empty."""
+    text = cells.get(column) or ""
+    return int(_number(text, where, column, F.TP)) if text else 1
 
 
 def _number(text: str, where: str, column: str, valid: Range) -> float:
@@ -130,6 +139,8 @@ def parse_measurements(text: str, name: str) -> list[Measurement]:
                     ep=int(_number(ep, where, "ep", F.EP)) if ep else 1,
                     kv_precision=_precision(kv, where, "kv_precision") if kv else None,
                     batching=batching,
+                    pp=_count(cells, where, "pp"),
+                    dp_attention=_count(cells, where, "dp_attention"),
                     raw=cells,
                 )
             )

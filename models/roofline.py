@@ -31,6 +31,7 @@ batch to stay within the engine's cap on concurrent sequences.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from fleetplan.catalogs.schema import GPU, LLM
 from fleetplan.models.communication import parallel_comm_time_s
@@ -39,6 +40,9 @@ from fleetplan.models.memory import bytes_per_value, kv_bytes_per_sequence, kv_r
 from fleetplan.models.moe import grouped_params_read_per_step, params_read_per_step
 from fleetplan.models.overhead import step_overhead_s
 from fleetplan.models.presets import CalibrationFactors, Preset, normalize_engine
+
+if TYPE_CHECKING:
+    from fleetplan.models.layout import Layout
 
 
 @dataclass(frozen=True)
@@ -182,7 +186,7 @@ def _extra_times(llm: LLM, gpu: GPU, preset: Preset, tp: int, ep: int, batch: in
 def decode_step(
     llm: LLM, gpu: GPU, *, precision: str, tp: int, batch: int, input_tokens: float, output_tokens: float,
     preset: Preset, kv_precision: str | None = None, prefill_flops_per_step: float = 0.0, ep: int = 1,
-    engine: str | None = None, aggregated: bool = False,
+    engine: str | None = None, aggregated: bool = False, layout: Layout | None = None,
 ) -> StepEstimate:
     """Estimate of one decode step of a ``tp``-GPU replica running ``batch`` sequences: the one
     function every decode step time comes from (``estimate``, the planner, ``validate``).
@@ -193,8 +197,17 @@ def decode_step(
     ``aggregated=True``: a closed-loop continuous-batching benchmark, where a preset with
     ``prefill_interference`` adds the engine's share of the other ``batch - 1`` requests' prefill
     (:mod:`fleetplan.models.interference`). ``ep``: expert-parallel degree of MoE layers;
-    ``engine``: engine-specific calibration factors and prefill scheduling.
+    ``engine``: engine-specific calibration factors and prefill scheduling. ``layout`` (pipeline
+    stages, expert and attention-data parallelism, :mod:`fleetplan.models.layout`) times a replica
+    beyond one tensor-parallel group from this step of one rank; left out, or with
+    pp = ep = dp_attention = 1, the step is this one.
     """
+    if layout is not None and not layout.is_tensor_parallel_only:
+        from fleetplan.models.layout import layout_step
+
+        return layout_step(llm, gpu, layout, precision=precision, batch=batch, input_tokens=input_tokens,
+                           output_tokens=output_tokens, preset=preset, kv_precision=kv_precision,
+                           prefill_flops_per_step=prefill_flops_per_step, engine=engine, aggregated=aggregated)
     kv_prec = effective_kv_precision(preset, kv_precision)
     kv_read, kv_held = kv_bytes_read_and_held(llm, preset, tp, kv_prec, input_tokens, output_tokens)
     w = weight_bytes(llm, precision)

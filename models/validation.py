@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleetplan.catalogs.loader import Catalog, nearest
+from fleetplan.models.layout import Layout, layout_problem
 from fleetplan.models.measurements import Measurement
 from fleetplan.models.moe import ep_problem
 from fleetplan.models.parallel import tp_problem
@@ -58,6 +59,11 @@ class Prediction:
         return self.row.measured_tpot_ms / self.predicted_tpot_ms
 
 
+def row_layout(row: Measurement) -> Layout:
+    """The replica layout a measurement row names (``pp``, ``ep``, ``dp_attention`` default 1)."""
+    return Layout(row.tp, row.pp, row.ep, row.dp_attention)
+
+
 def skip_reason(row: Measurement, catalog: Catalog, preset: Preset) -> str | None:
     """Why the planner would not run ``row``'s configuration (unknown model or GPU, impossible
     TP or EP degree, a batch that does not fit in memory), or None."""
@@ -66,7 +72,10 @@ def skip_reason(row: Measurement, catalog: Catalog, preset: Preset) -> str | Non
     if row.gpu not in catalog.gpus:
         return f"unknown GPU {row.gpu!r}{nearest(row.gpu, catalog.gpus)}"
     llm, gpu = catalog.models[row.model], catalog.gpus[row.gpu]
-    problem = tp_problem(llm, gpu, row.tp) or ep_problem(llm, row.tp, row.ep)
+    if row.pp > 1 or row.dp_attention > 1:  # a replica beyond one TP group: the layout's rules
+        problem = layout_problem(llm, gpu, row_layout(row))
+    else:
+        problem = tp_problem(llm, gpu, row.tp) or ep_problem(llm, row.tp, row.ep)
     if problem:
         return problem
     e = _step(row, catalog, preset, aggregated=False)
@@ -84,6 +93,7 @@ def _step(row: Measurement, catalog: Catalog, preset: Preset, aggregated: bool) 
         catalog.models[row.model], catalog.gpus[row.gpu], precision=row.precision, tp=row.tp, batch=row.batch,
         input_tokens=row.input_tokens, output_tokens=row.output_tokens, preset=preset,
         kv_precision=row.kv_precision, ep=row.ep, engine=row.engine, aggregated=aggregated,
+        layout=row_layout(row) if row.pp > 1 or row.dp_attention > 1 else None,
     )
 
 

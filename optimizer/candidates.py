@@ -1,4 +1,4 @@
-"""Candidate configurations: enumerate (GPU x TP x precision x batch), keep the feasible, prune.
+"""Candidate configurations: enumerate (GPU x layout x precision x batch), keep the feasible, prune.
 
 Decode candidates. Every decode-step quantity the roofline gives gets worse as the batch grows
 (step time, per-user speed, memory), while replica throughput B / step only grows. So for one
@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 
 from fleetplan.catalogs.loader import Catalog, InputError, nearest
 from fleetplan.catalogs.schema import GPU, LLM, PRECISIONS
-from fleetplan.models.memory import kv_bytes_per_token, weight_bytes
+from fleetplan.models.layout import Layout
+from fleetplan.models.memory import kv_bytes_per_token
 from fleetplan.models.parallel import tp_problem
 from fleetplan.models.prefill import prefill_flops
 from fleetplan.models.presets import Preset
@@ -54,6 +55,7 @@ from fleetplan.models.ttft import (
 )
 from fleetplan.optimizer.defaults import RACK_SCALE_GPUS
 from fleetplan.optimizer.enums import Tier
+from fleetplan.optimizer.layouts import layout_batches, pool_stages, replica_layouts
 from fleetplan.optimizer.scenario import Options, Product
 
 DEFAULT_TP: tuple[int, ...] = (1, 2, 4, 8)
@@ -100,6 +102,15 @@ class Candidate:
     output_tokens: float = 1.0
     requested_headroom: float | None = None
     admission_s: float = 0.0
+    pp: int = 1
+    ep: int = 1
+    dp_attention: int = 1
+    node_gpus: int = 8
+
+    @property
+    def layout(self) -> Layout:
+        """The replica's parallel layout."""
+        return Layout(self.tp, self.pp, self.ep, self.dp_attention)
 
     def ttft_at(self, utilisation: float) -> float | None:
         """Modelled TTFT of a colocated or headroom-mode replica loaded to ``utilisation`` of its
@@ -110,13 +121,19 @@ class Candidate:
 
     @property
     def key(self) -> str:
-        """Stable name: ``{product}/{mode}/{gpu}/tp{tp}/{precision}/b{batch}``."""
-        return f"{self.product}/{self.mode}/{self.gpu}/tp{self.tp}/{self.precision}/b{self.batch}"
+        """Stable name: ``{product}/{mode}/{gpu}/tp{tp}[/pp{pp}/ep{ep}/dp{dp}]/{precision}/b{batch}``."""
+        return (f"{self.product}/{self.mode}/{self.gpu}/tp{self.tp}{self.layout.key_suffix()}"
+                f"/{self.precision}/b{self.batch}")
 
     @property
-    def gpus(self) -> int:
-        """GPUs per replica."""
-        return self.tp
+    def gpus_per_replica(self) -> int:
+        """GPUs per replica: ``tp x dp_attention x pp`` (``tp`` for a tensor-parallel group)."""
+        return self.layout.gpus
+
+    @property
+    def nodes_per_replica(self) -> int:
+        """Nodes (servers) one replica occupies."""
+        return -(-self.gpus_per_replica // self.node_gpus)
 
     @property
     def replica_tokens_per_s(self) -> float:
@@ -131,11 +148,11 @@ class Candidate:
     @property
     def usd_per_replica_hour(self) -> float:
         """Price of one replica for one hour at the plain (on-demand) price."""
-        return self.tp * self.price.usd_per_gpu_hour
+        return self.gpus_per_replica * self.price.usd_per_gpu_hour
 
     def usd_per_replica_hour_in(self, tier: str) -> float:
         """Price of one replica for one hour in capacity tier ``tier``."""
-        return self.tp * self.price.tier(tier)
+        return self.gpus_per_replica * self.price.tier(tier)
 
     @property
     def monthly_cost_per_replica_usd(self) -> float:
@@ -158,11 +175,30 @@ class PoolCandidate:
     flops_per_request: float
     max_utilisation: float
     admission_s: float = 0.0
+    pp: int = 1
+    ep: int = 1
+    dp_attention: int = 1
+    node_gpus: int = 8
+
+    @property
+    def layout(self) -> Layout:
+        """The replica's parallel layout."""
+        return Layout(self.tp, self.pp, self.ep, self.dp_attention)
 
     @property
     def key(self) -> str:
-        """Stable name: ``{product}/pool/{gpu}/tp{tp}/{precision}``."""
-        return f"{self.product}/pool/{self.gpu}/tp{self.tp}/{self.precision}"
+        """Stable name: ``{product}/pool/{gpu}/tp{tp}[/pp{pp}]/{precision}``."""
+        return f"{self.product}/pool/{self.gpu}/tp{self.tp}{self.layout.key_suffix()}/{self.precision}"
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs per pool replica: ``tp x pp``."""
+        return self.layout.gpus
+
+    @property
+    def nodes_per_replica(self) -> int:
+        """Nodes (servers) one pool replica occupies."""
+        return -(-self.gpus_per_replica // self.node_gpus)
 
     @property
     def flops_per_s(self) -> float:
@@ -180,12 +216,12 @@ class PoolCandidate:
 
     def usd_per_replica_hour_in(self, tier: str) -> float:
         """Price of one pool replica for one hour in capacity tier ``tier``."""
-        return self.tp * self.price.tier(tier)
+        return self.gpus_per_replica * self.price.tier(tier)
 
     @property
     def monthly_cost_per_replica_usd(self) -> float:
         """Price of one replica kept on all month at the plain price."""
-        return self.tp * self.price.usd_per_gpu_hour * self.hours_per_month
+        return self.gpus_per_replica * self.price.usd_per_gpu_hour * self.hours_per_month
 
 
 @dataclass
@@ -379,15 +415,18 @@ def generate_candidates(
             continue
         for tp in tps:
             for precision in _shape_precisions(product, options):
-                for mode in modes:
-                    result.generated += len(batches)
-                    if tp_problem(llm, gpu, tp) is not None:
-                        result.invalid_shapes += len(batches)
-                        continue
-                    cand = _best_decode(product, llm, gpu, tp, precision, mode, batches, preset, price, work,
-                                        headroom, max_ttft_s, result)
-                    if cand is not None:
-                        result.candidates.append(cand)
+                if tp_problem(llm, gpu, tp) is not None:
+                    result.generated += len(batches) * len(modes)
+                    result.invalid_shapes += len(batches) * len(modes)
+                    continue
+                for layout in replica_layouts(llm, gpu, tp, precision, options, preset):
+                    searched = layout_batches(batches, layout, options)
+                    for mode in modes:
+                        result.generated += len(searched)
+                        cand = _best_decode(product, llm, gpu, layout, precision, mode, searched, preset, price,
+                                            work, headroom, max_ttft_s, result)
+                        if cand is not None:
+                            result.candidates.append(cand)
     if "pool" in modes:
         result.pool = generate_pool_candidates(product, llm, catalog, options, preset, work, result)
         if not result.pool:
@@ -407,7 +446,7 @@ def decode_headroom(headroom: float, max_ttft_s: float | None) -> float:
 
 
 def _best_decode(
-    product: Product, llm: LLM, gpu: GPU, tp: int, precision: str, mode: str, batches: list[int],
+    product: Product, llm: LLM, gpu: GPU, layout: Layout, precision: str, mode: str, batches: list[int],
     preset: Preset, price: GPUPriceChoice, work: float, headroom: float, max_ttft_s: float | None,
     result: CandidateSet,
 ) -> Candidate | None:
@@ -426,9 +465,10 @@ def _best_decode(
 
     def step(b: int, prefill_per_request: float) -> StepEstimate:
         return decode_step(
-            llm, gpu, precision=precision, tp=tp, batch=b, input_tokens=product.input_tokens,
+            llm, gpu, precision=precision, tp=layout.tp, batch=b, input_tokens=product.input_tokens,
             output_tokens=product.output_tokens, preset=preset, kv_precision=product.kv_precision,
             prefill_flops_per_step=b / product.output_tokens * prefill_per_request,
+            layout=layout,  # layout hook: pp, ep, dp_attention beyond the TP group
         )
 
     def est(b: int) -> StepEstimate:
@@ -451,7 +491,9 @@ def _best_decode(
     def ttft(b: int) -> float:
         return colocated_ttft_s(prefill_step(b).step_time_s, b, product.output_tokens, rho, admission_s(preset))
 
-    where = f"{gpu.id} tp{tp} {precision} batch {batches[0]}"
+    tp = layout.tp
+    shape = layout.label()
+    where = f"{gpu.id} {shape} {precision} batch {batches[0]}"
     first = est(batches[0])
     if first.fits:
         result.any_fits_memory = True
@@ -465,7 +507,7 @@ def _best_decode(
     limited_by = "batch_options" if n_ok == len(batches) else ("memory" if not est(batches[n_ok]).fits else "per_user_speed")
     if mode != "pool" and max_ttft_s is not None:
         n_ttft, low = _largest_ok(batches, n_ok, ttft, max_ttft_s)
-        result.note_ttft(ttft(batches[low]), f"{'colocated' if mode == 'colocated' else 'headroom mode'} on {gpu.id} tp{tp} {precision} batch {batches[low]} "
+        result.note_ttft(ttft(batches[low]), f"{'colocated' if mode == 'colocated' else 'headroom mode'} on {gpu.id} {shape} {precision} batch {batches[low]} "
                                              f"at {rho:.0%} utilisation")
         if n_ttft == 0:
             return None
@@ -486,6 +528,7 @@ def _best_decode(
         ttft_step_time_s=prefill_step(b).step_time_s if mode != "pool" else 0.0,
         output_tokens=float(product.output_tokens), requested_headroom=product.effective_headroom,
         admission_s=admission_s(preset),
+        pp=layout.pp, ep=layout.ep, dp_attention=layout.dp_attention, node_gpus=gpu.node_gpus,
     )
 
 
@@ -523,25 +566,38 @@ def generate_pool_candidates(
                 continue
             for precision in _shape_precisions(product, options):
                 result.pool_generated += 1
-                w = weight_bytes(llm, precision)
-                if w + kv_bytes > tp * gpu.memory_bytes * preset.usable_memory_fraction:
-                    continue
-                service = prefill_service_s(llm, gpu, preset, precision=precision, tp=tp, flops=work)
-                _, link_bw = kv_link(gpu)
-                transfer = kv_transfer_s(kv_bytes, tp * link_bw)
-                rho = DEFAULT_MAX_UTILISATION
-                if max_ttft_s is not None:
-                    result.note_ttft(pool_ttft_s(service, transfer, 0.0, admission), f"pool on {gpu_id} tp{tp} {precision} at zero load")
-                    rho = max_utilisation(service, max_ttft_s - transfer - admission)
-                    if rho <= 0.0:
-                        continue
-                result.pool_feasible += 1
-                out.append(PoolCandidate(
-                    product=product.name, gpu=gpu_id, tp=tp, precision=precision, price=price,
-                    hours_per_month=preset.hours_per_month, service_s=service, transfer_s=transfer,
-                    flops_per_request=work, max_utilisation=rho, admission_s=admission,
-                ))
+                for pp in pool_stages(llm, gpu, tp, precision, kv_bytes, options, preset):
+                    cand = _pool_shape(product, llm, gpu, Layout(tp, pp), precision, price, preset, work, kv_bytes,
+                                       max_ttft_s, result, admission)
+                    if cand is not None:
+                        out.append(cand)
     return out
+
+
+def _pool_shape(
+    product: Product, llm: LLM, gpu: GPU, layout: Layout, precision: str, price: GPUPriceChoice, preset: Preset,
+    work: float, kv_bytes: float, max_ttft_s: float | None, result: CandidateSet, admission: float,
+) -> PoolCandidate | None:
+    """One pool replica of ``layout.gpus`` GPUs: prompts pipelined through its stages, so it
+    prefills at ``tp x pp`` GPUs' rate (:func:`prefill_service_s` over that many GPUs); None when
+    it cannot meet the TTFT target."""
+    n = layout.gpus
+    service = prefill_service_s(llm, gpu, preset, precision=precision, tp=n, flops=work)
+    _, link_bw = kv_link(gpu)
+    transfer = kv_transfer_s(kv_bytes, n * link_bw)
+    rho = DEFAULT_MAX_UTILISATION
+    if max_ttft_s is not None:
+        result.note_ttft(pool_ttft_s(service, transfer, 0.0, admission),
+                         f"pool on {gpu.id} {layout.label()} {precision} at zero load")
+        rho = max_utilisation(service, max_ttft_s - transfer - admission)
+        if rho <= 0.0:
+            return None
+    result.pool_feasible += 1
+    return PoolCandidate(
+        product=product.name, gpu=gpu.id, tp=layout.tp, precision=precision, price=price,
+        hours_per_month=preset.hours_per_month, service_s=service, transfer_s=transfer,
+        flops_per_request=work, max_utilisation=rho, admission_s=admission, pp=layout.pp, node_gpus=gpu.node_gpus,
+    )
 
 
 def prune_dominated(cands: list[Candidate]) -> list[Candidate]:
@@ -556,7 +612,7 @@ def prune_dominated(cands: list[Candidate]) -> list[Candidate]:
     kept: list[Candidate] = []
     for c in order:
         if not any(
-            k.gpu == c.gpu and k.mode == c.mode and k.tp <= c.tp
+            k.gpu == c.gpu and k.mode == c.mode and k.gpus_per_replica <= c.gpus_per_replica
             and k.monthly_cost_per_replica_usd <= c.monthly_cost_per_replica_usd
             and k.usable_tokens_per_s >= c.usable_tokens_per_s
             for k in kept
@@ -571,7 +627,7 @@ def prune_dominated_pool(cands: list[PoolCandidate]) -> list[PoolCandidate]:
     kept: list[PoolCandidate] = []
     for c in order:
         if not any(
-            k.gpu == c.gpu and k.tp <= c.tp and k.monthly_cost_per_replica_usd <= c.monthly_cost_per_replica_usd
+            k.gpu == c.gpu and k.gpus_per_replica <= c.gpus_per_replica and k.monthly_cost_per_replica_usd <= c.monthly_cost_per_replica_usd
             and k.usable_flops_per_s >= c.usable_flops_per_s
             for k in kept
         ):

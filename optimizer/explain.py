@@ -67,7 +67,7 @@ def prefill_headroom_check(pp: ProductPlan, catalog: Catalog, preset: Preset, op
 
     def step(b: int, prefill: bool) -> Any:
         return decode_step(
-            llm, gpu, precision=c.precision, tp=c.tp, batch=b, input_tokens=pp.product.input_tokens,
+            llm, gpu, precision=c.precision, tp=c.tp, batch=b, input_tokens=pp.product.input_tokens, layout=c.layout,
             output_tokens=pp.product.output_tokens, preset=preset, kv_precision=pp.product.kv_precision,
             prefill_flops_per_step=b / pp.product.output_tokens * work if prefill else 0.0,
         )
@@ -90,7 +90,7 @@ def prefill_headroom_check(pp: ProductPlan, catalog: Catalog, preset: Preset, op
     replicas_needed = math.ceil(demand / computed - CEILING_TOLERANCE) if demand else 0
     added = mixed.step_time_s - plain.step_time_s
     verdict = (
-        f"{rule:.0%} headroom {'covers' if margin >= 0 else 'does not cover'} prefill on {c.gpu} tp{c.tp} {c.precision} batch {b}: "
+        f"{rule:.0%} headroom {'covers' if margin >= 0 else 'does not cover'} prefill on {c.gpu} {c.layout.label()} {c.precision} batch {b}: "
         f"with prefill computed a replica serves {computed:,.0f} tokens/s against {assumed:,.0f} assumed "
         f"({'over-provisions' if margin >= 0 else 'misses'} by {abs(margin):.0%}: {replicas_needed:,} replicas needed "
         f"against {replicas_rule:,}); prefill lengthens a {plain.step_time_s * 1e3:.1f} ms step by {added * 1e3:.1f} ms "
@@ -149,7 +149,7 @@ def _configuration_reason(pp: ProductPlan) -> str:
             f"(${month / c.usable_tokens_per_s * 1000:,.0f} per 1,000 tokens/s-month)"
         )
     return (
-        f"{c.gpu} tp{c.tp} {c.precision} at batch {c.batch} ({limiter}) is {e.bound}-bound at "
+        f"{c.gpu} {c.layout.label()} {c.precision} at batch {c.batch} ({limiter}) is {e.bound}-bound at "
         f"{e.step_time_s * 1e3:.1f} ms per step and delivers {c.usable_tokens_per_s:,.0f} usable tokens/s per replica; "
         f"a replica costs " + ", ".join(paid)
     )
@@ -190,7 +190,7 @@ def _pool_note(pp: ProductPlan) -> str:
     if pp.pool is None:
         return ""
     return (
-        f"; prefill runs on {pp.prefill_pool.peak} x {pp.pool.tp} {pp.pool.gpu} ({pp.pool.precision}) sized to "
+        f"; prefill runs on {pp.prefill_pool.peak} x {pp.pool.gpus_per_replica} {pp.pool.gpu} ({pp.pool.precision}) sized to "
         f"{pp.pool.max_utilisation:.0%} utilisation at most" + ("" if pp.product.max_ttft_ms else f" ({NO_TTFT_TARGET})")
     )
 
@@ -221,7 +221,7 @@ def ttft_note(pp: ProductPlan) -> str:
         rho = pp.pool_peak_utilisation or 0.0
         return head + (
             f": one {pp.product.input_tokens:,}-token prefill takes {format_ms(pp.pool.service_s)} ms on a "
-            f"{pp.pool.gpu} tp{pp.pool.tp} pool replica, x{queue_factor(rho):.2f} queueing at {rho:.0%} utilisation, "
+            f"{pp.pool.gpu} {pp.pool.layout.label()} pool replica, x{queue_factor(rho):.2f} queueing at {rho:.0%} utilisation, "
             f"plus {format_ms(pp.pool.transfer_s)} ms KV hand-off (set max_ttft_ms to size the pool for a target)"
         )
     rho = pp.decode_peak_utilisation or 0.0

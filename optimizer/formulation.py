@@ -371,19 +371,19 @@ def define_prefill_pool_meets_demand(m: ConcreteModel, prob: FleetProblem) -> No
 
 def gpus_in_hour(m: ConcreteModel, prob: FleetProblem, gpu: str, h: int) -> object:
     """Expression: GPUs of type ``gpu`` running in hour ``h`` (decode and prefill pools)."""
-    return sum(c.tp * replicas_in_hour(m, prob, c.key, h) for c in prob.all_candidates() if c.gpu == gpu) + sum(
-        k.tp * pool_replicas_in_hour(m, prob, k.key, h) for k in prob.all_pool() if k.gpu == gpu
+    return sum(c.gpus_per_replica * replicas_in_hour(m, prob, c.key, h) for c in prob.all_candidates() if c.gpu == gpu) + sum(
+        k.gpus_per_replica * pool_replicas_in_hour(m, prob, k.key, h) for k in prob.all_pool() if k.gpu == gpu
     )
 
 
 def gpus_in_tier(m: ConcreteModel, prob: FleetProblem, gpu: str, tier: str, h: int) -> object:
     """Expression: GPUs of type ``gpu`` bought in pricing tier ``tier`` running in hour ``h``."""
     if tier == Tier.RESERVED:
-        return sum(c.tp * m.reserved[c.key] for c in prob.all_candidates() if c.gpu == gpu) + sum(
-            k.tp * m.pool_reserved[k.key] for k in prob.all_pool() if k.gpu == gpu)
+        return sum(c.gpus_per_replica * m.reserved[c.key] for c in prob.all_candidates() if c.gpu == gpu) + sum(
+            k.gpus_per_replica * m.pool_reserved[k.key] for k in prob.all_pool() if k.gpu == gpu)
     decode, pool = getattr(m, tier), getattr(m, f"pool_{tier}")
-    return sum(c.tp * decode[c.key, h] for c in prob.all_candidates() if c.gpu == gpu) + sum(
-        k.tp * pool[k.key, h] for k in prob.all_pool() if k.gpu == gpu)
+    return sum(c.gpus_per_replica * decode[c.key, h] for c in prob.all_candidates() if c.gpu == gpu) + sum(
+        k.gpus_per_replica * pool[k.key, h] for k in prob.all_pool() if k.gpu == gpu)
 
 
 def _gpu_types(prob: FleetProblem) -> list[str]:

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Iterator
 
 from fleetplan.optimizer.enums import Tier
-from fleetplan.optimizer.problem import SECONDS_PER_HOUR
+from fleetplan.optimizer.problem import SECONDS_PER_HOUR, fits_instances
 from fleetplan.optimizer.solution import Plan, ProductPlan
 
 REL = 1e-6  # relative tolerance of money and token comparisons
@@ -35,7 +35,7 @@ def _gpus(plan: Plan) -> dict[tuple[str, Tier, int], int]:
                 continue
             for h in range(len(pp.on_demand)):
                 for tier, n in _replicas(pp, pool, h).items():
-                    out[part.gpu, tier, h] = out.get((part.gpu, tier, h), 0) + n * part.tp
+                    out[part.gpu, tier, h] = out.get((part.gpu, tier, h), 0) + n * part.gpus_per_replica
     return out
 
 
@@ -120,10 +120,10 @@ def product_cost(plan: Plan, pp: ProductPlan) -> float:
     for part, pool in ((pp.candidate, False), (pp.pool, True)):
         if part is None:
             continue
-        total += _replicas(pp, pool, 0)[Tier.RESERVED] * part.tp * part.price.tier(Tier.RESERVED) * prob.hours_per_month
+        total += _replicas(pp, pool, 0)[Tier.RESERVED] * part.gpus_per_replica * part.price.tier(Tier.RESERVED) * prob.hours_per_month
         for h in range(len(pp.on_demand)):
             for tier in (Tier.ON_DEMAND, Tier.SPOT):
-                total += _replicas(pp, pool, h)[tier] * part.tp * part.price.tier(tier) * weight
+                total += _replicas(pp, pool, h)[tier] * part.gpus_per_replica * part.price.tier(tier) * weight
     if pp.data.api is not None:
         total += sum(pp.api_tokens_per_s) * SECONDS_PER_HOUR * weight * pp.data.api.usd_per_output_token
     return total + (pp.data.fixed_monthly_usd if pp.candidate is not None else 0.0)
@@ -176,6 +176,21 @@ def check_instances(plan: Plan) -> Iterator[str]:
         yield f"idle instance GPUs cost {idle_usd:.2f}, but {stranded:.2f} is charged to products"
 
 
+def check_layout(plan: Plan) -> Iterator[str]:
+    """Every replica's layout is whole: ``ep`` divides the stage's ``tp x dp_attention`` GPUs, and
+    with whole instances a replica sits in one instance or fills whole ones (its TP group in one)."""
+    for pp in plan.products:
+        for part in (pp.candidate, pp.pool):
+            if part is None:
+                continue
+            stage = part.tp * part.dp_attention
+            if part.ep < 1 or stage % part.ep:
+                yield f"{pp.product.name}: ep {part.ep} does not divide the stage's {stage} GPUs"
+            size = plan.problem.instance_gpus.get(part.gpu)
+            if not fits_instances(part.tp, part.gpus_per_replica, size):
+                yield f"{pp.product.name}: a replica of {part.gpus_per_replica} GPUs does not fill whole instances of {size}"
+
+
 def check_budget(plan: Plan) -> Iterator[str]:
     """The plan's total is within the monthly budget."""
     budget = plan.problem.monthly_budget_usd
@@ -185,7 +200,7 @@ def check_budget(plan: Plan) -> Iterator[str]:
 
 CHECKS: tuple[Callable[[Plan], Iterator[str]], ...] = (
     check_configuration, check_whole_replicas, check_demand_met, check_prefill_pool, check_ttft, check_shares,
-    check_costs, check_availability, check_instances, check_budget,
+    check_costs, check_availability, check_instances, check_layout, check_budget,
 )
 
 

@@ -113,7 +113,7 @@ def plan_gpus(found: Found, name: str) -> dict[str, tuple[int, ...]]:
         cols = [[lp.find(f"{prefix}{t}", x.key, h) for t in tiers] for h in range(sub.hours)]
         row = out.setdefault(x.gpu, [0] * sub.hours)
         for h, js in enumerate(cols):
-            row[h] += x.tp * (base + sum(round(values[i]) for i in js if i is not None))
+            row[h] += x.gpus_per_replica * (base + sum(round(values[i]) for i in js if i is not None))
     of = sub.hour_of or tuple(range(sub.hours))
     return {g: tuple(row[i] for i in of) for g, row in sorted(out.items())}
 
@@ -135,7 +135,7 @@ def fewest_gpus(prob: FleetProblem, pd: ProductData, gpu: str) -> tuple[tuple[st
     if pd.has_api:
         return ()
     cands = [c for c in pd.candidates if c.gpu == gpu]
-    row = tuple(min(c.tp * pd.replica_bound(c, h) for c in cands) for h in range(prob.hours))
+    row = tuple(min(c.gpus_per_replica * pd.replica_bound(c, h) for c in cands) for h in range(prob.hours))
     return ((gpu, row),)
 
 
@@ -681,7 +681,7 @@ class RulePlan:
             if x is not None and split is not None:
                 row = out.setdefault(x.gpu, [0] * hours)
                 for h in range(hours):
-                    row[h] += x.tp * split.running(h)
+                    row[h] += x.gpus_per_replica * split.running(h)
         return tuple((g, tuple(r)) for g, r in sorted(out.items()))
 
 
@@ -865,16 +865,16 @@ def fill_idle_gpus(whole: FleetProblem, plans: dict[str, Found]) -> dict[str, Fo
     share = _SpotShare(whole, plans, values)
     added = {n: 0.0 for n in plans}
     slots = [(n, *s) for n, f in plans.items() for s in _spot_slots(whole, n, f)
-             if s[1].usd_per_replica_hour_in("spot") < s[1].tp * plain[s[1].gpu]]
+             if s[1].usd_per_replica_hour_in("spot") < s[1].gpus_per_replica * plain[s[1].gpu]]
     for h in range(whole.hours):
         for name, prefix, x, capped in slots:
             j = plans[name][1].find(f"{prefix}spot", x.key, h)
             pd = whole.products[name]
             bound = pd.replica_bound(x, h) if capped else pd.pool_bound(x, h)
-            while (j is not None and values[name][j] + 1 <= bound and _room(whole, x.gpu, usage[x.gpu][h], x.tp)
+            while (j is not None and values[name][j] + 1 <= bound and _room(whole, x.gpu, usage[x.gpu][h], x.gpus_per_replica)
                    and (not capped or share.allows(name))):
                 values[name][j] += 1
-                usage[x.gpu][h] += x.tp
+                usage[x.gpu][h] += x.gpus_per_replica
                 if capped:
                     share.add(name)
                 added[name] += x.usd_per_replica_hour_in("spot") * whole.weight(h)

@@ -247,13 +247,22 @@ def _limits(scenario: Scenario, catalog: Catalog) -> dict[str, Any]:
 
 
 def _candidates(product: Product, llm: LLM, catalog: Catalog, scenario: Scenario, preset: Preset) -> CandidateSet:
-    """The product's configurations; with whole instances, only TP groups that fit in one instance."""
+    """The product's configurations; with whole instances, only replicas that fit in one instance
+    or fill whole instances (a TP group never spans instances; a replica spanning nodes takes whole ones)."""
     cs = generate_candidates(product, llm, catalog, scenario.options, preset)
     per_instance = scenario.limits.gpus_per_instance
     if scenario.limits.instance_gpus is not None:
-        cs.candidates = [c for c in cs.candidates if c.tp <= (per_instance(c.gpu) or c.tp)]
-        cs.pool = [k for k in cs.pool if k.tp <= (per_instance(k.gpu) or k.tp)]
+        cs.candidates = [c for c in cs.candidates if fits_instances(c.tp, c.gpus_per_replica, per_instance(c.gpu))]
+        cs.pool = [k for k in cs.pool if fits_instances(k.tp, k.gpus_per_replica, per_instance(k.gpu))]
     return cs
+
+
+def fits_instances(tp: int, gpus_per_replica: int, per_instance: int | None) -> bool:
+    """Whether a replica can be placed on instances of ``per_instance`` GPUs: its TP group inside
+    one instance, and either the whole replica inside one or filling whole instances."""
+    if per_instance is None:
+        return True
+    return tp <= per_instance and (gpus_per_replica <= per_instance or gpus_per_replica % per_instance == 0)
 
 
 def _product_data(product: Product, qps: list[float], scenario: Scenario, catalog: Catalog, preset: Preset,

@@ -42,7 +42,7 @@ def without_dominated(prob: FleetProblem) -> FleetProblem:
         if pd.has_api or len(pd.candidates) < 2:
             products[name] = pd
             continue
-        gpus = {c.key: [c.tp * pd.replica_bound(c, h) for h in range(prob.hours)] for c in pd.candidates}
+        gpus = {c.key: [c.gpus_per_replica * pd.replica_bound(c, h) for h in range(prob.hours)] for c in pd.candidates}
 
         def key(c: Candidate) -> tuple[object, ...]:
             return (c.gpu, c.mode, tuple(c.price.tier(t) for t in hourly))

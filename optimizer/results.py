@@ -78,6 +78,15 @@ def _ideal_cost_per_million(pp: ProductPlan, plan: Plan) -> float | None:
     return ideal
 
 
+def layout_fields(c: Candidate | PoolCandidate | None) -> dict[str, Any]:
+    """A replica's parallel layout: pipeline stages, expert and attention-DP degrees, GPUs and nodes."""
+    if c is None:
+        return {"pp": None, "ep": None, "dp_attention": None, "gpus_per_replica": None, "nodes_per_replica": None,
+                "layout": None}
+    return {"pp": c.pp, "ep": c.ep, "dp_attention": c.dp_attention, "gpus_per_replica": c.gpus_per_replica,
+            "nodes_per_replica": c.nodes_per_replica, "layout": c.layout.label()}
+
+
 def _configuration_fields(pp: ProductPlan) -> dict[str, Any]:
     """The decode configuration, its replicas and speed, memory and GPU price."""
     c = pp.candidate
@@ -87,6 +96,7 @@ def _configuration_fields(pp: ProductPlan) -> dict[str, Any]:
         "model": pp.product.model,
         "gpu": c.gpu if c else None,
         "tp": c.tp if c else None,
+        **layout_fields(c),
         "batch": c.batch if c else None,
         "precision": c.precision if c else None,
         "kv_precision": e.kv_precision if e else None,
@@ -143,6 +153,7 @@ def _prefill_fields(pp: ProductPlan) -> dict[str, Any]:
         "mode": c.mode if c else None,
         "gpu": pool.gpu if pool else None,
         "tp": pool.tp if pool else None,
+        **layout_fields(pool),
         "precision": pool.precision if pool else None,
         "replicas": pp.prefill_pool.peak if pool else None,
         "gpus": pp.prefill_pool.gpus if pool else None,

@@ -45,7 +45,7 @@ def runner_ups(prob: FleetProblem, pp: ProductPlan, base: float, solver: Solver,
             continue
         c = alt.candidate
         alts.append({
-            "gpu": c.gpu, "tp": c.tp, "batch": c.batch, "precision": c.precision, "prefill": c.mode,
+            "gpu": c.gpu, "tp": c.tp, "layout": c.layout.label(), "batch": c.batch, "precision": c.precision, "prefill": c.mode,
             "replicas": alt.replicas, "gpus": alt.gpus, "monthly_cost_usd": round(alt.monthly_cost_usd, 2),
             "cost_difference_usd": round(float(res.objective or 0.0) - base, 2),
             "proven_optimal": res.optimal,

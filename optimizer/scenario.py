@@ -119,6 +119,9 @@ class Options(_Strict):
 
     gpus: list[str] | None = None
     tp: list[Annotated[int, F.TP]] | None = None
+    pp: list[Annotated[int, F.TP]] | None = None
+    ep: list[Annotated[int, F.TP]] | None = None
+    dp_attention: list[Annotated[int, F.TP]] | None = None
     batch: list[Annotated[int, F.BATCH]] | None = None
     max_batch: Annotated[int, F.BATCH] = Field(default=MAX_BATCH, description="largest batch searched")
     precisions: list[Precision] | None = None
@@ -147,7 +150,7 @@ class Options(_Strict):
             raise ValueError("lists a tier twice")
         return v
 
-    @field_validator("gpus", "tp", "batch", "precisions", "prefill_gpus")
+    @field_validator("gpus", "tp", "pp", "ep", "dp_attention", "batch", "precisions", "prefill_gpus")
     @classmethod
     def _non_empty(cls, v: list[Any] | None) -> list[Any] | None:
         if v is not None and not v:

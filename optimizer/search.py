@@ -115,7 +115,7 @@ def on_demand_plan(lp: LinearProblem, prob: FleetProblem, pd: ProductData,
             parts.append(("pool_on_demand", k, pd.pool_bound(k, h)))
         for family, part, n in parts:
             x[lp.col_of[family, (part.key, h)]] = n
-            gpus[part.gpu, h] = gpus.get((part.gpu, h), 0) + n * part.tp
+            gpus[part.gpu, h] = gpus.get((part.gpu, h), 0) + n * part.gpus_per_replica
     for (gpu, h), n in gpus.items():
         j = lp.find("instances", gpu, h)
         if j is not None:

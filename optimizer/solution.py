@@ -59,7 +59,7 @@ class Fleet:
     @property
     def gpus(self) -> int:
         """GPUs at the busiest hour."""
-        return self.peak * (self.part.tp if self.part else 0)
+        return self.peak * (self.part.gpus_per_replica if self.part else 0)
 
     def tiers(self) -> list[str]:
         """Pricing tiers used at some hour, in reserved, on_demand, spot order."""
@@ -192,7 +192,7 @@ class ProductPlan:
             for tier, n in fleet.by_tier(h).items():
                 if n and fleet.part is not None:
                     key = (fleet.part.gpu, tier)
-                    out[key] = out.get(key, 0) + fleet.part.tp * n
+                    out[key] = out.get(key, 0) + fleet.part.gpus_per_replica * n
         return out
 
     def decode_tiers(self) -> list[str]:

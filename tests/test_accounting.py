@@ -73,12 +73,12 @@ def recomputed(plan: Plan) -> dict[str, float]:
             peak = max(res + od[h] + sp[h] for h in range(len(od)))
             if part is pp.candidate:
                 replicas += peak
-                gpus += peak * part.tp
+                gpus += peak * part.gpus_per_replica
             else:
-                prefill_gpus += peak * part.tp
-            cost += res * part.tp * part.price.tier("reserved") * hm
-            cost += sum(od) * part.tp * part.price.tier("on_demand") * hw
-            cost += sum(sp) * part.tp * part.price.tier("spot") * hw
+                prefill_gpus += peak * part.gpus_per_replica
+            cost += res * part.gpus_per_replica * part.price.tier("reserved") * hm
+            cost += sum(od) * part.gpus_per_replica * part.price.tier("on_demand") * hw
+            cost += sum(sp) * part.gpus_per_replica * part.price.tier("spot") * hw
         cost += pp.api_cost_usd + pp.fixed_cost_usd + pp.stranded_usd
     return {"replicas": replicas, "gpus": gpus, "prefill_gpus": prefill_gpus, "cost": cost}
 

@@ -54,11 +54,20 @@ def test_manifests_start_exactly_the_plans_gpus(capsys, tmp_path, plan):
     docs = list(yaml.safe_load_all((tmp_path / "k" / "k8s.yaml").read_text(encoding="utf-8")))
     gpus = 0
     for doc in docs:
-        assert doc["kind"] == "Deployment"  # every shipped plan's replica fits in one node
-        [container] = doc["spec"]["template"]["spec"]["containers"]
+        if doc["kind"] == "Deployment":  # a replica within one node: one pod of all its GPUs
+            [container] = doc["spec"]["template"]["spec"]["containers"]
+            pods = 1
+        else:  # a replica spanning nodes: a leader and workers, one pod per node
+            assert doc["kind"] == "LeaderWorkerSet"
+            group = doc["spec"]["leaderWorkerTemplate"]
+            [container] = group["leaderTemplate"]["spec"]["containers"]
+            pods = group["size"]
         per_pod = next(iter(container["resources"]["limits"].values()))
-        assert per_pod == int(flag(container["command"], "--tensor-parallel-size"))
-        gpus += doc["spec"]["replicas"] * per_pod
+        command = container["command"]
+        per_replica = (int(flag(command, "--tensor-parallel-size")) * int(flag(command, "--pipeline-parallel-size") or 1)
+                       * int(flag(command, "--data-parallel-size") or 1))
+        assert per_pod * pods == per_replica
+        gpus += doc["spec"]["replicas"] * per_pod * pods
     assert gpus == d["totals"]["all_gpus"]
 
 
@@ -71,8 +80,10 @@ def test_launch_commands_carry_the_plans_configuration(capsys, tmp_path, plan, e
     tp, batch, context = FLAGS[engine]
     decode = [c for c in cmds if flag(c, batch) is not None]
     rows = [p for p in decode_rows(d) if p["replicas"] or p.get("shared_replicas")]
+    # vLLM's tensor-parallel size is per attention-DP rank; SGLang's and TensorRT-LLM's count the stage
+    per_stage = (lambda p: p["tp"]) if engine == "vllm" else (lambda p: p["tp"] * (p.get("dp_attention") or 1))
     assert [(int(flag(c, tp)), int(flag(c, batch)), int(flag(c, context))) for c in decode] == [
-        (p["tp"], p["batch"], p["context_tokens"]) for p in rows]
+        (per_stage(p), p["batch"], p["context_tokens"]) for p in rows]
     pools = [c for c in cmds if flag(c, batch) is None]
     assert [int(flag(c, tp)) for c in pools] == [p["prefill"]["tp"] for p in rows if p["prefill"]["gpu"]
                                                  and (p["prefill"]["replicas"] or p.get("pooled_in"))]

@@ -90,7 +90,7 @@ def test_limit_rows_by_hand(small):
     rhs, coefs = at_least(lp, "whole_instances", "h100-sxm/0")
     assert rhs == 0 and coefs["instances[h100-sxm/0]"] == 8
     for c in prob.all_candidates():
-        assert coefs[f"spot[{c.key}/0]"] == -c.tp
+        assert coefs[f"spot[{c.key}/0]"] == -c.gpus_per_replica
     rhs, coefs = at_least(lp, "gpu_tier_availability", "h100-sxm/spot/0")
     assert rhs == -8 and all(name.startswith(("spot[", "pool_spot[")) and v == -1 for name, v in coefs.items())
     rhs, coefs = at_least(lp, "spot_share_limit", "chat")

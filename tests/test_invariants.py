@@ -8,6 +8,7 @@ exactly the check of that rule must fail.
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 
@@ -28,7 +29,7 @@ def broken(plan, check):
 
 def test_a_real_plan_keeps_every_promise(portfolio):
     assert inv.check_invariants(portfolio) == []
-    assert len(inv.CHECKS) == 10
+    assert len(inv.CHECKS) == 11
 
 
 def test_a_missing_replica_breaks_demand(portfolio):
@@ -48,6 +49,18 @@ def test_instances_are_checked_on_every_gpu_type(portfolio):
         plan.instances[gpu]["instances"] -= 1
         found = broken(plan, inv.check_instances)
         assert found and all(gpu in m for m in found), (gpu, found)
+
+
+def test_a_replica_must_fill_whole_instances(portfolio):
+    """A 12-GPU replica on 8-GPU instances, or an expert degree that does not divide the stage,
+    is caught by the layout check and by no other."""
+    plan = copy.deepcopy(portfolio)
+    pp = next(p for p in plan.products if p.candidate is not None)
+    pp.candidate = dataclasses.replace(pp.candidate, tp=4, pp=3)
+    found = broken(plan, inv.check_layout)
+    assert found == [f"{pp.product.name}: a replica of 12 GPUs does not fill whole instances of 8"]
+    pp.candidate = dataclasses.replace(pp.candidate, tp=4, pp=2, ep=3)
+    assert broken(plan, inv.check_layout) == [f"{pp.product.name}: ep 3 does not divide the stage's 4 GPUs"]
 
 
 def test_stranded_charge_must_add_up(portfolio):

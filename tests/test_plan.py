@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from fleetplan.models.parallel import tp_problem
 from fleetplan.models.presets import get_preset
 from fleetplan.models.roofline import decode_step
+from fleetplan.optimizer.layouts import replica_layouts
 from fleetplan.optimizer.errors import InfeasibleError
 from fleetplan.optimizer.plan import make_plan
 from fleetplan.optimizer.invariants import check_invariants
@@ -63,7 +65,8 @@ def test_plan_json_is_deterministic(catalog, examples):
 
 
 def brute_force_cost(catalog, scenario) -> float:
-    """Cheapest single-configuration fleet by enumerating every shape, batch and replica count."""
+    """Cheapest single-configuration fleet by enumerating every shape (each layout the engines'
+    rules allow for it), batch and replica count."""
     preset = get_preset(scenario.preset)
     (prod,) = scenario.products
     llm = catalog.models[prod.model]
@@ -77,16 +80,17 @@ def brute_force_cost(catalog, scenario) -> float:
             if tp_problem(llm, gpu, tp):
                 continue
             for prec in prod.precisions or opts.precisions:
-                for b in opts.batch:
+                for layout, b in itertools.product(replica_layouts(llm, gpu, tp, prec, opts, preset), opts.batch):
                     e = decode_step(llm, gpu, precision=prec, tp=tp, batch=b, input_tokens=prod.input_tokens,
-                                    output_tokens=prod.output_tokens, preset=preset, kv_precision=prod.kv_precision)
+                                    output_tokens=prod.output_tokens, preset=preset, kv_precision=prod.kv_precision,
+                                    layout=layout)
                     if not e.fits or e.per_user_tokens_per_s < prod.min_tokens_per_s_per_user:
                         continue
                     n = 0
                     # without max_ttft_ms a replica is loaded to 80% at most (3x the zero-load TTFT)
                     while n * e.replica_tokens_per_s * min(1 - prod.headroom, 0.8) < demand:
                         n += 1
-                    best = min(best, n * tp * price * preset.hours_per_month)
+                    best = min(best, n * layout.gpus * price * preset.hours_per_month)
     return best
 
 

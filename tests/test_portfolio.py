@@ -135,7 +135,7 @@ def brute_force(catalog, scenario) -> float:
         used: dict[str, int] = {}
         cost = 0.0
         for c, r in combo:
-            used[c.gpu] = used.get(c.gpu, 0) + r * c.tp
+            used[c.gpu] = used.get(c.gpu, 0) + r * c.gpus_per_replica
             cost += r * c.monthly_cost_per_replica_usd
         if any(used.get(g, 0) > a for g, a in avail.items()):
             continue
@@ -197,7 +197,7 @@ def brute_force_hours(catalog, scenario, prob) -> float:
             price: dict[str, float] = {}
             for pd, c in zip(prob.products.values(), combo):
                 r = pd.replica_bound(c, h)
-                used[c.gpu] = used.get(c.gpu, 0) + r * c.tp
+                used[c.gpu] = used.get(c.gpu, 0) + r * c.gpus_per_replica
                 price[c.gpu] = c.price.usd_per_gpu_hour
                 cost += r * c.usd_per_replica_hour_in("on_demand") * w
             if any(used.get(g, 0) > a for g, a in avail.items()):
@@ -270,7 +270,7 @@ def test_hours_not_merged_when_a_share_cap_links_them(catalog, examples):
     fewer_hours = merged(prob)
     assert prob.hours == 168 and fewer_hours.hours == 31 and len(fewer_hours.hour_of) == 168
     smaller = reduced(prob)
-    assert smaller.hours == 28 and len(smaller.all_candidates()) == 56 < len(prob.all_candidates()) == 148
+    assert smaller.hours == 28 and len(smaller.all_candidates()) == 58 < len(prob.all_candidates()) == 184
 
 
 def brute_force_tiers(catalog, scenario, limit) -> float:
@@ -282,7 +282,7 @@ def brute_force_tiers(catalog, scenario, limit) -> float:
     best = math.inf
     for combo in itertools.product(*options):
         for reserved in itertools.product(*(range(n + 1) for _, n in combo)):
-            if sum(r * c.tp for (c, _), r in zip(combo, reserved)) > limit:
+            if sum(r * c.gpus_per_replica for (c, _), r in zip(combo, reserved)) > limit:
                 continue
             cost = sum((r * c.usd_per_replica_hour_in("reserved") + (n - r) * c.usd_per_replica_hour_in("on_demand")) * hours
                        for (c, n), r in zip(combo, reserved))
