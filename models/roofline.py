@@ -183,6 +183,17 @@ def _extra_times(llm: LLM, gpu: GPU, preset: Preset, tp: int, ep: int, batch: in
     return comm, overhead
 
 
+def _benchmark_prefill_flops(llm: LLM, preset: Preset, engine: str | None, batch: int, input_tokens: float,
+                             output_tokens: float, aggregated: bool) -> float:
+    """Prefill FLOPs per step of a closed-loop continuous-batching benchmark: the engine's share of
+    the other ``batch - 1`` requests' prefill (:mod:`fleetplan.models.interference`), when the
+    preset models it and the step is one of such a benchmark (``aggregated``)."""
+    if not (aggregated and preset.prefill_interference):
+        return 0.0
+    share = benchmark_prefill_share(preset, engine)
+    return aggregated_prefill_flops(llm, max(batch - 1, 0), input_tokens, output_tokens, share)
+
+
 def decode_step(
     llm: LLM, gpu: GPU, *, precision: str, tp: int, batch: int, input_tokens: float, output_tokens: float,
     preset: Preset, kv_precision: str | None = None, prefill_flops_per_step: float = 0.0, ep: int = 1,
@@ -197,10 +208,9 @@ def decode_step(
     ``aggregated=True``: a closed-loop continuous-batching benchmark, where a preset with
     ``prefill_interference`` adds the engine's share of the other ``batch - 1`` requests' prefill
     (:mod:`fleetplan.models.interference`). ``ep``: expert-parallel degree of MoE layers;
-    ``engine``: engine-specific calibration factors and prefill scheduling. ``layout`` (pipeline
-    stages, expert and attention-data parallelism, :mod:`fleetplan.models.layout`) times a replica
-    beyond one tensor-parallel group from this step of one rank; left out, or with
-    pp = ep = dp_attention = 1, the step is this one.
+    ``engine``: engine-specific calibration factors and prefill scheduling. ``layout`` (pipeline,
+    expert and attention-data parallelism) times a wider replica from this step of one rank
+    (:func:`fleetplan.models.layout.layout_step`); a tensor-parallel layout is this step.
     """
     if layout is not None and not layout.is_tensor_parallel_only:
         from fleetplan.models.layout import layout_step
@@ -212,26 +222,21 @@ def decode_step(
     kv_read, kv_held = kv_bytes_read_and_held(llm, preset, tp, kv_prec, input_tokens, output_tokens)
     w = weight_bytes(llm, precision)
     w_read, w_timed = weight_bytes_read(llm, gpu, preset, precision, batch)
-    if aggregated and preset.prefill_interference:
-        share = benchmark_prefill_share(preset, engine)
-        prefill_flops_per_step += aggregated_prefill_flops(llm, max(batch - 1, 0), input_tokens, output_tokens, share)
+    prefill_flops_per_step += _benchmark_prefill_flops(llm, preset, engine, batch, input_tokens, output_tokens, aggregated)
     factors = preset.factors_for(gpu.id, gpu.family, engine, model_kind(llm))
     bandwidth = tp * gpu.mem_bandwidth_bytes_per_s * bandwidth_efficiency(preset, gpu) * factors.bandwidth_scale
-    kv_eff = preset.physics.kv_bandwidth_efficiency if preset.physics is not None else 1.0
     flop_rate = usable_flop_rate(preset, gpu, precision, tp, factors, prefill=False)
-    bytes_per_step = w_read + batch * kv_read
-    memory_time = bytes_per_step / bandwidth
-    decode_flops = 2.0 * llm.active_params * batch
+    memory_time = (bytes_per_step := w_read + batch * kv_read) / bandwidth
     comm, overhead = _extra_times(llm, gpu, preset, tp, ep, batch, factors)
-    if preset.composition == "roofline":
-        flops = decode_flops + prefill_flops_per_step
-        compute_time = flops / flop_rate
+    seed = preset.composition == "roofline"  # prefill carried as FLOPs of the step, else as time
+    flops = 2.0 * llm.active_params * batch + (prefill_flops_per_step if seed else 0.0)
+    compute_time = flops / flop_rate
+    if seed:
         weights_time, kv_time, prefill_time = memory_time, 0.0, 0.0
         parts = {"memory": memory_time, "compute": compute_time}
         step = max(memory_time, compute_time) + comm + overhead
     else:
-        flops = decode_flops
-        compute_time = flops / flop_rate
+        kv_eff = preset.physics.kv_bandwidth_efficiency if preset.physics is not None else 1.0
         weights_time, kv_time = w_timed / bandwidth, batch * kv_read / (bandwidth * kv_eff)
         prefill_time = prefill_flops_per_step / usable_flop_rate(preset, gpu, precision, tp, factors, prefill=True)
         step = max(weights_time, compute_time) + kv_time + prefill_time + comm + overhead

@@ -54,7 +54,7 @@ from fleetplan.models.ttft import (
     prefill_service_s,
 )
 from fleetplan.optimizer.defaults import RACK_SCALE_GPUS
-from fleetplan.optimizer.enums import Tier
+from fleetplan.optimizer.enums import BatchLimit, Tier
 from fleetplan.optimizer.layouts import layout_batches, pool_stages, replica_layouts
 from fleetplan.optimizer.scenario import Options, Product
 
@@ -445,6 +445,66 @@ def decode_headroom(headroom: float, max_ttft_s: float | None) -> float:
     return headroom if max_ttft_s is not None else max(headroom, 1.0 - DEFAULT_MAX_UTILISATION)
 
 
+@dataclass
+class _Shape:
+    """One decode shape of a product (GPU, layout, precision, prefill mode): its steps by batch,
+    each computed once, as the replica runs them and with prefill sharing them; ``rho`` is the
+    utilisation TTFT is judged at."""
+
+    product: Product
+    llm: LLM
+    gpu: GPU
+    layout: Layout
+    precision: str
+    mode: str
+    preset: Preset
+    work: float
+    rho: float
+    _plain: dict[int, StepEstimate] = field(default_factory=dict)
+    _mixed: dict[int, StepEstimate] = field(default_factory=dict)
+
+    @property
+    def per_request(self) -> float:
+        """Prefill FLOPs per request the decode steps carry (colocated only)."""
+        return self.work if self.mode == "colocated" else 0.0
+
+    def _step(self, b: int, prefill_per_request: float) -> StepEstimate:
+        p = self.product
+        return decode_step(
+            self.llm, self.gpu, precision=self.precision, tp=self.layout.tp, batch=b, input_tokens=p.input_tokens,
+            output_tokens=p.output_tokens, preset=self.preset, kv_precision=p.kv_precision,
+            prefill_flops_per_step=b / p.output_tokens * prefill_per_request, layout=self.layout,
+        )
+
+    def est(self, b: int) -> StepEstimate:
+        """The step the replica runs at batch ``b``."""
+        if b not in self._plain:
+            self._plain[b] = self._step(b, self.per_request)
+        return self._plain[b]
+
+    def prefill_step(self, b: int) -> StepEstimate:
+        """The step as it runs with prefill sharing it (the same step when colocated)."""
+        if self.mode == "colocated":
+            return self.est(b)
+        if b not in self._mixed:
+            self._mixed[b] = self._step(b, self.work)
+        return self._mixed[b]
+
+    def speed_ok(self, b: int) -> bool:
+        """Fits in memory and keeps every user at the target speed."""
+        e = self.est(b)
+        return e.fits and e.per_user_tokens_per_s >= self.product.min_tokens_per_s_per_user
+
+    def ttft(self, b: int) -> float:
+        """Modelled TTFT at batch ``b`` and utilisation ``rho``."""
+        return colocated_ttft_s(self.prefill_step(b).step_time_s, b, self.product.output_tokens, self.rho,
+                                admission_s(self.preset))
+
+    def where(self, b: int) -> str:
+        """The shape at batch ``b``, for messages."""
+        return f"{self.gpu.id} {self.layout.label()} {self.precision} batch {b}"
+
+
 def _best_decode(
     product: Product, llm: LLM, gpu: GPU, layout: Layout, precision: str, mode: str, batches: list[int],
     preset: Preset, price: GPUPriceChoice, work: float, headroom: float, max_ttft_s: float | None,
@@ -456,79 +516,57 @@ def _best_decode(
     colocated); TTFT (colocated and headroom modes) on a step carrying the prefill share, at
     utilisation 1 - headroom.
     """
-    per_request = work if mode == "colocated" else 0.0
-    cache: dict[int, StepEstimate] = {}
-    mixed: dict[int, StepEstimate] = {}
     if mode != "pool":
         headroom = decode_headroom(headroom, max_ttft_s)
-    rho = 1.0 - headroom
-
-    def step(b: int, prefill_per_request: float) -> StepEstimate:
-        return decode_step(
-            llm, gpu, precision=precision, tp=layout.tp, batch=b, input_tokens=product.input_tokens,
-            output_tokens=product.output_tokens, preset=preset, kv_precision=product.kv_precision,
-            prefill_flops_per_step=b / product.output_tokens * prefill_per_request,
-            layout=layout,  # layout hook: pp, ep, dp_attention beyond the TP group
-        )
-
-    def est(b: int) -> StepEstimate:
-        if b not in cache:
-            cache[b] = step(b, per_request)
-        return cache[b]
-
-    def prefill_step(b: int) -> StepEstimate:
-        """The step as it runs with prefill sharing it (the same step when colocated)."""
-        if mode == "colocated":
-            return est(b)
-        if b not in mixed:
-            mixed[b] = step(b, work)
-        return mixed[b]
-
-    def speed_ok(b: int) -> bool:
-        e = est(b)
-        return e.fits and e.per_user_tokens_per_s >= product.min_tokens_per_s_per_user
-
-    def ttft(b: int) -> float:
-        return colocated_ttft_s(prefill_step(b).step_time_s, b, product.output_tokens, rho, admission_s(preset))
-
-    tp = layout.tp
-    shape = layout.label()
-    where = f"{gpu.id} {shape} {precision} batch {batches[0]}"
-    first = est(batches[0])
+    shape = _Shape(product, llm, gpu, layout, precision, mode, preset, work, 1.0 - headroom)
+    first = shape.est(batches[0])
     if first.fits:
         result.any_fits_memory = True
         if first.per_user_tokens_per_s > result.best_per_user_tokens_per_s:
             result.best_per_user_tokens_per_s = first.per_user_tokens_per_s
-            result.best_per_user_at = where
-    if not speed_ok(batches[0]):
+            result.best_per_user_at = shape.where(batches[0])
+    if not shape.speed_ok(batches[0]):
         return None
     result.any_meets_speed = True
-    n_ok = bisect.bisect_left(range(len(batches)), True, key=lambda i: not speed_ok(batches[i]))
-    limited_by = "batch_options" if n_ok == len(batches) else ("memory" if not est(batches[n_ok]).fits else "per_user_speed")
+    n_ok = bisect.bisect_left(range(len(batches)), True, key=lambda i: not shape.speed_ok(batches[i]))
+    limited_by = (BatchLimit.BATCH_OPTIONS if n_ok == len(batches) else
+                  BatchLimit.MEMORY if not shape.est(batches[n_ok]).fits else BatchLimit.PER_USER_SPEED)
     if mode != "pool" and max_ttft_s is not None:
-        n_ttft, low = _largest_ok(batches, n_ok, ttft, max_ttft_s)
-        result.note_ttft(ttft(batches[low]), f"{'colocated' if mode == 'colocated' else 'headroom mode'} on {gpu.id} {shape} {precision} batch {batches[low]} "
-                                             f"at {rho:.0%} utilisation")
+        n_ttft = _ttft_batches(shape, batches, n_ok, max_ttft_s, result)
         if n_ttft == 0:
             return None
-        if n_ttft < n_ok:
-            limited_by = "max_ttft_ms"
+        limited_by = BatchLimit.MAX_TTFT if n_ttft < n_ok else limited_by
         n_ok = n_ttft
-        # TTFT falls then rises with the batch: the batches meeting it run from the first one
-        # that does (on the falling side) to the largest
-        first_ok = bisect.bisect_left(range(n_ok - 1), True, key=lambda i: ttft(batches[i]) <= max_ttft_s)
-        result.feasible += n_ok - first_ok
     else:
         result.feasible += n_ok
-    b = batches[n_ok - 1]
+    return _candidate(shape, batches[n_ok - 1], price, headroom, limited_by)
+
+
+def _ttft_batches(shape: _Shape, batches: list[int], n_ok: int, max_ttft_s: float, result: CandidateSet) -> int:
+    """How many of the first ``n_ok`` batches may run given the TTFT target (0: none), counting
+    the feasible ones: TTFT falls then rises with the batch, so the batches meeting it run from
+    the first one that does (on the falling side) to the largest."""
+    n_ttft, low = _largest_ok(batches, n_ok, shape.ttft, max_ttft_s)
+    mode = "colocated" if shape.mode == "colocated" else "headroom mode"
+    result.note_ttft(shape.ttft(batches[low]), f"{mode} on {shape.where(batches[low])} at {shape.rho:.0%} utilisation")
+    if n_ttft:
+        first_ok = bisect.bisect_left(range(n_ttft - 1), True, key=lambda i: shape.ttft(batches[i]) <= max_ttft_s)
+        result.feasible += n_ttft - first_ok
+    return n_ttft
+
+
+def _candidate(shape: _Shape, b: int, price: GPUPriceChoice, headroom: float, limited_by: str) -> Candidate:
+    """The shape at batch ``b`` as a decode candidate."""
+    p, layout, colocated = shape.product, shape.layout, shape.mode != "pool"
     return Candidate(
-        product=product.name, gpu=gpu.id, tp=tp, precision=precision, batch=b, mode=mode, estimate=est(b),
-        price=price, hours_per_month=preset.hours_per_month, headroom=headroom, batch_limited_by=limited_by,
-        ttft_s=ttft(b) if mode != "pool" else None, prefill_flops_per_step=b / product.output_tokens * per_request,
-        ttft_step_time_s=prefill_step(b).step_time_s if mode != "pool" else 0.0,
-        output_tokens=float(product.output_tokens), requested_headroom=product.effective_headroom,
-        admission_s=admission_s(preset),
-        pp=layout.pp, ep=layout.ep, dp_attention=layout.dp_attention, node_gpus=gpu.node_gpus,
+        product=p.name, gpu=shape.gpu.id, tp=layout.tp, precision=shape.precision, batch=b, mode=shape.mode,
+        estimate=shape.est(b), price=price, hours_per_month=shape.preset.hours_per_month, headroom=headroom,
+        batch_limited_by=limited_by, ttft_s=shape.ttft(b) if colocated else None,
+        prefill_flops_per_step=b / p.output_tokens * shape.per_request,
+        ttft_step_time_s=shape.prefill_step(b).step_time_s if colocated else 0.0,
+        output_tokens=float(p.output_tokens), requested_headroom=p.effective_headroom,
+        admission_s=admission_s(shape.preset), pp=layout.pp, ep=layout.ep, dp_attention=layout.dp_attention,
+        node_gpus=shape.gpu.node_gpus,
     )
 
 

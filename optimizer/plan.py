@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from fleetplan.catalogs.loader import Catalog
 from fleetplan.models.presets import Preset, get_preset
@@ -64,9 +64,9 @@ def make_plan(
     are resolved; ``with_api=False`` plans as if no product had an API. ``jobs > 1`` solves
     independent multi-hour components in that many worker processes; ``reductions=False`` solves
     the problem as built (benchmarks measure what the exact reductions save); ``demand`` is each
-    product's queries per second hour by hour when already read (profiles are read once per plan). The budget is
-    checked against the plan's total; with limited GPUs the plan also carries the cost of
-    planning the products first come, first served.
+    product's queries per second hour by hour when already read (profiles are read once per
+    plan). The budget is checked against the plan's total; with limited GPUs the plan also
+    carries the cost of planning the products first come, first served.
 
     Everything runs within one ``deadline`` (by default ``options.time_limit_s`` from now, or
     :data:`DEFAULT_TIME_LIMIT_S`): the plan itself gets most of it and stops with the best plan
@@ -78,21 +78,10 @@ def make_plan(
     if deadline is None:
         deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S)
 
-    def resolve(variant: Scenario, within: Deadline) -> tuple[float, bool] | None:
-        try:
-            found = make_plan(variant, catalog, solver, False, preset, folder, with_api=with_api,
-                              compare_first_come=False, deadline=within, reductions=reductions, demand=demand)
-        except (InfeasibleError, SolverError):
-            return None
-        return found.monthly_cost_usd, found.solve_result.optimal
-
-    def cheapest(variant: Scenario, within: Deadline) -> float:
-        found = resolve(variant, within)
-        return math.inf if found is None else found[0]
-
+    resolve = _replanner(catalog, solver, preset, folder, dict(with_api=with_api, reductions=reductions, demand=demand))
     plan = _solve_plan(scenario, catalog, solver, alternatives, preset, folder, with_api, jobs, deadline,
                        dict(reductions=reductions, demand=demand))
-    check_budget(plan, scenario, cheapest, with_api, deadline)
+    check_budget(plan, scenario, lambda variant, within: _cost(resolve(variant, within)), with_api, deadline)
     prob = plan.problem
     if compare_first_come and (prob.gpu_availability or prob.tier_availability) and len(plan.scenario.products) > 1:
         plan.first_come_monthly_cost_usd = first_come_cost(prob, list(plan.scenario.products), solver,
@@ -101,6 +90,28 @@ def make_plan(
         plan.binding_limits = binding_limits(plan, scenario, resolve, deadline.share(EXPLAIN_SHARE))
     plan.stopped = list(deadline.stopped)
     return plan
+
+
+Replan = Callable[[Scenario, Deadline], "tuple[float, bool] | None"]
+
+
+def _replanner(catalog: Catalog, solver: Solver, preset: Preset, folder: Path | None, keywords: dict[str, Any]
+               ) -> Replan:
+    """Plans a variant of the scenario (a relaxed limit, a lower speed target) without
+    explanations, within a deadline: (monthly cost, proven optimal), or None when it has no plan."""
+    def resolve(variant: Scenario, within: Deadline) -> tuple[float, bool] | None:
+        try:
+            found = make_plan(variant, catalog, solver, False, preset, folder, compare_first_come=False,
+                              deadline=within, **keywords)
+        except (InfeasibleError, SolverError):
+            return None
+        return found.monthly_cost_usd, found.solve_result.optimal
+    return resolve
+
+
+def _cost(found: tuple[float, bool] | None) -> float:
+    """A replan's monthly cost (inf without a plan)."""
+    return math.inf if found is None else found[0]
 
 
 def _solve_plan(scenario: Scenario, catalog: Catalog, solver: Solver, alternatives: bool, preset: Preset,
