@@ -19,15 +19,24 @@ from fleetplan.catalogs.schema import GPU, LLM
 from fleetplan.models.physics import Physics
 
 
+def _collective_s(message_bytes: float, gpus: int, steps: int, moved: float, link_bytes_per_s: float,
+                  latency_s: float, hop_latency_s: float, bandwidth_efficiency: float) -> float:
+    """A collective over ``gpus`` GPUs: one fixed latency, ``steps`` hops, and each GPU moving
+    ``moved`` times ``message_bytes`` over its link; zero for a single GPU."""
+    if gpus <= 1:
+        return 0.0
+    return latency_s + steps * hop_latency_s + moved * message_bytes / (link_bytes_per_s * bandwidth_efficiency)
+
+
 def allreduce_time_s(
     message_bytes: float, gpus: int, link_bytes_per_s: float, latency_s: float, hop_latency_s: float,
     bandwidth_efficiency: float,
 ) -> float:
-    """Ring all-reduce of ``message_bytes`` over ``gpus`` GPUs; zero for a single GPU."""
-    if gpus <= 1:
-        return 0.0
+    """Ring all-reduce of ``message_bytes`` over ``gpus`` GPUs: 2(g - 1) steps, each GPU moving
+    2(g - 1)/g of the message."""
     steps = 2 * (gpus - 1)
-    return latency_s + steps * hop_latency_s + steps / gpus * message_bytes / (link_bytes_per_s * bandwidth_efficiency)
+    return _collective_s(message_bytes, gpus, steps, steps / gpus, link_bytes_per_s, latency_s, hop_latency_s,
+                         bandwidth_efficiency)
 
 
 def alltoall_time_s(
@@ -35,11 +44,8 @@ def alltoall_time_s(
     bandwidth_efficiency: float,
 ) -> float:
     """All-to-all where each GPU sends (gpus - 1)/gpus of ``message_bytes`` to its peers."""
-    if gpus <= 1:
-        return 0.0
-    return latency_s + (gpus - 1) * hop_latency_s + (gpus - 1) / gpus * message_bytes / (
-        link_bytes_per_s * bandwidth_efficiency
-    )
+    return _collective_s(message_bytes, gpus, gpus - 1, (gpus - 1) / gpus, link_bytes_per_s, latency_s,
+                         hop_latency_s, bandwidth_efficiency)
 
 
 def parallel_comm_time_s(llm: LLM, gpu: GPU, physics: Physics, *, tp: int, ep: int, tokens: float) -> float:

@@ -81,8 +81,45 @@ class GPUPriceChoice:
         return dict(self.tier_sources).get(tier, self.source)
 
 
+class _Replica:
+    """What a decode and a prefill-pool configuration share: the replica's layout, its GPUs and
+    nodes, and its price per hour and month (the dataclasses below hold the fields)."""
+
+    tp: int
+    pp: int
+    ep: int
+    dp_attention: int
+    node_gpus: int
+    price: GPUPriceChoice
+    hours_per_month: float
+
+    @property
+    def layout(self) -> Layout:
+        """The replica's parallel layout."""
+        return Layout(self.tp, self.pp, self.ep, self.dp_attention)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs per replica: ``tp x dp_attention x pp`` (``tp`` for a tensor-parallel group)."""
+        return self.layout.gpus
+
+    @property
+    def nodes_per_replica(self) -> int:
+        """Nodes (servers) one replica occupies."""
+        return -(-self.gpus_per_replica // self.node_gpus)
+
+    def usd_per_replica_hour_in(self, tier: str) -> float:
+        """Price of one replica for one hour in capacity tier ``tier``."""
+        return self.gpus_per_replica * self.price.tier(tier)
+
+    @property
+    def monthly_cost_per_replica_usd(self) -> float:
+        """Price of one replica kept on all month at the plain price."""
+        return self.gpus_per_replica * self.price.usd_per_gpu_hour * self.hours_per_month
+
+
 @dataclass(frozen=True)
-class Candidate:
+class Candidate(_Replica):
     """One decode replica configuration of one product, at its largest feasible batch."""
 
     product: str
@@ -107,11 +144,6 @@ class Candidate:
     dp_attention: int = 1
     node_gpus: int = 8
 
-    @property
-    def layout(self) -> Layout:
-        """The replica's parallel layout."""
-        return Layout(self.tp, self.pp, self.ep, self.dp_attention)
-
     def ttft_at(self, utilisation: float) -> float | None:
         """Modelled TTFT of a colocated or headroom-mode replica loaded to ``utilisation`` of its
         throughput (None in pool mode, where the pool sets TTFT)."""
@@ -124,16 +156,6 @@ class Candidate:
         """Stable name: ``{product}/{mode}/{gpu}/tp{tp}[/pp{pp}/ep{ep}/dp{dp}]/{precision}/b{batch}``."""
         return (f"{self.product}/{self.mode}/{self.gpu}/tp{self.tp}{self.layout.key_suffix()}"
                 f"/{self.precision}/b{self.batch}")
-
-    @property
-    def gpus_per_replica(self) -> int:
-        """GPUs per replica: ``tp x dp_attention x pp`` (``tp`` for a tensor-parallel group)."""
-        return self.layout.gpus
-
-    @property
-    def nodes_per_replica(self) -> int:
-        """Nodes (servers) one replica occupies."""
-        return -(-self.gpus_per_replica // self.node_gpus)
 
     @property
     def replica_tokens_per_s(self) -> float:
@@ -150,18 +172,10 @@ class Candidate:
         """Price of one replica for one hour at the plain (on-demand) price."""
         return self.gpus_per_replica * self.price.usd_per_gpu_hour
 
-    def usd_per_replica_hour_in(self, tier: str) -> float:
-        """Price of one replica for one hour in capacity tier ``tier``."""
-        return self.gpus_per_replica * self.price.tier(tier)
-
-    @property
-    def monthly_cost_per_replica_usd(self) -> float:
-        """Price of one replica kept on all month at the plain price."""
-        return self.usd_per_replica_hour * self.hours_per_month
 
 
 @dataclass(frozen=True)
-class PoolCandidate:
+class PoolCandidate(_Replica):
     """One prefill-pool replica configuration of one product."""
 
     product: str
@@ -181,24 +195,9 @@ class PoolCandidate:
     node_gpus: int = 8
 
     @property
-    def layout(self) -> Layout:
-        """The replica's parallel layout."""
-        return Layout(self.tp, self.pp, self.ep, self.dp_attention)
-
-    @property
     def key(self) -> str:
         """Stable name: ``{product}/pool/{gpu}/tp{tp}[/pp{pp}]/{precision}``."""
         return f"{self.product}/pool/{self.gpu}/tp{self.tp}{self.layout.key_suffix()}/{self.precision}"
-
-    @property
-    def gpus_per_replica(self) -> int:
-        """GPUs per pool replica: ``tp x pp``."""
-        return self.layout.gpus
-
-    @property
-    def nodes_per_replica(self) -> int:
-        """Nodes (servers) one pool replica occupies."""
-        return -(-self.gpus_per_replica // self.node_gpus)
 
     @property
     def flops_per_s(self) -> float:
@@ -213,15 +212,6 @@ class PoolCandidate:
     def ttft_s(self, utilisation: float) -> float:
         """Time to first token at pool utilisation ``utilisation``: queue + prefill + KV hand-off."""
         return pool_ttft_s(self.service_s, self.transfer_s, utilisation, self.admission_s)
-
-    def usd_per_replica_hour_in(self, tier: str) -> float:
-        """Price of one pool replica for one hour in capacity tier ``tier``."""
-        return self.gpus_per_replica * self.price.tier(tier)
-
-    @property
-    def monthly_cost_per_replica_usd(self) -> float:
-        """Price of one replica kept on all month at the plain price."""
-        return self.gpus_per_replica * self.price.usd_per_gpu_hour * self.hours_per_month
 
 
 @dataclass
