@@ -74,12 +74,12 @@ HIGHS_NODE_LIMIT = 2000
 
 
 def solve(lp: LinearProblem, solver: Solver = "highs", time_limit_s: float | None = None, mip_rel_gap: float = 1e-6,
-          cutoff: float | None = None) -> SolveResult:
-    """Solve ``lp`` with ``solver`` (``highs`` or ``ortools``). With ``highs`` a MIP not proven
-    within :data:`HIGHS_NODE_LIMIT` nodes is handed to SCIP (OR-Tools) for the rest of the time;
-    the result names both. With ``cutoff``, see :meth:`Session.solve`."""
+          cutoff: float | None = None, handover: bool = True) -> SolveResult:
+    """Solve ``lp`` with ``solver`` (``highs`` or ``ortools``). With ``highs`` and ``handover`` a
+    MIP not proven within :data:`HIGHS_NODE_LIMIT` nodes is handed to SCIP (OR-Tools) for the rest
+    of the time; the result names both. With ``cutoff``, see :meth:`Session.solve`."""
     return Session(lp, solver).solve(lp.col_lower, lp.col_upper, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap,
-                                     cutoff=cutoff)
+                                     cutoff=cutoff, handover=handover)
 
 
 def solve_restricted(lp: LinearProblem, lower: list[float], upper: list[float], solver: Solver = "highs", *,
@@ -143,9 +143,10 @@ class Session:
         self._highs: Any = None
         self._relaxed = False
 
-    def solve(self, lower: list[float], upper: list[float], *, relax: bool = False,
-              time_limit_s: float | None = None, mip_rel_gap: float = 1e-6, cutoff: float | None = None) -> SolveResult:
-        """Solve under column bounds ``lower``/``upper`` (the MIP, or its LP relaxation with ``relax``).
+    def solve(self, lower: list[float], upper: list[float], *, relax: bool = False, time_limit_s: float | None = None,
+              mip_rel_gap: float = 1e-6, cutoff: float | None = None, handover: bool = True) -> SolveResult:
+        """Solve under column bounds ``lower``/``upper`` (the MIP, or its LP relaxation with ``relax``);
+        ``handover=False`` keeps a MIP on HiGHS to the end (no hand-over to SCIP).
 
         With ``cutoff`` only a solution costing less is wanted: a MIP stops as soon as its bound
         reaches the cutoff (status ``cutoff``: no such solution). HiGHS is interrupted from its
@@ -163,7 +164,7 @@ class Session:
         if self.solver == "ortools":
             return scip(time_limit_s)
         first = self._run_highs(lower, upper, relax, time_limit_s, mip_rel_gap,
-                                None if relax else HIGHS_NODE_LIMIT, cutoff)
+                                None if relax or not handover else HIGHS_NODE_LIMIT, cutoff)
         if first.status != "node_limit":
             return first
         left = None if time_limit_s is None else max(0.05, time_limit_s - first.solve_time_s)
