@@ -55,6 +55,7 @@ class Solved:
     parts: dict[str, Part] = field(default_factory=dict)
     models: dict[int, LinearProblem] = field(default_factory=dict)
     plans: dict[str, ProductPlan] = field(default_factory=dict)
+    solution: dict[tuple[str, tuple[Any, ...]], float] = field(default_factory=dict)  # values by column key
 
     @property
     def model_size(self) -> tuple[int, int]:
@@ -66,10 +67,13 @@ class Solved:
         return list({id(p.result): p.result for p in self.parts.values()}.values())
 
 
-def solve_component(task: tuple[FleetProblem, list[str], str, Deadline | float | None, float]) -> Outcome:
+def solve_component(task: tuple[FleetProblem, list[str], str, Deadline | float | None, float],
+                    start: dict[tuple[str, tuple[Any, ...]], float] | None = None) -> Outcome:
     """Solve one group of coupled products: (problem, MIP solved, the product's whole model or None,
     result or None if infeasible, problem to read the solution from). A single product goes
-    through :func:`solve_by_configuration`; a coupled group is one MIP after the exact reductions."""
+    through :func:`solve_by_configuration`; a coupled group is one MIP after the exact reductions,
+    started from ``start`` (values by column key, e.g. the plan of the same group under a tighter
+    limit) when given."""
     whole, names, solver, deadline, gap = task
     if not isinstance(deadline, Deadline):  # seconds, in a worker process
         deadline = Deadline.after(deadline)
@@ -86,7 +90,8 @@ def solve_component(task: tuple[FleetProblem, list[str], str, Deadline | float |
     lp = to_linear_problem(build_model(small))
     # a coupled group's joint MIP stays on HiGHS: the hand-over to SCIP serves one product's
     # knapsack-like MIPs; on joint MIPs SCIP was the slower (portfolio-20: 9.6 s against 5.5 s)
-    res = solve(lp, solver, time_limit_s=deadline.solver_limit(), mip_rel_gap=gap, handover=False)
+    first = [start.get(k, 0.0) for k in lp.col_keys] if start else None
+    res = solve(lp, solver, time_limit_s=deadline.solver_limit(), mip_rel_gap=gap, handover=False, start=first)
     if res.status == "infeasible":
         return small, lp, None, None, None
     return small, lp, None, res, small
@@ -200,11 +205,12 @@ def infeasible_message(prob: FleetProblem, names: list[str], solver: Solver) -> 
 
 
 def solve_components(prob: FleetProblem, products: list[Product], solver: Solver, deadline: Deadline, gap: float,
-                     jobs: int = 1) -> Solved:
+                     jobs: int = 1, start: dict[tuple[str, tuple[Any, ...]], float] | None = None) -> Solved:
     """Solve every group of coupled products of ``prob`` within ``deadline`` and read the plans of
     ``products``. Independent multi-hour groups run in ``jobs`` worker processes; each result is
     what the same call gives in this process, so the plan does not depend on the scheduling.
-    Workers are started fresh (spawn), so a calling script needs the usual ``if __name__ == "__main__"``."""
+    Workers are started fresh (spawn), so a calling script needs the usual ``if __name__ == "__main__"``.
+    ``start``: a solution to start coupled groups' MIPs from (see :func:`solve_component`)."""
     components = coupled_components(prob)
     tasks = [(prob.restrict(names).derive(monthly_budget_usd=None), names, solver, deadline, gap)
              for names in components]
@@ -213,7 +219,7 @@ def solve_components(prob: FleetProblem, products: list[Product], solver: Solver
     if len(heavy) > 1 and jobs > 1:
         outcomes = _in_workers(tasks, heavy, jobs, deadline)
     else:
-        outcomes = _in_turn(tasks, deadline, solved)
+        outcomes = _in_turn(tasks, deadline, solved, start)
     pieces = [(names, o) for names, o in zip(components, outcomes) if names not in solved.decomposed]
     pieces += [([name], o) for names, os_ in zip(components, outcomes) if names in solved.decomposed
                for name, o in zip(names, os_)]
@@ -224,6 +230,7 @@ def solve_components(prob: FleetProblem, products: list[Product], solver: Solver
         if not res.optimal and not (res.status == Status.TIME_LIMIT and res.values):
             raise SolverError(f"{solver} returned no proven-optimal plan for {', '.join(names)}: {res.termination}")
         solved.models[id(lp)] = lp
+        solved.solution.update(zip(lp.col_keys, res.values))
         for name in names:
             solved.parts[name] = Part(whole, base_lp, res)
         for pp in extract(lp, res, sub, [by_name[n] for n in names]):
@@ -242,7 +249,8 @@ def _in_workers(tasks: list[Any], heavy: list[Any], jobs: int, deadline: Deadlin
     return [done[id(t)] if id(t) in done else solve_component(t) for t in tasks]
 
 
-def _in_turn(tasks: list[Any], deadline: Deadline, solved: Solved) -> list[Any]:
+def _in_turn(tasks: list[Any], deadline: Deadline, solved: Solved,
+             start: dict[tuple[str, tuple[Any, ...]], float] | None = None) -> list[Any]:
     """Outcomes of ``tasks`` one after another, each with a share of the time by its size; a
     group too large for one MIP is planned product by product (added to ``solved.decomposed``,
     its lower bound to ``solved.bounds``)."""
@@ -258,7 +266,7 @@ def _in_turn(tasks: list[Any], deadline: Deadline, solved: Solved) -> list[Any]:
             outcomes.append(group)
             solved.bounds.append(bound)
         else:
-            outcomes.append(solve_component((w, n, so, share, g)))
+            outcomes.append(solve_component((w, n, so, share, g), start))
     return outcomes
 
 

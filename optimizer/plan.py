@@ -52,6 +52,7 @@ def make_plan(
     deadline: Deadline | None = None,
     reductions: bool = True,
     demand: dict[str, list[float]] | None = None,
+    start: dict[tuple[str, tuple[Any, ...]], float] | None = None,
 ) -> Plan:
     """Solve ``scenario`` to proven optimality, or as far as the deadline allows, and explain the result.
 
@@ -65,8 +66,9 @@ def make_plan(
     independent multi-hour components in that many worker processes; ``reductions=False`` solves
     the problem as built (benchmarks measure what the exact reductions save); ``demand`` is each
     product's queries per second hour by hour when already read (profiles are read once per
-    plan). The budget is checked against the plan's total; with limited GPUs the plan also
-    carries the cost of planning the products first come, first served.
+    plan); ``start`` is a solution by column key (a plan's ``solution``) to start joint MIPs from.
+    The budget is checked against the plan's total; with limited GPUs the plan also carries the
+    cost of planning the products first come, first served.
 
     Everything runs within one ``deadline`` (by default ``options.time_limit_s`` from now, or
     :data:`DEFAULT_TIME_LIMIT_S`): the plan itself gets most of it and stops with the best plan
@@ -78,16 +80,19 @@ def make_plan(
     if deadline is None:
         deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S)
 
-    resolve = _replanner(catalog, solver, preset, folder, dict(with_api=with_api, reductions=reductions, demand=demand))
+    keywords = dict(with_api=with_api, reductions=reductions, demand=demand)
+    resolve = _replanner(catalog, solver, preset, folder, keywords)
     plan = _solve_plan(scenario, catalog, solver, alternatives, preset, folder, with_api, jobs, deadline,
-                       dict(reductions=reductions, demand=demand))
+                       dict(reductions=reductions, demand=demand), start)
     check_budget(plan, scenario, lambda variant, within: _cost(resolve(variant, within)), with_api, deadline)
     prob = plan.problem
     if compare_first_come and (prob.gpu_availability or prob.tier_availability) and len(plan.scenario.products) > 1:
         plan.first_come_monthly_cost_usd = first_come_cost(prob, list(plan.scenario.products), solver,
                                                            plan.scenario.options, deadline)
     if alternatives:
-        plan.binding_limits = binding_limits(plan, scenario, resolve, deadline.share(EXPLAIN_SHARE))
+        # a limit relaxed by one step leaves the plan feasible: its re-plan starts from the plan
+        warm = _replanner(catalog, solver, preset, folder, {**keywords, "start": plan.solution})
+        plan.binding_limits = binding_limits(plan, scenario, warm, deadline.share(EXPLAIN_SHARE))
     plan.stopped = list(deadline.stopped)
     return plan
 
@@ -115,7 +120,8 @@ def _cost(found: tuple[float, bool] | None) -> float:
 
 
 def _solve_plan(scenario: Scenario, catalog: Catalog, solver: Solver, alternatives: bool, preset: Preset,
-                folder: Path | None, with_api: bool, jobs: int, deadline: Deadline, build: dict[str, Any]) -> Plan:
+                folder: Path | None, with_api: bool, jobs: int, deadline: Deadline, build: dict[str, Any],
+                start: dict[tuple[str, tuple[Any, ...]], float] | None = None) -> Plan:
     """The cheapest plan of ``scenario`` with its explanations (see :func:`make_plan`); with
     ``allow_pooling``, the cheaper of pooled and separate replicas (each with half the time).
     ``build`` holds the keywords of :func:`build_problem` (reductions, demand)."""
@@ -127,14 +133,15 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: Solver, alternativ
     products = [u.request for u in planned]
     timings.candidates_s = time.perf_counter() - t0
     opts = scenario.options
-    solved = solve_components(prob, products, solver, own.share(MAIN_SOLVE_SHARE), opts.mip_rel_gap, jobs)
+    solved = solve_components(prob, products, solver, own.share(MAIN_SOLVE_SHARE), opts.mip_rel_gap, jobs, start)
     timings.solve_s = time.perf_counter() - t0 - timings.candidates_s
     plans = [solved.plans[p.name] for p in products]
     result = combined_result(solved, solver, timings.solve_s)
     explain_products(plans, solved, catalog, preset, opts, solver, own.share(EXPLAIN_SHARE), alternatives)
     plan = Plan(scenario=scenario.model_copy(update={"products": products}), preset=preset, solve_result=result,
                 products=plans, candidate_sets=sets, problem=prob, model_size=solved.model_size, timings=timings,
-                components=solved.components, members={u.name: list(u.members) for u in planned})
+                components=solved.components, members={u.name: list(u.members) for u in planned},
+                solution=solved.solution)
     plan.instances = instance_report(plan)
     allocate_stranded(plan)
     if solved.decomposed:
@@ -147,7 +154,7 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: Solver, alternativ
             plan.separate[name] = separate_cost(prob, pd, plan.members[name], solver, opts, own)
     # pooling is allowed, not imposed: keep whichever of pooled and separate replicas is cheaper
     unpooled = scenario.model_copy(update={"limits": scenario.limits.model_copy(update={"allow_pooling": False})})
-    alt = _solve_plan(unpooled, catalog, solver, alternatives, preset, folder, with_api, jobs, deadline, build)
+    alt = _solve_plan(unpooled, catalog, solver, alternatives, preset, folder, with_api, jobs, deadline, build, start)
     note = {"pooled_monthly_cost_usd": round(plan.monthly_cost_usd, 2),
             "separate_monthly_cost_usd": round(alt.monthly_cost_usd, 2)}
     if alt.monthly_cost_usd < plan.monthly_cost_usd - MONEY_TOLERANCE_USD:

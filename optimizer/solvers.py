@@ -74,12 +74,13 @@ HIGHS_NODE_LIMIT = 2000
 
 
 def solve(lp: LinearProblem, solver: Solver = "highs", time_limit_s: float | None = None, mip_rel_gap: float = 1e-6,
-          cutoff: float | None = None, handover: bool = True) -> SolveResult:
+          cutoff: float | None = None, handover: bool = True, start: list[float] | None = None) -> SolveResult:
     """Solve ``lp`` with ``solver`` (``highs`` or ``ortools``). With ``highs`` and ``handover`` a
     MIP not proven within :data:`HIGHS_NODE_LIMIT` nodes is handed to SCIP (OR-Tools) for the rest
-    of the time; the result names both. With ``cutoff``, see :meth:`Session.solve`."""
+    of the time; the result names both. With ``cutoff``, see :meth:`Session.solve`; ``start`` is a
+    solution HiGHS may start its MIP search from (ignored where it is not feasible)."""
     return Session(lp, solver).solve(lp.col_lower, lp.col_upper, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap,
-                                     cutoff=cutoff, handover=handover)
+                                     cutoff=cutoff, handover=handover, start=start)
 
 
 def solve_restricted(lp: LinearProblem, lower: list[float], upper: list[float], solver: Solver = "highs", *,
@@ -144,7 +145,8 @@ class Session:
         self._relaxed = False
 
     def solve(self, lower: list[float], upper: list[float], *, relax: bool = False, time_limit_s: float | None = None,
-              mip_rel_gap: float = 1e-6, cutoff: float | None = None, handover: bool = True) -> SolveResult:
+              mip_rel_gap: float = 1e-6, cutoff: float | None = None, handover: bool = True,
+              start: list[float] | None = None) -> SolveResult:
         """Solve under column bounds ``lower``/``upper`` (the MIP, or its LP relaxation with ``relax``);
         ``handover=False`` keeps a MIP on HiGHS to the end (no hand-over to SCIP).
 
@@ -164,7 +166,7 @@ class Session:
         if self.solver == "ortools":
             return scip(time_limit_s)
         first = self._run_highs(lower, upper, relax, time_limit_s, mip_rel_gap,
-                                None if relax or not handover else HIGHS_NODE_LIMIT, cutoff)
+                                None if relax or not handover else HIGHS_NODE_LIMIT, cutoff, start)
         if first.status != "node_limit":
             return first
         left = None if time_limit_s is None else max(0.05, time_limit_s - first.solve_time_s)
@@ -182,7 +184,8 @@ class Session:
         )
 
     def _run_highs(self, lower: list[float], upper: list[float], relax: bool, time_limit_s: float | None,
-                   mip_rel_gap: float, max_nodes: int | None, cutoff: float | None = None) -> SolveResult:
+                   mip_rel_gap: float, max_nodes: int | None, cutoff: float | None = None,
+                   start: list[float] | None = None) -> SolveResult:
         import highspy
         import numpy as np
 
@@ -206,6 +209,8 @@ class Session:
             self._relaxed = relax
         if integer:
             h.clearSolver()
+            if start is not None:
+                _start_from(h, highspy, start)
         h.setOptionValue("mip_rel_gap", mip_rel_gap)
         h.setOptionValue("time_limit", float(time_limit_s) if time_limit_s is not None else inf)
         h.setOptionValue("mip_max_nodes", int(max_nodes) if max_nodes is not None else 2**31 - 1)
@@ -235,6 +240,14 @@ class Session:
             return replace(res, status="cutoff", termination=f"no solution below {cutoff:,.2f}", values=[],
                            objective=None)
         return res
+
+
+def _start_from(h: Any, highspy: Any, values: list[float]) -> None:
+    """Offer HiGHS ``values`` as a first MIP solution (it checks and ignores one that is not feasible)."""
+    sol = highspy.HighsSolution()
+    sol.col_value = list(values)
+    sol.value_valid = True
+    h.setSolution(sol)
 
 
 def _quiet_highs(highspy: Any) -> Any:
