@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import yaml
-
 from fleetplan.catalogs.loader import InputError
+from fleetplan.models.layout import Layout
 
 ENGINE_NAMES = ("vllm", "sglang", "trtllm")
 PORT = 8000
@@ -61,8 +61,8 @@ class ReplicaSet:
 
     @property
     def gpus(self) -> int:
-        """GPUs of one replica: tp x pp x attention-DP ranks."""
-        return self.tp * self.pp * self.dp_attention
+        """GPUs of one replica (:attr:`fleetplan.models.layout.Layout.gpus`)."""
+        return Layout(self.tp, self.pp, self.ep, self.dp_attention).gpus
 
     @property
     def nodes(self) -> int:

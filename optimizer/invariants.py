@@ -20,10 +20,9 @@ ABS_FLOPS = 1e3  # FLOP/s: prefill demand is of order 1e15
 
 
 def _replicas(pp: ProductPlan, pool: bool, h: int) -> dict[Tier, int]:
-    """Replicas of the product's decode (or pool) configuration in hour ``h``, per tier."""
-    if pool:
-        return {Tier.RESERVED: pp.pool_reserved, Tier.ON_DEMAND: pp.pool_on_demand[h], Tier.SPOT: pp.pool_spot[h]}
-    return {Tier.RESERVED: pp.reserved, Tier.ON_DEMAND: pp.on_demand[h], Tier.SPOT: pp.spot[h]}
+    """Replicas of the product's decode (or pool) configuration in hour ``h``, per tier: the
+    plan's own counts (:meth:`Fleet.by_tier`), no formula."""
+    return (pp.prefill_pool if pool else pp.decode).by_tier(h)
 
 
 def _gpus(plan: Plan) -> dict[tuple[str, Tier, int], int]:
