@@ -40,6 +40,7 @@ def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dic
     from fleetplan.io import SCENARIO_PRESET_HINT, resolve_preset, scenario_inputs
     from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline, Progress
     from fleetplan.optimizer.plan import make_plan
+    from fleetplan.optimizer.problem import CandidateMemo
     from fleetplan.optimizer.results import plan_to_dict
     from fleetplan.optimizer.scenario import load_scenario
     from fleetplan.optimizer.sensitivity import Replanner, tornado
@@ -52,8 +53,10 @@ def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dic
     progress = Progress.for_terminal()
     deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S, progress)
     try:
-        plan = make_plan(scenario, catalog, solver=args.solver, preset=preset, folder=folder, deadline=deadline.share(0.5))
-        rows = tornado(scenario, Replanner(catalog, preset, folder, args.solver), deadline, plan)
+        memo = CandidateMemo()
+        plan = make_plan(scenario, catalog, solver=args.solver, preset=preset, folder=folder, deadline=deadline.share(0.5),
+                         memo=memo)
+        rows = tornado(scenario, Replanner(catalog, preset, folder, args.solver, memo), deadline, plan)
     finally:
         progress.close()
     return plan_to_dict(plan), rows, out

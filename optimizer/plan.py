@@ -28,7 +28,7 @@ from fleetplan.optimizer.defaults import EXPLAIN_SHARE, MAIN_SOLVE_SHARE, MONEY_
 from fleetplan.optimizer.demand import hourly_qps
 from fleetplan.optimizer.errors import InfeasibleError, SolverError
 from fleetplan.optimizer.explain import explain_products
-from fleetplan.optimizer.problem import build_problem
+from fleetplan.optimizer.problem import CandidateMemo, build_problem
 from fleetplan.optimizer.scenario import Scenario
 from fleetplan.optimizer.solution import (
     Plan,
@@ -53,6 +53,7 @@ def make_plan(
     reductions: bool = True,
     demand: dict[str, list[float]] | None = None,
     start: dict[tuple[str, tuple[Any, ...]], float] | None = None,
+    memo: CandidateMemo | None = None,
 ) -> Plan:
     """Solve ``scenario`` to proven optimality, or as far as the deadline allows, and explain the result.
 
@@ -66,7 +67,8 @@ def make_plan(
     independent multi-hour components in that many worker processes; ``reductions=False`` solves
     the problem as built (benchmarks measure what the exact reductions save); ``demand`` is each
     product's queries per second hour by hour when already read (profiles are read once per
-    plan); ``start`` is a solution by column key (a plan's ``solution``) to start joint MIPs from.
+    plan); ``start`` is a solution by column key (a plan's ``solution``) to start joint MIPs from;
+    ``memo`` keeps candidate sets for the command's other plans (its re-plans share it).
     The budget is checked against the plan's total; with limited GPUs the plan also carries the
     cost of planning the products first come, first served.
 
@@ -80,10 +82,11 @@ def make_plan(
     if deadline is None:
         deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S)
 
-    keywords = dict(with_api=with_api, reductions=reductions, demand=demand)
+    memo = memo if memo is not None else CandidateMemo()
+    keywords = dict(with_api=with_api, reductions=reductions, demand=demand, memo=memo)
     resolve = _replanner(catalog, solver, preset, folder, keywords)
     plan = _solve_plan(scenario, catalog, solver, alternatives, preset, folder, with_api, jobs, deadline,
-                       dict(reductions=reductions, demand=demand), start)
+                       dict(reductions=reductions, demand=demand, memo=memo), start)
     check_budget(plan, scenario, lambda variant, within: _cost(resolve(variant, within)), with_api, deadline)
     prob = plan.problem
     if compare_first_come and (prob.gpu_availability or prob.tier_availability) and len(plan.scenario.products) > 1:

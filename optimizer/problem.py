@@ -200,25 +200,53 @@ def explain_no_candidates(product: Product, cs: CandidateSet) -> str:
     return f"{where}: infeasible: no prefill pool configuration fits {product.model}"
 
 
+# Product fields candidate generation does not read: demand and what pays for it.
+_NOT_GENERATION = frozenset({"peak_qps", "demand_profile", "api", "self_host_fixed_monthly_usd"})
+# Option fields candidate generation does not read: how long and how exactly to solve.
+_NOT_GENERATION_OPTIONS = frozenset({"time_limit_s", "mip_rel_gap"})
+
+
+@dataclass
+class CandidateMemo:
+    """Candidate sets one command has generated, so that its re-plans of variants that change
+    only demand, limits or solver settings (binding-limit values, the tornado's demand swing)
+    reuse them. The key is everything generation reads: the product but its demand, the options
+    but the solver settings, and the catalog and preset objects (alive for the command)."""
+
+    sets: dict[tuple[str, str, int, int], CandidateSet] = field(default_factory=dict)
+
+    def generate(self, product: Product, llm: LLM, catalog: Catalog, scenario: Scenario, preset: Preset
+                 ) -> CandidateSet:
+        """The product's candidate set, generated once per key; the caller gets its own lists."""
+        key = (product.model_dump_json(exclude=set(_NOT_GENERATION)),
+               scenario.options.model_dump_json(exclude=set(_NOT_GENERATION_OPTIONS)), id(catalog), id(preset))
+        if key not in self.sets:
+            self.sets[key] = generate_candidates(product, llm, catalog, scenario.options, preset)
+        cs = self.sets[key]
+        return replace(cs, candidates=list(cs.candidates), pool=list(cs.pool), unpriced_gpus=list(cs.unpriced_gpus))
+
+
 def build_problem(
     scenario: Scenario, catalog: Catalog, preset: Preset, folder: Path | None = None, *, with_api: bool = True,
-    reductions: bool = True, demand: dict[str, list[float]] | None = None,
+    reductions: bool = True, demand: dict[str, list[float]] | None = None, memo: CandidateMemo | None = None,
 ) -> tuple[FleetProblem, dict[str, CandidateSet], list[Planned]]:
     """Candidates and demand of every product as MIP data; a product with no candidate is an error
     unless it may go entirely to its API. Also returns what is planned (:class:`Planned`): with
     ``allow_pooling``, one unit for each pooled group. ``demand``
-    is each product's queries per second hour by hour, when the caller has read the profiles."""
+    is each product's queries per second hour by hour, when the caller has read the profiles;
+    ``memo`` keeps candidate sets across the builds of one command."""
     check_options(catalog, scenario.options)
     qps = demand if demand is not None else hourly_qps(scenario.products, folder or Path("."))
+    memo = memo if memo is not None else CandidateMemo()
     sets: dict[str, CandidateSet] = {}
     data: dict[str, ProductData] = {}
     for product in scenario.products:
         data[product.name], sets[product.name] = _product_data(product, qps[product.name], scenario, catalog, preset,
-                                                               with_api)
+                                                               with_api, memo)
     planned = [Planned(p, (p,)) for p in scenario.products]
     if scenario.limits.allow_pooling:
         for members in pooling_groups(scenario, data):
-            group, pdata, cs = pooled_product(members, scenario, catalog, preset, data)
+            group, pdata, cs = pooled_product(members, scenario, catalog, preset, data, memo)
             for m in members:
                 del data[m.name]
             data[group.name], sets[group.name] = pdata, cs
@@ -246,10 +274,11 @@ def _limits(scenario: Scenario, catalog: Catalog) -> dict[str, Any]:
     }
 
 
-def _candidates(product: Product, llm: LLM, catalog: Catalog, scenario: Scenario, preset: Preset) -> CandidateSet:
+def _candidates(product: Product, llm: LLM, catalog: Catalog, scenario: Scenario, preset: Preset,
+                memo: CandidateMemo) -> CandidateSet:
     """The product's configurations; with whole instances, only replicas that fit in one instance
     or fill whole instances (a TP group never spans instances; a replica spanning nodes takes whole ones)."""
-    cs = generate_candidates(product, llm, catalog, scenario.options, preset)
+    cs = memo.generate(product, llm, catalog, scenario, preset)
     per_instance = scenario.limits.gpus_per_instance
     if scenario.limits.instance_gpus is not None:
         cs.candidates = [c for c in cs.candidates if fits_instances(c.tp, c.gpus_per_replica, per_instance(c.gpu))]
@@ -266,14 +295,14 @@ def fits_instances(tp: int, gpus_per_replica: int, per_instance: int | None) -> 
 
 
 def _product_data(product: Product, qps: list[float], scenario: Scenario, catalog: Catalog, preset: Preset,
-                  with_api: bool) -> tuple[ProductData, CandidateSet]:
+                  with_api: bool, memo: CandidateMemo) -> tuple[ProductData, CandidateSet]:
     """One product's MIP data and candidates; an error when the request does not fit the model's
     context, or no configuration serves it and it may not go all-API."""
     llm = catalog.model(product.model, f"products[{product.name}].model")
     if (problem := context_problem(product, llm)) is not None:
         raise InputError(problem)
     offer = resolve_api(product, catalog) if with_api else None
-    cs = _candidates(product, llm, catalog, scenario, preset)
+    cs = _candidates(product, llm, catalog, scenario, preset, memo)
     api_only_possible = offer is not None and product.api is not None and product.api.max_fraction >= 1.0
     if not cs.candidates and not api_only_possible:
         raise InfeasibleError(explain_no_candidates(product, cs))
@@ -351,12 +380,13 @@ def pooled_request(members: list[Product]) -> Product:
 
 def pooled_product(
     members: list[Product], scenario: Scenario, catalog: Catalog, preset: Preset, data: dict[str, ProductData],
+    memo: CandidateMemo,
 ) -> tuple[Planned, ProductData, CandidateSet]:
     """A pooled group as one unit of the MIP: summed hourly demand, candidates sized for the
     merged request (:func:`pooled_request`), prefill work per token the larger of the members'
     demand-weighted mean and maximum."""
     request = pooled_request(members)
-    cs = _candidates(request, catalog.models[request.model], catalog, scenario, preset)
+    cs = _candidates(request, catalog.models[request.model], catalog, scenario, preset, memo)
     if not cs.candidates:
         raise InfeasibleError(explain_no_candidates(request, cs))
     hours = len(data[members[0].name].demand_tokens_per_s)

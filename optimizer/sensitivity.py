@@ -22,6 +22,7 @@ from fleetplan.models.presets import Preset
 from fleetplan.optimizer.candidates import resolve_gpu_price
 from fleetplan.optimizer.deadline import Deadline
 from fleetplan.optimizer.errors import SolverError
+from fleetplan.optimizer.problem import CandidateMemo
 from fleetplan.optimizer.scenario import Product, Scenario
 from fleetplan.optimizer.solution import Plan
 
@@ -84,6 +85,7 @@ class Replanner:
     preset: Preset | None
     folder: Path
     solver: str = "highs"
+    memo: CandidateMemo | None = None
 
     def cost(self, scenario: Scenario, within: Deadline) -> tuple[float | None, bool, str | None]:
         """(monthly cost, proven optimal, why there is no plan) of ``scenario`` by ``within``."""
@@ -93,7 +95,7 @@ class Replanner:
             update={"mip_rel_gap": max(scenario.options.mip_rel_gap, SENSITIVITY_GAP)})})
         try:
             plan = make_plan(quick, self.catalog, self.solver, False, self.preset, self.folder,  # type: ignore[arg-type]
-                             compare_first_come=False, deadline=within)
+                             compare_first_come=False, deadline=within, memo=self.memo)
         except (InputError, SolverError) as exc:
             return None, False, str(exc)
         return round(plan.monthly_cost_usd, 2), plan.solve_result.optimal, None
@@ -107,7 +109,8 @@ class Replanner:
         from fleetplan.optimizer.problem import build_problem
 
         try:
-            prob, _, planned = build_problem(scenario, self.catalog, self.preset or get_preset(scenario.preset), self.folder)
+            prob, _, planned = build_problem(scenario, self.catalog, self.preset or get_preset(scenario.preset), self.folder,
+                                            memo=self.memo)
             kept = {name: _kept(pd, plan) for name, pd in prob.products.items()}
             empty = [name for name, pd in kept.items() if not pd.candidates and not pd.has_api]
             if empty:
