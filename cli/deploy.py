@@ -10,7 +10,19 @@ Engine flags are named as each engine documents them: vLLM ``vllm serve`` engine
 SGLang ``python -m sglang.launch_server`` server arguments, TensorRT-LLM ``trtllm-serve``
 options. FP4 weights need a checkpoint already quantized to FP4 (every engine reads the format
 from the checkpoint), and TensorRT-LLM reads FP8 weights the same way; the command says so in
-a comment. Owns this command; it computes nothing the plan does not hold."""
+a comment.
+
+A replica wider than a node runs one engine process per node, which meet at the replica's
+first node: SGLang with ``--nnodes``, ``--node-rank`` and ``--dist-init-addr``; vLLM with
+``--nnodes``, ``--node-rank`` and ``--master-addr`` (tensor and pipeline parallelism), or with
+``--data-parallel-size-local``, ``--data-parallel-start-rank`` and ``--data-parallel-address``
+when attention data-parallel ranks span the nodes, the other nodes ``--headless``. Every command
+reads the node's rank and the first node's address from the shell variables ``NODE_RANK`` and
+``LEADER_ADDRESS``: the launch script says to set them, a LeaderWorkerSet sets them from its
+``LWS_WORKER_INDEX`` and ``LWS_LEADER_ADDRESS``, a SkyPilot service from ``SKYPILOT_NODE_RANK``
+and ``SKYPILOT_NODE_IPS``. TensorRT-LLM starts a multi-node replica as one MPI job (``mpirun``
+or ``srun`` over the nodes, running ``trtllm-llmapi-launch trtllm-serve``); its commands say so.
+Owns this command; it computes nothing the plan does not hold."""
 
 from __future__ import annotations
 
@@ -35,6 +47,12 @@ GPU_LABEL = "fleetplan/gpu"
 # Each engine's published serving image (pin a release tag in production).
 IMAGES = {"vllm": "vllm/vllm-openai:latest", "sglang": "lmsysorg/sglang:latest",
           "trtllm": "nvcr.io/nvidia/tensorrt-llm/release:latest"}
+# Where the processes of a multi-node replica meet (SGLang's --dist-init-addr, vLLM's data-parallel RPC).
+RENDEZVOUS_PORT = 20000
+# Shell variables every multi-node command reads, and what sets them in each target.
+NODE_RANK, LEADER = "NODE_RANK", "LEADER_ADDRESS"
+LWS_ENV = f"{NODE_RANK}=$LWS_WORKER_INDEX; {LEADER}=$LWS_LEADER_ADDRESS;"
+SKYPILOT_ENV = f'{NODE_RANK}=$SKYPILOT_NODE_RANK; {LEADER}=$(echo "$SKYPILOT_NODE_IPS" | head -n1);'
 PRE_QUANTIZED = "# weights: give a checkpoint already quantized to {precision} (the engine reads it from the checkpoint)"
 
 
@@ -104,8 +122,27 @@ def replica_sets(d: dict[str, Any], catalog: Any) -> list[ReplicaSet]:
     return out
 
 
-def vllm_command(r: ReplicaSet) -> list[str]:
-    """``vllm serve`` with the set's engine arguments."""
+def _var(name: str) -> str:
+    """A shell variable, expanded where the command runs (see :func:`shell_join`)."""
+    return "$" + name
+
+
+def vllm_nodes(r: ReplicaSet, worker: bool) -> list[str]:
+    """vLLM's flags for one node of a multi-node replica (nothing for a one-node replica)."""
+    if r.nodes == 1:
+        return []
+    rank, leader = _var(NODE_RANK), _var(LEADER)
+    if r.dp_attention > 1:  # data-parallel ranks spread over the nodes, the same number on each
+        local = r.dp_attention // r.nodes
+        out = ["--data-parallel-size-local", str(local), "--data-parallel-start-rank", f"$(({rank} * {local}))",
+               "--data-parallel-address", leader, "--data-parallel-rpc-port", str(RENDEZVOUS_PORT)]
+    else:
+        out = ["--nnodes", str(r.nodes), "--node-rank", rank, "--master-addr", leader]
+    return out + (["--headless"] if worker else [])
+
+
+def vllm_command(r: ReplicaSet, worker: bool = False) -> list[str]:
+    """``vllm serve`` with the set's engine arguments (``worker``: a multi-node replica's other nodes)."""
     cmd = ["vllm", "serve", r.repo, "--tensor-parallel-size", str(r.tp), "--max-model-len", str(r.context_tokens),
            "--port", str(PORT)]
     cmd += ["--pipeline-parallel-size", str(r.pp)] if r.pp > 1 else []
@@ -114,10 +151,10 @@ def vllm_command(r: ReplicaSet) -> list[str]:
     if r.batch:
         cmd += ["--max-num-seqs", str(r.batch)]
     cmd += {"bf16": ["--dtype", "bfloat16"], "fp8": ["--quantization", "fp8"]}.get(r.precision, [])
-    return cmd + ["--kv-cache-dtype", "fp8" if r.kv_precision == "fp8" else "auto"]
+    return cmd + ["--kv-cache-dtype", "fp8" if r.kv_precision == "fp8" else "auto"] + vllm_nodes(r, worker)
 
 
-def sglang_command(r: ReplicaSet) -> list[str]:
+def sglang_command(r: ReplicaSet, worker: bool = False) -> list[str]:
     """``python -m sglang.launch_server`` with the set's server arguments."""
     # SGLang's --tp-size counts every GPU of a pipeline stage; attention DP splits it into ranks
     cmd = ["python", "-m", "sglang.launch_server", "--model-path", r.repo, "--tp-size", str(r.tp * r.dp_attention),
@@ -130,11 +167,15 @@ def sglang_command(r: ReplicaSet) -> list[str]:
     cmd += {"bf16": ["--dtype", "bfloat16"], "fp8": ["--quantization", "fp8"]}.get(r.precision, [])
     cmd += {"prefill": ["--disaggregation-mode", "prefill"],
             "decode-only": ["--disaggregation-mode", "decode"]}.get(r.role, [])
+    if r.nodes > 1:  # every node runs the same command; its rank tells it apart
+        cmd += ["--nnodes", str(r.nodes), "--node-rank", _var(NODE_RANK),
+                "--dist-init-addr", f"{_var(LEADER)}:{RENDEZVOUS_PORT}"]
     return cmd + ["--kv-cache-dtype", "fp8_e4m3" if r.kv_precision == "fp8" else "auto"]
 
 
-def trtllm_command(r: ReplicaSet) -> list[str]:
-    """``trtllm-serve`` (PyTorch backend) with the set's options."""
+def trtllm_command(r: ReplicaSet, worker: bool = False) -> list[str]:
+    """``trtllm-serve`` (PyTorch backend) with the set's options; a multi-node replica is one MPI
+    job started on its first node (``worker`` nodes only join it)."""
     # --tp_size counts every GPU of a pipeline stage (attention DP is an option of those ranks)
     cmd = ["trtllm-serve", r.repo, "--backend", "pytorch", "--tp_size", str(r.tp * r.dp_attention), "--max_seq_len",
            str(r.context_tokens), "--host", "0.0.0.0", "--port", str(PORT)]
@@ -142,10 +183,14 @@ def trtllm_command(r: ReplicaSet) -> list[str]:
     cmd += ["--ep_size", str(r.ep)] if r.ep > 1 else []
     if r.batch:
         cmd += ["--max_batch_size", str(r.batch)]
-    return cmd + ["--kv_cache_dtype", "fp8" if r.kv_precision == "fp8" else "auto"]
+    cmd += ["--kv_cache_dtype", "fp8" if r.kv_precision == "fp8" else "auto"]
+    if r.nodes > 1:
+        cmd = ["mpirun", "-np", str(r.gpus), "-npernode", str(r.node_gpus), "--host", _var("HOSTS"),
+               "trtllm-llmapi-launch", *cmd]
+    return cmd
 
 
-ENGINES: dict[str, Callable[[ReplicaSet], list[str]]] = {
+ENGINES: dict[str, Callable[..., list[str]]] = {
     "vllm": vllm_command, "sglang": sglang_command, "trtllm": trtllm_command,
 }
 
@@ -155,8 +200,29 @@ def pre_quantized(engine: str, r: ReplicaSet) -> bool:
     return r.precision == "fp4" or (engine == "trtllm" and r.precision == "fp8")
 
 
+def shell_join(cmd: list[str]) -> str:
+    """``cmd`` as one shell line: words quoted, the rendezvous variables left to the shell."""
+    return " ".join(f'"{w}"' if "$" in w and "'" not in w and '"' not in w.replace('\\"', "") else shlex.quote(w)
+                    for w in cmd)
+
+
+def node_note(engine: str, r: ReplicaSet) -> list[str]:
+    """How the nodes of a multi-node replica are started (comment lines of the launch script)."""
+    if r.nodes == 1:
+        return []
+    if engine == "trtllm":
+        return [f"# one replica spans {r.nodes} nodes of {r.node_gpus} GPUs: run on its first node, with HOSTS its "
+                f"{r.nodes} node addresses (comma-separated); the other nodes only accept the MPI job"]
+    lines = [f"# one replica spans {r.nodes} nodes of {r.node_gpus} GPUs: on each node set {NODE_RANK} (0 to "
+             f"{r.nodes - 1}) and {LEADER} (node 0's address), then run"]
+    if engine == "vllm":
+        lines.append("# the first command on node 0 and the second (--headless) on the others")
+    return lines
+
+
 def launch_script(engine: str, sets: list[ReplicaSet]) -> str:
-    """One commented launch command per replica set."""
+    """One commented launch command per replica set (and a second for the other nodes of a
+    vLLM replica that spans several)."""
     lines = ["#!/bin/sh", f"# launch commands for {engine}: one per replica set; run each on as many replicas as it says"]
     for r in sets:
         lines.append(f"\n# {r.name}: {r.replicas} replicas of {r.gpus} x {r.gpu} ({r.precision}, KV {r.kv_precision})")
@@ -166,21 +232,31 @@ def launch_script(engine: str, sets: list[ReplicaSet]) -> str:
             lines.append(f"# {r.role}: pair the prefill and decode sets with {engine}'s disaggregated-serving setup")
         if pre_quantized(engine, r):
             lines.append(PRE_QUANTIZED.format(precision=r.precision.upper()))
-        lines.append(shlex.join(ENGINES[engine](r)))
+        lines += node_note(engine, r)
+        lines.append(shell_join(ENGINES[engine](r)))
+        if r.nodes > 1 and engine == "vllm":
+            lines.append(shell_join(ENGINES[engine](r, worker=True)))
     return "\n".join(lines) + "\n"
 
 
-def _container(engine: str, r: ReplicaSet, gpus: int) -> dict[str, Any]:
+def node_command(engine: str, r: ReplicaSet, env: str, worker: bool = False) -> list[str]:
+    """The command of one node's process: the launch command itself for a one-node replica; for a
+    multi-node one, a shell that sets the rendezvous variables from ``env`` and runs it."""
+    cmd = ENGINES[engine](r, worker)
+    return cmd if r.nodes == 1 else ["sh", "-c", f"{env} exec {shell_join(cmd)}"]
+
+
+def _container(engine: str, r: ReplicaSet, gpus: int, worker: bool = False) -> dict[str, Any]:
     """The serving container of one pod: the launch command, the port and the GPUs it requests."""
     resource = GPU_RESOURCE.get(r.vendor, GPU_RESOURCE["nvidia"])
-    return {"name": "engine", "image": IMAGES[engine], "command": ENGINES[engine](r),
+    return {"name": "engine", "image": IMAGES[engine], "command": node_command(engine, r, LWS_ENV, worker),
             "ports": [{"containerPort": PORT}], "resources": {"limits": {resource: gpus}}}
 
 
-def _pod(engine: str, r: ReplicaSet, gpus: int) -> dict[str, Any]:
+def _pod(engine: str, r: ReplicaSet, gpus: int, worker: bool = False) -> dict[str, Any]:
     """A pod template on nodes of the set's GPU type."""
     return {"metadata": {"labels": {"app": r.name}},
-            "spec": {"nodeSelector": {GPU_LABEL: r.gpu}, "containers": [_container(engine, r, gpus)]}}
+            "spec": {"nodeSelector": {GPU_LABEL: r.gpu}, "containers": [_container(engine, r, gpus, worker)]}}
 
 
 def manifest(engine: str, r: ReplicaSet) -> dict[str, Any]:
@@ -191,10 +267,10 @@ def manifest(engine: str, r: ReplicaSet) -> dict[str, Any]:
         return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
                 "spec": {"replicas": r.replicas, "selector": {"matchLabels": {"app": r.name}},
                          "template": _pod(engine, r, r.gpus)}}
-    pod = _pod(engine, r, r.node_gpus)
+    group = {"size": r.nodes, "restartPolicy": "RecreateGroupOnPodRestart",
+             "leaderTemplate": _pod(engine, r, r.node_gpus), "workerTemplate": _pod(engine, r, r.node_gpus, True)}
     return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": meta,
-            "spec": {"replicas": r.replicas, "leaderWorkerTemplate": {"size": r.nodes, "leaderTemplate": pod,
-                                                                      "workerTemplate": pod}}}
+            "spec": {"replicas": r.replicas, "leaderWorkerTemplate": group}}
 
 
 def skypilot_service(engine: str, r: ReplicaSet) -> dict[str, Any]:
@@ -203,7 +279,17 @@ def skypilot_service(engine: str, r: ReplicaSet) -> dict[str, Any]:
             "service": {"readiness_probe": "/v1/models", "replicas": r.replicas},
             "resources": {"accelerators": f"{r.gpu}:{min(r.gpus, r.node_gpus)}", "ports": PORT},
             "num_nodes": r.nodes,
-            "run": shlex.join(ENGINES[engine](r))}
+            "run": skypilot_run(engine, r)}
+
+
+def skypilot_run(engine: str, r: ReplicaSet) -> str:
+    """The service's run script: the launch command, on every node of a multi-node replica with
+    its rank and the first node's address (vLLM's other nodes headless)."""
+    if r.nodes == 1:
+        return shlex.join(ENGINES[engine](r))
+    lead, rest = shell_join(ENGINES[engine](r)), shell_join(ENGINES[engine](r, worker=True))
+    pick = lead if lead == rest else f'if [ "${NODE_RANK}" = 0 ]; then {lead}; else {rest}; fi'
+    return f"{SKYPILOT_ENV}\n{pick}\n"
 
 
 def documents(args: argparse.Namespace, sets: list[ReplicaSet]) -> dict[str, str]:

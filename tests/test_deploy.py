@@ -28,8 +28,17 @@ def deploy(capsys, plan: Path, out: Path, *flags: str) -> None:
 
 
 def commands(script: str) -> list[list[str]]:
-    """The launch commands of a launch.sh, parsed as a shell would split them."""
-    return [shlex.split(line) for line in script.splitlines() if line and not line.startswith("#")]
+    """The launch commands of a launch.sh, parsed as a shell would split them, but the commands of
+    a multi-node replica's other nodes (vLLM's headless ones)."""
+    return [cmd for line in script.splitlines() if line and not line.startswith("#")
+            if "--headless" not in (cmd := shlex.split(line))]
+
+
+def engine_command(container: dict) -> list[str]:
+    """A container's engine command: the command itself, or what its ``sh -c`` runs after the
+    rendezvous variables of a multi-node replica."""
+    cmd = container["command"]
+    return shlex.split(cmd[2].split(" exec ", 1)[1]) if cmd[:2] == ["sh", "-c"] else cmd
 
 
 def flag(cmd: list[str], name: str) -> str | None:
@@ -63,7 +72,7 @@ def test_manifests_start_exactly_the_plans_gpus(capsys, tmp_path, plan):
             [container] = group["leaderTemplate"]["spec"]["containers"]
             pods = group["size"]
         per_pod = next(iter(container["resources"]["limits"].values()))
-        command = container["command"]
+        command = engine_command(container)
         per_replica = (int(flag(command, "--tensor-parallel-size")) * int(flag(command, "--pipeline-parallel-size") or 1)
                        * int(flag(command, "--data-parallel-size") or 1))
         assert per_pod * pods == per_replica
@@ -127,4 +136,36 @@ def test_a_replica_wider_than_a_node_becomes_a_leader_worker_set():
     assert group["size"] == 4  # 16 GPUs of a replica on nodes of 4
     [container] = group["workerTemplate"]["spec"]["containers"]
     assert container["resources"]["limits"] == {"nvidia.com/gpu": 4}
-    assert flag(container["command"], "--tp-size") == "16"
+    command = engine_command(container)
+    assert flag(command, "--tp-size") == "16"
+    # the four processes meet at the leader: the same command, each with its own rank
+    assert (flag(command, "--nnodes"), flag(command, "--node-rank"), flag(command, "--dist-init-addr")) == (
+        "4", "$NODE_RANK", "$LEADER_ADDRESS:20000")
+    assert container["command"][2].startswith("NODE_RANK=$LWS_WORKER_INDEX; LEADER_ADDRESS=$LWS_LEADER_ADDRESS;")
+
+
+def _run(env: dict[str, str], command: list[str]) -> list[str]:
+    """The arguments a node's shell passes to the engine: ``command`` run with the engine replaced
+    by a program that prints its arguments, one per line."""
+    import subprocess
+
+    script = command[2].replace(" exec ", " exec printf '%s\\n' ", 1)
+    out = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, check=True).stdout
+    return out.splitlines()
+
+
+def test_each_node_of_a_data_parallel_replica_gets_its_own_ranks():
+    from fleetplan.deploy import ReplicaSet, manifest
+
+    wide = ReplicaSet(name="ep", model="m", repo="org/m", gpu="h100-sxm", vendor="nvidia", tp=1, batch=64,
+                      precision="fp8", kv_precision="bf16", context_tokens=4096, replicas=2, node_gpus=8, ep=16,
+                      dp_attention=16)
+    group = manifest("vllm", wide)["spec"]["leaderWorkerTemplate"]
+    [leader] = group["leaderTemplate"]["spec"]["containers"]
+    [worker] = group["workerTemplate"]["spec"]["containers"]
+    env = {"LWS_LEADER_ADDRESS": "ep-0.ep", "PATH": "/usr/bin:/bin"}
+    first = _run({**env, "LWS_WORKER_INDEX": "0"}, leader["command"])
+    second = _run({**env, "LWS_WORKER_INDEX": "1"}, worker["command"])
+    assert (flag(first, "--data-parallel-start-rank"), flag(second, "--data-parallel-start-rank")) == ("0", "8")
+    assert flag(first, "--data-parallel-size-local") == "8" and flag(first, "--data-parallel-size") == "16"
+    assert flag(second, "--data-parallel-address") == "ep-0.ep" and "--headless" in second and "--headless" not in first
