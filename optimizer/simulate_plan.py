@@ -1,0 +1,219 @@
+"""Simulate a plan (its JSON document) against its targets: the wiring of :mod:`fleetplan.optimizer.simulate`.
+
+Owns choosing the hour, its arrivals (a trace's busiest hour landing on it, or a Poisson sample at
+the hour's rate), the replicas of that hour, the step and prefill times of the planned
+configuration, and the summary per product. It reads no file itself (the CLI reads the plan and
+the trace).
+
+The hour: ``--hour`` or the plan's peak hour (the most demand). Its self-hosted rate is its
+demand less the API's tokens, over the product's output tokens. From a trace, the hour's
+arrivals are those of the busiest trace hour that lands on it (:mod:`fleetplan.optimizer.trace`),
+each sent to the API with the API's share of the hour (a seeded draw); at most ``requests`` of
+them are simulated (the first). Targets: a ``max_ttft_ms`` number is checked as a P99 target,
+``{p50, p90, p99}`` percentile by percentile; the per-user speed as the median TPOT.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fleetplan.catalogs.loader import InputError
+from fleetplan.optimizer.simulate import (
+    Fleet, Requests, StepTime, decode_fleet, fifo_pool, percentiles_ms, poisson_arrivals, tpot_s,
+)
+from fleetplan.optimizer.trace import SECONDS_PER_HOUR, Trace
+
+DEFAULT_REQUESTS = 20_000
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What to simulate: the plan hour (None: the peak), requests at most, the seed, a trace."""
+
+    hour: int | None = None
+    requests: int = DEFAULT_REQUESTS
+    seed: int = 0
+    trace: Trace | None = None
+
+
+@dataclass(frozen=True)
+class HourLoad:
+    """One product's planned hour: decode and pool replicas and the self-hosted request rate."""
+
+    hour: int
+    replicas: int
+    pool_replicas: int
+    qps: float
+    api_share: float
+
+
+def hour_load(pd: dict[str, Any], hour: int | None) -> HourLoad:
+    """The replicas and self-hosted rate of ``pd`` (a product of a plan) in ``hour`` (None: its peak)."""
+    hourly = pd.get("hourly") or [{
+        "hour": 0, "demand_tokens_per_s": pd["demand_tokens_per_s"], "reserved_replicas": 0,
+        "on_demand_replicas": pd["replicas"], "spot_replicas": 0,
+        "pool_replicas": (pd.get("prefill") or {}).get("replicas") or 0,
+        "api_tokens_per_s": pd["demand_tokens_per_s"] * (pd.get("api_fraction") or 0.0)}]
+    if hour is None:
+        hour = max(range(len(hourly)), key=lambda h: (hourly[h]["demand_tokens_per_s"], -h))
+    if not 0 <= hour < len(hourly):
+        raise InputError(f"--hour: {hour} is outside the plan's hours 0..{len(hourly) - 1}")
+    row = hourly[hour]
+    demand = row["demand_tokens_per_s"]
+    api = min(row["api_tokens_per_s"] or 0.0, demand)
+    replicas = row["reserved_replicas"] + row["on_demand_replicas"] + row["spot_replicas"]
+    return HourLoad(hour, replicas, row["pool_replicas"] or 0, (demand - api) / pd["output_tokens"],
+                    api / demand if demand > 0 else 0.0)
+
+
+def step_model(llm: Any, gpu: Any, preset: Any, pd: dict[str, Any]) -> StepTime:
+    """The configuration's decode-step time at (decoding sequences, mean context, prefill tokens),
+    scaled so that a full batch at the plan's sizes takes the plan's ``step_time_ms`` (the plan's
+    engine and calibration), memoised on a grid of contexts (eighths of an octave) and prefill
+    tokens (multiples of 64)."""
+    from fleetplan.models.layout import Layout
+    from fleetplan.models.prefill import prefill_flops
+    from fleetplan.models.roofline import decode_step
+
+    layout = Layout(pd["tp"], pd.get("pp") or 1, pd.get("ep") or 1, pd.get("dp_attention") or 1)
+
+    def raw(b: int, context: float, prefill: int) -> float:
+        return decode_step(llm, gpu, precision=pd["precision"], tp=pd["tp"], batch=max(b, 1), input_tokens=context,
+                           output_tokens=0.0, preset=preset, kv_precision=pd.get("kv_precision"), layout=layout,
+                           prefill_flops_per_step=prefill_flops(llm, preset, prefill) if prefill else 0.0).step_time_s
+
+    full = decode_step(llm, gpu, precision=pd["precision"], tp=pd["tp"], batch=pd["batch"],
+                       input_tokens=pd["input_tokens"], output_tokens=pd["output_tokens"], preset=preset,
+                       kv_precision=pd.get("kv_precision"), layout=layout).step_time_s
+    scale = pd["step_time_ms"] / 1e3 / full if pd.get("step_time_ms") else 1.0
+    memo: dict[tuple[int, int, int], float] = {}
+
+    def step(b: int, context: float, prefill: int) -> float:
+        key = (b, round(8 * math.log2(max(context, 1.0))), -(-prefill // 64))
+        if key not in memo:
+            memo[key] = raw(b, 2 ** (key[1] / 8) if b else 1.0, key[2] * 64) * scale
+        return memo[key]
+
+    return step
+
+
+def _trace_hour(trace: Trace, hour: int, hours: int) -> np.ndarray:
+    """Indices of the requests of the busiest trace hour landing on plan ``hour``."""
+    k = np.floor(trace.arrival_s / SECONDS_PER_HOUR).astype(np.int64)
+    counts = np.bincount(k - k.min())
+    candidates = [h for h in range(counts.size) if (h + k.min()) % hours == hour]
+    if not candidates:
+        raise InputError(f"--trace: no trace hour lands on plan hour {hour}; give --hour within the trace's span")
+    best = int(k.min()) + max(candidates, key=lambda h: (counts[h], -h))
+    return np.flatnonzero(k == best)
+
+
+def arrivals(pd: dict[str, Any], load: HourLoad, hours: int, settings: Settings) -> Requests:
+    """The hour's self-hosted requests: from the trace, or a Poisson sample of the product's sizes."""
+    rng = np.random.Generator(np.random.PCG64(settings.seed))
+    if settings.trace is not None:
+        t = settings.trace
+        idx = _trace_hour(t, load.hour, hours)
+        idx = idx[rng.uniform(size=idx.size) >= load.api_share][:settings.requests]
+        start = math.floor(t.arrival_s[idx[0]] / SECONDS_PER_HOUR) * SECONDS_PER_HOUR if idx.size else 0.0
+        return Requests(t.arrival_s[idx] - start, t.input_tokens[idx], t.output_tokens[idx])
+    n = settings.requests
+    buckets = pd.get("requests") or [{"input_tokens": pd["input_tokens"], "output_tokens": pd["output_tokens"], "share": 1}]
+    shares = np.array([b["share"] for b in buckets], dtype=np.float64)
+    pick = rng.choice(len(buckets), size=n, p=shares / shares.sum())
+    tokens_in = np.array([b["input_tokens"] for b in buckets], dtype=np.int64)[pick]
+    tokens_out = np.array([b["output_tokens"] for b in buckets], dtype=np.int64)[pick]
+    return Requests(poisson_arrivals(load.qps, n, rng), tokens_in, tokens_out)
+
+
+def _chunk_tokens(preset: Any) -> int:
+    """The engine fallback's chunked-prefill budget (2048 tokens without physics)."""
+    return int(preset.physics.engine(None).chunk_tokens) if preset.physics is not None else 2048
+
+
+def _pool_ready_s(llm: Any, catalog: Any, preset: Any, pd: dict[str, Any], load: HourLoad,
+                  reqs: Requests) -> tuple[np.ndarray, np.ndarray]:
+    """(first-token time, hand-off time) of every request through the prefill pool: first come
+    first served on the hour's pool replicas, each prompt in the one prefill service time."""
+    from fleetplan.models.prefill import prefill_flops
+    from fleetplan.models.ttft import prefill_service_s
+
+    pool = pd["prefill"]
+    gpu = catalog.gpu(pool["gpu"], "prefill.gpu")
+    hit = pool.get("prefix_cache_hit_rate") or 0.0
+    sizes = np.unique(reqs.input_tokens)
+    times = {int(s): prefill_service_s(llm, gpu, preset, precision=pool["precision"], tp=pool["tp"],
+                                       flops=prefill_flops(llm, preset, float(s), hit)) for s in sizes}
+    service = np.array([times[int(s)] for s in reqs.input_tokens])
+    done = fifo_pool(reqs.arrival_s, service, max(load.pool_replicas, 1)) + service
+    transfer = ((pool.get("kv_transfer") or {}).get("transfer_ms_per_request") or 0.0) / 1e3
+    return done, done + transfer
+
+
+def simulate_product(pd: dict[str, Any], catalog: Any, preset: Any, hours: int, settings: Settings,
+                     on_progress: Any = None) -> dict[str, Any]:
+    """One product's hour simulated: its TTFT and TPOT percentiles against its targets."""
+    llm, gpu = catalog.model(pd["model"], "model"), catalog.gpu(pd["gpu"], "gpu")
+    load = hour_load(pd, settings.hour)
+    reqs = arrivals(pd, load, hours, settings)
+    mode = (pd.get("prefill") or {}).get("mode") or "headroom"
+    pooled = mode == "pool"
+    hit = (pd.get("prefill") or {}).get("prefix_cache_hit_rate") or 0.0
+    fleet = Fleet(replicas=max(load.replicas, 1), batch=pd["batch"], step_s=step_model(llm, gpu, preset, pd),
+                  chunk_tokens=_chunk_tokens(preset), prefill_on_decode=not pooled, uncached_share=1.0 - hit)
+    first, ready = _pool_ready_s(llm, catalog, preset, pd, load, reqs) if pooled else (None, reqs.arrival_s)
+    timings, busy = decode_fleet(reqs, ready, fleet, load.qps, settings.seed, pd["step_time_ms"] / 1e3, on_progress)
+    if first is not None:
+        timings.first_s[:] = first
+    return summary(pd, load, reqs, timings, busy)
+
+
+def _ttft_targets_ms(pd: dict[str, Any]) -> dict[str, float]:
+    """TTFT targets by percentile: a number is a P99 target."""
+    target = pd.get("max_ttft_ms")
+    if target is None:
+        return {}
+    return {"p99": float(target)} if isinstance(target, (int, float)) else {k: float(v) for k, v in target.items()}
+
+
+def summary(pd: dict[str, Any], load: HourLoad, reqs: Requests, timings: Any, busy: float) -> dict[str, Any]:
+    """Achieved percentiles, the targets, utilisation, requests that missed and the verdict."""
+    ttft = timings.first_s - reqs.arrival_s
+    tpot = tpot_s(reqs, timings)
+    ttft_ms, tpot_ms = percentiles_ms(ttft), percentiles_ms(tpot)
+    targets = _ttft_targets_ms(pd)
+    tpot_target_ms = 1e3 / pd["min_tokens_per_s_per_user"] if pd.get("min_tokens_per_s_per_user") else None
+    unfinished = ~np.isfinite(timings.last_s)
+    missed = unfinished.copy()
+    if targets:
+        missed |= ttft * 1e3 > max(targets.values())
+    if tpot_target_ms is not None:
+        missed |= np.nan_to_num(tpot, nan=0.0) * 1e3 > tpot_target_ms
+    meets = not unfinished.any() and all((ttft_ms[k] or math.inf) <= v for k, v in targets.items())
+    if tpot_target_ms is not None:
+        meets = meets and (tpot_ms["p50"] or math.inf) <= tpot_target_ms
+    return {
+        "name": pd["name"], "hour": load.hour, "requests": reqs.count, "replicas": load.replicas,
+        "pool_replicas": load.pool_replicas, "qps": round(load.qps, 4),
+        "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "utilisation": round(busy, 4),
+        "missed_requests": int(missed.sum()), "meets_targets": bool(meets),
+        "targets": {"ttft_ms": targets, "tpot_ms": round(tpot_target_ms, 3) if tpot_target_ms else None},
+    }
+
+
+def simulate_plan(plan: dict[str, Any], catalog: Any, preset: Any, settings: Settings,
+                  on_progress: Any = None) -> dict[str, Any]:
+    """Every self-hosted product of a plan simulated; ``meets_targets`` overall when all do."""
+    products = [p for p in plan["products"] if p.get("gpu") and p.get("replicas")]
+    if not products:
+        raise InputError("plan: no self-hosted product to simulate (every product is on the API)")
+    rows = [simulate_product(p, catalog, preset, plan.get("hours") or 1, settings, on_progress) for p in products]
+    return {
+        "hour": rows[0]["hour"], "seed": settings.seed, "products": rows,
+        "missed_requests": sum(r["missed_requests"] for r in rows),
+        "meets_targets": all(r["meets_targets"] for r in rows),
+    }
