@@ -72,8 +72,8 @@ def hour_load(pd: dict[str, Any], hour: int | None) -> HourLoad:
 
 def step_model(llm: Any, gpu: Any, preset: Any, pd: dict[str, Any]) -> StepTime:
     """The configuration's decode-step time at (decoding sequences, mean context, prefill tokens),
-    scaled so that a full batch at the plan's sizes takes the plan's ``step_time_ms`` (the plan's
-    engine and calibration), memoised on a grid of contexts (eighths of an octave) and prefill
+    scaled so that a full batch at the plan's sizes (with its steady prefill share when colocated)
+    takes the plan's ``step_time_ms`` (the plan's engine and calibration), memoised on a grid of contexts (eighths of an octave) and prefill
     tokens (multiples of 64)."""
     from fleetplan.models.layout import Layout
     from fleetplan.models.prefill import prefill_flops
@@ -86,9 +86,14 @@ def step_model(llm: Any, gpu: Any, preset: Any, pd: dict[str, Any]) -> StepTime:
                            output_tokens=0.0, preset=preset, kv_precision=pd.get("kv_precision"), layout=layout,
                            prefill_flops_per_step=prefill_flops(llm, preset, prefill) if prefill else 0.0).step_time_s
 
+    prefill = pd.get("prefill") or {}
+    carried = 0.0  # a colocated plan's step carries its steady prefill share: batch / output tokens prompts
+    if prefill.get("mode") == "colocated":
+        carried = pd["batch"] / pd["output_tokens"] * prefill_flops(llm, preset, pd["input_tokens"],
+                                                                    prefill.get("prefix_cache_hit_rate") or 0.0)
     full = decode_step(llm, gpu, precision=pd["precision"], tp=pd["tp"], batch=pd["batch"],
                        input_tokens=pd["input_tokens"], output_tokens=pd["output_tokens"], preset=preset,
-                       kv_precision=pd.get("kv_precision"), layout=layout).step_time_s
+                       kv_precision=pd.get("kv_precision"), layout=layout, prefill_flops_per_step=carried).step_time_s
     scale = pd["step_time_ms"] / 1e3 / full if pd.get("step_time_ms") else 1.0
     memo: dict[tuple[int, int, int], float] = {}
 
