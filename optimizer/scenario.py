@@ -75,11 +75,11 @@ class Product(_Strict):
     precision: Precision | list[Precision] | None = None
     kv_precision: Precision | None = None
     peak_qps: Annotated[float, F.QPS] = Field(
-        default=None, description="requests per second at the busiest hour (left out with a trace: from it)")  # type: ignore[assignment]
+        default=None, description="requests per second at the busiest hour")  # type: ignore[assignment]
     input_tokens: Annotated[int, F.TOKENS] = Field(
-        default=None, description="prompt tokens per request (left out with a trace: its mean)")  # type: ignore[assignment]
+        default=None, description="prompt tokens per request")  # type: ignore[assignment]
     output_tokens: Annotated[int, F.TOKENS] = Field(
-        default=None, description="generated tokens per request (left out with a trace: its mean)")  # type: ignore[assignment]
+        default=None, description="generated tokens per request")  # type: ignore[assignment]
     min_tokens_per_s_per_user: Annotated[float, F.TOKENS_PER_S_PER_USER] = Field(
         default=1.0, description="decode speed each user must see")
     headroom: Annotated[float | None, F.FRACTION_BELOW_ONE] = Field(
@@ -93,7 +93,8 @@ class Product(_Strict):
     max_ttft_ms: Annotated[float | None, F.TTFT_MS] = Field(default=None, description="time-to-first-token target")
     demand_profile: str | None = None
     trace: str | None = Field(default=None, description="request log CSV (timestamp, input_tokens, output_tokens) "
-                                                        "relative to the scenario file: demand, profile and sizes")
+                                                        "relative to the scenario file: peak_qps, profile and sizes "
+                                                        "when left out")
     trace_buckets: int = Field(default=4, ge=1, le=64, description="log-spaced size buckets of the trace's mix")
     trace_percentile: float = Field(default=0.95, gt=0, le=1,
                                     description="percentile of an hour's per-minute arrival rates planned for")
