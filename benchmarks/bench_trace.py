@@ -71,6 +71,7 @@ def _cli_once(scenario_path: Path) -> float:
 
 
 def main() -> None:
+    """Generate the trace, time the stages and the plan, print the medians."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--requests", type=int, default=1_000_000)

@@ -31,7 +31,7 @@ def _read_plan(path: str) -> dict[str, Any]:
     if not isinstance(plan, dict) or not isinstance(plan.get("products"), list):
         raise InputError(f"{path}: not a plan (no 'products' list); give the JSON of 'fleetplan plan --out'")
     for p in plan["products"]:
-        if p.get("gpu") and "output_tokens" not in p:
+        if p.get("gpu") and "output_tokens" not in p and not p.get("requests"):
             raise InputError(f"{path}: products[{p.get('name')}] has no 'output_tokens'; plan it again with this "
                              f"version of fleetplan")
     return plan

@@ -66,8 +66,19 @@ def hour_load(pd: dict[str, Any], hour: int | None) -> HourLoad:
     demand = row["demand_tokens_per_s"]
     api = min(row["api_tokens_per_s"] or 0.0, demand)
     replicas = row["reserved_replicas"] + row["on_demand_replicas"] + row["spot_replicas"]
-    return HourLoad(hour, replicas, row["pool_replicas"] or 0, (demand - api) / pd["output_tokens"],
+    return HourLoad(hour, replicas, row["pool_replicas"] or 0, (demand - api) / mean_output_tokens(pd),
                     api / demand if demand > 0 else 0.0)
+
+
+def mean_output_tokens(pd: dict[str, Any]) -> float:
+    """Output tokens per request: the product's, else the share-weighted mean of its mix."""
+    if pd.get("output_tokens"):
+        return float(pd["output_tokens"])
+    buckets = pd.get("requests") or []
+    total = sum(b["share"] for b in buckets)
+    if not total:
+        raise InputError(f"plan: products[{pd.get('name')}] has neither output_tokens nor a requests mix")
+    return sum(b["output_tokens"] * b["share"] for b in buckets) / total
 
 
 def step_model(llm: Any, gpu: Any, preset: Any, pd: dict[str, Any]) -> StepTime:
@@ -128,7 +139,7 @@ def arrivals(pd: dict[str, Any], load: HourLoad, hours: int, settings: Settings)
         return Requests(t.arrival_s[idx] - start, t.input_tokens[idx], t.output_tokens[idx])
     n = settings.requests
     buckets = pd.get("requests") or [{"input_tokens": pd["input_tokens"], "output_tokens": pd["output_tokens"], "share": 1}]
-    shares = np.array([b["share"] for b in buckets], dtype=np.float64)
+    shares = np.array([b["share"] * (1.0 - (b.get("api_fraction") or 0.0)) for b in buckets], dtype=np.float64)
     pick = rng.choice(len(buckets), size=n, p=shares / shares.sum())
     tokens_in = np.array([b["input_tokens"] for b in buckets], dtype=np.int64)[pick]
     tokens_out = np.array([b["output_tokens"] for b in buckets], dtype=np.int64)[pick]
@@ -159,22 +170,82 @@ def _pool_ready_s(llm: Any, catalog: Any, preset: Any, pd: dict[str, Any], load:
     return done, done + transfer
 
 
-def simulate_product(pd: dict[str, Any], catalog: Any, preset: Any, hours: int, settings: Settings,
-                     on_progress: Any = None) -> dict[str, Any]:
-    """One product's hour simulated: its TTFT and TPOT percentiles against its targets."""
+def _run(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad, reqs: Requests, settings: Settings,
+         on_progress: Any) -> tuple[Any, float]:
+    """One configuration's replicas (``pd``: its fields, ``load.replicas`` of them) serving ``reqs``."""
     llm, gpu = catalog.model(pd["model"], "model"), catalog.gpu(pd["gpu"], "gpu")
-    load = hour_load(pd, settings.hour)
-    reqs = arrivals(pd, load, hours, settings)
-    mode = (pd.get("prefill") or {}).get("mode") or "headroom"
-    pooled = mode == "pool"
-    hit = (pd.get("prefill") or {}).get("prefix_cache_hit_rate") or 0.0
+    prefill = pd.get("prefill") or {}
+    pooled = prefill.get("mode") == "pool"
+    hit = prefill.get("prefix_cache_hit_rate") or 0.0
     fleet = Fleet(replicas=max(load.replicas, 1), batch=pd["batch"], step_s=step_model(llm, gpu, preset, pd),
                   chunk_tokens=_chunk_tokens(preset), prefill_on_decode=not pooled, uncached_share=1.0 - hit)
     first, ready = _pool_ready_s(llm, catalog, preset, pd, load, reqs) if pooled else (None, reqs.arrival_s)
     timings, busy = decode_fleet(reqs, ready, fleet, load.qps, settings.seed, pd["step_time_ms"] / 1e3, on_progress)
     if first is not None:
         timings.first_s[:] = first
+    return timings, busy
+
+
+def simulate_product(pd: dict[str, Any], catalog: Any, preset: Any, hours: int, settings: Settings,
+                     on_progress: Any = None) -> dict[str, Any]:
+    """One product's hour simulated: its TTFT and TPOT percentiles against its targets."""
+    load = hour_load(pd, settings.hour)
+    reqs = arrivals(pd, load, hours, settings)
+    if pd.get("configurations"):
+        timings, busy = _run_mix(pd, catalog, preset, load, reqs, settings, on_progress)
+    else:
+        timings, busy = _run(pd, catalog, preset, load, reqs, settings, on_progress)
     return summary(pd, load, reqs, timings, busy)
+
+
+def _configuration_of(pd: dict[str, Any], reqs: Requests, seed: int) -> np.ndarray:
+    """Each request's configuration index: its bucket (the nearest in log context length), then a
+    seeded draw by the bucket's split of its self-hosted share over configurations."""
+    keys = [c["key"] for c in pd["configurations"]]
+    buckets = pd["requests"]
+    centre = np.log([b["input_tokens"] + b["output_tokens"] for b in buckets])
+    own = np.log(reqs.input_tokens + reqs.output_tokens)
+    bucket = np.argmin(np.abs(own[:, None] - centre[None, :]), axis=1)
+    rng = np.random.Generator(np.random.PCG64(seed + 1))
+    out = np.zeros(reqs.count, dtype=np.int64)
+    for b, row in enumerate(buckets):
+        split = np.zeros(len(keys))
+        for c in row.get("configurations") or []:
+            split[keys.index(c["key"])] += c["share"]
+        mine = np.flatnonzero(bucket == b)
+        if mine.size and split.sum() > 0:
+            out[mine] = rng.choice(len(keys), size=mine.size, p=split / split.sum())
+    return out
+
+
+def _run_mix(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad, reqs: Requests, settings: Settings,
+             on_progress: Any) -> tuple[Any, float]:
+    """A product planned from a mix: each configuration's replicas (at the peak hour) serve the
+    requests its buckets send it; timings merged, utilisation weighted by replicas."""
+    from dataclasses import replace
+
+    from fleetplan.optimizer.simulate import Timings
+
+    peak = hour_load(pd, None).hour
+    if load.hour != peak:
+        raise InputError(f"--hour: a product planned from a mix has its replicas per configuration at its peak hour "
+                         f"only; give --hour {peak} or leave it out")
+    which = _configuration_of(pd, reqs, settings.seed)
+    out = Timings(np.full(reqs.count, np.nan), np.full(reqs.count, np.nan))
+    busy, weight = 0.0, 0
+    for k, conf in enumerate(pd["configurations"]):
+        idx = np.flatnonzero(which == k)
+        if idx.size == 0 or not conf.get("replicas"):
+            continue
+        sub = Requests(reqs.arrival_s[idx], reqs.input_tokens[idx], reqs.output_tokens[idx])
+        prefill = {**(pd.get("prefill") or {}), "mode": conf.get("prefill_mode") or (pd.get("prefill") or {}).get("mode")}
+        fields = {**pd, **conf, "prefill": prefill, "input_tokens": max(1, round(float(np.mean(sub.input_tokens)))),
+                  "output_tokens": max(1, round(float(np.mean(sub.output_tokens))))}
+        part = replace(load, replicas=conf["replicas"], qps=load.qps * idx.size / reqs.count)
+        t, b = _run(fields, catalog, preset, part, sub, settings, on_progress)
+        out.first_s[idx], out.last_s[idx] = t.first_s, t.last_s
+        busy, weight = busy + b * conf["replicas"], weight + conf["replicas"]
+    return out, busy / weight if weight else 0.0
 
 
 def _ttft_targets_ms(pd: dict[str, Any]) -> dict[str, float]:

@@ -77,11 +77,13 @@ class Trace:
 def column_names(path: Path) -> dict[str, str]:
     """The trace's column for each canonical name (exact name first, then an alias, then any
     case); raises naming the file, the missing column and the nearest name in the header."""
+    if not path.exists():
+        raise InputError(f"{path}: trace file not found")
+    if not path.is_file():
+        raise InputError(f"{path}: not a regular file; a trace is a CSV file")
     try:
-        with path.open("r", encoding="utf-8", newline="") as f:
+        with path.open("r", encoding="utf-8-sig", newline="") as f:
             header = f.readline()
-    except FileNotFoundError:
-        raise InputError(f"{path}: trace file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: cannot read the trace file: {exc}") from None
     names = [c.strip().strip('"') for c in header.rstrip("\r\n").split(",")]

@@ -99,3 +99,34 @@ def test_simulate_not_a_plan_exits_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a plan" in err
 
+
+
+def mix_plan(tmp_path: Path) -> Path:
+    """The chat-trace plan with its replicas split over two configurations (keys a and b, 2 and 1
+    replicas) and its demand over two size buckets, as a plan made from a mix states them."""
+    plan = json.loads(plan_file(tmp_path, "chat-trace.yaml").read_text(encoding="utf-8"))
+    p = plan["products"][0]
+    base = {k: p[k] for k in ("gpu", "tp", "pp", "ep", "dp_attention", "layout", "batch", "precision",
+                              "kv_precision", "step_time_ms")}
+    p["configurations"] = [{**base, "key": "a", "prefill_mode": "colocated", "replicas": 2},
+                           {**base, "key": "b", "prefill_mode": "colocated", "replicas": 1}]
+    p["requests"] = [
+        {"input_tokens": 600, "output_tokens": 160, "share": 0.6, "api_fraction": 0.0,
+         "configurations": [{"key": "a", "share": 1.0}]},
+        {"input_tokens": 3000, "output_tokens": 230, "share": 0.4, "api_fraction": 0.0,
+         "configurations": [{"key": "a", "share": 0.25}, {"key": "b", "share": 0.75}]},
+    ]
+    out = tmp_path / "mix.json"
+    out.write_text(json.dumps(plan), encoding="utf-8")
+    return out
+
+
+def test_simulate_a_mix_plan_runs_each_configuration(tmp_path, capsys):
+    plan = mix_plan(tmp_path)
+    capsys.readouterr()
+    assert main(["simulate", str(plan), "--requests", "3000", "--json"]) == 0
+    p = json.loads(capsys.readouterr().out)["products"][0]
+    assert p["requests"] == 3000 and p["meets_targets"] is True
+    assert 0.0 < p["utilisation"] < 1.0 and p["missed_requests"] == 0
+    assert main(["simulate", str(plan), "--hour", "3"]) == 2
+    assert "--hour: a product planned from a mix" in capsys.readouterr().err
