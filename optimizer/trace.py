@@ -87,6 +87,8 @@ def column_names(path: Path) -> dict[str, str]:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: cannot read the trace file: {exc}") from None
     names = [c.strip().strip('"') for c in header.rstrip("\r\n").split(",")]
+    if not any(names):
+        raise InputError(f"{path}: empty; a trace starts with a header: timestamp,input_tokens,output_tokens")
     found: dict[str, str] = {}
     for canon, aliases in COLUMN_ALIASES.items():
         match = [n for a in aliases for n in names if n == a] or \
@@ -155,6 +157,8 @@ def read_trace(path: Path | str) -> Trace:
     p = Path(path)
     cols = column_names(p)
     table = _read_table(p, cols)
+    if table.num_rows == 0:
+        raise InputError(f"{p}: no requests after the header; a trace needs at least one row")
     arrival = _seconds(p, table.column(cols["timestamp"]), cols["timestamp"])
     if np.isnan(arrival).any():
         row = int(np.argmax(np.isnan(arrival)))

@@ -175,3 +175,17 @@ def test_scenario_trace_missing_names_the_field(tmp_path):
     y = write(tmp_path, "products:\n  - name: a\n    model: llama-3.1-8b\n    trace: nothere.csv\n", "s.yaml")
     with pytest.raises(InputError, match=r"products\[a\]\.trace: .*nothere.csv: trace file not found"):
         load_scenario(y)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("", "empty; a trace starts with a header"),
+    ("timestamp,input_tokens,output_tokens\n", "no requests after the header"),
+    ("\ufefftimestamp,input_tokens,output_tokens\n1,2,3\n", None),
+])
+def test_empty_traces_and_a_byte_order_mark(tmp_path, text, words):
+    p = write(tmp_path, text)
+    if words is None:
+        assert read_trace(p).requests == 1
+        return
+    with pytest.raises(InputError, match=words):
+        read_trace(p)
