@@ -10,6 +10,7 @@ Owns this command's flags, files and output only."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         result = simulate_plan(plan, catalog, preset, settings, _progress_hook(progress, deadline, args.time_limit))
     finally:
         progress.close()
+    for p in result["products"]:
+        if p["short_run"]:
+            print(f"fleetplan: note: {p['name']}: {p['simulated_s']:g} simulated s is under three request lifetimes "
+                  f"({p['mean_request_s']:g} s each): a queue may not have built up yet; give more --requests",
+                  file=sys.stderr)
+    if result["skipped"]:
+        print(f"fleetplan: note: not simulated (API only or pooled replicas): {', '.join(result['skipped'])}",
+              file=sys.stderr)
     return emit(result, args.json, _print)
 
 

@@ -278,18 +278,31 @@ def summary(pd: dict[str, Any], load: HourLoad, reqs: Requests, timings: Any, bu
         "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "utilisation": round(busy, 4),
         "missed_requests": int(missed.sum()), "meets_targets": bool(meets),
         "targets": {"ttft_ms": targets, "tpot_ms": round(tpot_target_ms, 3) if tpot_target_ms else None},
+        **_run_length(reqs, timings),
     }
+
+
+def _run_length(reqs: Requests, timings: Any) -> dict[str, Any]:
+    """Simulated seconds of arrivals against a request's mean time in the system: a run shorter
+    than three lifetimes (``short_run``) may not yet show a queue that builds up."""
+    span = float(reqs.arrival_s[-1] - reqs.arrival_s[0]) if reqs.count > 1 else 0.0
+    life = timings.last_s - reqs.arrival_s
+    lifetime = float(np.mean(life[np.isfinite(life)])) if np.isfinite(life).any() else 0.0
+    return {"simulated_s": round(span, 3), "mean_request_s": round(lifetime, 3), "short_run": span < 3.0 * lifetime}
 
 
 def simulate_plan(plan: dict[str, Any], catalog: Any, preset: Any, settings: Settings,
                   on_progress: Any = None) -> dict[str, Any]:
-    """Every self-hosted product of a plan simulated; ``meets_targets`` overall when all do."""
-    products = [p for p in plan["products"] if p.get("gpu") and p.get("replicas")]
+    """Every self-hosted product of a plan simulated (products on the API only, or sharing pooled
+    replicas, are listed in ``skipped``); ``meets_targets`` overall when all simulated do."""
+    products = [p for p in plan["products"] if p.get("gpu") and p.get("replicas") and not p.get("pooled_in")]
+    skipped = [p["name"] for p in plan["products"] if p not in products]
     if not products:
-        raise InputError("plan: no self-hosted product to simulate (every product is on the API)")
+        raise InputError("plan: no product to simulate: each is on the API or shares pooled replicas (pooled_in), "
+                         "which simulate does not model")
     rows = [simulate_product(p, catalog, preset, plan.get("hours") or 1, settings, on_progress) for p in products]
     return {
-        "hour": rows[0]["hour"], "seed": settings.seed, "products": rows,
+        "hour": rows[0]["hour"], "seed": settings.seed, "products": rows, "skipped": skipped,
         "missed_requests": sum(r["missed_requests"] for r in rows),
         "meets_targets": all(r["meets_targets"] for r in rows),
     }

@@ -130,3 +130,13 @@ def test_simulate_a_mix_plan_runs_each_configuration(tmp_path, capsys):
     assert 0.0 < p["utilisation"] < 1.0 and p["missed_requests"] == 0
     assert main(["simulate", str(plan), "--hour", "3"]) == 2
     assert "--hour: a product planned from a mix" in capsys.readouterr().err
+
+
+def test_a_short_run_is_flagged(tmp_path, capsys):
+    plan = plan_file(tmp_path, "chat-trace.yaml")
+    capsys.readouterr()
+    assert main(["simulate", str(plan), "--requests", "50", "--json"]) == 0
+    captured = capsys.readouterr()
+    p = json.loads(captured.out)["products"][0]
+    assert p["short_run"] is True and p["simulated_s"] < 3 * p["mean_request_s"]
+    assert "under three request lifetimes" in captured.err
