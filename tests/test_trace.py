@@ -189,3 +189,16 @@ def test_empty_traces_and_a_byte_order_mark(tmp_path, text, words):
         return
     with pytest.raises(InputError, match=words):
         read_trace(p)
+
+
+def test_a_plan_never_overwrites_its_trace(tmp_path, capsys):
+    import shutil
+
+    (tmp_path / "traces").mkdir()
+    shutil.copy(EXAMPLES / "chat-trace.yaml", tmp_path / "s.yaml")
+    trace = tmp_path / "traces" / "chat-week.csv"
+    shutil.copy(EXAMPLES / "traces" / "chat-week.csv", trace)
+    before = trace.read_bytes()
+    assert main(["plan", str(tmp_path / "s.yaml"), "--out", str(trace)]) == 2
+    assert "is one of this command's input files" in capsys.readouterr().err
+    assert trace.read_bytes() == before
