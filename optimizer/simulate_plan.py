@@ -151,23 +151,44 @@ def _chunk_tokens(preset: Any) -> int:
     return int(preset.physics.engine(None).chunk_tokens) if preset.physics is not None else 2048
 
 
-def _pool_ready_s(llm: Any, catalog: Any, preset: Any, pd: dict[str, Any], load: HourLoad,
-                  reqs: Requests) -> tuple[np.ndarray, np.ndarray]:
-    """(first-token time, hand-off time) of every request through the prefill pool: first come
-    first served on the hour's pool replicas, each prompt in the one prefill service time."""
+def _pool_service_s(llm: Any, catalog: Any, preset: Any, pd: dict[str, Any], reqs: Requests) -> tuple[np.ndarray, float]:
+    """(each request's prefill service seconds on a pool replica, the KV hand-off seconds)."""
     from fleetplan.models.prefill import prefill_flops
     from fleetplan.models.ttft import prefill_service_s
 
     pool = pd["prefill"]
+    if not pool.get("gpu"):
+        raise InputError(f"plan: products[{pd['name']}] prefills on a pool but the plan names no pool GPU")
     gpu = catalog.gpu(pool["gpu"], "prefill.gpu")
     hit = pool.get("prefix_cache_hit_rate") or 0.0
-    sizes = np.unique(reqs.input_tokens)
     times = {int(s): prefill_service_s(llm, gpu, preset, precision=pool["precision"], tp=pool["tp"],
-                                       flops=prefill_flops(llm, preset, float(s), hit)) for s in sizes}
-    service = np.array([times[int(s)] for s in reqs.input_tokens])
-    done = fifo_pool(reqs.arrival_s, service, max(load.pool_replicas, 1)) + service
+                                       flops=prefill_flops(llm, preset, float(s), hit))
+             for s in np.unique(reqs.input_tokens)}
     transfer = ((pool.get("kv_transfer") or {}).get("transfer_ms_per_request") or 0.0) / 1e3
-    return done, done + transfer
+    return np.array([times[int(s)] for s in reqs.input_tokens]), transfer
+
+
+def _pool_ready_s(llm: Any, catalog: Any, preset: Any, pd: dict[str, Any], load: HourLoad,
+                  reqs: Requests) -> np.ndarray:
+    """When each request's KV cache reaches the decode replicas (its first token, as the plan's
+    pool TTFT counts it): first come first served on the hour's pool replicas, then the hand-off."""
+    service, transfer = _pool_service_s(llm, catalog, preset, pd, reqs)
+    return fifo_pool(reqs.arrival_s, service, max(load.pool_replicas, 1)) + service + transfer
+
+
+def analytic_pool_ttft_ms(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad,
+                          reqs: Requests) -> dict[str, float | None]:
+    """The analytic TTFT percentiles of the pool (:mod:`fleetplan.models.queueing`) at the hour's
+    rate, over the service times of the simulated requests: what the simulation checks."""
+    from fleetplan.models.queueing import ServiceTime, ttft_quantile_s
+
+    service, transfer = _pool_service_s(catalog.model(pd["model"], "model"), catalog, preset, pd, reqs)
+    times, counts = np.unique(service, return_counts=True)
+    mix = ServiceTime.of_mix(times.tolist(), counts.tolist())
+    servers = max(load.pool_replicas, 1)
+    rho = load.qps * mix.mean_s / servers
+    out = [ttft_quantile_s(q, servers=servers, utilisation=rho, service=mix, fixed_s=transfer) for q in (0.5, 0.9, 0.99)]
+    return {k: round(v * 1e3, 1) if math.isfinite(v) else None for k, v in zip(("p50", "p90", "p99"), out)}
 
 
 def _run(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad, reqs: Requests, settings: Settings,
@@ -179,10 +200,10 @@ def _run(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad, reqs: Re
     hit = prefill.get("prefix_cache_hit_rate") or 0.0
     fleet = Fleet(replicas=max(load.replicas, 1), batch=pd["batch"], step_s=step_model(llm, gpu, preset, pd),
                   chunk_tokens=_chunk_tokens(preset), prefill_on_decode=not pooled, uncached_share=1.0 - hit)
-    first, ready = _pool_ready_s(llm, catalog, preset, pd, load, reqs) if pooled else (None, reqs.arrival_s)
+    ready = _pool_ready_s(llm, catalog, preset, pd, load, reqs) if pooled else reqs.arrival_s
     timings, busy = decode_fleet(reqs, ready, fleet, load.qps, settings.seed, pd["step_time_ms"] / 1e3, on_progress)
-    if first is not None:
-        timings.first_s[:] = first
+    if pooled:
+        timings.first_s[:] = ready
     return timings, busy
 
 
@@ -195,7 +216,10 @@ def simulate_product(pd: dict[str, Any], catalog: Any, preset: Any, hours: int, 
         timings, busy = _run_mix(pd, catalog, preset, load, reqs, settings, on_progress)
     else:
         timings, busy = _run(pd, catalog, preset, load, reqs, settings, on_progress)
-    return summary(pd, load, reqs, timings, busy)
+    row = summary(pd, load, reqs, timings, busy)
+    if (pd.get("prefill") or {}).get("mode") == "pool" and not pd.get("configurations"):
+        row["analytic_ttft_ms"] = analytic_pool_ttft_ms(pd, catalog, preset, load, reqs)
+    return row
 
 
 def _configuration_of(pd: dict[str, Any], reqs: Requests, seed: int) -> np.ndarray:

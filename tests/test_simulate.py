@@ -140,3 +140,12 @@ def test_a_short_run_is_flagged(tmp_path, capsys):
     p = json.loads(captured.out)["products"][0]
     assert p["short_run"] is True and p["simulated_s"] < 3 * p["mean_request_s"]
     assert "under three request lifetimes" in captured.err
+
+
+def test_a_pool_plan_reports_the_analytic_percentiles_beside_the_simulated(capsys):
+    plans = Path(__file__).resolve().parent / "data" / "plans"
+    assert main(["simulate", str(plans / "seed-chat-70b-pool.json"), "--requests", "3000", "--json"]) == 0
+    p = json.loads(capsys.readouterr().out)["products"][0]
+    # 125 pool replicas at 80%: almost nobody waits; TTFT is the 2,000-token prefill plus the hand-off
+    assert p["pool_replicas"] == 125 and p["analytic_ttft_ms"]["p50"] == pytest.approx(291.8, abs=0.2)
+    assert abs(p["analytic_ttft_ms"]["p99"] / p["ttft_ms"]["p99"] - 1) <= 0.25
