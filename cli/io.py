@@ -70,10 +70,11 @@ def catalog_inputs(catalogs: Sequence[str] = ()) -> list[Path]:
 
 def scenario_inputs(path: str | Path, scenario: Any, folder: Path, catalogs: Sequence[str] = (),
                     calibration: str | None = None) -> list[Path]:
-    """Every file a plan of the scenario at ``path`` reads: the scenario, its catalogs and demand
-    profiles, the ``--catalog`` files and the calibration profile (no output may be one of them)."""
+    """Every file a plan of the scenario at ``path`` reads: the scenario, its catalogs, demand
+    profiles and traces, the ``--catalog`` files and the calibration profile (no output may be one of them)."""
     files = [Path(path), *(folder / c for c in scenario.catalogs), *catalog_inputs(catalogs)]
     files += [folder / p.demand_profile for p in scenario.products if p.demand_profile]
+    files += [folder / p.trace for p in scenario.products if getattr(p, "trace", None)]
     return files + ([Path(calibration)] if calibration else [])
 
 

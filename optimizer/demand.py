@@ -2,7 +2,8 @@
 
 A profile has a header ``hour,multiplier`` (multiples of the product's ``peak_qps``) or
 ``hour,qps`` (absolute), then 24 or 168 rows with hours 0..N-1 in order. A product without a
-profile runs at its peak all month. In one scenario every product is put on the same horizon:
+profile runs at its peak all month. A product with a ``trace`` takes its profile from the trace
+(:mod:`fleetplan.optimizer.trace`; a trace of at most an hour is a product at its peak). In one scenario every product is put on the same horizon:
 one hour (no profiles), a day (24) or a week (168; a daily profile repeats seven times).
 """
 
@@ -16,6 +17,7 @@ from fleetplan.catalogs import fields as F
 from fleetplan.catalogs.fields import echo
 from fleetplan.catalogs.loader import InputError, read_text
 from fleetplan.optimizer.scenario import Product
+from fleetplan.optimizer.trace import trace_fields
 
 VALID_LENGTHS = (24, 168)
 VALUE_RANGES: dict[str, F.Range] = {"multiplier": F.PROFILE_MULTIPLIER, "qps": F.QPS}
@@ -62,6 +64,8 @@ def hourly_qps(products: list[Product], folder: Path) -> dict[str, list[float]]:
     each product's profile file is read once."""
     profiles = {p.name: read_profile(folder / p.demand_profile, f"products[{p.name}].demand_profile")
                 for p in products if p.demand_profile is not None}
+    profiles.update({p.name: ("multiplier", profile) for p in products if p.trace is not None
+                     and len(profile := trace_fields(p, folder)["profile"]) > 1})
     hours = horizon([len(values) for _, values in profiles.values()])
     return {p.name: _qps(p, profiles.get(p.name), hours) for p in products}
 

@@ -74,9 +74,12 @@ class Product(_Strict):
     model: str = Field(min_length=1)
     precision: Precision | list[Precision] | None = None
     kv_precision: Precision | None = None
-    peak_qps: Annotated[float, F.QPS] = Field(description="requests per second at the busiest hour")
-    input_tokens: Annotated[int, F.TOKENS] = Field(description="prompt tokens per request")
-    output_tokens: Annotated[int, F.TOKENS] = Field(description="generated tokens per request")
+    peak_qps: Annotated[float, F.QPS] = Field(
+        default=None, description="requests per second at the busiest hour")  # type: ignore[assignment]
+    input_tokens: Annotated[int, F.TOKENS] = Field(
+        default=None, description="prompt tokens per request")  # type: ignore[assignment]
+    output_tokens: Annotated[int, F.TOKENS] = Field(
+        default=None, description="generated tokens per request")  # type: ignore[assignment]
     min_tokens_per_s_per_user: Annotated[float, F.TOKENS_PER_S_PER_USER] = Field(
         default=1.0, description="decode speed each user must see")
     headroom: Annotated[float | None, F.FRACTION_BELOW_ONE] = Field(
@@ -89,9 +92,28 @@ class Product(_Strict):
     prefill_gpus: list[str] | None = None
     max_ttft_ms: Annotated[float | None, F.TTFT_MS] = Field(default=None, description="time-to-first-token target")
     demand_profile: str | None = None
+    trace: str | None = Field(default=None, description="request log CSV (timestamp, input_tokens, output_tokens) "
+                                                        "relative to the scenario file: peak_qps, profile and sizes "
+                                                        "when left out")
+    trace_buckets: int = Field(default=4, ge=1, le=64, description="log-spaced size buckets of the trace's mix")
+    trace_percentile: float = Field(default=0.95, gt=0, le=1,
+                                    description="percentile of an hour's per-minute arrival rates planned for")
     api: APIChoice | None = None
     self_host_fixed_monthly_usd: Annotated[float, F.USD_PER_MONTH] = Field(
         default=0.0, description="cost of self-hosting at all (staff, contracts)")
+
+    @model_validator(mode="after")
+    def _demand_given(self) -> Product:
+        """Without a trace, peak_qps, input_tokens and output_tokens are required; a trace
+        replaces the demand profile."""
+        if self.trace is not None:
+            if self.demand_profile is not None:
+                raise ValueError("give demand_profile or trace, not both (a trace gives the hourly profile)")
+            return self
+        for name in ("peak_qps", "input_tokens", "output_tokens"):
+            if getattr(self, name) is None:
+                raise ValueError(f"{name}: required (or give trace: a request log CSV)")
+        return self
 
     @property
     def effective_headroom(self) -> float:
@@ -280,9 +302,12 @@ def load_scenario(path: Path | str) -> tuple[Scenario, Path]:
     text = read_text(p, "scenario file", ScenarioError)
     raw = parse_yaml(text, p, ScenarioError)
     try:
-        return parse_scenario(raw, str(p)), p.parent
+        scenario = parse_scenario(raw, str(p))
     except ScenarioError as exc:
         raise ScenarioError(at_line(str(exc), str(p), _error_line(raw, text))) from None
+    from fleetplan.optimizer.trace import resolve_traces
+
+    return resolve_traces(scenario, p.parent), p.parent
 
 
 def _error_line(raw: Any, text: str) -> int | None:

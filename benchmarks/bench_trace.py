@@ -1,0 +1,101 @@
+"""Benchmark planning a 168-hour product from a 1,000,000-request trace, trace reading included.
+
+Generates a week of requests (:mod:`fleetplan.optimizer.synthetic`, seed 0) into a temporary
+folder, then plans a Llama 3.1 70B chat product from it over the whole catalog several times,
+with the trace read afresh each run (the trace cache cleared). Printed: the trace's figures, then
+the median seconds of each stage (reading the CSV, the hourly profile and size mix, candidate
+generation, the MIPs) and of the whole (scenario load with the trace, and the plan). The plan
+uses the trace's mean sizes; a planner that takes the trace's size mix (``requests``) is timed the
+same way, since the scenario is loaded as users load it.
+
+    python benchmarks/bench_trace.py [--runs 5] [--requests 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from fleetplan.catalogs import load_catalog
+from fleetplan.optimizer import trace as T
+from fleetplan.optimizer.plan import make_plan
+from fleetplan.optimizer.scenario import load_scenario
+from fleetplan.optimizer.synthetic import generate, trace_csv
+
+SCENARIO = """\
+preset: default
+products:
+  - name: chat
+    model: llama-3.1-70b
+    trace: week.csv
+    peak_qps: 200
+    min_tokens_per_s_per_user: 30
+    max_ttft_ms: 2000
+"""
+
+
+def _stages(path: Path) -> dict[str, float]:
+    """Seconds to read the trace, and to derive its profile and size mix, once."""
+    t0 = time.perf_counter()
+    trace = T.read_trace(path)
+    t1 = time.perf_counter()
+    T.hourly_qps(trace, T.DEFAULT_PERCENTILE)
+    T.size_histogram(trace, T.DEFAULT_BUCKETS)
+    return {"read_s": t1 - t0, "derive_s": time.perf_counter() - t1}
+
+
+def _plan_once(scenario_path: Path, catalog: object) -> dict[str, float]:
+    """One end-to-end plan from the scenario file (trace read afresh); its stage times."""
+    T._fields.cache_clear()
+    t0 = time.perf_counter()
+    scenario, folder = load_scenario(scenario_path)
+    t1 = time.perf_counter()
+    plan = make_plan(scenario, catalog, alternatives=False, folder=folder)
+    t2 = time.perf_counter()
+    assert plan.hours == 168, plan.hours
+    return {"load_with_trace_s": t1 - t0, "candidates_s": plan.timings.candidates_s, "solve_s": plan.timings.solve_s,
+            "plan_s": t2 - t1, "total_s": t2 - t0, "cost": plan.monthly_cost_usd}
+
+
+def _cli_once(scenario_path: Path) -> float:
+    """Wall seconds of ``fleetplan plan SCENARIO --json`` in a fresh process."""
+    cmd = [str(Path(sys.executable).parent / "fleetplan"), "plan", str(scenario_path), "--json"]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    """Generate the trace, time the stages and the plan, print the medians."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--requests", type=int, default=1_000_000)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        t0 = time.perf_counter()
+        (folder / "week.csv").write_text(trace_csv(*generate(args.requests, 0)), encoding="utf-8")
+        print(f"generated {args.requests:,} requests ({(folder / 'week.csv').stat().st_size / 1e6:.1f} MB) "
+              f"in {time.perf_counter() - t0:.2f} s")
+        (folder / "scenario.yaml").write_text(SCENARIO, encoding="utf-8")
+        catalog = load_catalog()
+        stages = [_stages(folder / "week.csv") for _ in range(args.runs)]
+        runs = [_plan_once(folder / "scenario.yaml", catalog) for _ in range(args.runs)]
+        walls = [_cli_once(folder / "scenario.yaml") for _ in range(args.runs)]
+    med = lambda rows, k: statistics.median(r[k] for r in rows)  # noqa: E731
+    print(f"median of {args.runs} runs (seconds):")
+    for k in ("read_s", "derive_s"):
+        print(f"  trace {k:<20} {med(stages, k):8.3f}")
+    for k in ("load_with_trace_s", "candidates_s", "solve_s", "plan_s", "total_s"):
+        print(f"  plan  {k:<20} {med(runs, k):8.3f}")
+    print(f"  CLI   {'fleetplan plan --json':<20} {statistics.median(walls):8.3f}  (start-up, imports, runner-ups)")
+    print(f"monthly cost ${runs[-1]['cost']:,.2f} (same in every run: {len({r['cost'] for r in runs}) == 1})")
+
+
+if __name__ == "__main__":
+    main()

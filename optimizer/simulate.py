@@ -1,0 +1,232 @@
+"""A discrete-event simulation of a planned product's replicas serving one hour's requests.
+
+Owns the event loop that checks a plan against its targets: it reads no file and plans nothing.
+
+Decode replicas run continuous batching: a replica holds up to ``batch`` sequences and runs one
+step after another while it has work; each step's time is the one decode-step function
+(:func:`fleetplan.models.roofline.decode_step`) at the step's number of decoding sequences and
+their mean context, plus the prompt tokens it prefills. With prefill on the decode replicas
+(``colocated`` or ``headroom``) a newly admitted request's prompt is prefilled in chunks of at
+most ``chunk_tokens`` a step (first come first served); the step that finishes a prompt gives
+its first token. With a prefill pool, a pool of ``servers`` replicas serves prompts first come
+first served (:func:`fifo_pool`) in :func:`fleetplan.models.ttft.prefill_service_s` each, the
+first token comes with the prefill, and after the KV hand-off the request decodes on a decode
+replica. Requests go to the decode replica with the fewest requests (ties: the lowest index).
+
+The fleet starts in steady state: each replica holds the sequences Little's law gives it at
+the hour's rate, at uniformly spread progress (they are not counted), so a short run does not
+see an empty fleet. TTFT runs from a request's arrival to its first token; TPOT is the time
+from the first token to the last over the tokens after the first.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+StepTime = Callable[[int, float, int], float]  # (decoding sequences, their mean context tokens, prefill tokens) -> s
+
+
+@dataclass(frozen=True)
+class Requests:
+    """Requests in arrival order: seconds, prompt tokens (to prefill) and output tokens."""
+
+    arrival_s: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+
+    @property
+    def count(self) -> int:
+        """Number of requests."""
+        return int(self.arrival_s.size)
+
+    @cached_property
+    def mean_input_tokens(self) -> float:
+        """Mean prompt tokens (the context of the sequences a warm start puts on the replicas)."""
+        return float(np.mean(self.input_tokens)) if self.count else 0.0
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The decode replicas of one product and how their steps are timed."""
+
+    replicas: int
+    batch: int
+    step_s: StepTime
+    chunk_tokens: int = 2048
+    prefill_on_decode: bool = True
+    uncached_share: float = 1.0  # share of prompt tokens prefilled (the rest hit the prefix cache)
+
+
+@dataclass
+class Replica:
+    """One decode replica's state: queued request ids and active ``[id, prompt left, tokens made]``."""
+
+    waiting: deque[int] = field(default_factory=deque)
+    active: list[list[int]] = field(default_factory=list)
+    running: bool = False
+    busy_s: float = 0.0
+    occupancy_s: float = 0.0
+
+    @property
+    def load(self) -> int:
+        """Requests held (queued and active)."""
+        return len(self.waiting) + len(self.active)
+
+
+@dataclass
+class Timings:
+    """Per request: first-token and last-token times (NaN until reached)."""
+
+    first_s: np.ndarray
+    last_s: np.ndarray
+
+
+def fifo_pool(arrival_s: np.ndarray, service_s: np.ndarray, servers: int) -> np.ndarray:
+    """Start times of service in a first-come-first-served pool of ``servers`` identical servers
+    (arrivals in order): each request takes the server that frees first."""
+    free = [0.0] * servers
+    start = np.empty(arrival_s.size)
+    for i in range(arrival_s.size):
+        t = max(arrival_s[i], free[0])
+        start[i] = t
+        heapq.heapreplace(free, t + service_s[i])
+    return start
+
+
+def _admit(r: Replica, reqs: Requests, fleet: Fleet) -> None:
+    """Move queued requests into the batch while it has room."""
+    while r.waiting and len(r.active) < fleet.batch:
+        i = r.waiting.popleft()
+        prompt = max(1, math.ceil(reqs.input_tokens[i] * fleet.uncached_share)) if fleet.prefill_on_decode else 0
+        r.active.append([i, prompt, 0 if fleet.prefill_on_decode else 1])
+
+
+def _plan_step(r: Replica, reqs: Requests, fleet: Fleet) -> tuple[float, list[int]]:
+    """(step time, prompt tokens each active sequence prefills in it) of the replica's next step."""
+    budget, chunks, decoding, context = fleet.chunk_tokens, [], 0, 0.0
+    for seq in r.active:
+        take = min(seq[1], budget)
+        budget -= take
+        chunks.append(take)
+        if seq[1] == 0:
+            decoding += 1
+            context += (reqs.input_tokens[seq[0]] if seq[0] >= 0 else reqs.mean_input_tokens) + seq[2]
+    mean_context = context / decoding if decoding else 0.0
+    return fleet.step_s(decoding, mean_context, fleet.chunk_tokens - budget), chunks
+
+
+def _finish_step(r: Replica, reqs: Requests, chunks: list[int], now: float, out: Timings) -> None:
+    """Apply a finished step: prompts advance, decoding sequences make a token, done ones leave."""
+    keep = []
+    for seq, take in zip(r.active, chunks):
+        i = seq[0]
+        if seq[1] > 0:
+            seq[1] -= take
+            if seq[1] == 0:
+                seq[2] = 1
+                if i >= 0:
+                    out.first_s[i] = now
+        else:
+            seq[2] += 1
+        target = reqs.output_tokens[i] if i >= 0 else -i
+        if seq[1] == 0 and seq[2] >= target:
+            if i >= 0:
+                out.last_s[i] = now
+            continue
+        keep.append(seq)
+    r.active = keep
+
+
+def _warm_start(replicas: list[Replica], rate_per_s: float, reqs: Requests, fleet: Fleet, step_guess_s: float,
+                rng: np.random.Generator) -> None:
+    """Fill each replica with the sequences Little's law gives at ``rate_per_s``: ids below 0
+    encode their length (``-output tokens``), their progress spread uniformly."""
+    mean_out = float(np.mean(reqs.output_tokens)) if reqs.count else 1.0
+    per_replica = rate_per_s / len(replicas) * mean_out * step_guess_s
+    for r in replicas:
+        for _ in range(min(fleet.batch, int(round(per_replica)))):
+            length = max(2, int(round(mean_out)))
+            r.active.append([-length, 0, int(rng.integers(1, length))])
+
+
+def decode_fleet(reqs: Requests, ready_s: np.ndarray, fleet: Fleet, rate_per_s: float, seed: int = 0,
+                 step_guess_s: float = 0.03, on_progress: Callable[[float], None] | None = None) -> tuple[Timings, float]:
+    """Simulate the decode replicas; request ``i`` reaches them at ``ready_s[i]`` (its arrival,
+    or its KV hand-off from a pool). Returns the timings and the replicas' busy share (steps
+    weighted by their share of the batch in use)."""
+    replicas = [Replica() for _ in range(fleet.replicas)]
+    _warm_start(replicas, rate_per_s, reqs, fleet, step_guess_s, np.random.Generator(np.random.PCG64(seed)))
+    out = Timings(np.full(reqs.count, np.nan), np.full(reqs.count, np.nan))
+    events: list[tuple[float, int, int, int]] = []  # (time, order, kind 0 ready / 1 step end, index)
+    order = np.argsort(ready_s, kind="stable")
+    for n, i in enumerate(order):
+        events.append((float(ready_s[i]), n, 0, int(i)))
+    heapq.heapify(events)
+    pending: dict[int, list[int]] = {}
+    counter, start, end = len(events), float(np.min(ready_s)) if reqs.count else 0.0, 0.0
+    for k, r in enumerate(replicas):
+        counter = _start_step(k, r, reqs, fleet, start, events, pending, counter)
+    while events:
+        now, _, kind, idx = heapq.heappop(events)
+        end = max(end, now)
+        if kind == 0:
+            k = min(range(len(replicas)), key=lambda j: (replicas[j].load, j))
+            replicas[k].waiting.append(idx)
+        else:
+            k = idx
+            _finish_step(replicas[k], reqs, pending.pop(k), now, out)
+            replicas[k].running = False
+            if on_progress is not None and counter % 4096 == 0:
+                on_progress(now)
+        if not replicas[k].running:
+            counter = _start_step(k, replicas[k], reqs, fleet, now, events, pending, counter)
+    span = max(end - start, 1e-12)
+    return out, sum(r.occupancy_s for r in replicas) / (span * len(replicas))
+
+
+def _start_step(k: int, r: Replica, reqs: Requests, fleet: Fleet, now: float,
+                events: list[tuple[float, int, int, int]], pending: dict[int, list[int]], counter: int) -> int:
+    """Start replica ``k``'s next step if it has work; returns the next event order number."""
+    _admit(r, reqs, fleet)
+    if not r.active:
+        return counter
+    dt, chunks = _plan_step(r, reqs, fleet)
+    r.running = True
+    r.busy_s += dt
+    r.occupancy_s += dt * len(r.active) / fleet.batch
+    pending[k] = chunks
+    heapq.heappush(events, (now + dt, counter, 1, k))
+    return counter + 1
+
+
+def percentiles_ms(values_s: np.ndarray) -> dict[str, float | None]:
+    """P50, P90 and P99 in milliseconds (None without values), to 0.1 ms."""
+    v = values_s[np.isfinite(values_s)]
+    if v.size == 0:
+        return {"p50": None, "p90": None, "p99": None}
+    p = np.percentile(v, [50, 90, 99])
+    return {"p50": round(float(p[0]) * 1e3, 1), "p90": round(float(p[1]) * 1e3, 1), "p99": round(float(p[2]) * 1e3, 1)}
+
+
+def tpot_s(reqs: Requests, t: Timings) -> np.ndarray:
+    """Seconds per output token after the first (NaN for one-token answers and unfinished ones)."""
+    tokens = reqs.output_tokens.astype(np.float64) - 1.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(tokens > 0, (t.last_s - t.first_s) / np.where(tokens > 0, tokens, 1.0), np.nan)
+
+
+def poisson_arrivals(rate_per_s: float, count: int, rng: np.random.Generator) -> np.ndarray:
+    """``count`` arrival times of a Poisson process at ``rate_per_s`` from 0."""
+    return np.cumsum(rng.exponential(1.0 / rate_per_s, count)) if rate_per_s > 0 else np.zeros(count)
+
+
+def quantile_step(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` by linear interpolation (inf for none)."""
+    return float(np.percentile(values, q * 100.0)) if values else math.inf

@@ -1,0 +1,151 @@
+"""``fleetplan simulate``: the event loop by hand, and the command on a planned example."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fleetplan.main import main
+from fleetplan.optimizer.simulate import Fleet, Requests, decode_fleet, tpot_s
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def constant_step(seconds: float):
+    return lambda decoding, context, prefill: seconds
+
+
+def run(arrival, tokens_in, tokens_out, batch, chunk=1000, step=0.1):
+    reqs = Requests(np.array(arrival, dtype=float), np.array(tokens_in), np.array(tokens_out))
+    fleet = Fleet(replicas=1, batch=batch, step_s=constant_step(step), chunk_tokens=chunk)
+    timings, busy = decode_fleet(reqs, reqs.arrival_s, fleet, rate_per_s=0.0)
+    return reqs, timings, busy
+
+
+def test_chunked_prefill_then_one_token_a_step_by_hand():
+    # request 0 at t=0: its prompt fills step 1 (first token at 0.1), tokens 2 and 3 at 0.2, 0.3;
+    # request 1 at 0.05 joins at the next step (0.1): its prompt in step 2, first token at 0.2
+    reqs, t, _ = run([0.0, 0.05], [10, 10], [3, 2], batch=2)
+    assert t.first_s.tolist() == pytest.approx([0.1, 0.2])
+    assert t.last_s.tolist() == pytest.approx([0.3, 0.3])
+    assert tpot_s(reqs, t).tolist() == pytest.approx([0.1, 0.1])
+
+
+def test_a_long_prompt_takes_several_chunks():
+    # 2,500 prompt tokens at 1,000 a step: three steps before the first token
+    _, t, _ = run([0.0], [2500], [2], batch=4)
+    assert t.first_s[0] == pytest.approx(0.3) and t.last_s[0] == pytest.approx(0.4)
+
+
+def test_a_full_batch_makes_the_next_request_wait():
+    # batch 1: request 1 waits until request 0's last token (0.3) before its prompt starts
+    _, t, _ = run([0.0, 0.0], [10, 10], [3, 3], batch=1)
+    assert t.first_s.tolist() == pytest.approx([0.1, 0.4])
+
+
+def plan_file(tmp_path: Path, example: str) -> Path:
+    out = tmp_path / "plan.json"
+    assert main(["plan", str(EXAMPLES / example), "--out", str(out), "--no-alternatives", "--json"]) == 0
+    return out
+
+
+def test_simulate_json_keys_determinism_and_target(tmp_path, capsys):
+    plan = plan_file(tmp_path, "chat-trace.yaml")
+    capsys.readouterr()
+    args = ["simulate", str(plan), "--requests", "3000", "--seed", "5", "--json"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    assert main(args) == 0
+    assert capsys.readouterr().out == first
+    d = json.loads(first)
+    p = d["products"][0]
+    assert {"ttft_ms", "tpot_ms", "utilisation", "missed_requests", "meets_targets"} <= set(p)
+    assert set(p["ttft_ms"]) == set(p["tpot_ms"]) == {"p50", "p90", "p99"}
+    assert p["hour"] == 12 and p["qps"] == pytest.approx(40.0) and p["requests"] == 3000
+    assert p["ttft_ms"]["p50"] <= p["ttft_ms"]["p90"] <= p["ttft_ms"]["p99"] <= 1000.0  # the planned P99 target
+    assert p["tpot_ms"]["p50"] <= 1000.0 / 30  # the per-user speed
+    assert d["meets_targets"] is True and 0.0 < p["utilisation"] < 1.0
+
+
+def test_simulate_with_the_sample_trace_replays_its_busiest_hour(tmp_path, capsys):
+    plan = plan_file(tmp_path, "chat-trace.yaml")
+    capsys.readouterr()
+    assert main(["simulate", str(plan), "--trace", str(EXAMPLES / "traces" / "chat-week.csv"), "--json"]) == 0
+    p = json.loads(capsys.readouterr().out)["products"][0]
+    assert p["hour"] == 12 and 500 < p["requests"] < 1500  # Monday 12:00 of the 60,000-request week
+
+
+def test_simulate_hour_outside_the_plan_exits_2(tmp_path, capsys):
+    plan = plan_file(tmp_path, "seed-chat-70b.yaml")  # one hour
+    capsys.readouterr()
+    assert main(["simulate", str(plan), "--hour", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--hour: 3 is outside the plan's hours 0..0" in err
+
+
+def test_simulate_hour_beyond_a_week_is_refused_by_the_flag(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", "plan.json", "--hour", "200"])
+    assert exc.value.code == 2 and "--hour" in capsys.readouterr().err
+
+
+def test_simulate_not_a_plan_exits_2(tmp_path, capsys):
+    bad = tmp_path / "x.json"
+    bad.write_text('{"a": 1}', encoding="utf-8")
+    assert main(["simulate", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a plan" in err
+
+
+
+def mix_plan(tmp_path: Path) -> Path:
+    """The chat-trace plan with its replicas split over two configurations (keys a and b, 2 and 1
+    replicas) and its demand over two size buckets, as a plan made from a mix states them."""
+    plan = json.loads(plan_file(tmp_path, "chat-trace.yaml").read_text(encoding="utf-8"))
+    p = plan["products"][0]
+    base = {k: p[k] for k in ("gpu", "tp", "pp", "ep", "dp_attention", "layout", "batch", "precision",
+                              "kv_precision", "step_time_ms")}
+    p["configurations"] = [{**base, "key": "a", "prefill_mode": "colocated", "replicas": 2},
+                           {**base, "key": "b", "prefill_mode": "colocated", "replicas": 1}]
+    p["requests"] = [
+        {"input_tokens": 600, "output_tokens": 160, "share": 0.6, "api_fraction": 0.0,
+         "configurations": [{"key": "a", "share": 1.0}]},
+        {"input_tokens": 3000, "output_tokens": 230, "share": 0.4, "api_fraction": 0.0,
+         "configurations": [{"key": "a", "share": 0.25}, {"key": "b", "share": 0.75}]},
+    ]
+    out = tmp_path / "mix.json"
+    out.write_text(json.dumps(plan), encoding="utf-8")
+    return out
+
+
+def test_simulate_a_mix_plan_runs_each_configuration(tmp_path, capsys):
+    plan = mix_plan(tmp_path)
+    capsys.readouterr()
+    assert main(["simulate", str(plan), "--requests", "3000", "--json"]) == 0
+    p = json.loads(capsys.readouterr().out)["products"][0]
+    assert p["requests"] == 3000 and p["meets_targets"] is True
+    assert 0.0 < p["utilisation"] < 1.0 and p["missed_requests"] == 0
+    assert main(["simulate", str(plan), "--hour", "3"]) == 2
+    assert "--hour: a product planned from a mix" in capsys.readouterr().err
+
+
+def test_a_short_run_is_flagged(tmp_path, capsys):
+    plan = plan_file(tmp_path, "chat-trace.yaml")
+    capsys.readouterr()
+    assert main(["simulate", str(plan), "--requests", "50", "--json"]) == 0
+    captured = capsys.readouterr()
+    p = json.loads(captured.out)["products"][0]
+    assert p["short_run"] is True and p["simulated_s"] < 3 * p["mean_request_s"]
+    assert "under three request lifetimes" in captured.err
+
+
+def test_a_pool_plan_reports_the_analytic_percentiles_beside_the_simulated(capsys):
+    plans = Path(__file__).resolve().parent / "data" / "plans"
+    assert main(["simulate", str(plans / "seed-chat-70b-pool.json"), "--requests", "3000", "--json"]) == 0
+    p = json.loads(capsys.readouterr().out)["products"][0]
+    # 125 pool replicas at 80%: almost nobody waits; TTFT is the 2,000-token prefill plus the hand-off
+    assert p["pool_replicas"] == 125 and p["analytic_ttft_ms"]["p50"] == pytest.approx(291.8, abs=0.2)
+    assert abs(p["analytic_ttft_ms"]["p99"] / p["ttft_ms"]["p99"] - 1) <= 0.25
