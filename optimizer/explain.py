@@ -140,7 +140,8 @@ def _configuration_reason(pp: ProductPlan) -> str:
                                    f"tokens/s per user",
         BatchLimit.MEMORY: "a larger batch would not fit in memory",
         BatchLimit.BATCH_OPTIONS: "the largest batch allowed",
-        BatchLimit.MAX_TTFT: f"a larger batch would break the {pp.product.max_ttft_ms or 0:g} ms TTFT target",
+        BatchLimit.MAX_TTFT: "a larger batch would break the " + (
+            f"{pp.product.max_ttft_ms:g} ms TTFT target" if pp.product.max_ttft_ms else "TTFT percentile targets"),
     }[BatchLimit(c.batch_limited_by)]
     paid = []
     for tier in pp.decode_tiers() or [Tier.ON_DEMAND]:
@@ -209,8 +210,13 @@ def _pool_note(pp: ProductPlan) -> str:
         return ""
     return (
         f"; prefill runs on {pp.prefill_pool.peak} x {pp.pool.gpus_per_replica} {pp.pool.gpu} ({pp.pool.precision}) sized to "
-        f"{pp.pool.max_utilisation:.0%} utilisation at most" + ("" if pp.product.max_ttft_ms else f" ({NO_TTFT_TARGET})")
+        f"{pp.pool.max_utilisation:.0%} utilisation at most" + ("" if _has_ttft_target(pp) else f" ({NO_TTFT_TARGET})")
     )
+
+
+def _has_ttft_target(pp: ProductPlan) -> bool:
+    """Whether the product sets a TTFT target (a number or percentiles)."""
+    return bool(pp.product.max_ttft_ms) or pp.product.ttft_percentiles_ms is not None
 
 
 def _headroom_note(pp: ProductPlan) -> str:

@@ -217,11 +217,17 @@ def explain_no_candidates(product: Product, cs: CandidateSet) -> str:
             f"{product.min_tokens_per_s_per_user:g} tokens/s per user; the best reachable is "
             f"{cs.best_per_user_tokens_per_s:.1f} tokens/s ({cs.best_per_user_at})"
         )
-    if product.max_ttft_ms is not None:
+    if product.max_ttft_ms is not None or product.ttft_percentiles_ms is not None:
         best = "none" if cs.best_ttft_s == float("inf") else f"{format_ms(cs.best_ttft_s)} ms ({cs.best_ttft_at})"
+        target = (f"{product.max_ttft_ms:g} ms" if product.max_ttft_ms is not None else
+                  ", ".join(f"p{q * 100:g} {s * 1e3:g} ms" for q, s in product.ttft_percentiles_ms.targets_s())  # type: ignore[union-attr]
+                  + " (percentiles with queueing at one server)")
         return (
             f"{where}.max_ttft_ms: infeasible: no configuration reaches a time to first token of "
-            f"{product.max_ttft_ms:g} ms; the best reachable is {best}"
+            f"{target}; the lowest mean TTFT reachable is {best}"
+            if product.max_ttft_ms is None else
+            f"{where}.max_ttft_ms: infeasible: no configuration reaches a time to first token of "
+            f"{target}; the best reachable is {best}"
         )
     return f"{where}: infeasible: no prefill pool configuration fits {product.model}"
 
@@ -323,7 +329,9 @@ def _mix_data(product: Product, llm: LLM, qps: list[float], scenario: Scenario, 
               offer: APIOffer | None, api_only_possible: bool) -> tuple[ProductData, CandidateSet]:
     """A product with a request mix as MIP data (:mod:`.mix`): every bucket's configurations and
     capacities, one prefill pool timed by the mix; an error when a bucket does not fit the
-    context or no configuration serves it (unless the product may go all-API)."""
+    context or no configuration serves it (unless the product may go all-API). A mix of one
+    bucket keeps to one configuration, as a plain product does, and so plans exactly what the
+    plain product of that request size plans."""
     assert product.requests is not None
     for i in range(len(product.requests)):
         if (problem := context_problem(bucket_product(product, i), llm)) is not None:
@@ -350,6 +358,7 @@ def _mix_data(product: Product, llm: LLM, qps: list[float], scenario: Scenario, 
         api_min_fraction=product.api.min_fraction if (product.api and offer) else 0.0,
         api_max_fraction=product.api.max_fraction if (product.api and offer) else 0.0,
         fixed_monthly_usd=product.self_host_fixed_monthly_usd, buckets=buckets,
+        single=len(buckets) == 1,  # one request size: one configuration, as for the plain product
     )
     return data, cs
 

@@ -22,13 +22,16 @@ from fleetplan.optimizer.solvers import Solver
 
 def runner_ups(prob: FleetProblem, pp: ProductPlan, base: float, solver: Solver, deadline: Deadline,
                base_lp: LinearProblem | None = None) -> list[dict[str, Any]]:
-    """Cheapest plan with the product's decode forced onto each other GPU type (those not reached
-    before the deadline are left out, and the deadline notes it)."""
+    """Cheapest plan with the product's decode forced onto each other GPU type (for a request mix,
+    onto each GPU type, its own included); those not reached before the deadline are left out,
+    and the deadline notes it."""
     if pp.candidate is None:
         return []
     alts: list[dict[str, Any]] = []
     name = pp.product.name
-    gpus = sorted({c.gpu for c in prob.products[name].candidates} - {pp.candidate.gpu})
+    # a mix may run several GPU types: its runner-ups are the mix kept to each type in turn
+    own = set() if pp.mix is not None else {pp.candidate.gpu}
+    gpus = sorted({c.gpu for c in prob.products[name].candidates} - own)
     for i, gpu in enumerate(gpus):
         if deadline.expired:
             deadline.note(f"{name}: runner-ups on other GPU types")
