@@ -93,24 +93,24 @@ class MixPlan:
     api_share: dict[int, list[float]]  # bucket -> share of its demand sent to the API
     single: dict[str, Any] | None = None  # the best single-configuration plan (a runner-up), when solved
 
+    def share(self, bucket: int, key: str, h: int) -> float:
+        """Share of bucket ``bucket``'s demand configuration ``key`` serves in hour ``h``."""
+        row = self.serve.get((bucket, key))
+        return row[h] if row else 0.0
+
     def consumed(self, key: str, h: int) -> float:
         """Replicas' worth of capacity of configuration ``key`` its buckets take in hour ``h``."""
-        return sum(b.demand_tokens_per_s[h] / b.capacity[key] * self.serve.get((b.index, key), [0.0] * (h + 1))[h]
+        return sum(b.demand_tokens_per_s[h] / b.capacity[key] * self.share(b.index, key, h)
                    for b in self.buckets if key in b.capacity)
 
     def served_tokens(self, key: str, h: int) -> float:
         """Output tokens/s configuration ``key`` serves in hour ``h``."""
-        return sum(b.demand_tokens_per_s[h] * self.serve.get((b.index, key), [0.0] * (h + 1))[h] for b in self.buckets)
+        return sum(b.demand_tokens_per_s[h] * self.share(b.index, key, h) for b in self.buckets)
 
     def prefill_flops_per_s(self, h: int, pool_keys: set[str]) -> float:
         """Prefill FLOP/s of the bucket shares served by the configurations ``pool_keys`` in hour ``h``."""
-        return sum(b.prefill_flops_per_output_token * b.demand_tokens_per_s[h] * self.serve.get((b.index, k), [0.0] * (h + 1))[h]
+        return sum(b.prefill_flops_per_output_token * b.demand_tokens_per_s[h] * self.share(b.index, k, h)
                    for b in self.buckets for k in pool_keys)
-
-    @property
-    def by_key(self) -> dict[str, Fleet]:
-        """The fleets by configuration key."""
-        return {f.part.key: f for f in self.fleets if f.part is not None}
 
 
 @dataclass
