@@ -153,7 +153,7 @@ def declare_mix_shares(m: ConcreteModel, prob: FleetProblem) -> None:
     if not mixes:
         return
     hours = range(prob.hours)
-    m.serve = Var([(p.name, b.index, k, h) for p in mixes for b in p.buckets for k in sorted(b.capacity)
+    m.serve = Var([(p.name, b.index, k, h) for p in mixes for b in p.buckets for k in p.eligible(b)
                    for h in hours], domain=NonNegativeReals, bounds=(0, 1))
     m.api_bucket = Var([(p.name, b.index, h) for p in mixes if p.has_api for b in p.buckets for h in hours],
                        domain=NonNegativeReals, bounds=(0, 1))
@@ -409,7 +409,7 @@ def define_prefill_pool_meets_demand(m: ConcreteModel, prob: FleetProblem) -> No
 
 def _eligible(prob: FleetProblem) -> list[tuple[ProductData, BucketData, str]]:
     """(mix, bucket, configuration key) for every bucket of a mix and configuration it may run on."""
-    return [(p, b, k) for p in _mixes(prob) for b in p.buckets for k in sorted(b.capacity)]
+    return [(p, b, k) for p in _mixes(prob) for b in p.buckets for k in p.eligible(b)]
 
 
 def define_bucket_demand_covered(m: ConcreteModel, prob: FleetProblem) -> None:
@@ -423,7 +423,7 @@ def define_bucket_demand_covered(m: ConcreteModel, prob: FleetProblem) -> None:
 
     def rule(m: ConcreteModel, p: str, i: int, h: int) -> object:
         pd = prob.products[p]
-        served = sum(m.serve[p, i, k, h] for k in sorted(pd.buckets[i].capacity))
+        served = sum(m.serve[p, i, k, h] for k in pd.eligible(pd.buckets[i]))
         return served + (m.api_bucket[p, i, h] if pd.has_api else 0) >= 1
 
     m.bucket_demand_covered = Constraint(rows, rule=rule)
@@ -438,7 +438,8 @@ def define_capacity_consumed(m: ConcreteModel, prob: FleetProblem) -> None:
         return
 
     def rule(m: ConcreteModel, p: str, key: str, h: int) -> object:
-        buckets = [b for b in prob.products[p].buckets if key in b.capacity and b.demand_tokens_per_s[h] > 0]
+        pd = prob.products[p]
+        buckets = [b for b in pd.buckets if key in pd.eligible(b) and b.demand_tokens_per_s[h] > 0]
         if not buckets:
             return Constraint.Skip
         used = sum(b.demand_tokens_per_s[h] / b.capacity[key] * m.serve[p, b.index, key, h] for b in buckets)

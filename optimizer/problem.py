@@ -65,6 +65,12 @@ class ProductData:
         """Whether the product is planned from a request mix."""
         return bool(self.buckets)
 
+    def eligible(self, bucket: BucketData) -> list[str]:
+        """Keys of the product's configurations ``bucket`` may run on (a problem cut to fewer
+        configurations keeps the buckets' capacities of the others, unused)."""
+        keys = {c.key for c in self.candidates}
+        return sorted(k for k in bucket.capacity if k in keys)
+
     @property
     def peak_demand_tokens_per_s(self) -> float:
         """Highest hourly demand."""

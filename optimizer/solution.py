@@ -450,7 +450,7 @@ def _extract_mix(lp: LinearProblem, result: SolveResult, pd: ProductData, pp: Pr
         if fleet.peak > 0:
             fleets.append(fleet)
     serve = {(b.index, k): [max(0.0, _read(lp, result, "serve", pd.name, b.index, k, h)) for h in hours]
-             for b in pd.buckets for k in sorted(b.capacity)}
+             for b in pd.buckets for k in pd.eligible(b)}
     serve = {key: row for key, row in serve.items() if any(x > 1e-9 for x in row)}
     api = {b.index: [max(0.0, _read(lp, result, "api_bucket", pd.name, b.index, h)) for h in hours] for b in pd.buckets}
     pp.mix = MixPlan(buckets=pd.buckets, fleets=fleets, serve=serve, api_share=api)

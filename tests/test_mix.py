@@ -230,3 +230,19 @@ def test_bad_histogram_exits_2_with_one_line(tmp_path: Path, capsys, csv, words)
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and words in err
     assert not out.exists()
+
+
+def test_a_problem_cut_to_fewer_configurations_still_builds(catalog):
+    """Restricting a mix's configurations (sensitivity, the report) leaves its buckets on the rest."""
+    from dataclasses import replace
+
+    from fleetplan.optimizer.search import solve_by_configuration
+
+    prob, _, _ = build_problem(parse_scenario(tiny(11.0, TWO), "tiny"), catalog, get_preset("default"))
+    pd = prob.products["m"]
+    h100 = tuple(c for c in pd.candidates if c.gpu == "h100-sxm")
+    assert 0 < len(h100) < len(pd.candidates)
+    cut = prob.derive(products={"m": replace(pd, candidates=h100)})
+    res, _, _ = solve_by_configuration(cut, "m", "highs")
+    whole, _, _ = solve_by_configuration(prob, "m", "highs")
+    assert res.objective >= whole.objective - 1e-6
