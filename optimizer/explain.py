@@ -263,6 +263,7 @@ def explain_products(products: list[ProductPlan], solved: Solved, catalog: Catal
     """Fill in each product's explanations within ``deadline``: runner-ups on other GPU types (with
     ``alternatives``) and the cost of each prefill mode for a product solved on its own, then the
     reason in words, the KV hand-off and the prefill-headroom check."""
+    percentiles = any(pp.product.ttft_percentiles_ms is not None for pp in products)  # then every product reports them
     for i, pp in enumerate(products):
         part = solved.parts[pp.product.name]
         mine = deadline.share(1.0 / (len(products) - i))
@@ -276,6 +277,6 @@ def explain_products(products: list[ProductPlan], solved: Solved, catalog: Catal
                     pp.alternatives = [pp.mix.single, *pp.alternatives]
             pp.mode_costs = mode_costs(part.whole, pp, solver, mine, part.base_lp)
         pp.why = why(pp)
-        pp.ttft_percentiles_ms = ttft_percentiles(pp, catalog, preset)
+        pp.ttft_percentiles_ms = ttft_percentiles(pp, catalog, preset, always=percentiles)
         pp.kv_transfer = kv_transfer_report(pp, catalog, preset)
         pp.prefill_check = prefill_headroom_check(pp, catalog, preset, options)

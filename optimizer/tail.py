@@ -53,9 +53,11 @@ def _colocated_rows(pp: ProductPlan, f: Fleet, catalog: Catalog, preset: Preset)
                            load, admission_s(preset)) for b in served]
 
 
-def ttft_percentiles(pp: ProductPlan, catalog: Catalog, preset: Preset) -> dict[str, float] | None:
-    """p50, p90 and p99 of TTFT in ms when the product has percentile targets, else None."""
-    if pp.product.ttft_percentiles_ms is None or pp.candidate is None:
+def ttft_percentiles(pp: ProductPlan, catalog: Catalog, preset: Preset, *, always: bool = False
+                     ) -> dict[str, float] | None:
+    """p50, p90 and p99 of TTFT in ms when the product has percentile targets (or ``always``: some
+    product of the plan has them), else None; None too for a product all on its API."""
+    if (pp.product.ttft_percentiles_ms is None and not always) or pp.candidate is None:
         return None
     rows = [r for r in [_pool_row(pp)] if r is not None]
     for f in pp.fleets:

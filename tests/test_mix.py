@@ -246,3 +246,14 @@ def test_a_problem_cut_to_fewer_configurations_still_builds(catalog):
     res, _, _ = solve_by_configuration(cut, "m", "highs")
     whole, _, _ = solve_by_configuration(prob, "m", "highs")
     assert res.objective >= whole.objective - 1e-6
+
+
+def test_mix_plan_is_deterministic_and_every_product_reports_percentiles(catalog):
+    """Same scenario, same JSON; with one product's percentile targets, the others report theirs."""
+    raw = tiny(11.0, TWO, max_ttft_ms={"p99": 60000})
+    raw["products"].append({"name": "plain", "model": "llama-3.1-8b", "peak_qps": 5, "input_tokens": 300,
+                            "output_tokens": 100, "min_tokens_per_s_per_user": 20, "prefill": "colocated"})
+    a, b = (plan_to_dict(make_plan(parse_scenario(raw, "s"), catalog)) for _ in range(2))
+    assert a == b
+    assert all(set(p["ttft_percentiles_ms"]) == {"p50", "p90", "p99"} for p in a["products"])
+    assert a["products"][0]["ttft_percentiles_ms"]["p99"] <= 60000
