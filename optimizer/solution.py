@@ -449,6 +449,9 @@ def _extract_mix(lp: LinearProblem, result: SolveResult, pd: ProductData, pp: Pr
         fleet = Fleet(c, *_replicas(lp, result, "", c.key, hours))
         if fleet.peak > 0:
             fleets.append(fleet)
+    if not fleets and pd.candidates and not any(pp.api_tokens_per_s):  # no demand: the cheapest, at 0 replicas
+        c = min(pd.candidates, key=lambda c: (c.monthly_cost_per_replica_usd, c.key))
+        fleets.append(Fleet(c, 0, [0] * len(hours), [0] * len(hours)))
     serve = {(b.index, k): [max(0.0, _read(lp, result, "serve", pd.name, b.index, k, h)) for h in hours]
              for b in pd.buckets for k in pd.eligible(b)}
     serve = {key: row for key, row in serve.items() if any(x > 1e-9 for x in row)}

@@ -257,3 +257,20 @@ def test_mix_plan_is_deterministic_and_every_product_reports_percentiles(catalog
     assert a == b
     assert all(set(p["ttft_percentiles_ms"]) == {"p50", "p90", "p99"} for p in a["products"])
     assert a["products"][0]["ttft_percentiles_ms"]["p99"] <= 60000
+
+
+def test_an_idle_mix_and_a_mix_coupled_by_shared_limits(catalog):
+    """A mix without demand costs nothing; a mix sharing limited H100s and whole instances with a
+    plain product is solved with it in one MIP and keeps every promise (no saving is reported:
+    the single-configuration comparison is made for a product planned on its own)."""
+    idle = make_plan(parse_scenario(tiny(0.0, TWO), "idle"), catalog)
+    assert idle.monthly_cost_usd == 0 and check_invariants(idle) == []
+    raw = tiny(30.0, TWO)
+    raw["products"].append({"name": "p", "model": "llama-3.1-8b", "peak_qps": 10, "input_tokens": 1000,
+                            "output_tokens": 200, "min_tokens_per_s_per_user": 20})
+    raw["limits"] = {"gpu_availability": {"h100-sxm": 16}, "instance_gpus": 8}
+    plan = make_plan(parse_scenario(raw, "coupled"), catalog)
+    assert plan.components == [["m", "p"]] and check_invariants(plan) == []
+    d = plan_to_dict(plan)
+    assert d["products"][0]["mix_saving_usd"] is None
+    assert all(u["gpus"] <= 16 for g, u in d["gpu_usage"].items() if g == "h100-sxm")
