@@ -371,9 +371,12 @@ def _mix_data(product: Product, llm: LLM, qps: list[float], scenario: Scenario, 
 
 def _mix_pool(product: Product, llm: LLM, catalog: Catalog, scenario: Scenario, preset: Preset,
               cs: CandidateSet) -> list[PoolCandidate]:
-    """Prefill-pool configurations of a mix: one pool for every bucket, timed by the mix."""
-    pool = generate_pool_candidates(product, llm, catalog, scenario.options, preset,
-                                    mean_prefill_work(product, llm, preset), cs)
+    """Prefill-pool configurations of a mix: one pool for every bucket, timed by the mix, its KV
+    hand-off that of the mix's mean prompt (whatever ``input_tokens`` the product gives)."""
+    assert product.requests is not None
+    mean_input = max(1, round(sum(b.share * b.input_tokens for b in product.requests)))
+    pool = generate_pool_candidates(product.model_copy(update={"input_tokens": mean_input}), llm, catalog,
+                                    scenario.options, preset, mean_prefill_work(product, llm, preset), cs)
     if scenario.limits.instance_gpus is not None:
         per_instance = scenario.limits.gpus_per_instance
         pool = [k for k in pool if fits_instances(k.tp, k.gpus_per_replica, per_instance(k.gpu))]
