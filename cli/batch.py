@@ -241,11 +241,16 @@ def summary_rows(outcomes: list[Outcome]) -> list[dict[str, Any]]:
             rows.append({
                 "scenario": o.stem, "product": p["name"], "status": o.plan["status"], "error": "",
                 "monthly_cost_usd": p["monthly_cost_usd"], "gpu": p["gpu"], "tp": p["tp"], "batch": p["batch"],
-                "precision": p["precision"], "replicas": p["replicas"], "gpus": p["gpus"],
+                "precision": p["precision"], "replicas": own_count(p, "replicas"), "gpus": own_count(p, "gpus"),
                 "prefill_mode": p["prefill"]["mode"], "prefill_gpus": p["prefill"]["gpus"],
                 "api_fraction": p["api_fraction"], "pooled_in": pool_name,
             })
     return rows
+
+
+def own_count(p: dict[str, Any], key: str) -> int:
+    """A product row's replicas or GPUs: its configuration's, or every configuration's of a request mix."""
+    return sum(c[key] for c in p["configurations"]) if p.get("configurations") else p[key]
 
 
 def summary_csv(rows: list[dict[str, Any]]) -> str:

@@ -99,6 +99,15 @@ def _set(p: dict[str, Any], name: str, part: dict[str, Any], replicas: int, cata
                       pp=part.get("pp") or 1, ep=part.get("ep") or 1, dp_attention=part.get("dp_attention") or 1)
 
 
+def _mix_sets(p: dict[str, Any], unit: str, catalog: Any, node: dict[str, int]) -> list[ReplicaSet]:
+    """A request mix's decode replica sets, one per configuration (numbered in the plan's order),
+    each sized for the longest request of the mix."""
+    longest = {**p, "context_tokens": max(r["input_tokens"] + r["output_tokens"] for r in p["requests"])}
+    return [_set(longest, f"{unit}-decode-{i}", c, c["replicas"], catalog, node,
+                 "decode-only" if c["prefill_mode"] == "pool" else "decode")
+            for i, c in enumerate(p["configurations"], start=1) if c["replicas"]]
+
+
 def replica_sets(d: dict[str, Any], catalog: Any) -> list[ReplicaSet]:
     """Every replica set of plan ``d``: per product (or pooled group, once) its decode replicas
     and its prefill pool; products served only by an API have none."""
@@ -114,7 +123,9 @@ def replica_sets(d: dict[str, Any], catalog: Any) -> list[ReplicaSet]:
         replicas = pool["replicas"] if pool else p["replicas"]
         prefill_replicas = pool["prefill_replicas"] if pool else p["prefill"]["replicas"]
         split = bool(p["prefill"]["gpu"] and prefill_replicas)
-        if replicas:
+        if p.get("configurations"):
+            out += _mix_sets(p, unit, catalog, node)
+        elif replicas:
             out.append(_set(p, f"{unit}-decode", p, replicas, catalog, node, "decode-only" if split else "decode"))
         if split:
             prefill = {**p["prefill"], "batch": None}

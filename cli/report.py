@@ -200,18 +200,37 @@ class _PlanRows:
                      cost=f"{cost:,}", per_m=_n(p["cost_per_million_tokens_usd"], "{:.3f}"))
         self.total(f"{label} total", pool["gpus"] + (pool.get("prefill_gpus") or 0), total_shown)
 
+    def mix(self, p: dict[str, Any], dollars: list[int]) -> None:
+        """A request mix's decode configurations, one line each (``dollars``: their whole-dollar costs)."""
+        for i, (c, usd) in enumerate(zip(p["configurations"], dollars)):
+            self.add(product=p["name"] if i == 0 else "", part=f"decode ({c['prefill_mode']})", gpu=c["gpu"],
+                     tp=layout_cell(c), prec=c["precision"], batch=str(c["batch"]), replicas=f"{c['replicas']:,}",
+                     gpus=f"{c['gpus']:,}", cost=f"{usd:,}")
+
     def product(self, p: dict[str, Any], total_shown: int) -> None:
-        """A product of its own: decode, prefill pool, API and fixed cost lines, then its total."""
+        """A product of its own: decode (a line per configuration of a mix), prefill pool, API and
+        fixed cost lines, then its total."""
         pre, b = p["prefill"], p["monthly_cost_breakdown_usd"]
-        decode_usd, pre_usd, api_usd, fixed_usd = whole_dollars(_product_parts(p), total_shown)
-        self.decode(p["name"], p, f"decode ({pre['mode'] or 'api'})", p["replicas"], p["gpus"], f"{decode_usd:,}")
+        configs = p.get("configurations") or []
+        parts = _product_parts(p)
+        if configs:  # the decode cost split by configuration (idle instance GPUs with the last)
+            usd = [c["usd_per_month"] for c in configs]
+            usd[-1] += parts[0] - sum(usd)
+            parts = usd + parts[1:]
+        shown = whole_dollars(parts, total_shown)
+        pre_usd, api_usd, fixed_usd = shown[-3:]
+        if configs:
+            self.mix(p, shown[:-3])
+        else:
+            self.decode(p["name"], p, f"decode ({pre['mode'] or 'api'})", p["replicas"], p["gpus"], f"{shown[0]:,}")
         if pre["gpu"]:
             self.prefill(pre["gpu"], layout_cell(pre), pre["precision"], pre["replicas"], pre["gpus"], f"{pre_usd:,}")
         if b["api"]:
             self.add(part=f"api ({pct(p['api_fraction'])} of tokens)", gpu=p["api"]["id"], cost=f"{api_usd:,}")
         if b["fixed"]:
             self.add(part="fixed self-hosting", cost=f"{fixed_usd:,}")
-        self.total(f"{p['name']} total", p["gpus"] + (pre["gpus"] or 0), total_shown,
+        gpus = sum(c["gpus"] for c in configs) if configs else p["gpus"]
+        self.total(f"{p['name']} total", gpus + (pre["gpus"] or 0), total_shown,
                    _n(p["cost_per_million_tokens_usd"], "{:.3f}"))
 
 
@@ -285,12 +304,14 @@ def _print_reasons(p: dict[str, Any], name: str, hours: int, console: Console) -
         )
     if p["alternatives"]:
         alt_rows: list[Row] = [
-            (a["gpu"], layout_cell(a), a["precision"], str(a["batch"]), f"{a['replicas']:,}", f"{a['gpus']:,}",
+            (a["gpu"] + (" (one configuration)" if a.get("single_configuration") else ""), layout_cell(a),
+             a["precision"], str(a["batch"]), f"{a['replicas']:,}", f"{a['gpus']:,}",
              f"{a['monthly_cost_usd']:,.0f}", f"+{a['cost_difference_usd']:,.0f}")
             for a in p["alternatives"]
         ]
-        console.print(fit_table(console, f"{name}: cheapest plan on each other GPU type", ALTERNATIVE_COLUMNS,
-                                alt_rows, title_justify="left"))
+        title = (f"{name}: the best single configuration, and the mix on each GPU type alone" if p.get("configurations")
+                 else f"{name}: cheapest plan on each other GPU type")
+        console.print(fit_table(console, title, ALTERNATIVE_COLUMNS, alt_rows, title_justify="left"))
 
 
 def _print_model_notes(d: dict[str, Any], console: Console) -> None:

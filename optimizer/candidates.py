@@ -27,6 +27,12 @@ TTFT stays within ``DEFAULT_TTFT_QUEUE_MULTIPLE`` times its zero-load value.
 
 Across shapes, a candidate is dominated when another one of the same product, GPU type and
 prefill mode uses no more GPUs per replica, costs no more and delivers at least as much.
+
+Percentile TTFT targets (``ttft_percentiles_ms``) are checked by the rules of
+:mod:`.percentiles`: a colocated batch qualifies when every target quantile is met at
+utilisation 1 - headroom, a pool's utilisation is capped so that every one is met. A product
+with a request mix has its pool timed by the mix's service-time distribution
+(:func:`pool_service_time`); its decode candidates come from :mod:`.mix`, bucket by bucket.
 """
 
 from __future__ import annotations
@@ -43,10 +49,12 @@ from fleetplan.models.memory import kv_bytes_per_token
 from fleetplan.models.parallel import tp_problem
 from fleetplan.models.prefill import prefill_flops
 from fleetplan.models.presets import Preset
+from fleetplan.models.queueing import ServiceTime
 from fleetplan.models.roofline import StepEstimate, decode_step, effective_kv_precision
 from fleetplan.models.ttft import (
     DEFAULT_MAX_UTILISATION,
     admission_s,
+    colocated_prefill_steps,
     colocated_ttft_s,
     kv_transfer_s,
     max_utilisation,
@@ -56,6 +64,7 @@ from fleetplan.models.ttft import (
 from fleetplan.optimizer.defaults import RACK_SCALE_GPUS
 from fleetplan.optimizer.enums import BatchLimit, Tier
 from fleetplan.optimizer.layouts import layout_batches, pool_stages, replica_layouts
+from fleetplan.optimizer.percentiles import Targets, colocated_ratio, pool_utilisation_cap, targets
 from fleetplan.optimizer.scenario import Options, Product
 
 DEFAULT_TP: tuple[int, ...] = (1, 2, 4, 8)
@@ -189,10 +198,17 @@ class PoolCandidate(_Replica):
     flops_per_request: float
     max_utilisation: float
     admission_s: float = 0.0
+    service_scv: float = 0.0
+    service_atoms: tuple[tuple[float, float], ...] = ()  # a mix's (seconds, probability); empty: deterministic
     pp: int = 1
     ep: int = 1
     dp_attention: int = 1
     node_gpus: int = 8
+
+    @property
+    def service_time(self) -> ServiceTime:
+        """The distribution of one request's service time the pool was sized with."""
+        return ServiceTime(self.service_s, self.service_scv, self.service_atoms)
 
     @property
     def key(self) -> str:
@@ -450,6 +466,8 @@ class _Shape:
     preset: Preset
     work: float
     rho: float
+    goals: Targets = field(default_factory=list)
+    max_ttft_s: float | None = None
     _plain: dict[int, StepEstimate] = field(default_factory=dict)
     _mixed: dict[int, StepEstimate] = field(default_factory=dict)
 
@@ -490,6 +508,14 @@ class _Shape:
         return colocated_ttft_s(self.prefill_step(b).step_time_s, b, self.product.output_tokens, self.rho,
                                 admission_s(self.preset))
 
+    def ttft_ratio(self, b: int) -> float:
+        """The largest ratio of a TTFT target's modelled value to its budget at batch ``b`` (at
+        most 1: every target met): the percentile targets (:func:`.percentiles.colocated_ratio`),
+        and the plain one when also given."""
+        spread = colocated_prefill_steps(b, self.product.output_tokens) * self.prefill_step(b).step_time_s
+        ratio = colocated_ratio(spread, self.rho, admission_s(self.preset), self.goals)
+        return max(ratio, self.ttft(b) / self.max_ttft_s) if self.max_ttft_s is not None else ratio
+
     def where(self, b: int) -> str:
         """The shape at batch ``b``, for messages."""
         return f"{self.gpu.id} {self.layout.label()} {self.precision} batch {b}"
@@ -506,9 +532,10 @@ def _best_decode(
     colocated); TTFT (colocated and headroom modes) on a step carrying the prefill share, at
     utilisation 1 - headroom.
     """
+    goals = targets(product)
     if mode != "pool":
-        headroom = decode_headroom(headroom, max_ttft_s)
-    shape = _Shape(product, llm, gpu, layout, precision, mode, preset, work, 1.0 - headroom)
+        headroom = decode_headroom(headroom, max_ttft_s if max_ttft_s is not None or not goals else math.inf)
+    shape = _Shape(product, llm, gpu, layout, precision, mode, preset, work, 1.0 - headroom, goals, max_ttft_s)
     first = shape.est(batches[0])
     if first.fits:
         result.any_fits_memory = True
@@ -521,7 +548,7 @@ def _best_decode(
     n_ok = bisect.bisect_left(range(len(batches)), True, key=lambda i: not shape.speed_ok(batches[i]))
     limited_by = (BatchLimit.BATCH_OPTIONS if n_ok == len(batches) else
                   BatchLimit.MEMORY if not shape.est(batches[n_ok]).fits else BatchLimit.PER_USER_SPEED)
-    if mode != "pool" and max_ttft_s is not None:
+    if mode != "pool" and (max_ttft_s is not None or goals):
         n_ttft = _ttft_batches(shape, batches, n_ok, max_ttft_s, result)
         if n_ttft == 0:
             return None
@@ -532,15 +559,18 @@ def _best_decode(
     return _candidate(shape, batches[n_ok - 1], price, headroom, limited_by)
 
 
-def _ttft_batches(shape: _Shape, batches: list[int], n_ok: int, max_ttft_s: float, result: CandidateSet) -> int:
-    """How many of the first ``n_ok`` batches may run given the TTFT target (0: none), counting
+def _ttft_batches(shape: _Shape, batches: list[int], n_ok: int, max_ttft_s: float | None,
+                  result: CandidateSet) -> int:
+    """How many of the first ``n_ok`` batches may run given the TTFT targets (0: none), counting
     the feasible ones: TTFT falls then rises with the batch, so the batches meeting it run from
-    the first one that does (on the falling side) to the largest."""
-    n_ttft, low = _largest_ok(batches, n_ok, shape.ttft, max_ttft_s)
+    the first one that does (on the falling side) to the largest. A plain target compares the
+    TTFT with ``max_ttft_s``; percentile targets compare :meth:`_Shape.ttft_ratio` with 1."""
+    f, limit = (shape.ttft, max_ttft_s) if max_ttft_s is not None and not shape.goals else (shape.ttft_ratio, 1.0)
+    n_ttft, low = _largest_ok(batches, n_ok, f, limit)
     mode = "colocated" if shape.mode == "colocated" else "headroom mode"
     result.note_ttft(shape.ttft(batches[low]), f"{mode} on {shape.where(batches[low])} at {shape.rho:.0%} utilisation")
     if n_ttft:
-        first_ok = bisect.bisect_left(range(n_ttft - 1), True, key=lambda i: shape.ttft(batches[i]) <= max_ttft_s)
+        first_ok = bisect.bisect_left(range(n_ttft - 1), True, key=lambda i: f(batches[i]) <= limit)
         result.feasible += n_ttft - first_ok
     return n_ttft
 
@@ -610,14 +640,18 @@ def _pool_shape(
     prefills at ``tp x pp`` GPUs' rate (:func:`prefill_service_s` over that many GPUs); None when
     it cannot meet the TTFT target."""
     n = layout.gpus
-    service = prefill_service_s(llm, gpu, preset, precision=precision, tp=n, flops=work)
+    dist = pool_service_time(product, llm, gpu, preset, precision, n, work)
+    service = dist.mean_s
     _, link_bw = kv_link(gpu)
     transfer = kv_transfer_s(kv_bytes, n * link_bw)
     rho = DEFAULT_MAX_UTILISATION
-    if max_ttft_s is not None:
+    goals = targets(product)
+    if max_ttft_s is not None or goals:
         result.note_ttft(pool_ttft_s(service, transfer, 0.0, admission),
                          f"pool on {gpu.id} {layout.label()} {precision} at zero load")
-        rho = max_utilisation(service, max_ttft_s - transfer - admission)
+        rho = max_utilisation(service, max_ttft_s - transfer - admission) if max_ttft_s is not None else 1.0
+        if goals:
+            rho = min(rho, pool_utilisation_cap(dist, transfer + admission, goals))
         if rho <= 0.0:
             return None
     result.pool_feasible += 1
@@ -625,7 +659,22 @@ def _pool_shape(
         product=product.name, gpu=gpu.id, tp=layout.tp, precision=precision, price=price,
         hours_per_month=preset.hours_per_month, service_s=service, transfer_s=transfer,
         flops_per_request=work, max_utilisation=rho, admission_s=admission, pp=layout.pp, node_gpus=gpu.node_gpus,
+        service_scv=dist.scv, service_atoms=dist.atoms,
     )
+
+
+def pool_service_time(product: Product, llm: LLM, gpu: GPU, preset: Preset, precision: str, gpus: int,
+                      work: float) -> ServiceTime:
+    """A pool replica's service time of ``gpus`` GPUs: one prefill of ``work`` FLOPs (deterministic),
+    or for a product with a request mix, the mix of its buckets' prefills weighted by their shares."""
+    def service(flops: float) -> float:
+        return prefill_service_s(llm, gpu, preset, precision=precision, tp=gpus, flops=flops)
+
+    if product.requests is None:
+        return ServiceTime(service(work))
+    times = [service(prefill_flops(llm, preset, b.input_tokens, product.prefix_cache_hit_rate))
+             for b in product.requests]
+    return ServiceTime.of_mix(times, [b.share for b in product.requests])
 
 
 def prune_dominated(cands: list[Candidate]) -> list[Candidate]:
@@ -661,3 +710,30 @@ def prune_dominated_pool(cands: list[PoolCandidate]) -> list[PoolCandidate]:
         ):
             kept.append(c)
     return kept
+
+
+def bucket_capacity(product: Product, llm: LLM, gpu: GPU, cand: Candidate, preset: Preset) -> float | None:
+    """Usable output tokens/s of one replica of ``cand`` (its shape, prefill mode, headroom and
+    batch) serving only requests of ``product``'s sizes, or None when they do not fit its memory
+    at that batch or miss the speed or TTFT targets there (the rules of :func:`_best_decode`)."""
+    work = prefill_work_per_request(llm, product, preset)
+    max_ttft_s = product.max_ttft_ms / 1e3 if product.max_ttft_ms is not None else None
+    goals = targets(product)
+    shape = _Shape(product, llm, gpu, cand.layout, cand.precision, cand.mode, preset, work, 1.0 - cand.headroom,
+                   goals, max_ttft_s)
+    b = cand.batch
+    if not shape.speed_ok(b):
+        return None
+    if cand.mode != "pool" and goals and shape.ttft_ratio(b) > 1.0:
+        return None
+    if cand.mode != "pool" and not goals and max_ttft_s is not None and shape.ttft(b) > max_ttft_s:
+        return None
+    return shape.est(b).replica_tokens_per_s * (1.0 - cand.headroom)
+
+
+def colocated_spread_s(product: Product, llm: LLM, gpu: GPU, cand: Candidate, preset: Preset) -> float:
+    """Seconds a colocated (or headroom-mode) replica of ``cand`` spends admitting one prompt of
+    ``product``'s sizes: the prefill steps it is spread over times a step carrying prefill."""
+    work = prefill_work_per_request(llm, product, preset)
+    shape = _Shape(product, llm, gpu, cand.layout, cand.precision, cand.mode, preset, work, 1.0 - cand.headroom)
+    return colocated_prefill_steps(cand.batch, product.output_tokens) * shape.prefill_step(cand.batch).step_time_s

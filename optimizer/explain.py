@@ -24,7 +24,8 @@ from fleetplan.optimizer.components import Solved
 from fleetplan.optimizer.deadline import Deadline
 from fleetplan.optimizer.defaults import CEILING_TOLERANCE, RUNNER_UP_SHARE, SEED_HEADROOM
 from fleetplan.optimizer.enums import BatchLimit, Tier
-from fleetplan.optimizer.runner_ups import mode_costs, runner_ups
+from fleetplan.optimizer.runner_ups import mode_costs, runner_ups, single_configuration
+from fleetplan.optimizer.tail import ttft_percentiles
 from fleetplan.optimizer.solution import ProductPlan
 from fleetplan.optimizer.solvers import Solver
 from fleetplan.optimizer.text import format_ms, pct
@@ -59,7 +60,7 @@ def prefill_headroom_check(pp: ProductPlan, catalog: Catalog, preset: Preset, op
     one, else the seed's 30%) with what the replica keeps when each step also carries its share of new
     requests' prefill (colocated, nothing held back)."""
     c = pp.candidate
-    if c is None:
+    if c is None or pp.mix is not None:
         return None
     llm, gpu = catalog.models[pp.product.model], catalog.gpus[c.gpu]
     work = prefill_work_per_request(llm, pp.product, preset)
@@ -124,8 +125,8 @@ def why(pp: ProductPlan) -> str:
             f"all traffic goes to the API ({pp.data.api.price.id}, ${pp.data.api.usd_per_million_output_tokens:.2f} per "
             f"million output tokens): cheaper than any self-hosted fleet plus ${pp.data.fixed_monthly_usd:,.0f}/month fixed cost"
         )
-    parts = [_configuration_reason(pp), _runner_up_note(pp), _api_note(pp), _pool_note(pp), _headroom_note(pp),
-             ttft_note(pp), _mode_note(pp)]
+    parts = [_mix_note(pp), _configuration_reason(pp), _runner_up_note(pp), _api_note(pp), _pool_note(pp),
+             _headroom_note(pp), ttft_note(pp), _mode_note(pp)]
     return "".join(parts)
 
 
@@ -139,7 +140,8 @@ def _configuration_reason(pp: ProductPlan) -> str:
                                    f"tokens/s per user",
         BatchLimit.MEMORY: "a larger batch would not fit in memory",
         BatchLimit.BATCH_OPTIONS: "the largest batch allowed",
-        BatchLimit.MAX_TTFT: f"a larger batch would break the {pp.product.max_ttft_ms or 0:g} ms TTFT target",
+        BatchLimit.MAX_TTFT: "a larger batch would break the " + (
+            f"{pp.product.max_ttft_ms:g} ms TTFT target" if pp.product.max_ttft_ms else "TTFT percentile targets"),
     }[BatchLimit(c.batch_limited_by)]
     paid = []
     for tier in pp.decode_tiers() or [Tier.ON_DEMAND]:
@@ -155,11 +157,28 @@ def _configuration_reason(pp: ProductPlan) -> str:
     )
 
 
+def _mix_note(pp: ProductPlan) -> str:
+    """For a request mix: how its buckets are spread over configurations, and what it saves
+    against the best single-configuration plan."""
+    mix = pp.mix
+    if mix is None:
+        return ""
+    runs = ", ".join(f"{f.peak} x {f.part.gpu} {f.part.layout.label()} {f.part.precision} b{f.part.batch} "  # type: ignore[union-attr]
+                     f"{f.part.mode}" for f in mix.fleets if f.part is not None)  # type: ignore[union-attr]
+    text = f"{len(mix.buckets)} request-size buckets on {len(mix.fleets)} configuration(s) ({runs})"
+    if mix.single is not None:
+        s = mix.single
+        text += (f", ${s['cost_difference_usd']:,.0f}/month less than the best single configuration ({s['gpu']} "
+                 f"{s['layout']} {s['precision']} batch {s['batch']}, {s['replicas']} replicas)")
+    return text + "; largest: "
+
+
 def _runner_up_note(pp: ProductPlan) -> str:
     """How much more the cheapest plan on another GPU type costs."""
-    if not pp.alternatives:
+    others = [a for a in pp.alternatives if not a.get("single_configuration")]
+    if not others:
         return ""
-    a = pp.alternatives[0]
+    a = others[0]
     return (
         f"; the runner-up on another GPU type ({a['gpu']} tp{a['tp']} {a['precision']} batch {a['batch']}, "
         f"{a['replicas']} replicas) costs ${a['cost_difference_usd']:,.0f}/month more"
@@ -191,8 +210,13 @@ def _pool_note(pp: ProductPlan) -> str:
         return ""
     return (
         f"; prefill runs on {pp.prefill_pool.peak} x {pp.pool.gpus_per_replica} {pp.pool.gpu} ({pp.pool.precision}) sized to "
-        f"{pp.pool.max_utilisation:.0%} utilisation at most" + ("" if pp.product.max_ttft_ms else f" ({NO_TTFT_TARGET})")
+        f"{pp.pool.max_utilisation:.0%} utilisation at most" + ("" if _has_ttft_target(pp) else f" ({NO_TTFT_TARGET})")
     )
+
+
+def _has_ttft_target(pp: ProductPlan) -> bool:
+    """Whether the product sets a TTFT target (a number or percentiles)."""
+    return bool(pp.product.max_ttft_ms) or pp.product.ttft_percentiles_ms is not None
 
 
 def _headroom_note(pp: ProductPlan) -> str:
@@ -239,14 +263,20 @@ def explain_products(products: list[ProductPlan], solved: Solved, catalog: Catal
     """Fill in each product's explanations within ``deadline``: runner-ups on other GPU types (with
     ``alternatives``) and the cost of each prefill mode for a product solved on its own, then the
     reason in words, the KV hand-off and the prefill-headroom check."""
+    percentiles = any(pp.product.ttft_percentiles_ms is not None for pp in products)  # then every product reports them
     for i, pp in enumerate(products):
         part = solved.parts[pp.product.name]
         mine = deadline.share(1.0 / (len(products) - i))
         if len(part.whole.products) == 1:
             base = float(part.result.objective or 0.0)
+            if pp.mix is not None:
+                pp.mix.single = single_configuration(part.whole, pp, base, solver, mine.share(0.5), options.mip_rel_gap)
             if alternatives:
                 pp.alternatives = runner_ups(part.whole, pp, base, solver, mine.share(RUNNER_UP_SHARE), part.base_lp)
+                if pp.mix is not None and pp.mix.single is not None:
+                    pp.alternatives = [pp.mix.single, *pp.alternatives]
             pp.mode_costs = mode_costs(part.whole, pp, solver, mine, part.base_lp)
         pp.why = why(pp)
+        pp.ttft_percentiles_ms = ttft_percentiles(pp, catalog, preset, always=percentiles)
         pp.kv_transfer = kv_transfer_report(pp, catalog, preset)
         pp.prefill_check = prefill_headroom_check(pp, catalog, preset, options)

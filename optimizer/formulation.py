@@ -21,6 +21,18 @@ with hour weight = hours per month / |H| x n_h (each modelled hour stands for th
 hours; n_h = 1 unless hours of identical demand were merged into one, see :mod:`.reductions`;
 sums over the horizon, such as the spot and API shares, weigh each hour by n_h).
 
+Request mixes (:mod:`.mix`; products with ``buckets``): the one-configuration rule and the
+per-configuration demand rows do not apply; instead
+    serve[p,b,c,h] in [0, 1]      share of bucket b's demand in hour h served by configuration c
+                                  (only where b is eligible on c)
+    api_bucket[p,b,h] in [0, 1]   share of bucket b's demand in hour h sent to the API
+    sum_c serve[p,b,c,h] + api_bucket[p,b,h] >= 1                       (each bucket covered)
+    sum_b demand[p,b,h] / capacity[b,c] x serve[p,b,c,h] <= replicas[c,h]  (replicas shared)
+    api[p,h] = sum_b demand[p,b,h] x api_bucket[p,b,h]
+and one prefill pool at most, present when a pool-mode configuration runs, covering the
+prefill FLOPs of the buckets' shares served in pool mode. A mix kept to one configuration
+(``single``) keeps the one-configuration rule as well.
+
 Names follow ``{entity}-{rule}-{bound}`` once exported (see :mod:`fleetplan.optimizer.linear`).
 """
 
@@ -32,6 +44,7 @@ from typing import Callable
 
 from fleetplan.optimizer.candidates import Candidate, PoolCandidate
 from fleetplan.optimizer.enums import Tier
+from fleetplan.optimizer.mix import BucketData
 from fleetplan.optimizer.problem import (
     PETA,
     SECONDS_PER_HOUR,
@@ -128,9 +141,32 @@ def define_variables(m: ConcreteModel, prob: FleetProblem) -> None:
                       bounds=lambda _m, p: (0 if prob.products[p].api_max_fraction >= 1.0 else 1, 1))
     # the API's tokens attributed to each configuration (zero unless it is chosen): keeps the
     # LP relaxation from letting one API stream cover every configuration at once
-    api_cands = [c.key for c in prob.all_candidates() if prob.products[c.product].has_api]
+    api_cands = [c.key for c in _api_candidates(prob)]
     m.api_for = Var([(k, h) for k in api_cands for h in hours], domain=NonNegativeReals,
                     bounds=lambda _m, k, h: (0, prob.products[prob.cand[k].product].demand_tokens_per_s[h]))
+
+
+def declare_mix_shares(m: ConcreteModel, prob: FleetProblem) -> None:
+    """Shares of each bucket's demand served by each eligible configuration, and sent to the API,
+    hour by hour (request mixes only)."""
+    mixes = _mixes(prob)
+    if not mixes:
+        return
+    hours = range(prob.hours)
+    m.serve = Var([(p.name, b.index, k, h) for p in mixes for b in p.buckets for k in p.eligible(b)
+                   for h in hours], domain=NonNegativeReals, bounds=(0, 1))
+    m.api_bucket = Var([(p.name, b.index, h) for p in mixes if p.has_api for b in p.buckets for h in hours],
+                       domain=NonNegativeReals, bounds=(0, 1))
+
+
+def _mixes(prob: FleetProblem) -> list[ProductData]:
+    """Products planned from a request mix."""
+    return [p for p in prob.products.values() if p.is_mix]
+
+
+def _plain(prob: FleetProblem) -> list[str]:
+    """Names of the products planned from one request size."""
+    return [p.name for p in prob.products.values() if not p.is_mix]
 
 
 def declare_instances(m: ConcreteModel, prob: FleetProblem) -> None:
@@ -191,10 +227,11 @@ def define_needs_configuration(m: ConcreteModel, prob: FleetProblem, side: Side)
 def define_one_configuration_per_product(m: ConcreteModel, prob: FleetProblem) -> None:
     """A product runs exactly one decode configuration, or none when it goes all-API:
     sum_{c in C_p} use[c] = self_host[p] (= 1 without an API)."""
-    if not prob.products:
+    names = [p.name for p in prob.products.values() if not p.is_mix or p.single]
+    if not names:
         return
     m.one_configuration_per_product = Constraint(
-        list(prob.products),
+        names,
         rule=lambda m, p: sum(m.use[c.key] for c in prob.products[p].candidates)
         == (m.self_host[p] if prob.products[p].has_api else 1),
     )
@@ -203,7 +240,8 @@ def define_one_configuration_per_product(m: ConcreteModel, prob: FleetProblem) -
 def define_throughput_meets_demand(m: ConcreteModel, prob: FleetProblem) -> None:
     """Every hour, usable decode throughput plus API tokens cover demand (tokens/s):
     sum_{c in C_p} usable[c] x replicas[c,h] + api[p,h] >= demand[p,h]."""
-    if not prob.products:
+    names = _plain(prob)
+    if not names:
         return
 
     def rule(m: ConcreteModel, p: str, h: int) -> object:
@@ -213,7 +251,7 @@ def define_throughput_meets_demand(m: ConcreteModel, prob: FleetProblem) -> None
             lhs = lhs + m.api[p, h]
         return lhs >= pd.demand_tokens_per_s[h]
 
-    m.throughput_meets_demand = Constraint([(p, h) for p in prob.products for h in range(prob.hours)], rule=rule)
+    m.throughput_meets_demand = Constraint([(p, h) for p in names for h in range(prob.hours)], rule=rule)
 
 
 def define_meets_demand_per_configuration(m: ConcreteModel, prob: FleetProblem, side: Side) -> None:
@@ -224,8 +262,8 @@ def define_meets_demand_per_configuration(m: ConcreteModel, prob: FleetProblem, 
     (F: prefill PFLOP per output token). Without an API, replicas are whole numbers, so the row
     is rounded up: replicas[c,h] >= ceil(demand[p,h] / usable[c]) x use[c] (pools alike). (With an
     API the rounding of the decode row and the API's split by configuration are families of
-    their own, below.)"""
-    parts = side.parts(prob)
+    their own, below.) A request mix has no such row: its configurations share its demand."""
+    parts = [x for x in side.parts(prob) if not prob.products[x.product].is_mix]
     if not parts:
         return
     use = getattr(m, side.use)
@@ -243,7 +281,7 @@ def define_meets_demand_per_configuration(m: ConcreteModel, prob: FleetProblem, 
 
 
 def _api_candidates(prob: FleetProblem) -> list[Candidate]:
-    return [c for c in prob.all_candidates() if prob.products[c.product].has_api]
+    return [c for c in prob.all_candidates() if prob.products[c.product].has_api and not prob.products[c.product].is_mix]
 
 
 def define_configuration_meets_demand_rounded(m: ConcreteModel, prob: FleetProblem) -> None:
@@ -273,7 +311,7 @@ def define_api_split(m: ConcreteModel, prob: FleetProblem) -> None:
     if not _api_candidates(prob):
         return
     m.api_split = Constraint(
-        [(p.name, h) for p in prob.products.values() if p.has_api for h in range(prob.hours)],
+        [(p.name, h) for p in prob.products.values() if p.has_api and not p.is_mix for h in range(prob.hours)],
         rule=lambda m, p, h: m.api[p, h] >= sum(m.api_for[c.key, h] for c in prob.products[p].candidates),
     )
 
@@ -340,7 +378,7 @@ def define_spot_share_limit(m: ConcreteModel, prob: FleetProblem) -> None:
 
 def define_pool_matches_mode(m: ConcreteModel, prob: FleetProblem) -> None:
     """A product has exactly one prefill pool configuration iff its decode runs in pool mode."""
-    names = [p.name for p in prob.products.values() if any(c.mode == "pool" for c in p.candidates)]
+    names = [p.name for p in prob.products.values() if any(c.mode == "pool" for c in p.candidates) and not p.is_mix]
     if not names:
         return
     m.pool_matches_mode = Constraint(
@@ -354,7 +392,7 @@ def define_prefill_pool_meets_demand(m: ConcreteModel, prob: FleetProblem) -> No
     sum_k usable_flops[k] x pool_replicas[k,h] >= F x (demand[p,h] - api[p,h]) - F x demand[p,h] x (1 - pool mode),
     with F = prefill FLOPs per output token (the last term switches the rule off outside pool mode).
     Stated in PFLOP/s so coefficients stay in a range solvers accept."""
-    names = [p.name for p in prob.products.values() if p.pool]
+    names = [p.name for p in prob.products.values() if p.pool and not p.is_mix]
     if not names:
         return
 
@@ -367,6 +405,90 @@ def define_prefill_pool_meets_demand(m: ConcreteModel, prob: FleetProblem) -> No
         return cap >= need
 
     m.prefill_pool_meets_demand = Constraint([(p, h) for p in names for h in range(prob.hours)], rule=rule)
+
+
+def _eligible(prob: FleetProblem) -> list[tuple[ProductData, BucketData, str]]:
+    """(mix, bucket, configuration key) for every bucket of a mix and configuration it may run on."""
+    return [(p, b, k) for p in _mixes(prob) for b in p.buckets for k in p.eligible(b)]
+
+
+def define_bucket_demand_covered(m: ConcreteModel, prob: FleetProblem) -> None:
+    """Every hour, each bucket of a mix is served in full by its configurations and the API:
+    sum_c serve[p,b,c,h] + api_bucket[p,b,h] >= 1 (shares of the bucket's demand; void in an
+    hour without demand)."""
+    rows = [(p.name, b.index, h) for p in _mixes(prob) for b in p.buckets for h in range(prob.hours)
+            if b.demand_tokens_per_s[h] > 0]
+    if not rows:
+        return
+
+    def rule(m: ConcreteModel, p: str, i: int, h: int) -> object:
+        pd = prob.products[p]
+        served = sum(m.serve[p, i, k, h] for k in pd.eligible(pd.buckets[i]))
+        return served + (m.api_bucket[p, i, h] if pd.has_api else 0) >= 1
+
+    m.bucket_demand_covered = Constraint(rows, rule=rule)
+
+
+def define_capacity_consumed(m: ConcreteModel, prob: FleetProblem) -> None:
+    """A configuration's replicas are shared by the buckets it serves: the capacity they consume
+    stays within its replicas, sum_b demand[p,b,h] / capacity[b,c] x serve[p,b,c,h] <= replicas[c,h]
+    (demand and capacity in output tokens/s, so each term is replicas)."""
+    keys = sorted({(p.name, k) for p, _, k in _eligible(prob)})
+    if not keys:
+        return
+
+    def rule(m: ConcreteModel, p: str, key: str, h: int) -> object:
+        pd = prob.products[p]
+        buckets = [b for b in pd.buckets if key in pd.eligible(b) and b.demand_tokens_per_s[h] > 0]
+        if not buckets:
+            return Constraint.Skip
+        used = sum(b.demand_tokens_per_s[h] / b.capacity[key] * m.serve[p, b.index, key, h] for b in buckets)
+        return used <= replicas_in_hour(m, prob, key, h)
+
+    m.capacity_consumed = Constraint([(p, k, h) for p, k in keys for h in range(prob.hours)], rule=rule)
+
+
+def define_api_by_bucket(m: ConcreteModel, prob: FleetProblem) -> None:
+    """A mix's API tokens are its buckets' shares sent there: api[p,h] = sum_b demand[p,b,h] x api_bucket[p,b,h]."""
+    names = [p.name for p in _mixes(prob) if p.has_api]
+    if not names:
+        return
+    m.api_by_bucket = Constraint(
+        [(p, h) for p in names for h in range(prob.hours)],
+        rule=lambda m, p, h: m.api[p, h] == sum(b.demand_tokens_per_s[h] * m.api_bucket[p, b.index, h]
+                                                for b in prob.products[p].buckets),
+    )
+
+
+def define_mix_pool(m: ConcreteModel, prob: FleetProblem) -> None:
+    """A mix runs at most one prefill-pool configuration, and one whenever a pool-mode decode
+    configuration runs: use[c] <= sum_k pool_use[k] <= 1."""
+    rows = [(p.name, c.key) for p in _mixes(prob) if p.pool for c in p.candidates if c.mode == "pool"]
+    if not rows:
+        return
+    m.mix_pool_needed = Constraint(
+        rows, rule=lambda m, p, key: m.use[key] <= sum(m.pool_use[k.key] for k in prob.products[p].pool))
+    m.mix_pool_one = Constraint(
+        sorted({p for p, _ in rows}), rule=lambda m, p: sum(m.pool_use[k.key] for k in prob.products[p].pool) <= 1)
+
+
+def define_mix_prefill_pool_meets_demand(m: ConcreteModel, prob: FleetProblem) -> None:
+    """A mix's pool covers the prefill of the bucket shares its pool-mode configurations serve
+    (PFLOP/s): sum_k usable_flops[k] x pool_replicas[k,h] >= sum_{b, c in pool mode} F_b x demand[p,b,h] x serve[p,b,c,h]."""
+    names = [p.name for p in _mixes(prob) if p.pool]
+    if not names:
+        return
+
+    def rule(m: ConcreteModel, p: str, h: int) -> object:
+        pd = prob.products[p]
+        need = sum(b.prefill_flops_per_output_token / PETA * b.demand_tokens_per_s[h] * m.serve[p, b.index, c.key, h]
+                   for b in pd.buckets for c in pd.candidates if c.mode == "pool" and c.key in b.capacity)
+        if isinstance(need, int):
+            return Constraint.Skip
+        cap = sum(k.usable_flops_per_s / PETA * pool_replicas_in_hour(m, prob, k.key, h) for k in pd.pool)
+        return cap >= need
+
+    m.mix_prefill_pool_meets_demand = Constraint([(p, h) for p in names for h in range(prob.hours)], rule=rule)
 
 
 def gpus_in_hour(m: ConcreteModel, prob: FleetProblem, gpu: str, h: int) -> object:
@@ -492,8 +614,13 @@ POOL_FAMILIES: tuple[Family, ...] = (
     define_pool_matches_mode, _on(define_needs_configuration, POOL), define_prefill_pool_meets_demand,
     _on(define_meets_demand_per_configuration, POOL),
 )
+# request mixes: families that are empty (no rows, no columns) for a problem without one
+MIX_FAMILIES: tuple[Family, ...] = (
+    declare_mix_shares, define_bucket_demand_covered, define_capacity_consumed, define_api_by_bucket,
+    define_mix_pool, define_mix_prefill_pool_meets_demand,
+)
 LIMIT_FAMILIES: tuple[Family, ...] = (define_gpu_availability, declare_instances, define_whole_instances, define_objective)
-FAMILIES: tuple[Family, ...] = DECODE_FAMILIES + SHARE_FAMILIES + POOL_FAMILIES + LIMIT_FAMILIES
+FAMILIES: tuple[Family, ...] = DECODE_FAMILIES + SHARE_FAMILIES + POOL_FAMILIES + MIX_FAMILIES + LIMIT_FAMILIES
 
 
 def build_model(prob: FleetProblem) -> ConcreteModel:

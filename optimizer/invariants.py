@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 from fleetplan.optimizer.enums import Tier
 from fleetplan.optimizer.problem import SECONDS_PER_HOUR, fits_instances
-from fleetplan.optimizer.solution import Plan, ProductPlan
+from fleetplan.optimizer.solution import Fleet, Plan, ProductPlan
 
 REL = 1e-6  # relative tolerance of money and token comparisons
 ABS_TOKENS = 1e-6  # tokens/s
@@ -25,15 +25,20 @@ def _replicas(pp: ProductPlan, pool: bool, h: int) -> dict[Tier, int]:
     return (pp.prefill_pool if pool else pp.decode).by_tier(h)
 
 
+def _fleets(pp: ProductPlan) -> list[Fleet]:
+    """The product's fleets with a configuration: its decode (each configuration of a mix) and its pool."""
+    return [f for f in (*pp.fleets, pp.prefill_pool) if f.part is not None]
+
+
 def _gpus(plan: Plan) -> dict[tuple[str, Tier, int], int]:
     """GPUs in use per (GPU type, tier, hour), summed over products from replicas x TP."""
     out: dict[tuple[str, Tier, int], int] = {}
     for pp in plan.products:
-        for part, pool in ((pp.candidate, False), (pp.pool, True)):
-            if part is None:
-                continue
+        for fleet in _fleets(pp):
+            part = fleet.part
+            assert part is not None
             for h in range(len(pp.on_demand)):
-                for tier, n in _replicas(pp, pool, h).items():
+                for tier, n in fleet.by_tier(h).items():
                     out[part.gpu, tier, h] = out.get((part.gpu, tier, h), 0) + n * part.gpus_per_replica
     return out
 
@@ -50,7 +55,7 @@ def check_configuration(plan: Plan) -> Iterator[str]:
     """The chosen configuration fits in memory and keeps every user at the target speed."""
     for pp in plan.products:
         c = pp.candidate
-        if c is None:
+        if c is None or pp.mix is not None:  # a mix: see check_mix_eligible
             continue
         e = c.estimate
         if e.memory_needed_bytes > e.memory_usable_bytes:
@@ -70,11 +75,53 @@ def check_whole_replicas(plan: Plan) -> Iterator[str]:
 def check_demand_met(plan: Plan) -> Iterator[str]:
     """Every hour, usable decode throughput plus API tokens cover the demand."""
     for pp in plan.products:
+        if pp.mix is not None:
+            yield from _mix_demand_met(pp)
+            continue
         usable = pp.candidate.usable_tokens_per_s if pp.candidate else 0.0
         for h, d in enumerate(pp.data.demand_tokens_per_s):
             cap = sum(_replicas(pp, False, h).values()) * usable + pp.api_tokens_per_s[h]
             if cap < d * (1 - 1e-9) - ABS_TOKENS:
                 yield f"{pp.product.name}: hour {h}: capacity {cap:.1f} < demand {d:.1f}"
+
+
+def _mix_demand_met(pp: ProductPlan) -> Iterator[str]:
+    """A mix, every hour: each bucket's shares (configurations and API) cover it, the API's tokens
+    are the buckets' shares sent there, and each configuration's replicas hold the capacity its
+    buckets consume (demand / capacity per replica x share, summed)."""
+    mix = pp.mix
+    assert mix is not None
+    replicas = {f.part.key: f for f in mix.fleets if f.part is not None}
+    for h in range(len(pp.on_demand)):
+        used: dict[str, float] = {}
+        for b in mix.buckets:
+            shares = {k: row[h] for (i, k), row in mix.serve.items() if i == b.index}
+            if b.demand_tokens_per_s[h] > 0 and sum(shares.values()) + mix.api_share[b.index][h] < 1 - 1e-6:
+                yield f"{pp.product.name}: hour {h}: bucket {b.label} not covered"
+            for k, x in shares.items():
+                used[k] = used.get(k, 0.0) + b.demand_tokens_per_s[h] / b.capacity[k] * x
+        api = sum(b.demand_tokens_per_s[h] * mix.api_share[b.index][h] for b in mix.buckets)
+        if abs(api - pp.api_tokens_per_s[h]) > 1e-6 * max(1.0, api) + ABS_TOKENS:
+            yield f"{pp.product.name}: hour {h}: API tokens {pp.api_tokens_per_s[h]:.1f} are not the buckets' {api:.1f}"
+        for k, u in sorted(used.items()):
+            n = replicas[k].in_hour(h) if k in replicas else 0
+            if u > n * (1 + 1e-6) + 1e-6:
+                yield f"{pp.product.name}: hour {h}: {k} consumes {u:.4f} replicas of capacity, has {n}"
+
+
+def check_mix_eligible(plan: Plan) -> Iterator[str]:
+    """A mix's buckets run only on configurations they are eligible on (fit in memory at its
+    batch, meet the speed and TTFT targets: a capacity was computed), each fitting in memory."""
+    for pp in plan.products:
+        if pp.mix is None:
+            continue
+        for (i, k), row in sorted(pp.mix.serve.items()):
+            if any(x > 1e-9 for x in row) and k not in pp.mix.buckets[i].capacity:
+                yield f"{pp.product.name}: bucket {pp.mix.buckets[i].label} runs on {k}, where it is not eligible"
+        for f in pp.mix.fleets:
+            e = f.part.estimate  # type: ignore[union-attr]
+            if e.memory_needed_bytes > e.memory_usable_bytes:
+                yield f"{pp.product.name}: {f.part.key}: memory {e.memory_needed_bytes:.3e} B > usable"  # type: ignore[union-attr]
 
 
 def check_prefill_pool(plan: Plan) -> Iterator[str]:
@@ -84,6 +131,11 @@ def check_prefill_pool(plan: Plan) -> Iterator[str]:
             continue
         for h, d in enumerate(pp.data.demand_tokens_per_s):
             need = pp.data.prefill_flops_per_output_token * (d - pp.api_tokens_per_s[h])
+            modes = {c.key: c.mode for c in pp.data.candidates}
+            if pp.mix is not None:  # the buckets' shares served in pool mode
+                need = sum(b.prefill_flops_per_output_token * b.demand_tokens_per_s[h] * row[h]
+                           for b in pp.mix.buckets for (i, k), row in pp.mix.serve.items()
+                           if i == b.index and modes[k] == "pool")
             if sum(_replicas(pp, True, h).values()) * pp.pool.usable_flops_per_s < need * (1 - 1e-9) - ABS_FLOPS:
                 yield f"{pp.product.name}: hour {h}: prefill pool below demand"
 
@@ -94,6 +146,11 @@ def check_ttft(plan: Plan) -> Iterator[str]:
         ttft, target = pp.ttft_s, pp.product.max_ttft_ms
         if ttft is not None and target is not None and ttft * 1e3 > target * (1 + 1e-9):
             yield f"{pp.product.name}: TTFT {ttft * 1e3:.1f} ms above max_ttft_ms {target:g}"
+        goals, got = pp.product.ttft_percentiles_ms, pp.ttft_percentiles_ms
+        for name, value in (got or {}).items():
+            budget = getattr(goals, name) if goals is not None else None
+            if budget is not None and value > budget + 0.05:  # reported to 0.1 ms
+                yield f"{pp.product.name}: TTFT {name} {value:.1f} ms above its target {budget:g} ms"
 
 
 def check_shares(plan: Plan) -> Iterator[str]:
@@ -116,13 +173,13 @@ def product_cost(plan: Plan, pp: ProductPlan) -> float:
     prob = plan.problem
     weight = prob.hours_per_month / len(pp.on_demand)  # real hours each hour of the horizon stands for
     total = pp.stranded_usd
-    for part, pool in ((pp.candidate, False), (pp.pool, True)):
-        if part is None:
-            continue
-        total += _replicas(pp, pool, 0)[Tier.RESERVED] * part.gpus_per_replica * part.price.tier(Tier.RESERVED) * prob.hours_per_month
+    for fleet in _fleets(pp):
+        part = fleet.part
+        assert part is not None
+        total += fleet.by_tier(0)[Tier.RESERVED] * part.gpus_per_replica * part.price.tier(Tier.RESERVED) * prob.hours_per_month
         for h in range(len(pp.on_demand)):
             for tier in (Tier.ON_DEMAND, Tier.SPOT):
-                total += _replicas(pp, pool, h)[tier] * part.gpus_per_replica * part.price.tier(tier) * weight
+                total += fleet.by_tier(h)[tier] * part.gpus_per_replica * part.price.tier(tier) * weight
     if pp.data.api is not None:
         total += sum(pp.api_tokens_per_s) * SECONDS_PER_HOUR * weight * pp.data.api.usd_per_output_token
     return total + (pp.data.fixed_monthly_usd if pp.candidate is not None else 0.0)
@@ -159,8 +216,8 @@ def check_instances(plan: Plan) -> Iterator[str]:
     price (the products' stranded cost adds up to it)."""
     prob = plan.problem
     idle_usd = 0.0
-    price = {part.gpu: part.price.usd_per_gpu_hour for pp in plan.products for part in (pp.candidate, pp.pool)
-             if part is not None}
+    price = {f.part.gpu: f.part.price.usd_per_gpu_hour for pp in plan.products for f in _fleets(pp)
+             if f.part is not None}
     for (gpu, _), n in sorted(_by_type(plan).items()):
         size = prob.instance_gpus.get(gpu)
         if size:
@@ -179,7 +236,7 @@ def check_layout(plan: Plan) -> Iterator[str]:
     """Every replica's layout is whole: ``ep`` divides the stage's ``tp x dp_attention`` GPUs, and
     with whole instances a replica sits in one instance or fills whole ones (its TP group in one)."""
     for pp in plan.products:
-        for part in (pp.candidate, pp.pool):
+        for part in [f.part for f in _fleets(pp)]:
             if part is None:
                 continue
             stage = part.tp * part.dp_attention
@@ -198,7 +255,7 @@ def check_budget(plan: Plan) -> Iterator[str]:
 
 
 CHECKS: tuple[Callable[[Plan], Iterator[str]], ...] = (
-    check_configuration, check_whole_replicas, check_demand_met, check_prefill_pool, check_ttft, check_shares,
+    check_configuration, check_mix_eligible, check_whole_replicas, check_demand_met, check_prefill_pool, check_ttft, check_shares,
     check_costs, check_availability, check_instances, check_layout, check_budget,
 )
 

@@ -22,12 +22,16 @@ from fleetplan.optimizer.candidates import (
     PoolCandidate,
     check_options,
     generate_candidates,
+    generate_pool_candidates,
+    prefill_modes,
     prefill_work_per_request,
+    prune_dominated_pool,
 )
 from fleetplan.optimizer.defaults import CEILING_TOLERANCE
 from fleetplan.optimizer.demand import hourly_qps
 from fleetplan.optimizer.enums import Tier
 from fleetplan.optimizer.errors import InfeasibleError
+from fleetplan.optimizer.mix import BucketData, bucket_data, bucket_product, mean_prefill_work, mix_candidates, replicas_alone
 from fleetplan.optimizer.scenario import Product, Scenario
 from fleetplan.optimizer.text import format_ms
 
@@ -51,6 +55,21 @@ class ProductData:
     api_max_fraction: float = 0.0
     fixed_monthly_usd: float = 0.0
     members: tuple[ProductData, ...] = ()
+    # a request mix (:mod:`.mix`): its buckets; ``single`` keeps it to one configuration (the
+    # best single-configuration plan the mix is compared with)
+    buckets: tuple[BucketData, ...] = ()
+    single: bool = False
+
+    @property
+    def is_mix(self) -> bool:
+        """Whether the product is planned from a request mix."""
+        return bool(self.buckets)
+
+    def eligible(self, bucket: BucketData) -> list[str]:
+        """Keys of the product's configurations ``bucket`` may run on (a problem cut to fewer
+        configurations keeps the buckets' capacities of the others, unused)."""
+        keys = {c.key for c in self.candidates}
+        return sorted(k for k in bucket.capacity if k in keys)
 
     @property
     def peak_demand_tokens_per_s(self) -> float:
@@ -66,17 +85,30 @@ class ProductData:
         """What hour ``h`` asks of the product. Without an API only whole replicas serve it, so
         the hour is described exactly by the fewest replicas of each configuration (and pool
         configuration) that meet its demand; with an API the demand itself."""
+        if self.buckets:
+            return tuple(b.demand_tokens_per_s[h] for b in self.buckets)
         if self.has_api:
             return (self.demand_tokens_per_s[h],)
         return tuple(self.replica_bound(c, h) for c in self.candidates) + tuple(self.pool_bound(k, h) for k in self.pool)
 
     def replica_bound(self, c: Candidate, hour: int | None = None) -> int:
-        """Replicas of ``c`` that alone meet the demand of ``hour`` (or the peak): never more."""
+        """Replicas of ``c`` that alone meet the demand of ``hour`` (or the peak): never more. For a
+        mix, the demand of every bucket ``c`` may serve."""
+        if self.buckets:
+            if hour is None:
+                return max(self.replica_bound(c, h) for h in range(len(self.demand_tokens_per_s)))
+            return replicas_alone([(b.demand_tokens_per_s[hour], b.capacity[c.key]) for b in self.buckets
+                                   if c.key in b.capacity])
         d = self.peak_demand_tokens_per_s if hour is None else self.demand_tokens_per_s[hour]
         return max(0, math.ceil(d / c.usable_tokens_per_s - CEILING_TOLERANCE))
 
     def pool_bound(self, k: PoolCandidate, hour: int | None = None) -> int:
         """Pool replicas of ``k`` that alone meet the prefill demand of ``hour`` (or the peak)."""
+        if self.buckets:
+            hours = range(len(self.demand_tokens_per_s)) if hour is None else [hour]
+            flops = max(sum(b.demand_tokens_per_s[h] * b.prefill_flops_per_output_token for b in self.buckets)
+                        for h in hours)
+            return max(0, math.ceil(flops / k.usable_flops_per_s - CEILING_TOLERANCE)) if flops > 0 else 0
         d = self.peak_demand_tokens_per_s if hour is None else self.demand_tokens_per_s[hour]
         if d * self.prefill_flops_per_output_token <= 0:  # nothing to prefill: every prompt token cached
             return 0
@@ -191,11 +223,17 @@ def explain_no_candidates(product: Product, cs: CandidateSet) -> str:
             f"{product.min_tokens_per_s_per_user:g} tokens/s per user; the best reachable is "
             f"{cs.best_per_user_tokens_per_s:.1f} tokens/s ({cs.best_per_user_at})"
         )
-    if product.max_ttft_ms is not None:
+    if product.max_ttft_ms is not None or product.ttft_percentiles_ms is not None:
         best = "none" if cs.best_ttft_s == float("inf") else f"{format_ms(cs.best_ttft_s)} ms ({cs.best_ttft_at})"
+        target = (f"{product.max_ttft_ms:g} ms" if product.max_ttft_ms is not None else
+                  ", ".join(f"p{q * 100:g} {s * 1e3:g} ms" for q, s in product.ttft_percentiles_ms.targets_s())  # type: ignore[union-attr]
+                  + " (percentiles with queueing at one server)")
         return (
             f"{where}.max_ttft_ms: infeasible: no configuration reaches a time to first token of "
-            f"{product.max_ttft_ms:g} ms; the best reachable is {best}"
+            f"{target}; the lowest mean TTFT reachable is {best}"
+            if product.max_ttft_ms is None else
+            f"{where}.max_ttft_ms: infeasible: no configuration reaches a time to first token of "
+            f"{target}; the best reachable is {best}"
         )
     return f"{where}: infeasible: no prefill pool configuration fits {product.model}"
 
@@ -302,8 +340,10 @@ def _product_data(product: Product, qps: list[float], scenario: Scenario, catalo
     if (problem := context_problem(product, llm)) is not None:
         raise InputError(problem)
     offer = resolve_api(product, catalog) if with_api else None
-    cs = _candidates(product, llm, catalog, scenario, preset, memo)
     api_only_possible = offer is not None and product.api is not None and product.api.max_fraction >= 1.0
+    if product.requests is not None:
+        return _mix_data(product, llm, qps, scenario, catalog, preset, offer, api_only_possible, memo)
+    cs = _candidates(product, llm, catalog, scenario, preset, memo)
     if not cs.candidates and not api_only_possible:
         raise InfeasibleError(explain_no_candidates(product, cs))
     data = ProductData(
@@ -318,6 +358,59 @@ def _product_data(product: Product, qps: list[float], scenario: Scenario, catalo
         fixed_monthly_usd=product.self_host_fixed_monthly_usd,
     )
     return data, cs
+
+
+def _mix_data(product: Product, llm: LLM, qps: list[float], scenario: Scenario, catalog: Catalog, preset: Preset,
+              offer: APIOffer | None, api_only_possible: bool, memo: CandidateMemo,
+              ) -> tuple[ProductData, CandidateSet]:
+    """A product with a request mix as MIP data (:mod:`.mix`): every bucket's configurations and
+    capacities, one prefill pool timed by the mix; an error when a bucket does not fit the
+    context or no configuration serves it (unless the product may go all-API). A mix of one
+    bucket keeps to one configuration, as a plain product does, and so plans exactly what the
+    plain product of that request size plans."""
+    assert product.requests is not None
+    for i in range(len(product.requests)):
+        if (problem := context_problem(bucket_product(product, i), llm)) is not None:
+            raise InputError(problem.replace(".input_tokens:", f".requests[{i}]:", 1))
+    cs, caps = mix_candidates(product, llm, catalog, preset, lambda bp: _candidates(bp, llm, catalog, scenario, preset, memo))
+    if "pool" in prefill_modes(product):
+        cs.pool = _mix_pool(product, llm, catalog, scenario, preset, cs)
+        if not cs.pool:
+            cs.candidates = [c for c in cs.candidates if c.mode != "pool"]
+            keep = {c.key for c in cs.candidates}
+            caps = [{k: u for k, u in cap.items() if k in keep} for cap in caps]
+    for i, cap in enumerate(caps):
+        if not cap and not api_only_possible:
+            bp = bucket_product(product, i)
+            why = explain_no_candidates(bp, _candidates(bp, llm, catalog, scenario, preset, memo))
+            raise InfeasibleError(why.replace(f"products[{product.name}]", f"products[{product.name}].requests[{i}]", 1))
+    buckets = bucket_data(product, llm, preset, qps, caps)
+    data = ProductData(
+        name=product.name,
+        demand_tokens_per_s=tuple(sum(b.demand_tokens_per_s[h] for b in buckets) for h in range(len(qps))),
+        candidates=tuple(cs.candidates), pool=tuple(cs.pool),
+        prefill_flops_per_output_token=max(b.prefill_flops_per_output_token for b in buckets),
+        api=offer,
+        api_min_fraction=product.api.min_fraction if (product.api and offer) else 0.0,
+        api_max_fraction=product.api.max_fraction if (product.api and offer) else 0.0,
+        fixed_monthly_usd=product.self_host_fixed_monthly_usd, buckets=buckets,
+        single=len(buckets) == 1,  # one request size: one configuration, as for the plain product
+    )
+    return data, cs
+
+
+def _mix_pool(product: Product, llm: LLM, catalog: Catalog, scenario: Scenario, preset: Preset,
+              cs: CandidateSet) -> list[PoolCandidate]:
+    """Prefill-pool configurations of a mix: one pool for every bucket, timed by the mix, its KV
+    hand-off that of the mix's mean prompt (whatever ``input_tokens`` the product gives)."""
+    assert product.requests is not None
+    mean_input = max(1, round(sum(b.share * b.input_tokens for b in product.requests)))
+    pool = generate_pool_candidates(product.model_copy(update={"input_tokens": mean_input}), llm, catalog,
+                                    scenario.options, preset, mean_prefill_work(product, llm, preset), cs)
+    if scenario.limits.instance_gpus is not None:
+        per_instance = scenario.limits.gpus_per_instance
+        pool = [k for k in pool if fits_instances(k.tp, k.gpus_per_replica, per_instance(k.gpu))]
+    return sorted(prune_dominated_pool(pool), key=lambda k: k.key)
 
 
 POOL_PREFIX = "pool:"
@@ -349,7 +442,7 @@ def pooling_groups(scenario: Scenario, data: dict[str, ProductData]) -> list[lis
     prefill mode, no API (API shares are per product). Groups of two or more, in scenario order."""
     groups: dict[tuple[Any, ...], list[Product]] = {}
     for p in scenario.products:
-        if data[p.name].has_api:
+        if data[p.name].has_api or data[p.name].is_mix:
             continue
         key = (p.model, p.precisions, p.kv_precision, p.prefill)
         groups.setdefault(key, []).append(p)

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from fleetplan.optimizer.candidates import Candidate
 from fleetplan.optimizer.enums import Tier
-from fleetplan.optimizer.problem import FleetProblem
+from fleetplan.optimizer.problem import FleetProblem, ProductData
 
 
 def hours_separable(prob: FleetProblem) -> bool:
@@ -39,7 +39,7 @@ def without_dominated(prob: FleetProblem) -> FleetProblem:
     changed = False
     products = {}
     for name, pd in prob.products.items():
-        if pd.has_api or len(pd.candidates) < 2:
+        if pd.has_api or pd.is_mix or len(pd.candidates) < 2:
             products[name] = pd
             continue
         gpus = {c.key: [c.gpus_per_replica * pd.replica_bound(c, h) for h in range(prob.hours)] for c in pd.candidates}
@@ -85,14 +85,18 @@ def merged(prob: FleetProblem) -> FleetProblem:
     counts = [0] * len(rep_hours)
     for i in hour_of:
         counts[i] += 1
-    products = {
-        n: replace(p, demand_tokens_per_s=tuple(p.demand_tokens_per_s[h] for h in rep_hours))
-        for n, p in prob.products.items()
-    }
+    products = {n: on_hours(p, rep_hours) for n, p in prob.products.items()}
     return prob.derive(
         products=products, hours=len(rep_hours), hour_counts=tuple(counts), hour_of=tuple(hour_of),
         full_demand={n: p.demand_tokens_per_s for n, p in prob.products.items()},
     )
+
+
+def on_hours(pd: ProductData, hours: list[int]) -> ProductData:
+    """``pd`` with its demand (and its buckets' demand) at ``hours`` only, in that order."""
+    buckets = tuple(replace(b, demand_tokens_per_s=tuple(b.demand_tokens_per_s[h] for h in hours))
+                    for b in pd.buckets)
+    return replace(pd, demand_tokens_per_s=tuple(pd.demand_tokens_per_s[h] for h in hours), buckets=buckets)
 
 
 def reduced(prob: FleetProblem) -> FleetProblem:

@@ -10,6 +10,7 @@ from typing import Any
 from fleetplan.optimizer.candidates import Candidate, CandidateSet, PoolCandidate
 from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S
 from fleetplan.optimizer.enums import Tier
+from fleetplan.optimizer.mix_results import counted_row, mix_fields
 from fleetplan.optimizer.problem import SECONDS_PER_HOUR
 from fleetplan.optimizer.solution import Plan, ProductPlan
 
@@ -202,6 +203,7 @@ def product_to_dict(pp: ProductPlan, plan: Plan) -> dict[str, Any]:
         "why": pp.why,
         "alternatives": pp.alternatives,
     }
+    d.update(mix_fields(pp))
     if plan.hours > 1:
         d["hourly"] = _hourly_fields(pp, plan.hours)
     return d
@@ -258,7 +260,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             d["monthly_cost_breakdown_usd"] = {k: v / 100 for k, v in cents.items()}
             d["monthly_cost_usd"] = sum(cents.values()) / 100
             products.append(d)
-            counted.append(d)
+            counted.append(counted_row(pp, d))
             continue
         rows, pool = _pooled(pp, d, cents, plan)
         products += rows

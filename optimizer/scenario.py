@@ -1,6 +1,16 @@
 """Schema and loading of scenario files (YAML): products to serve and planning options.
 
-Owns what a valid scenario is; it plans nothing and reads no other file."""
+Owns what a valid scenario is; it plans nothing and reads no other file but a product's request
+histogram (``requests:`` given as a CSV path, read by :mod:`.histogram` relative to the scenario).
+
+Request mixes: ``requests`` is a list of buckets ``{input_tokens, output_tokens, share}``. Shares
+must each lie in (0, 1] and sum to 1 within :data:`~fleetplan.optimizer.histogram.SHARE_TOLERANCE`
+(0.01); they are then scaled to sum to exactly 1. A product with ``requests`` may leave out
+``input_tokens`` and ``output_tokens``: they become the share-weighted means (rounded).
+
+Percentile targets: ``max_ttft_ms`` is a number (the modelled TTFT of :mod:`fleetplan.models.ttft`)
+or a mapping ``{p50: .., p90: .., p99: ..}`` (any non-empty subset), kept as
+``ttft_percentiles_ms`` and checked with :mod:`fleetplan.models.queueing`."""
 
 from __future__ import annotations
 
@@ -27,6 +37,7 @@ from fleetplan.optimizer.defaults import (
     SPOT_DISCOUNT,
 )
 from fleetplan.optimizer.enums import PrefillMode, Tier
+from fleetplan.optimizer.histogram import SHARE_TOLERANCE, read_histogram
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -67,6 +78,51 @@ class APIChoice(_Strict):
         return v
 
 
+class RequestBucket(_Strict):
+    """One bucket of a request mix: the sizes of its requests and its share of them."""
+
+    input_tokens: Annotated[int, F.TOKENS] = Field(description="prompt tokens per request of the bucket")
+    output_tokens: Annotated[int, F.TOKENS] = Field(description="generated tokens per request of the bucket")
+    share: float = Field(gt=0, le=1, description="share of the product's requests in this bucket")
+
+
+PERCENTILES: dict[str, float] = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+
+
+class TTFTPercentiles(_Strict):
+    """Percentile targets of time to first token, in milliseconds (any non-empty subset)."""
+
+    p50: Annotated[float | None, F.TTFT_MS] = None
+    p90: Annotated[float | None, F.TTFT_MS] = None
+    p99: Annotated[float | None, F.TTFT_MS] = None
+
+    @model_validator(mode="after")
+    def _some(self) -> TTFTPercentiles:
+        if self.p50 is None and self.p90 is None and self.p99 is None:
+            raise ValueError("give at least one of p50, p90, p99")
+        return self
+
+    def targets_s(self) -> list[tuple[float, float]]:
+        """(quantile, budget in seconds) of every target given, lowest quantile first."""
+        return [(q, v / 1e3) for name, q in PERCENTILES.items() if (v := getattr(self, name)) is not None]
+
+
+def _mix_means(v: dict[str, Any]) -> dict[str, Any]:
+    """A product with an inline ``requests`` list gets the share-weighted mean sizes it leaves out."""
+    buckets = v.get("requests")
+    if not isinstance(buckets, list) or not all(isinstance(b, dict) for b in buckets):
+        return v
+    try:
+        weights = [float(b["share"]) for b in buckets]
+        total = sum(weights)
+        for name in ("input_tokens", "output_tokens"):
+            if name not in v and total > 0:
+                v[name] = max(1, round(sum(float(b[name]) * w for b, w in zip(buckets, weights)) / total))
+    except (KeyError, TypeError, ValueError):
+        pass  # the bucket's own validation names the field
+    return v
+
+
 class Product(_Strict):
     """One LLM product: its model, its peak load and its service-level target."""
 
@@ -91,6 +147,10 @@ class Product(_Strict):
         description="how prefill is sized; left out: the preset's rule (auto in default, headroom in seed)")
     prefill_gpus: list[str] | None = None
     max_ttft_ms: Annotated[float | None, F.TTFT_MS] = Field(default=None, description="time-to-first-token target")
+    ttft_percentiles_ms: TTFTPercentiles | None = Field(
+        default=None, description="percentile TTFT targets (given as max_ttft_ms: {p50: .., p99: ..})")
+    requests: list[RequestBucket] | None = Field(
+        default=None, description="request-size mix: buckets {input_tokens, output_tokens, share}, or a CSV path")
     demand_profile: str | None = None
     trace: str | None = Field(default=None, description="request log CSV (timestamp, input_tokens, output_tokens) "
                                                         "relative to the scenario file: peak_qps, profile and sizes "
@@ -114,6 +174,36 @@ class Product(_Strict):
             if getattr(self, name) is None:
                 raise ValueError(f"{name}: required (or give trace: a request log CSV)")
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _targets_and_mix(cls, v: Any) -> Any:
+        """``max_ttft_ms`` given as percentiles moves to ``ttft_percentiles_ms``; an inline mix fills
+        the mean sizes left out."""
+        if not isinstance(v, dict):
+            return v
+        v = dict(v)
+        if isinstance(v.get("max_ttft_ms"), dict):
+            v["ttft_percentiles_ms"] = v.pop("max_ttft_ms")
+        return _mix_means(v)
+
+    @field_validator("requests")
+    @classmethod
+    def _shares_sum_to_one(cls, v: list[RequestBucket] | None) -> list[RequestBucket] | None:
+        """Shares summing to 1 within the tolerance, scaled to sum to exactly 1."""
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("must list at least one bucket (leave it out for one request size)")
+        total = sum(b.share for b in v)
+        if abs(total - 1.0) > SHARE_TOLERANCE:
+            raise ValueError(f"shares sum to {total:.4g}; they must sum to 1 (within {SHARE_TOLERANCE:g})")
+        return [b.model_copy(update={"share": b.share / total}) for b in v]
+
+    @property
+    def has_mix(self) -> bool:
+        """Whether the product gives a request mix of its own."""
+        return self.requests is not None
 
     @property
     def effective_headroom(self) -> float:
@@ -275,8 +365,26 @@ class Scenario(_Strict):
         return v
 
 
-def parse_scenario(raw: Any, where: str) -> Scenario:
-    """Validate a parsed YAML document as a scenario; errors name ``where`` and the field."""
+def _inline_histograms(raw: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """``raw`` with every product's ``requests:`` CSV path replaced by the buckets read from it."""
+    products = raw.get("products")
+    if not isinstance(products, list) or not any(isinstance(p, dict) and isinstance(p.get("requests"), str)
+                                                 for p in products):
+        return raw
+    out = []
+    for i, p in enumerate(products):
+        if isinstance(p, dict) and isinstance(p.get("requests"), str):
+            name = short(str(p.get("name", i)))
+            p = {**p, "requests": read_histogram(folder / p["requests"], f"products[{name}].requests")}
+        out.append(p)
+    return {**raw, "products": out}
+
+
+def parse_scenario(raw: Any, where: str, folder: Path | None = None) -> Scenario:
+    """Validate a parsed YAML document as a scenario; errors name ``where`` and the field. A
+    product's ``requests:`` CSV path is read relative to ``folder`` (the current one by default)."""
+    if isinstance(raw, dict):
+        raw = _inline_histograms(raw, folder or Path("."))
     if not isinstance(raw, dict):
         raise ScenarioError(f"{where}: a scenario must be a mapping with 'products' (and optional 'preset', 'options')")
     if raw and "products" not in raw and set(raw) <= set(CATALOG_SECTIONS):
@@ -301,8 +409,10 @@ def load_scenario(path: Path | str) -> tuple[Scenario, Path]:
     p = Path(path)
     text = read_text(p, "scenario file", ScenarioError)
     raw = parse_yaml(text, p, ScenarioError)
+    if isinstance(raw, dict):
+        raw = _inline_histograms(raw, p.parent)
     try:
-        scenario = parse_scenario(raw, str(p))
+        scenario = parse_scenario(raw, str(p), p.parent)
     except ScenarioError as exc:
         raise ScenarioError(at_line(str(exc), str(p), _error_line(raw, text))) from None
     from fleetplan.optimizer.trace import resolve_traces

@@ -158,7 +158,8 @@ def solve_by_configuration(
     plan; then for every choice whose bound is below that plan, searched with it as the
     incumbent. ``base_lp``, if given, is the exported model of ``reduced(prob)`` and is searched
     whole instead. One-hour problems are small: the whole model is solved once, with the
-    configurations ``keep`` rejects switched off.
+    configurations ``keep`` rejects switched off. So is a request mix (:mod:`.mix`), which runs
+    several configurations at once, so that branching on one of them would not be exact.
 
     At the ``deadline`` the best plan found so far is returned with status ``time_limit`` and a
     gap measured against the weakest bound left open. Over several hours, ``incumbent_usd`` (the
@@ -170,7 +171,7 @@ def solve_by_configuration(
     pd = prob.products[product]
     decode = [c for c in pd.candidates if keep is None or keep(c)]
     api_alone = pd.has_api and pd.api_max_fraction >= 1.0 and keep is None
-    if prob.hours == 1:
+    if prob.hours == 1 or pd.is_mix:
         return _solve_one_hour(prob, pd, decode, api_alone, solver, deadline, mip_rel_gap, base_lp)
     choices: list[Choice] = []
     for c in decode:

@@ -18,7 +18,9 @@ from fleetplan.optimizer.candidates import (
 )
 from fleetplan.optimizer.enums import TIERS, Tier
 from fleetplan.optimizer.linear import LinearProblem
+from fleetplan.optimizer.mix import BucketData
 from fleetplan.optimizer.problem import SECONDS_PER_HOUR, FleetProblem, ProductData
+from fleetplan.optimizer.reductions import on_hours
 from fleetplan.optimizer.scenario import Product, Scenario
 from fleetplan.optimizer.solvers import SolveResult
 
@@ -81,6 +83,37 @@ class Fleet:
 
 
 @dataclass
+class MixPlan:
+    """How a request mix is served (:mod:`.mix`): the replicas of every decode configuration that
+    runs, and each bucket's share of demand per configuration and sent to the API, hour by hour."""
+
+    buckets: tuple[BucketData, ...]
+    fleets: list[Fleet]
+    serve: dict[tuple[int, str], list[float]]  # (bucket, configuration key) -> share of the bucket's demand
+    api_share: dict[int, list[float]]  # bucket -> share of its demand sent to the API
+    single: dict[str, Any] | None = None  # the best single-configuration plan (a runner-up), when solved
+
+    def share(self, bucket: int, key: str, h: int) -> float:
+        """Share of bucket ``bucket``'s demand configuration ``key`` serves in hour ``h``."""
+        row = self.serve.get((bucket, key))
+        return row[h] if row else 0.0
+
+    def consumed(self, key: str, h: int) -> float:
+        """Replicas' worth of capacity of configuration ``key`` its buckets take in hour ``h``."""
+        return sum(b.demand_tokens_per_s[h] / b.capacity[key] * self.share(b.index, key, h)
+                   for b in self.buckets if key in b.capacity)
+
+    def served_tokens(self, key: str, h: int) -> float:
+        """Output tokens/s configuration ``key`` serves in hour ``h``."""
+        return sum(b.demand_tokens_per_s[h] * self.share(b.index, key, h) for b in self.buckets)
+
+    def prefill_flops_per_s(self, h: int, pool_keys: set[str]) -> float:
+        """Prefill FLOP/s of the bucket shares served by the configurations ``pool_keys`` in hour ``h``."""
+        return sum(b.prefill_flops_per_output_token * b.demand_tokens_per_s[h] * self.share(b.index, k, h)
+                   for b in self.buckets for k in pool_keys)
+
+
+@dataclass
 class ProductPlan:
     """What the plan does for one product: decode replicas, prefill pool, API share, hour by hour."""
 
@@ -105,12 +138,19 @@ class ProductPlan:
     stranded_usd: float = 0.0
     solve_objective: float = 0.0
     solve_optimal: bool = True
+    mix: MixPlan | None = None  # a product planned from a request mix: all its configurations
+    ttft_percentiles_ms: dict[str, float] | None = None  # with percentile targets (see :mod:`.tail`)
 
     # ---- decode replicas and the prefill pool, each as a fleet
     @property
     def decode(self) -> Fleet:
         """The decode replicas."""
         return Fleet(self.candidate, self.reserved, self.on_demand, self.spot)
+
+    @property
+    def fleets(self) -> list[Fleet]:
+        """Every decode fleet: the one configuration, or each configuration of a mix."""
+        return self.mix.fleets if self.mix is not None else [self.decode]
 
     @property
     def prefill_pool(self) -> Fleet:
@@ -138,8 +178,27 @@ class ProductPlan:
 
     @property
     def capacity_tokens_per_s(self) -> float:
-        """Usable decode throughput at the busiest hour (after headroom)."""
-        return self.replicas * (self.candidate.usable_tokens_per_s if self.candidate else 0.0)
+        """Usable decode throughput at the busiest hour (after headroom); for a mix, each
+        configuration's replicas at the rate of the buckets it serves."""
+        if self.mix is None:
+            return self.replicas * (self.candidate.usable_tokens_per_s if self.candidate else 0.0)
+        h = self.peak_hour
+        return sum(self._mix_capacity(f, h) for f in self.mix.fleets)
+
+    @property
+    def peak_hour(self) -> int:
+        """The hour of highest demand (the first of equals)."""
+        d = self.data.demand_tokens_per_s
+        return max(range(len(d)), key=lambda h: (d[h], -h))
+
+    def _mix_capacity(self, f: Fleet, h: int) -> float:
+        """Usable tokens/s of a mix configuration's replicas in hour ``h`` at its buckets' rate."""
+        assert self.mix is not None and f.part is not None
+        used = self.mix.consumed(f.part.key, h)
+        if used > 0:
+            return self.mix.served_tokens(f.part.key, h) / used * f.in_hour(h)
+        return f.in_hour(h) * max((b.capacity[f.part.key] for b in self.mix.buckets if f.part.key in b.capacity),
+                                  default=0.0)
 
     def served_tokens_per_s(self) -> list[float]:
         """Self-hosted output tokens/s in each hour (demand less the API's share)."""
@@ -152,18 +211,33 @@ class ProductPlan:
         c = self.candidate
         if c is None:
             return None
+        if self.mix is not None:
+            return max((self.mix_load(f, h) for f in self.mix.fleets for h in range(len(f.on_demand))), default=0.0)
         loads = [s / (self.replicas_in_hour(h) * c.replica_tokens_per_s)
                  for h, s in enumerate(self.served_tokens_per_s()) if self.replicas_in_hour(h) > 0]
         return max(loads, default=0.0)
+
+    def mix_load(self, f: Fleet, h: int) -> float:
+        """Load of a mix configuration's replicas in hour ``h`` as a share of their full throughput."""
+        assert self.mix is not None and isinstance(f.part, Candidate)
+        n = f.in_hour(h)
+        return self.mix.consumed(f.part.key, h) / n * (1.0 - f.part.headroom) if n else 0.0
+
+    def prefill_flops_per_s(self, h: int) -> float:
+        """Prefill FLOP/s the pool takes in hour ``h`` (self-hosted demand; for a mix, the buckets'
+        shares served in pool mode)."""
+        if self.mix is None:
+            return self.data.prefill_flops_per_output_token * self.served_tokens_per_s()[h]
+        keys = {f.part.key for f in self.mix.fleets if f.part is not None and getattr(f.part, "mode", "") == "pool"}
+        return self.mix.prefill_flops_per_s(h, keys)
 
     @property
     def pool_peak_utilisation(self) -> float | None:
         """Highest hourly load of the prefill pool as a share of its FLOP/s."""
         if self.pool is None:
             return None
-        f = self.data.prefill_flops_per_output_token
-        loads = [f * s / (self.prefill_pool.in_hour(h) * self.pool.flops_per_s)
-                 for h, s in enumerate(self.served_tokens_per_s()) if self.prefill_pool.in_hour(h) > 0]
+        loads = [self.prefill_flops_per_s(h) / (self.prefill_pool.in_hour(h) * self.pool.flops_per_s)
+                 for h in range(len(self.pool_on_demand)) if self.prefill_pool.in_hour(h) > 0]
         return max(loads, default=0.0)
 
     @property
@@ -174,9 +248,28 @@ class ProductPlan:
         c = self.candidate
         if c is None:
             return None
+        if self.mix is not None:
+            return self._mix_ttft_s()
         if c.mode == "pool":
             return self.pool.ttft_s(self.pool_peak_utilisation or 0.0) if self.pool is not None else None
         return c.ttft_at(self.decode_peak_utilisation or 0.0)
+
+    def _mix_ttft_s(self) -> float | None:
+        """The longest modelled TTFT over a mix's configurations (pool-mode ones through the pool),
+        each at its peak load."""
+        assert self.mix is not None
+        out = []
+        for f in self.mix.fleets:
+            c = f.part
+            assert isinstance(c, Candidate)
+            if c.mode == "pool":
+                if self.pool is not None:
+                    out.append(self.pool.ttft_s(self.pool_peak_utilisation or 0.0))
+                continue
+            t = c.ttft_at(max((self.mix_load(f, h) for h in range(len(f.on_demand))), default=0.0))
+            if t is not None:
+                out.append(t)
+        return max(out, default=None)
 
     def gpus_by_type(self, h: int) -> dict[str, int]:
         """GPUs the product runs in hour ``h``, per GPU type (decode and prefill pool, all tiers)."""
@@ -188,7 +281,7 @@ class ProductPlan:
     def gpus_by_tier(self, h: int) -> dict[tuple[str, str], int]:
         """GPUs the product runs in hour ``h``, per (GPU type, pricing tier)."""
         out: dict[tuple[str, str], int] = {}
-        for fleet in (self.decode, self.prefill_pool):
+        for fleet in (*self.fleets, self.prefill_pool):
             for tier, n in fleet.by_tier(h).items():
                 if n and fleet.part is not None:
                     key = (fleet.part.gpu, tier)
@@ -197,7 +290,8 @@ class ProductPlan:
 
     def decode_tiers(self) -> list[str]:
         """Pricing tiers the decode replicas run in at some hour (reserved, on_demand, spot order)."""
-        return self.decode.tiers()
+        used = {t for f in self.fleets for t in f.tiers()}
+        return [t for t in TIERS if t in used]
 
     def pool_tiers(self) -> list[str]:
         """Pricing tiers the prefill-pool replicas run in at some hour."""
@@ -205,13 +299,17 @@ class ProductPlan:
 
     def gpu_prices(self) -> dict[str, float]:
         """Plain GPU-hour price of each GPU type the product uses."""
-        parts = [p for p in (self.candidate, self.pool) if p is not None]
+        parts = [f.part for f in (*self.fleets, self.prefill_pool) if f.part is not None]
         return {p.gpu: p.price.usd_per_gpu_hour for p in parts}
 
     # ---- costs (recomputed from the integer plan)
     def decode_cost_by_tier(self) -> dict[str, float]:
-        """USD per month of decode replicas, per tier."""
-        return self.decode.cost_by_tier(self.hours_per_month, self.hour_weight)
+        """USD per month of decode replicas, per tier (every configuration of a mix)."""
+        out = dict.fromkeys(TIERS, 0.0)
+        for f in self.fleets:
+            for t, usd in f.cost_by_tier(self.hours_per_month, self.hour_weight).items():
+                out[t] += usd
+        return out
 
     def pool_cost_by_tier(self) -> dict[str, float]:
         """USD per month of prefill-pool replicas, per tier."""
@@ -329,14 +427,53 @@ def extract(lp: LinearProblem, result: SolveResult, prob: FleetProblem, products
                 pp.pool = k
                 pp.pool_reserved, pp.pool_on_demand, pp.pool_spot = _replicas(lp, result, "pool_", k.key, hours)
         pp.api_tokens_per_s = [max(0.0, _read(lp, result, "api", product.name, h)) for h in hours]
+        if pd.is_mix:
+            _extract_mix(lp, result, pd, pp, hours)
         if prob.hour_of:  # merged hours: back to every hour of the horizon
             of = prob.hour_of
             for name in ("on_demand", "spot", "pool_on_demand", "pool_spot", "api_tokens_per_s"):  # ProductPlan fields
                 row = getattr(pp, name)
                 setattr(pp, name, [row[i] for i in of])
-            pp.data = replace(pd, demand_tokens_per_s=prob.full_demand[product.name])
+            pp.data = replace(on_hours(pd, list(of)), demand_tokens_per_s=prob.full_demand[product.name])
+            if pp.mix is not None:
+                pp.mix = _mix_on_hours(pp.mix, pp.data, list(of))
         out.append(pp)
     return out
+
+
+def _extract_mix(lp: LinearProblem, result: SolveResult, pd: ProductData, pp: ProductPlan, hours: range) -> None:
+    """A mix's configurations, replicas and bucket shares; the plan's own configuration (and its
+    replicas) is the one with the most GPUs at the busiest hour."""
+    fleets = []
+    for c in pd.candidates:
+        fleet = Fleet(c, *_replicas(lp, result, "", c.key, hours))
+        if fleet.peak > 0:
+            fleets.append(fleet)
+    if not fleets and pd.candidates and not any(pp.api_tokens_per_s):  # no demand: the cheapest, at 0 replicas
+        c = min(pd.candidates, key=lambda c: (c.monthly_cost_per_replica_usd, c.key))
+        fleets.append(Fleet(c, 0, [0] * len(hours), [0] * len(hours)))
+    serve = {(b.index, k): [max(0.0, _read(lp, result, "serve", pd.name, b.index, k, h)) for h in hours]
+             for b in pd.buckets for k in pd.eligible(b)}
+    serve = {key: row for key, row in serve.items() if any(x > 1e-9 for x in row)}
+    api = {b.index: [max(0.0, _read(lp, result, "api_bucket", pd.name, b.index, h)) for h in hours] for b in pd.buckets}
+    pp.mix = MixPlan(buckets=pd.buckets, fleets=fleets, serve=serve, api_share=api)
+    if pp.pool is not None and pp.prefill_pool.peak == 0:  # a pool chosen but never used: none
+        pp.pool, pp.pool_reserved = None, 0
+        pp.pool_on_demand, pp.pool_spot = [0] * len(hours), [0] * len(hours)
+    if fleets:
+        main = max(fleets, key=lambda f: (f.gpus, f.part.key if f.part else ""))
+        pp.candidate = main.part  # type: ignore[assignment]
+        pp.reserved, pp.on_demand, pp.spot = main.reserved, main.on_demand, main.spot
+    else:
+        pp.candidate = None
+
+
+def _mix_on_hours(mix: MixPlan, data: ProductData, of: list[int]) -> MixPlan:
+    """A mix's plan back on every hour of the horizon (hour ``h`` is merged hour ``of[h]``)."""
+    fleets = [Fleet(f.part, f.reserved, [f.on_demand[i] for i in of], [f.spot[i] for i in of]) for f in mix.fleets]
+    return MixPlan(buckets=data.buckets, fleets=fleets,
+                   serve={k: [row[i] for i in of] for k, row in mix.serve.items()},
+                   api_share={k: [row[i] for i in of] for k, row in mix.api_share.items()})
 
 
 def _hourly_sum(products: list[ProductPlan], hours: int, usage: Callable[[ProductPlan, int], dict[Any, int]]

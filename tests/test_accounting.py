@@ -66,12 +66,12 @@ def recomputed(plan: Plan) -> dict[str, float]:
     cost = 0.0
     for pp in plan.products:
         hw, hm = pp.hour_weight, pp.hours_per_month
-        for part, res, od, sp in ((pp.candidate, pp.reserved, pp.on_demand, pp.spot),
-                                  (pp.pool, pp.pool_reserved, pp.pool_on_demand, pp.pool_spot)):
+        decode = [(f.part, f.reserved, f.on_demand, f.spot) for f in pp.fleets]  # each configuration of a mix
+        for part, res, od, sp in (*decode, (pp.pool, pp.pool_reserved, pp.pool_on_demand, pp.pool_spot)):
             if part is None:
                 continue
             peak = max(res + od[h] + sp[h] for h in range(len(od)))
-            if part is pp.candidate:
+            if part is not pp.pool:
                 replicas += peak
                 gpus += peak * part.gpus_per_replica
             else:
@@ -81,6 +81,11 @@ def recomputed(plan: Plan) -> dict[str, float]:
             cost += sum(sp) * part.gpus_per_replica * part.price.tier("spot") * hw
         cost += pp.api_cost_usd + pp.fixed_cost_usd + pp.stranded_usd
     return {"replicas": replicas, "gpus": gpus, "prefill_gpus": prefill_gpus, "cost": cost}
+
+
+def own(p: dict[str, Any], key: str) -> int:
+    """A product row's own replicas or GPUs: its configuration's, or every configuration's of a mix."""
+    return sum(c[key] for c in p["configurations"]) if "configurations" in p else p[key]
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -97,8 +102,8 @@ def test_totals_are_the_sum_of_counted_parts(example_plan, name):
     assert d["monthly_cost_usd"] == pytest.approx(want["cost"], abs=0.01 * n)
     assert totals["monthly_cost_usd"] == d["monthly_cost_usd"]
     rows = d["products"]
-    assert sum(p["gpus"] for p in rows) + sum(p["gpus"] for p in d["pools"]) == totals["gpus"]
-    assert sum(p["replicas"] for p in rows) + sum(p["replicas"] for p in d["pools"]) == totals["replicas"]
+    assert sum(own(p, "gpus") for p in rows) + sum(p["gpus"] for p in d["pools"]) == totals["gpus"]
+    assert sum(own(p, "replicas") for p in rows) + sum(p["replicas"] for p in d["pools"]) == totals["replicas"]
     assert sum(p["prefill"]["gpus"] or 0 for p in rows) + sum(p.get("prefill_gpus") or 0 for p in d["pools"]) \
         == totals["prefill_gpus"]
     cents = round(d["monthly_cost_usd"] * 100)

@@ -91,8 +91,15 @@ def test_launch_commands_carry_the_plans_configuration(capsys, tmp_path, plan, e
     rows = [p for p in decode_rows(d) if p["replicas"] or p.get("shared_replicas")]
     # vLLM's tensor-parallel size is per attention-DP rank; SGLang's and TensorRT-LLM's count the stage
     per_stage = (lambda p: p["tp"]) if engine == "vllm" else (lambda p: p["tp"] * (p.get("dp_attention") or 1))
+    def expected(p: dict) -> list[tuple[int, int, int]]:
+        """A product's decode commands: one, or one per configuration of a mix (sized for its longest request)."""
+        if not p.get("configurations"):
+            return [(per_stage(p), p["batch"], p["context_tokens"])]
+        longest = max(r["input_tokens"] + r["output_tokens"] for r in p["requests"])
+        return [(per_stage(c), c["batch"], longest) for c in p["configurations"] if c["replicas"]]
+
     assert [(int(flag(c, tp)), int(flag(c, batch)), int(flag(c, context))) for c in decode] == [
-        (per_stage(p), p["batch"], p["context_tokens"]) for p in rows]
+        row for p in rows for row in expected(p)]
     pools = [c for c in cmds if flag(c, batch) is None]
     assert [int(flag(c, tp)) for c in pools] == [p["prefill"]["tp"] for p in rows if p["prefill"]["gpu"]
                                                  and (p["prefill"]["replicas"] or p.get("pooled_in"))]

@@ -30,8 +30,8 @@ EXAMPLES = HERE.parent.parent / "examples"
 PLANS = HERE / "plans"
 FAMILIES = HERE / "families.json"
 
-# One hour, two products on one GPU type: one with a capped API (a floor too) that may prefill
-# colocated or on a pool, one on a pool; three tiers with a spot cap, availability in total and
+# One hour, three products on one GPU type: one with a capped API (a floor too) that may prefill
+# colocated or on a pool, one on a pool, a request mix of two buckets with a capped API; three tiers with a spot cap, availability in total and
 # for spot, 8-GPU instances: every constraint family has rows.
 SMALL = {
     "preset": "default",
@@ -41,6 +41,10 @@ SMALL = {
          "api": {"model": "llama-3.1-8b", "max_fraction": 0.5, "min_fraction": 0.05}},
         {"name": "rag", "model": "llama-3.1-8b", "precision": "fp8", "peak_qps": 5, "input_tokens": 4000,
          "output_tokens": 200, "min_tokens_per_s_per_user": 20, "prefill": "pool"},
+        {"name": "mix", "model": "llama-3.1-8b", "precision": "fp8", "peak_qps": 10, "min_tokens_per_s_per_user": 20,
+         "requests": [{"input_tokens": 500, "output_tokens": 200, "share": 0.7},
+                      {"input_tokens": 6000, "output_tokens": 400, "share": 0.3}],
+         "api": {"model": "llama-3.1-8b", "max_fraction": 0.5}},
     ],
     "options": {"gpus": ["h100-sxm"], "tp": [1], "batch": [32, 64], "tiers": ["reserved", "on_demand", "spot"],
                 "spot_max_share": 0.2},
