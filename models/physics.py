@@ -80,6 +80,8 @@ class Physics:
     moe_small_group_tokens: float = 0.0
     weight_only_fp4_dequant_factor: float = 1.0
     admission_latency_s: float = 0.0
+    sequence_overhead_s: float = 0.0
+    prefill_communication: bool = False
 
     def family(self, name: str) -> FamilyPhysics:
         """The figures of GPU family ``name``, or the generic fallback for an unknown family."""
@@ -103,7 +105,7 @@ class Physics:
 # of a layer's dozen kernels, norms, rotary embedding, routing) and 0.38 ms per step
 # (scheduling, sampling) explain why small per-GPU shards run far below the roofline; a
 # one-shot all-reduce costs 4.4 us whatever the TP degree (no per-hop cost).
-_NVIDIA = (0.90, 0.38e-3, 64e-6, 4.4e-6, 0.0)
+_NVIDIA = (0.90, 0.0, 60e-6, 4.1e-6, 0.0)
 
 DEFAULT_PHYSICS = Physics(
     families=(
@@ -138,26 +140,28 @@ DEFAULT_PHYSICS = Physics(
     # runs prefill batches first (0.36), TensorRT-LLM (0.12) and vLLM (0.05) mix chunks into
     # the decode batches, so most of that prefill lands in the time per output token.
     engines=(
-        EnginePhysics("sglang", 0.36, 8192),
-        EnginePhysics("trtllm", 0.12, 8192),
-        EnginePhysics("vllm", 0.05, 8192),
+        EnginePhysics("sglang", 0.37, 8192),
+        EnginePhysics("trtllm", 0.15, 8192),
+        EnginePhysics("vllm", 0.08, 8192),
     ),
     # An unknown engine (and the planner, which plans no particular one) gets the mean.
-    engine_fallback=EnginePhysics("any", 0.18, 8192),
+    engine_fallback=EnginePhysics("any", 0.20, 8192),
     # Fitted: paged attention reads the KV cache as efficiently as the GEMMs read weights (0.995).
-    kv_bandwidth_efficiency=1.0,
+    kv_bandwidth_efficiency=1.11,
     # Fitted: a grouped GEMM whose experts each get few tokens does not stream an expert's weights
     # at full rate; reading a touched expert costs (1 + 0.69 / tokens per touched expert) times
     # its bytes (about 1.7x at one token per expert, nothing once experts get dozens).
-    moe_small_group_tokens=0.69,
+    moe_small_group_tokens=0.41,
     # Fitted on gpt-oss-120b (MXFP4 weights) on H100/H200, which have no FP4 tensor cores: the
     # weights are dequantised to bf16 in the GEMM's inner loop, so reading them takes 1.37x the
     # time of their bytes alone.
-    weight_only_fp4_dequant_factor=1.37,
+    weight_only_fp4_dequant_factor=1.39,
     # Fitted: time from a request's arrival to its admission and from its first token to the
     # client (HTTP, tokenisation, scheduling, detokenisation) that every measured TTFT holds:
     # 118 ms across the three engines.
-    admission_latency_s=0.118,
+    admission_latency_s=0.089,
+    sequence_overhead_s=24e-6,
+    prefill_communication=True,
 )
 
 

@@ -146,8 +146,8 @@ DEFAULT = Preset(
     name="default",
     # Fitted with the physics (see fleetplan.models.physics): decode GEMMs at small M reach
     # 26% of the dense datasheet rate, prefill GEMMs at large M 54% (silicon-train.csv).
-    compute_efficiency=0.26,
-    prefill_compute_efficiency=0.54,
+    compute_efficiency=0.49,
+    prefill_compute_efficiency=0.86,
     prefill_attention=True,
     decode_context="average",
     compute_precision="weights",
