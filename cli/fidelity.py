@@ -190,12 +190,9 @@ def _profile(path: Path, preset: Any, r: dict[str, Any], errors: dict[str, Any],
         fleetplan_calibration=cal.PROFILE_VERSION, preset=preset.name, measurements=path.name, rows=len(r["used"]),
         skipped_rows=len(r["skipped"]), groups=len({u.configuration for u in r["used"]}), forced=forced,
         method={
-            "model": "step = max(weights/b, compute/c) + kv/b + prefill/c + comm*m + overhead*o",
-            "loss": f"Huber (k {cal.HUBER_K}) on log(predicted/measured TPOT) / {cal.NOISE_STD}, "
-                    "each configuration group weighing one",
-            "levels": "log b and log o = global + kind + family + gpu + engine + gpu x engine; log c, log m global",
-            "prior_std_global_b_c_o_m": list(cal.PRIOR_STD_GLOBAL),
-            "prior_std_levels_b_o": {k: list(v) for k, v in cal.PRIOR_STD_LEVEL.items()},
+            "model": "every term of the step times exp(s) of the most specific scope (GPU id or family, engine, kind)",
+            "estimator": "per configuration group the median log(measured/predicted TPOT); per scope the sum over "
+                         f"its groups / (groups + {cal.SHRINK_GROUPS:g})",
         },
         factors=cal.profile_factors(r["fit"], r["comp"]),
         error={"uncalibrated": _stats_json(errors["uncalibrated"]["overall"]),
