@@ -3,13 +3,14 @@
 Usage: python benchmarks/fit_physics.py [MEASUREMENTS.csv] [--cv] [--iterations N]
 
 The parameters (:data:`PARAMETERS`) are the few the default preset shares across every model,
-GPU and engine: NVIDIA bandwidth efficiency (at most 0.90), per-step and per-layer overhead and
-one-shot all-reduce latency; decode, KV and prefill kernel efficiencies; the MoE grouped-GEMM
-small-group cost and the weight-only FP4 dequantisation factor; the admission latency; and each
-engine's share of a wave's prefill before a request's first token. Nothing is per model or per
+GPU and engine: NVIDIA bandwidth efficiency (at most 0.90), per-step, per-layer and per-sequence
+overhead and one-shot all-reduce latency; decode, KV (at most the datasheet bandwidth) and prefill
+(at most 0.90 of the datasheet rate) kernel efficiencies; the MoE grouped-GEMM small-group cost
+and the weight-only FP4 dequantisation factor; the admission latency; and each engine's share of
+a wave's prefill before a request's first token. Nothing is per model or per
 source. The loss is robust least squares (Huber at 0.25) on the relative error of TPOT
-(predicted/measured - 1, the error the MAPE targets count) plus half the weight on log TTFT, over the rows the planner would run; the model is the
-project's own (:func:`fleetplan.models.validation.predict`), so what is fitted is what plans use.
+(predicted/measured - 1, the error the MAPE targets count) plus half the weight on log TTFT,
+over the rows the planner would run; the model is the project's own (:func:`fleetplan.models.validation.predict`), so what is fitted is what plans use.
 
 ``--cv`` refits leaving out one configuration group (model, GPU, engine, TP, precision) at a time
 (warm-started from the full fit) and prints the held-out error by dense / MoE model: the error a
@@ -42,7 +43,7 @@ ENGINES = ("sglang", "trtllm", "vllm")
 PARAMETERS: tuple[tuple[str, float, float], ...] = (
     ("bandwidth_efficiency", 0.3, 0.9), ("step_overhead_s", 0.0, 5e-3), ("layer_overhead_s", 0.0, 2e-4),
     ("collective_latency_s", 0.0, 1e-4), ("kv_bandwidth_efficiency", 0.2, 1.0 / 0.9), ("compute_efficiency", 0.05, 1.0),
-    ("prefill_compute_efficiency", 0.05, 1.0), ("moe_small_group_tokens", 0.0, 20.0),
+    ("prefill_compute_efficiency", 0.05, 0.9), ("moe_small_group_tokens", 0.0, 20.0),
     ("weight_only_fp4_dequant_factor", 1.0, 4.0), ("admission_latency_s", 0.0, 0.5),
     ("sequence_overhead_s", 0.0, 2e-4),
 ) + tuple((f"share_{e}", 0.0, 1.0) for e in ENGINES)
