@@ -610,7 +610,7 @@ def _pool_shape(
     prefills at ``tp x pp`` GPUs' rate (:func:`prefill_service_s` over that many GPUs); None when
     it cannot meet the TTFT target."""
     n = layout.gpus
-    service = prefill_service_s(llm, gpu, preset, precision=precision, tp=n, flops=work)
+    service = prefill_service_s(llm, gpu, preset, precision=precision, tp=layout.tp, pp=layout.pp, flops=work)
     _, link_bw = kv_link(gpu)
     transfer = kv_transfer_s(kv_bytes, n * link_bw)
     rho = DEFAULT_MAX_UTILISATION
