@@ -140,7 +140,8 @@ def _mape_by_kind(rows: list[Measurement], preds: list[float], catalog: Catalog,
     return float(error_stats([m for m, _ in pairs], [p for _, p in pairs])["mape"])
 
 
-def _nested_split(rows: list[Measurement], catalog: Catalog, physics: list[Any], user: list[Any]) -> dict[str, list[Any]]:
+def _nested_split(rows: list[Measurement], catalog: Catalog, physics: list[Any],
+                  user: list[Any]) -> dict[str, list[Any]]:
     """Physics fitted on the groups ``physics``; the groups ``user`` halved: calibrated on one half,
     the other half predicted (both ways). Returns the predicted rows and three predictions of each."""
     from fit_physics import current, fit, preset_of
@@ -176,7 +177,8 @@ def nested(rows: list[Measurement], catalog: Catalog, splits: int) -> None:
     print("| TPOT MAPE | uncalibrated | calibrated (the profile `calibrate` writes, none where it refuses) | forced |")
     print("|---|---|---|---|")
     for kind in ("dense", "moe"):
-        cells = [f"{_mape_by_kind(acc['rows'], acc[k], catalog, kind):.1%}" for k in ("uncalibrated", "calibrated", "forced")]
+        cells = [f"{_mape_by_kind(acc['rows'], acc[k], catalog, kind):.1%}"
+                 for k in ("uncalibrated", "calibrated", "forced")]
         print(f"| {kind} | " + " | ".join(cells) + " |")
 
 

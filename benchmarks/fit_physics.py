@@ -10,7 +10,8 @@ and the weight-only FP4 dequantisation factor; the admission latency; and each e
 a wave's prefill before a request's first token. Nothing is per model or per
 source. The loss is robust least squares (Huber at 0.25) on the relative error of TPOT
 (predicted/measured - 1, the error the MAPE targets count) plus half the weight on log TTFT,
-over the rows the planner would run; the model is the project's own (:func:`fleetplan.models.validation.predict`), so what is fitted is what plans use.
+over the rows the planner would run; the model is the project's own
+(:func:`fleetplan.models.validation.predict`), so what is fitted is what plans use.
 
 ``--cv`` refits leaving out one configuration group (model, GPU, engine, TP, precision) at a time
 (warm-started from the full fit) and prints the held-out error by dense / MoE model: the error a

@@ -195,9 +195,11 @@ def profile_factors(f: Fit, comp: Sequence[Components]) -> list[FactorEntry]:
     entries = []
     for scope in order:
         fac = _factors(scope, f.log_scale[scope])
-        entries.append(FactorEntry(gpu=scope[0], engine=scope[1], kind=scope[2], rows=f.rows[scope],  # type: ignore[arg-type]
-                                   unnamed_engine=fac.unnamed_engine, bandwidth_scale=fac.bandwidth_scale, compute_scale=fac.compute_scale,
-                                   overhead_scale=fac.overhead_scale, comm_scale=fac.comm_scale))
+        entries.append(FactorEntry(
+            gpu=scope[0], engine=scope[1], kind=scope[2], rows=f.rows[scope],  # type: ignore[arg-type]
+            unnamed_engine=fac.unnamed_engine, bandwidth_scale=fac.bandwidth_scale,
+            compute_scale=fac.compute_scale, overhead_scale=fac.overhead_scale, comm_scale=fac.comm_scale,
+        ))
     return entries
 
 
