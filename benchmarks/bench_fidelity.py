@@ -1,6 +1,6 @@
 """Fidelity benchmark: seed vs default vs calibrated on measured TPOT and TTFT, by configuration group.
 
-Usage: python benchmarks/bench_fidelity.py [MEASUREMENTS.csv ...] [--folds N]
+Usage: python benchmarks/bench_fidelity.py [MEASUREMENTS.csv ...] [--folds N] [--nested SPLITS]
 
 For each measurement file (default: ``../shared/reference/measurements/silicon-train.csv`` and
 the public measurements in ``benchmarks/data/``) it predicts every row the planner would run with
@@ -10,7 +10,10 @@ engine, TP, precision) batch sweep, is predicted by a profile that never saw it,
 predicting a configuration they have not measured). It prints TPOT and TTFT error (rows, share
 within 1.25x / 1.5x / 2x, MAPE, median measured/predicted) overall and by engine, TP, model kind
 (dense / MoE) and GPU, then the "calibrate on half of the groups, predict the other half" figure
-(both halves in turn) against the uncalibrated preset on the same rows.
+(both halves in turn) against the uncalibrated preset on the same rows. That figure is in sample
+for the physics, which was fitted on every group; ``--nested SPLITS`` measures calibration where
+the physics has not seen the groups either: physics fitted on half of the groups, calibration on
+a quarter, prediction of the last quarter.
 
 The default preset's physical parameters were fitted on silicon-train.csv
 (``benchmarks/fit_physics.py``); their own leave-groups-out error is printed by
@@ -130,7 +133,56 @@ def halves(rows: list[Measurement], catalog: Catalog, base: Preset, default: lis
             print(f"| {kind} TPOT " + line(label, stats(rows, held, 0, keep)))
 
 
-def run(path: Path, catalog: Catalog, folds: int) -> None:
+def _mape_by_kind(rows: list[Measurement], preds: list[float], catalog: Catalog, kind: str) -> float:
+    """TPOT MAPE of the rows of model kind ``kind`` (dense / moe)."""
+    pairs = [(r.measured_tpot_ms, p) for r, p in zip(rows, preds, strict=True)
+             if model_kind(catalog.models[r.model]) == kind]
+    return float(error_stats([m for m, _ in pairs], [p for _, p in pairs])["mape"])
+
+
+def _nested_split(rows: list[Measurement], catalog: Catalog, physics: list[Any],
+                  user: list[Any]) -> dict[str, list[Any]]:
+    """Physics fitted on the groups ``physics``; the groups ``user`` halved: calibrated on one half,
+    the other half predicted (both ways). Returns the predicted rows and three predictions of each."""
+    from fit_physics import current, fit, preset_of
+
+    base = preset_of(fit([r for r in rows if r.configuration in set(physics)], catalog, current(), 12))
+    out: dict[str, list[Any]] = {"rows": [], "uncalibrated": [], "calibrated": [], "forced": []}
+    for mine, theirs in ((user[::2], user[1::2]), (user[1::2], user[::2])):
+        train = [r for r in rows if r.configuration in set(mine)]
+        test = [r for r in rows if r.configuration in set(theirs)]
+        for label, preset in (("uncalibrated", base), ("calibrated", calibrated_unless_worse(base, train, catalog)),
+                              ("forced", fitted_preset(base, train, catalog))):
+            out[label] += [predict(r, catalog, preset).predicted_tpot_ms for r in test]
+        out["rows"] += test
+    return out
+
+
+def nested(rows: list[Measurement], catalog: Catalog, splits: int) -> None:
+    """A user's calibration on configurations no fit has seen: for each of ``splits`` random
+    halvings of the configuration groups (seeds 0, 1, ...), the physics is fitted on one half (as
+    ``fit_physics.py`` does), and the other half is split again: calibrated on one quarter, the
+    last quarter predicted (then the other way round, then the halves swapped)."""
+    import numpy as np
+
+    groups = sorted({r.configuration for r in rows}, key=repr)
+    acc: dict[str, list[Any]] = {"rows": [], "uncalibrated": [], "calibrated": [], "forced": []}
+    for seed in range(splits):
+        perm = [groups[i] for i in np.random.default_rng(seed).permutation(len(groups))]
+        for physics, user in ((perm[::2], perm[1::2]), (perm[1::2], perm[::2])):
+            for k, v in _nested_split(rows, catalog, physics, user).items():
+                acc[k] += v
+    print(f"\nphysics fitted on half of the configuration groups, calibrated on a quarter, predicting the last "
+          f"quarter ({splits} random halvings, every quarter predicted once per halving):\n")
+    print("| TPOT MAPE | uncalibrated | calibrated (the profile `calibrate` writes, none where it refuses) | forced |")
+    print("|---|---|---|---|")
+    for kind in ("dense", "moe"):
+        cells = [f"{_mape_by_kind(acc['rows'], acc[k], catalog, kind):.1%}"
+                 for k in ("uncalibrated", "calibrated", "forced")]
+        print(f"| {kind} | " + " | ".join(cells) + " |")
+
+
+def run(path: Path, catalog: Catalog, folds: int, splits: int = 0) -> None:
     """Every table for one measurement file."""
     all_rows = parse_measurements(path.read_text(encoding="utf-8"), path.name)
     t0 = time.perf_counter()
@@ -148,6 +200,8 @@ def run(path: Path, catalog: Catalog, folds: int) -> None:
     table(path.name, rows, results, catalog)
     if n_groups >= 4:
         halves(rows, catalog, base, default)
+    if splits and n_groups >= 30:
+        nested(rows, catalog, splits)
     print(f"\n({time.perf_counter() - t0:.1f} s)\n")
 
 
@@ -155,10 +209,12 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("files", nargs="*", default=[str(f) for f in DEFAULT_FILES])
     ap.add_argument("--folds", type=int, default=44, help="folds of whole configuration groups (default 44)")
+    ap.add_argument("--nested", type=int, default=0, metavar="SPLITS",
+                    help="also fit the physics on half of the groups and calibrate on a quarter, SPLITS times")
     args = ap.parse_args(argv)
     catalog = load_catalog()
     for f in args.files:
-        run(Path(f), catalog, args.folds)
+        run(Path(f), catalog, args.folds, args.nested)
     return 0
 
 

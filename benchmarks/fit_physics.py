@@ -3,13 +3,15 @@
 Usage: python benchmarks/fit_physics.py [MEASUREMENTS.csv] [--cv] [--iterations N]
 
 The parameters (:data:`PARAMETERS`) are the few the default preset shares across every model,
-GPU and engine: NVIDIA bandwidth efficiency (at most 0.90), per-step and per-layer overhead and
-one-shot all-reduce latency; decode, KV and prefill kernel efficiencies; the MoE grouped-GEMM
-small-group cost and the weight-only FP4 dequantisation factor; the admission latency; and each
-engine's share of a wave's prefill before a request's first token. Nothing is per model or per
-source. The loss is robust least squares (Huber, 0.25 in log units) on log(predicted/measured)
-TPOT plus half the weight on log TTFT, over the rows the planner would run; the model is the
-project's own (:func:`fleetplan.models.validation.predict`), so what is fitted is what plans use.
+GPU and engine: NVIDIA bandwidth efficiency (at most 0.90), per-step, per-layer and per-sequence
+overhead and one-shot all-reduce latency; decode, KV (at most the datasheet bandwidth) and prefill
+(at most 0.90 of the datasheet rate) kernel efficiencies; the MoE grouped-GEMM small-group cost
+and the weight-only FP4 dequantisation factor; the admission latency; and each engine's share of
+a wave's prefill before a request's first token. Nothing is per model or per
+source. The loss is robust least squares (Huber at 0.25) on the relative error of TPOT
+(predicted/measured - 1, the error the MAPE targets count) plus half the weight on log TTFT,
+over the rows the planner would run; the model is the project's own
+(:func:`fleetplan.models.validation.predict`), so what is fitted is what plans use.
 
 ``--cv`` refits leaving out one configuration group (model, GPU, engine, TP, precision) at a time
 (warm-started from the full fit) and prints the held-out error by dense / MoE model: the error a
@@ -41,9 +43,10 @@ ENGINES = ("sglang", "trtllm", "vllm")
 # (name, lower bound, upper bound); engines' shares are appended
 PARAMETERS: tuple[tuple[str, float, float], ...] = (
     ("bandwidth_efficiency", 0.3, 0.9), ("step_overhead_s", 0.0, 5e-3), ("layer_overhead_s", 0.0, 2e-4),
-    ("collective_latency_s", 0.0, 1e-4), ("kv_bandwidth_efficiency", 0.2, 3.0), ("compute_efficiency", 0.05, 1.0),
-    ("prefill_compute_efficiency", 0.05, 1.0), ("moe_small_group_tokens", 0.0, 20.0),
+    ("collective_latency_s", 0.0, 1e-4), ("kv_bandwidth_efficiency", 0.2, 1.0 / 0.9), ("compute_efficiency", 0.05, 1.0),
+    ("prefill_compute_efficiency", 0.05, 0.9), ("moe_small_group_tokens", 0.0, 20.0),
     ("weight_only_fp4_dequant_factor", 1.0, 4.0), ("admission_latency_s", 0.0, 0.5),
+    ("sequence_overhead_s", 0.0, 2e-4),
 ) + tuple((f"share_{e}", 0.0, 1.0) for e in ENGINES)
 TTFT_WEIGHT = 0.5
 HUBER = 0.25
@@ -55,7 +58,8 @@ def current() -> np.ndarray:
     p = DEFAULT_PHYSICS
     values = [fam.bandwidth_efficiency, fam.step_overhead_s, fam.layer_overhead_s, fam.collective_latency_s,
               p.kv_bandwidth_efficiency, DEFAULT.compute_efficiency, DEFAULT.prefill_compute_efficiency,
-              p.moe_small_group_tokens, p.weight_only_fp4_dequant_factor, p.admission_latency_s]
+              p.moe_small_group_tokens, p.weight_only_fp4_dequant_factor, p.admission_latency_s,
+              p.sequence_overhead_s]
     values += [p.engine(e).prefill_before_first_token for e in ENGINES]
     return np.array(values)
 
@@ -73,18 +77,20 @@ def preset_of(x: np.ndarray) -> Preset:
         DEFAULT_PHYSICS, families=families, engines=engines, kv_bandwidth_efficiency=v["kv_bandwidth_efficiency"],
         moe_small_group_tokens=v["moe_small_group_tokens"],
         weight_only_fp4_dequant_factor=v["weight_only_fp4_dequant_factor"], admission_latency_s=v["admission_latency_s"],
+        sequence_overhead_s=v["sequence_overhead_s"],
     )
     return dataclasses.replace(DEFAULT, physics=physics, compute_efficiency=v["compute_efficiency"],
                                prefill_compute_efficiency=v["prefill_compute_efficiency"])
 
 
 def residuals(x: np.ndarray, rows: list[Measurement], catalog: Catalog) -> np.ndarray:
-    """log(predicted / measured) TPOT of every row, then TTFT (weighted) of rows reporting it."""
+    """Relative error predicted / measured - 1 of every row's TPOT (the error MAPE counts), then
+    log(predicted / measured) TTFT (weighted) of rows reporting it."""
     preset = preset_of(x)
     tpot, ttft = [], []
     for r in rows:
         p = predict(r, catalog, preset)
-        tpot.append(np.log(p.predicted_tpot_ms / r.measured_tpot_ms))
+        tpot.append(p.predicted_tpot_ms / r.measured_tpot_ms - 1.0)
         if r.measured_ttft_ms:
             ttft.append(TTFT_WEIGHT * np.log(p.predicted_ttft_ms / r.measured_ttft_ms))
     return np.array(tpot + ttft)

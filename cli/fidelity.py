@@ -190,12 +190,9 @@ def _profile(path: Path, preset: Any, r: dict[str, Any], errors: dict[str, Any],
         fleetplan_calibration=cal.PROFILE_VERSION, preset=preset.name, measurements=path.name, rows=len(r["used"]),
         skipped_rows=len(r["skipped"]), groups=len({u.configuration for u in r["used"]}), forced=forced,
         method={
-            "model": "step = max(weights/b, compute/c) + kv/b + prefill/c + comm*m + overhead*o",
-            "loss": f"Huber (k {cal.HUBER_K}) on log(predicted/measured TPOT) / {cal.NOISE_STD}, "
-                    "each configuration group weighing one",
-            "levels": "log b and log o = global + kind + family + gpu + engine + gpu x engine; log c, log m global",
-            "prior_std_global_b_c_o_m": list(cal.PRIOR_STD_GLOBAL),
-            "prior_std_levels_b_o": {k: list(v) for k, v in cal.PRIOR_STD_LEVEL.items()},
+            "model": "every term of the step times exp(s) of the most specific scope (GPU id or family, engine, kind)",
+            "estimator": "per configuration group the median log(measured/predicted TPOT); per scope the sum over "
+                         f"its groups / (groups + {cal.SHRINK_GROUPS:g})",
         },
         factors=cal.profile_factors(r["fit"], r["comp"]),
         error={"uncalibrated": _stats_json(errors["uncalibrated"]["overall"]),
@@ -261,13 +258,10 @@ def _print_calibration(out: str, profile: Any, r: dict[str, Any], errors: dict[s
           f"configuration groups ({len(skipped)} skipped); profile written to {out}")
     for row, why in skipped:
         print(f"  skipped line {row.line}: {why}")
-    g = profile.factors[0]
-    print(f"global factors: bandwidth x{g.bandwidth_scale:.3f}, compute x{g.compute_scale:.3f}, "
-          f"overhead x{g.overhead_scale:.3f}, communication x{g.comm_scale:.3f}")
-    for f in profile.factors[1:]:
-        if f.rows and f.kind is None and (f.engine is None or f.gpu is None or "-" in str(f.gpu)):
-            who = " / ".join(x for x in (f.gpu, f.engine) if x)
-            print(f"  {who:<28} rows {f.rows:>4}  bandwidth x{f.bandwidth_scale:.3f}  overhead x{f.overhead_scale:.3f}")
+    print("step time scale per GPU, engine and model kind (engine 'any': the planner's, pooled over engines):")
+    for f in profile.factors:
+        who = " / ".join((str(f.gpu), "any" if f.unnamed_engine else str(f.engine), str(f.kind)))
+        print(f"  {who:<36} rows {f.rows:>4}  step time x{f.overhead_scale:.3f}")
     print(_stats_line("uncalibrated", errors["uncalibrated"]["overall"]))
     print(_stats_line("calibrated, in sample", errors["in_sample"]["overall"]))
     if r["held"]:

@@ -1,37 +1,37 @@
-"""Calibration profiles: efficiency factors and overheads fitted to measurements.
+"""Calibration profiles: one scale factor per GPU, engine and model kind, fitted to measurements.
 
-The decode step of a preset decomposes into terms that each scale with one physical factor
-(:func:`components`):
+A user's measurements fix what is systematic in their setup: how fast their engine build runs
+on their GPUs, for their kind of model. Each configuration group (model, GPU, engine, TP,
+precision: a batch sweep moves together) gives one number, the median over its rows of
 
-    step = max(weights / b, compute / c) + kv / b + prefill / c + comm x m + overhead x o
+    r = log(measured TPOT / predicted TPOT)
 
-``b`` scales the bandwidth efficiency, ``c`` the compute efficiency, ``m`` the communication
-time and ``o`` the fixed overhead. A fit estimates them in log space:
+and every scope (a GPU id, its family or any GPU; an engine or any; dense, MoE or any kind)
+that groups were measured in gets the log factor
 
-    log b = b_global + b_kind + b_family + b_gpu + b_engine + b_gpu,engine     (likewise log o)
-    log c = c_global,  log m = m_global
+    s = sum of r over its groups / (groups + SHRINK_GROUPS)
 
-``kind`` separates dense and mixture-of-experts models. Each level's deviations have a
-Gaussian prior centred on zero (shrinkage: a GPU or engine measured in few configurations
-stays near its family's or the global value) and the rows enter through a Huber loss
-(threshold :data:`HUBER_K` noise standard deviations, :data:`NOISE_STD` in log units) on
-log(predicted / measured), so a few outliers cannot drag the fit. Each row weighs one over
-the rows of its configuration group, so the data count by groups, not rows: a batch sweep of
-forty points is one configuration a user measured, and shrinks the levels no more than a
-single point would. The minimisation is iteratively reweighted Levenberg-Marquardt with the
-analytic Jacobian.
+shrunk towards zero (no change) by the number of groups, not rows: a batch sweep of forty
+points is one configuration a user measured. A profile scales every term of the step by
+``exp(s)`` of the most specific scope that matches (bandwidth and compute factors ``exp(-s)``,
+overhead and communication ``exp(s)``), so the prefill time and TTFT move with it. One factor
+per scope, because what calibration must fix is a setup's offset on configurations it has not
+measured: with the physics fitted on other configuration groups, calibrating on half of the
+rest of silicon-train.csv's groups and predicting the other half
+(``python benchmarks/bench_fidelity.py --nested``), bandwidth and overhead factors per level
+each shrunk by a prior made dense TPOT worse (14.7% -> 19.5%), where this one scale helps.
 
-Cross-validation refits on all rows but one configuration group (model, GPU, engine, TP,
-precision: a batch sweep moves together) and predicts the held-out group, as a user predicting
-a configuration they have not measured; with more than :data:`MAX_LOCO_CONFIGS` groups it uses
-that many grouped folds instead.
+Cross-validation refits on all rows but one configuration group and predicts the held-out
+group, as a user predicting a configuration they have not measured; with more than
+:data:`MAX_LOCO_CONFIGS` groups it uses that many grouped folds instead.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,25 +46,13 @@ from fleetplan.models.roofline import model_kind
 from fleetplan.models.validation import predict
 
 __all__ = ["PROFILE_VERSION"]
-NOISE_STD = 0.12
-HUBER_K = 1.345
 MAX_LOCO_CONFIGS = 40
 LOG_BOUND = 3.0
-# Prior standard deviations (log units) of each level's deviation for (bandwidth, overhead),
-# and of the global log factors (bandwidth, compute, overhead, communication). Chosen by
-# leave-configuration-groups-out cross-validation on ../shared/reference/measurements/
-# silicon-train.csv (all 784 rows the planner would run, 44 groups): priors 0.3 times these
-# wider gave MAPE 19.6% held out against 20.1% uncalibrated; 0.1x and 0.5x gave 19.9% and 20.0%,
-# and wider priors overfit (1x: 23.0%, worse than no calibration).
-PRIOR_STD_GLOBAL: tuple[float, float, float, float] = (0.15, 0.15, 0.3, 0.3)
-PRIOR_STD_LEVEL: dict[str, tuple[float, float]] = {
-    "kind": (0.045, 0.12),
-    "family": (0.075, 0.15),
-    "gpu": (0.045, 0.12),
-    "engine": (0.045, 0.15),
-    "gpu_engine": (0.03, 0.12),
-}
-LEVELS: tuple[str, ...] = ("kind", "family", "gpu", "engine", "gpu_engine")
+# Groups' worth of "no change" each scope's factor is shrunk with. Chosen by cross-validation on
+# ../shared/reference/measurements/silicon-train.csv (physics fitted on half of the groups,
+# calibration on a quarter, prediction of the last quarter, 4 random splits): dense TPOT MAPE
+# 14.9%, 14.8%, 15.0%, 15.3% for 0.5, 1, 2, 4 groups (16.0% uncalibrated).
+SHRINK_GROUPS = 1.0
 
 
 @dataclass(frozen=True)
@@ -102,146 +90,77 @@ def components(row: Measurement, catalog: Catalog, preset: Preset) -> Components
     )
 
 
-def _level_key(c: Components, level: str) -> str:
-    if level == "kind":
-        return c.kind
-    if level == "family":
-        return c.family
-    if level == "gpu":
-        return c.gpu
-    if level == "engine":
-        return c.engine
-    return f"{c.gpu}|{c.engine}"
+Scope = tuple[str | None, str | None, str | None]  # (GPU id or family, engine, kind); None: any
+
+
+def _base_s(c: Components) -> float:
+    """The uncalibrated step time of a row (seconds): its terms at unit factors."""
+    return max(c.weights, c.compute) + c.kv + c.prefill + c.comm + c.overhead
+
+
+def group_log_ratios(comp: Sequence[Components]) -> dict[str, tuple[float, Components]]:
+    """Per configuration group: the median of log(measured / predicted) over its rows, and one
+    of its rows (for its GPU, family, engine and kind)."""
+    by_group: dict[str, list[Components]] = {}
+    for c in comp:
+        by_group.setdefault(c.group, []).append(c)
+    return {g: (statistics.median(math.log(c.measured / _base_s(c)) for c in cs), cs[0])
+            for g, cs in sorted(by_group.items())}
+
+
+def _scopes_of(c: Components) -> list[Scope]:
+    """The scopes a row of ``c``'s group calibrates: its GPU and model kind pooled over engines
+    (engine None: what the planner, which names no engine, uses) and with its engine."""
+    return [(c.gpu, None, c.kind), (c.gpu, c.engine, c.kind)]
 
 
 @dataclass
 class Fit:
-    """Fitted log factors: four globals and (bandwidth, overhead) deviations per level value."""
+    """Fitted log factors of every scope with measured groups, with their group and row counts."""
 
-    global_log: np.ndarray
-    levels: dict[str, dict[str, np.ndarray]]
-    rows: dict[str, dict[str, int]]
+    log_scale: dict[Scope, float]
+    groups: dict[Scope, int]
+    rows: dict[Scope, int]
 
-    def log_factors(self, family: str, gpu: str | None, engine: str | None, kind: str | None = None) -> np.ndarray:
-        """(log b, log c, log o, log m) for a group; unknown level values contribute zero."""
-        out = self.global_log.copy()
-        keys = {"kind": kind, "family": family, "gpu": gpu, "engine": engine,
-                "gpu_engine": f"{gpu}|{engine}" if gpu is not None and engine is not None else None}
-        for level, key in keys.items():
-            if key is not None and key in self.levels[level]:
-                dev = self.levels[level][key]
-                out[0] += dev[0]
-                out[2] += dev[1]
-        return out
+    def factors(self) -> tuple[CalibrationFactors, ...]:
+        """The fit as a preset's calibration factors, one per scope."""
+        return tuple(_factors(scope, s) for scope, s in self.log_scale.items())
 
 
-def _predict(comp: Sequence[Components], logf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Predicted step times and d(log pred)/d(log b, log c, log o, log m) for each row."""
-    w = np.array([c.weights for c in comp])
-    cc = np.array([c.compute for c in comp])
-    kv = np.array([c.kv for c in comp])
-    pf = np.array([c.prefill for c in comp])
-    cm = np.array([c.comm for c in comp])
-    ov = np.array([c.overhead for c in comp])
-    b, c, o, m = (np.exp(logf[:, i]) for i in range(4))
-    wt, ct = w / b, cc / c
-    mem_wins = wt >= ct
-    pred = np.where(mem_wins, wt, ct) + kv / b + pf / c + cm * m + ov * o
-    d = np.stack([
-        -(np.where(mem_wins, wt, 0.0) + kv / b),
-        -(np.where(mem_wins, 0.0, ct) + pf / c),
-        ov * o,
-        cm * m,
-    ], axis=1) / pred[:, None]
-    return pred, d
+def _factors(scope: Scope, log_scale: float) -> CalibrationFactors:
+    """The multipliers that scale every term of the step by ``exp(log_scale)``."""
+    up, down = round(math.exp(log_scale), 6), round(math.exp(-log_scale), 6)
+    return CalibrationFactors(gpu=scope[0], engine=scope[1], kind=scope[2], bandwidth_scale=down,
+                              compute_scale=down, overhead_scale=up, comm_scale=up, unnamed_engine=scope[1] is None)
 
 
-def group_weights(comp: Sequence[Components]) -> np.ndarray:
-    """Each row's weight in the loss: one over the rows of its configuration group, so every
-    group counts once, however many batches it sweeps."""
-    counts: dict[str, int] = {}
+def fit(comp: Sequence[Components]) -> Fit:
+    """One shrunk log factor per scope: the sum of its groups' median log ratios over the
+    number of its groups plus :data:`SHRINK_GROUPS`."""
+    sums: dict[Scope, float] = {}
+    groups: dict[Scope, int] = {}
+    rows: dict[Scope, int] = {}
+    for r, c in group_log_ratios(comp).values():
+        for scope in _scopes_of(c):
+            sums[scope] = sums.get(scope, 0.0) + r
+            groups[scope] = groups.get(scope, 0) + 1
     for c in comp:
-        counts[c.group] = counts.get(c.group, 0) + 1
-    return np.array([1.0 / counts[c.group] for c in comp])
-
-
-def _incidence(comp: Sequence[Components], index: list[tuple[str, str, int]]) -> list[np.ndarray]:
-    """Which parameters add to each row's (log b, log c, log o, log m): four 0/1 matrices."""
-    pos = {key: 4 + i for i, key in enumerate(index)}
-    inc = [np.zeros((len(comp), 4 + len(index))) for _ in range(4)]
-    for j in range(4):
-        inc[j][:, j] = 1.0
-    for r, c in enumerate(comp):
-        for lv in LEVELS:
-            k = _level_key(c, lv)
-            inc[0][r, pos[(lv, k, 0)]] = 1.0
-            inc[2][r, pos[(lv, k, 1)]] = 1.0
-    return inc
-
-
-Objective = Callable[[np.ndarray], tuple[float, np.ndarray, np.ndarray]]
-
-
-def _minimise(objective: Objective, prior: np.ndarray, row_w: np.ndarray, iterations: int) -> np.ndarray:
-    """Iteratively reweighted Levenberg-Marquardt from zero: Huber weights times ``row_w``."""
-    theta = np.zeros(len(prior))
-    lam = 1e-3
-    value, res, jac = objective(theta)
-    for _ in range(iterations):
-        weights = row_w * np.where(np.abs(res) <= HUBER_K, 1.0, HUBER_K / np.maximum(np.abs(res), 1e-12))
-        h = jac.T @ (jac * weights[:, None]) + np.diag(1.0 / prior**2)
-        g = jac.T @ (weights * res) + theta / prior**2
-        improved = False
-        for _ in range(12):
-            step = np.linalg.solve(h + lam * np.diag(np.diag(h)), -g)
-            cand = np.clip(theta + step, -LOG_BOUND, LOG_BOUND)
-            v, r2, j2 = objective(cand)
-            if v < value - 1e-12:
-                theta, value, res, jac = cand, v, r2, j2
-                lam = max(lam / 3.0, 1e-9)
-                improved = True
-                break
-            lam *= 4.0
-        if not improved or float(np.max(np.abs(step))) < 1e-7:
-            break
-    return theta
-
-
-def fit(comp: Sequence[Components], iterations: int = 60) -> Fit:
-    """Robust, shrunk least squares of log(predicted / measured) over ``comp``, each
-    configuration group weighing as one observation."""
-    keys: dict[str, list[str]] = {lv: sorted({_level_key(c, lv) for c in comp}) for lv in LEVELS}
-    index = [(lv, k, j) for lv in LEVELS for k in keys[lv] for j in (0, 1)]  # j: 0 bandwidth, 1 overhead
-    prior = np.array(list(PRIOR_STD_GLOBAL) + [PRIOR_STD_LEVEL[lv][j] for lv, _, j in index])
-    inc_b, inc_c, inc_o, inc_m = _incidence(comp, index)
-    log_meas = np.log(np.array([c.measured for c in comp]))
-    row_w = group_weights(comp)
-
-    def objective(theta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-        logf = np.stack([inc_b @ theta, inc_c @ theta, inc_o @ theta, inc_m @ theta], axis=1)
-        pred, d = _predict(comp, logf)
-        res = (np.log(pred) - log_meas) / NOISE_STD
-        a = np.abs(res)
-        huber = np.where(a <= HUBER_K, 0.5 * res**2, HUBER_K * (a - 0.5 * HUBER_K))
-        value = float(np.sum(row_w * huber) + 0.5 * np.sum((theta / prior) ** 2))
-        jac = (d[:, 0:1] * inc_b + d[:, 1:2] * inc_c + d[:, 2:3] * inc_o + d[:, 3:4] * inc_m) / NOISE_STD
-        return value, res, jac
-
-    theta = _minimise(objective, prior, row_w, iterations)
-    pos = {key: 4 + i for i, key in enumerate(index)}
-    levels = {lv: {k: np.array([theta[pos[(lv, k, 0)]], theta[pos[(lv, k, 1)]]]) for k in keys[lv]} for lv in LEVELS}
-    counts: dict[str, dict[str, int]] = {lv: {} for lv in LEVELS}
-    for c in comp:
-        for lv in LEVELS:
-            k = _level_key(c, lv)
-            counts[lv][k] = counts[lv].get(k, 0) + 1
-    return Fit(global_log=theta[:4].copy(), levels=levels, rows=counts)
+        for scope in _scopes_of(c):
+            rows[scope] = rows.get(scope, 0) + 1
+    log_scale = {k: float(np.clip(v / (groups[k] + SHRINK_GROUPS), -LOG_BOUND, LOG_BOUND))
+                 for k, v in sorted(sums.items(), key=lambda kv: repr(kv[0]))}
+    return Fit(log_scale=log_scale, groups=groups, rows=rows)
 
 
 def predict_with_fit(comp: Sequence[Components], f: Fit) -> np.ndarray:
-    """Predicted step times (seconds) of ``comp`` under fitted factors."""
-    logf = np.stack([f.log_factors(c.family, c.gpu, c.engine, c.kind) for c in comp])
-    return _predict(comp, logf)[0]
+    """Predicted step times (seconds) of ``comp`` under fitted factors: each row's most specific
+    matching scope, chosen as the planner chooses (:meth:`Preset.factors_for`)."""
+    preset = Preset(name="fit", factors=f.factors())
+    out = []
+    for c in comp:
+        scale = preset.factors_for(c.gpu, c.family, c.engine, c.kind).overhead_scale
+        out.append(_base_s(c) * scale)
+    return np.array(out)
 
 
 def cross_validated_predictions(comp: Sequence[Components], configs: Sequence[tuple[Any, ...]]) -> tuple[np.ndarray, str, int]:
@@ -268,33 +187,19 @@ def cross_validated_predictions(comp: Sequence[Components], configs: Sequence[tu
     return out, method, len(folds)
 
 
-def _factor_dict(logf: np.ndarray) -> dict[str, float]:
-    return {
-        "bandwidth_scale": round(float(math.exp(logf[0])), 6),
-        "compute_scale": round(float(math.exp(logf[1])), 6),
-        "overhead_scale": round(float(math.exp(logf[2])), 6),
-        "comm_scale": round(float(math.exp(logf[3])), 6),
-    }
-
-
 def profile_factors(f: Fit, comp: Sequence[Components]) -> list[FactorEntry]:
-    """Every factor entry of a profile, most general first: for each scope (global, engine,
-    family, family and engine, GPU, GPU and engine) one entry for any model kind, then one per
-    kind fitted (each the sum of the levels that apply, with its row count)."""
-    family_of = {c.gpu: c.family for c in comp}
-    engines: list[str | None] = [None, *sorted({c.engine for c in comp})]
-    kinds = sorted({c.kind for c in comp})
-    scopes: list[tuple[str | None, str, str | None]] = [(None, "", None)]  # (entry gpu, family, gpu id)
-    scopes += [(fam, fam, None) for fam in sorted(set(family_of.values()))]
-    scopes += [(g, family_of[g], g) for g in sorted(family_of)]
-    entries: list[FactorEntry] = []
-    for gpu, family, gpu_id in scopes:
-        for e in engines:
-            for kind in (None, *kinds):
-                rows = sum(1 for c in comp if gpu in (None, c.gpu, c.family) and e in (None, c.engine)
-                           and kind in (None, c.kind))
-                logf = f.log_factors(family, gpu_id, e, kind)
-                entries.append(FactorEntry(gpu=gpu, engine=e, kind=kind, rows=rows, **_factor_dict(logf)))
+    """Every factor entry of a profile, most general first: one per scope with measured groups,
+    with the rows it was fitted on."""
+    del comp  # the fit holds its own counts
+    order = sorted(f.log_scale, key=lambda k: (sum(x is not None for x in k), repr(k)))
+    entries = []
+    for scope in order:
+        fac = _factors(scope, f.log_scale[scope])
+        entries.append(FactorEntry(
+            gpu=scope[0], engine=scope[1], kind=scope[2], rows=f.rows[scope],  # type: ignore[arg-type]
+            unnamed_engine=fac.unnamed_engine, bandwidth_scale=fac.bandwidth_scale,
+            compute_scale=fac.compute_scale, overhead_scale=fac.overhead_scale, comm_scale=fac.comm_scale,
+        ))
     return entries
 
 
@@ -328,6 +233,7 @@ def factors_from_entries(entries: Sequence[FactorEntry]) -> tuple[CalibrationFac
         CalibrationFactors(
             gpu=f.gpu, engine=normalize_engine(f.engine), kind=f.kind, bandwidth_scale=f.bandwidth_scale,
             compute_scale=f.compute_scale, overhead_scale=f.overhead_scale, comm_scale=f.comm_scale,
+            unnamed_engine=f.unnamed_engine,
         )
         for f in entries
     )
@@ -348,7 +254,7 @@ def cross_validated_mape(comp: Sequence[Components], configs: Sequence[tuple[Any
     held = [i for i, v in enumerate(cv) if math.isfinite(v)]
     if not held:
         return None
-    plain = _predict([comp[i] for i in held], np.zeros((len(held), 4)))[0]
+    plain = np.array([_base_s(comp[i]) for i in held])
     measured = np.array([comp[i].measured for i in held])
     calibrated = float(np.mean(np.abs(cv[held] - measured) / measured))
     return calibrated, float(np.mean(np.abs(plain - measured) / measured))

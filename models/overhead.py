@@ -1,11 +1,13 @@
-"""Fixed time per decode step that does not depend on bytes moved or FLOPs done.
+"""Time per decode step that does not depend on bytes moved or FLOPs done.
 
-    overhead = step_overhead + num_layers x layer_overhead
+    overhead = num_layers x layer_overhead                         (GPU: kernel ramp and tail)
+             + step_overhead + batch x sequence_overhead           (host: scheduling, sampling)
 
-``step_overhead`` covers scheduling, input preparation and sampling; ``layer_overhead`` the
-ramp-up and tail of the kernels each layer launches. Both come per GPU family from
-:mod:`fleetplan.models.physics`. Neither shrinks with tensor parallelism, which is why small
-per-GPU weight shards (TP 4-8) run well below the bandwidth roofline.
+``layer_overhead`` is the ramp-up and tail of the kernels each layer launches; the host's work
+is a fixed part per step and a part per running sequence (input preparation, sampling,
+detokenisation, bookkeeping). The figures come from :mod:`fleetplan.models.physics`. None of
+it shrinks with tensor parallelism, which is why small per-GPU weight shards (TP 4-8) run well
+below the bandwidth roofline, most of all at large batches.
 """
 
 from __future__ import annotations
@@ -14,7 +16,13 @@ from fleetplan.catalogs.schema import GPU, LLM
 from fleetplan.models.physics import Physics
 
 
-def step_overhead_s(llm: LLM, gpu: GPU, physics: Physics) -> float:
-    """Fixed seconds per decode step of ``llm`` on ``gpu``."""
-    fam = physics.family(gpu.family)
-    return fam.step_overhead_s + llm.num_layers * fam.layer_overhead_s
+def host_time_s(gpu: GPU, physics: Physics, batch: float) -> float:
+    """Seconds of host (CPU) work per decode step: the fixed scheduling and sampling cost plus
+    ``sequence_overhead_s`` for each of the ``batch`` sequences (input preparation, sampling,
+    detokenisation and bookkeeping are per request, and no GPU parallelism shortens them)."""
+    return physics.family(gpu.family).step_overhead_s + batch * physics.sequence_overhead_s
+
+
+def layer_time_s(llm: LLM, gpu: GPU, physics: Physics) -> float:
+    """Fixed GPU seconds per decode step: ``layer_overhead_s`` for each transformer layer."""
+    return llm.num_layers * physics.family(gpu.family).layer_overhead_s

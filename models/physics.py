@@ -1,14 +1,14 @@
 """Physical parameters of the ``default`` preset beyond the first-order roofline, in one place.
 
-Every number the ``default`` preset uses for communication, fixed overheads, kernel
-efficiencies, the paged KV cache, the engines' prefill scheduling and the sequence cap lives
-in :data:`DEFAULT_PHYSICS`, with the reason for its value next to it. The values marked
-*fitted* were fitted once, all together, to the 825 rows of
-``../shared/reference/measurements/silicon-train.csv`` whose batch fits in memory (44
-configuration groups; robust least squares on log TPOT and log TTFT, script
-``benchmarks/fit_physics.py``), and judged by leaving whole configuration groups out; no
-value is per model or per source. `fleetplan calibrate` fits multipliers on top of these
-values from the user's own measurements.
+Every number the ``default`` preset uses for communication, fixed and per-sequence overheads,
+kernel efficiencies, the paged KV cache, the engines' prefill scheduling and the sequence cap
+lives in :data:`DEFAULT_PHYSICS`, with the reason for its value next to it. The values marked
+*fitted* were fitted once, all together, to the 784 rows of
+``../shared/reference/measurements/silicon-train.csv`` that the planner would run (41
+configuration groups; robust least squares on the relative error of TPOT and on log TTFT,
+script ``benchmarks/fit_physics.py``), and judged by leaving whole configuration groups out
+(``--cv``); no value is per model or per source. `fleetplan calibrate` fits a scale on top of
+these values from the user's own measurements.
 
 Units are SI base units with the unit in the field name (seconds, bytes, bytes/s).
 """
@@ -65,7 +65,11 @@ class EnginePhysics:
 
 @dataclass(frozen=True)
 class Physics:
-    """Everything the ``default`` preset adds to the roofline, with engine-level defaults."""
+    """Everything the ``default`` preset adds to the roofline, with engine-level defaults.
+
+    ``sequence_overhead_s``: host seconds per running sequence per decode step.
+    ``prefill_communication``: the tokens a step or a prefill processes are all-reduced.
+    """
 
     families: tuple[FamilyPhysics, ...]
     fallback: FamilyPhysics
@@ -80,6 +84,8 @@ class Physics:
     moe_small_group_tokens: float = 0.0
     weight_only_fp4_dequant_factor: float = 1.0
     admission_latency_s: float = 0.0
+    sequence_overhead_s: float = 0.0
+    prefill_communication: bool = False
 
     def family(self, name: str) -> FamilyPhysics:
         """The figures of GPU family ``name``, or the generic fallback for an unknown family."""
@@ -99,11 +105,12 @@ class Physics:
 
 # Fitted NVIDIA figures (hopper, blackwell; ampere shares them): see the module docstring.
 # Bandwidth efficiency reached 0.90, the bound the fit allows (streaming kernels reach 85-90%
-# of datasheet bandwidth in microbenchmarks); the per-layer cost of 64 us (kernel ramp and tail
-# of a layer's dozen kernels, norms, rotary embedding, routing) and 0.38 ms per step
-# (scheduling, sampling) explain why small per-GPU shards run far below the roofline; a
-# one-shot all-reduce costs 4.4 us whatever the TP degree (no per-hop cost).
-_NVIDIA = (0.90, 0.38e-3, 64e-6, 4.4e-6, 0.0)
+# of datasheet bandwidth in microbenchmarks); the per-layer cost of 60 us (kernel ramp and tail
+# of a layer's dozen kernels, norms, rotary embedding, routing) and the host's work per sequence
+# (``sequence_overhead_s``; the fixed part per step fitted to zero) explain why small per-GPU
+# shards run far below the roofline; a one-shot all-reduce costs 4.1 us of latency whatever the
+# TP degree (no per-hop cost), its bytes at the link's bandwidth on top.
+_NVIDIA = (0.90, 0.0, 60e-6, 4.1e-6, 0.0)
 
 DEFAULT_PHYSICS = Physics(
     families=(
@@ -135,29 +142,37 @@ DEFAULT_PHYSICS = Physics(
     # max_batch_size, SGLang max_running_requests); 1024 is the largest default among them.
     max_num_seqs=1024,
     # Fitted: share of a wave's other prompts prefilled before a request's first token. SGLang
-    # runs prefill batches first (0.36), TensorRT-LLM (0.12) and vLLM (0.05) mix chunks into
+    # runs prefill batches first (0.37), TensorRT-LLM (0.15) and vLLM (0.08) mix chunks into
     # the decode batches, so most of that prefill lands in the time per output token.
     engines=(
-        EnginePhysics("sglang", 0.36, 8192),
-        EnginePhysics("trtllm", 0.12, 8192),
-        EnginePhysics("vllm", 0.05, 8192),
+        EnginePhysics("sglang", 0.37, 8192),
+        EnginePhysics("trtllm", 0.15, 8192),
+        EnginePhysics("vllm", 0.08, 8192),
     ),
     # An unknown engine (and the planner, which plans no particular one) gets the mean.
-    engine_fallback=EnginePhysics("any", 0.18, 8192),
-    # Fitted: paged attention reads the KV cache as efficiently as the GEMMs read weights (0.995).
-    kv_bandwidth_efficiency=1.0,
+    engine_fallback=EnginePhysics("any", 0.20, 8192),
+    # Fitted, at the bound the fit allows (1 / 0.90: the datasheet bandwidth): paged attention
+    # streams the KV cache at full bandwidth, faster than the weight GEMMs at small batch.
+    kv_bandwidth_efficiency=1.11,
     # Fitted: a grouped GEMM whose experts each get few tokens does not stream an expert's weights
-    # at full rate; reading a touched expert costs (1 + 0.69 / tokens per touched expert) times
-    # its bytes (about 1.7x at one token per expert, nothing once experts get dozens).
-    moe_small_group_tokens=0.69,
+    # at full rate; reading a touched expert costs (1 + 0.41 / tokens per touched expert) times
+    # its bytes (about 1.4x at one token per expert, nothing once experts get dozens).
+    moe_small_group_tokens=0.41,
     # Fitted on gpt-oss-120b (MXFP4 weights) on H100/H200, which have no FP4 tensor cores: the
-    # weights are dequantised to bf16 in the GEMM's inner loop, so reading them takes 1.37x the
+    # weights are dequantised to bf16 in the GEMM's inner loop, so reading them takes 1.39x the
     # time of their bytes alone.
-    weight_only_fp4_dequant_factor=1.37,
+    weight_only_fp4_dequant_factor=1.39,
     # Fitted: time from a request's arrival to its admission and from its first token to the
     # client (HTTP, tokenisation, scheduling, detokenisation) that every measured TTFT holds:
-    # 118 ms across the three engines.
-    admission_latency_s=0.118,
+    # 89 ms across the three engines.
+    admission_latency_s=0.089,
+    # Fitted: host work per running sequence per decode step (input preparation, sampling,
+    # detokenisation, the scheduler's bookkeeping): 24 us, which no GPU parallelism shortens, so
+    # TP 8 at batch 128 and more runs well below its roofline.
+    sequence_overhead_s=24e-6,
+    # The prompt tokens a decode step prefills are all-reduced with its decode tokens (one message
+    # of batch + prefill tokens per all-reduce), and a prefill's service time pays its own.
+    prefill_communication=True,
 )
 
 

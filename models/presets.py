@@ -62,7 +62,10 @@ def normalize_engine(text: str | None) -> str | None:
 class CalibrationFactors:
     """Multipliers fitted to measurements for one GPU (id or family) and engine.
 
-    ``gpu`` / ``engine`` / ``kind`` (``dense`` or ``moe`` models) None match anything. Memory times are divided by
+    ``gpu`` / ``engine`` / ``kind`` (``dense`` or ``moe`` models) None match anything, except that an
+    entry with ``unnamed_engine`` matches only a caller that names no engine (the planner: factors
+    pooled over the engines measured, which a named engine never measured should not inherit).
+    Memory times are divided by
     ``bandwidth_scale``, compute times by ``compute_scale``; the fixed overhead and the
     communication time are multiplied by ``overhead_scale`` and ``comm_scale``.
     """
@@ -74,6 +77,7 @@ class CalibrationFactors:
     compute_scale: float = 1.0
     overhead_scale: float = 1.0
     comm_scale: float = 1.0
+    unnamed_engine: bool = False
 
 
 IDENTITY = CalibrationFactors()
@@ -117,7 +121,7 @@ class Preset:
         for f in self.factors:
             if f.gpu is not None and f.gpu not in (gpu_id, family):
                 continue
-            if f.engine is not None and f.engine != eng:
+            if (f.engine is not None and f.engine != eng) or (f.unnamed_engine and eng is not None):
                 continue
             if f.kind is not None and f.kind != kind:
                 continue
@@ -146,8 +150,8 @@ DEFAULT = Preset(
     name="default",
     # Fitted with the physics (see fleetplan.models.physics): decode GEMMs at small M reach
     # 26% of the dense datasheet rate, prefill GEMMs at large M 54% (silicon-train.csv).
-    compute_efficiency=0.26,
-    prefill_compute_efficiency=0.54,
+    compute_efficiency=0.49,
+    prefill_compute_efficiency=0.86,
     prefill_attention=True,
     decode_context="average",
     compute_precision="weights",

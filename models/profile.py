@@ -30,6 +30,8 @@ class FactorEntry(BaseModel):
     gpu: str | None = Field(default=None, description="GPU id or family, or any")
     engine: str | None = Field(default=None, description="normalised engine name, or any")
     kind: Literal["dense", "moe"] | None = Field(default=None, description="model kind, or any")
+    unnamed_engine: bool = Field(default=False, description="applies only where no engine is named (the "
+                                 "planner): factors pooled over the engines measured on the GPU")
     rows: int = Field(default=0, ge=0, description="measured rows this entry's levels were fitted on")
     bandwidth_scale: Scale = Field(description="divides memory times")
     compute_scale: Scale = Field(description="divides compute times")

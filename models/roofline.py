@@ -38,7 +38,7 @@ from fleetplan.models.communication import parallel_comm_time_s
 from fleetplan.models.interference import prefill_flops_per_step as aggregated_prefill_flops
 from fleetplan.models.memory import bytes_per_value, kv_bytes_per_sequence, kv_replication_factor, weight_bytes
 from fleetplan.models.moe import grouped_params_read_per_step, params_read_per_step
-from fleetplan.models.overhead import step_overhead_s
+from fleetplan.models.overhead import host_time_s, layer_time_s
 from fleetplan.models.presets import CalibrationFactors, Preset, normalize_engine
 
 if TYPE_CHECKING:
@@ -171,16 +171,22 @@ def benchmark_prefill_share(preset: Preset, engine: str | None) -> float:
     return 1.0 - preset.physics.engine(normalize_engine(engine)).prefill_before_first_token
 
 
-def _extra_times(llm: LLM, gpu: GPU, preset: Preset, tp: int, ep: int, batch: int, factors: CalibrationFactors) -> tuple[float, float]:
-    """(communication, fixed overhead) seconds of one step, zero where the preset has neither."""
+def _extra_times(llm: LLM, gpu: GPU, preset: Preset, tp: int, ep: int, batch: int, factors: CalibrationFactors,
+                 prefill_flops: float = 0.0) -> tuple[float, float]:
+    """(communication, overhead) seconds of one step, zero where the preset has neither. With
+    ``prefill_communication`` the all-reduces also carry the activations of the prompt tokens
+    the step prefills (``prefill_flops`` at 2 x P_active per token); the overhead is the layers'
+    fixed GPU time plus the host's work (:mod:`fleetplan.models.overhead`)."""
     physics = preset.physics
     if physics is None:
         return 0.0, 0.0
     comm = 0.0
     if preset.communication:
-        comm = parallel_comm_time_s(llm, gpu, physics, tp=tp, ep=ep, tokens=batch) * factors.comm_scale
-    overhead = step_overhead_s(llm, gpu, physics) * factors.overhead_scale if preset.step_overhead else 0.0
-    return comm, overhead
+        prefill_tokens = prefill_flops / (2.0 * llm.active_params) if physics.prefill_communication else 0.0
+        comm = parallel_comm_time_s(llm, gpu, physics, tp=tp, ep=ep, tokens=batch + prefill_tokens) * factors.comm_scale
+    if not preset.step_overhead:
+        return comm, 0.0
+    return comm, (layer_time_s(llm, gpu, physics) + host_time_s(gpu, physics, batch)) * factors.overhead_scale
 
 
 def _benchmark_prefill_flops(llm: LLM, preset: Preset, engine: str | None, batch: int, input_tokens: float,
@@ -227,7 +233,7 @@ def decode_step(
     bandwidth = tp * gpu.mem_bandwidth_bytes_per_s * bandwidth_efficiency(preset, gpu) * factors.bandwidth_scale
     flop_rate = usable_flop_rate(preset, gpu, precision, tp, factors, prefill=False)
     memory_time = (bytes_per_step := w_read + batch * kv_read) / bandwidth
-    comm, overhead = _extra_times(llm, gpu, preset, tp, ep, batch, factors)
+    comm, overhead = _extra_times(llm, gpu, preset, tp, ep, batch, factors, prefill_flops_per_step)
     seed = preset.composition == "roofline"  # prefill carried as FLOPs of the step, else as time
     flops = 2.0 * llm.active_params * batch + (prefill_flops_per_step if seed else 0.0)
     compute_time = flops / flop_rate

@@ -45,6 +45,7 @@ import math
 from fleetplan.catalogs.schema import GPU, LLM
 from fleetplan.models.physics import DEFAULT_TTFT_QUEUE_MULTIPLE
 from fleetplan.models.presets import Preset, normalize_engine
+from fleetplan.models.communication import parallel_comm_time_s
 from fleetplan.models.memory import weight_bytes
 from fleetplan.models.roofline import StepEstimate, bandwidth_efficiency, decode_step, model_kind, usable_flop_rate
 
@@ -93,14 +94,22 @@ def admission_s(preset: Preset) -> float:
 
 
 def prefill_service_s(llm: LLM, gpu: GPU, preset: Preset, *, precision: str, tp: int, flops: float,
-                      engine: str | None = None) -> float:
-    """Seconds a ``tp``-GPU replica takes to prefill ``flops`` of prompt work: at its prefill
-    FLOP/s, but never less than one read of all its weights (a long prompt touches every expert)
-    at its decode bandwidth, both with the preset's calibration."""
+                      engine: str | None = None, pp: int = 1) -> float:
+    """Seconds per prompt of ``flops`` prefill work on a replica of ``tp x pp`` GPUs (prompts
+    pipelined through ``pp`` stages of ``tp`` GPUs): at its prefill FLOP/s, but never less than
+    one read of all its weights (a long prompt touches every expert) at its decode bandwidth, both
+    with the preset's calibration; with ``prefill_communication`` the all-reduces of the prompt's
+    activations over each stage's ``tp`` GPUs come on top (a stage holds 1/pp of the layers)."""
     factors = preset.factors_for(gpu.id, gpu.family, engine, model_kind(llm))
-    rate = usable_flop_rate(preset, gpu, precision, tp, factors, prefill=True)
-    bandwidth = tp * gpu.mem_bandwidth_bytes_per_s * bandwidth_efficiency(preset, gpu) * factors.bandwidth_scale
-    return pool_service_s(flops, rate, weight_bytes(llm, precision), bandwidth)
+    gpus = tp * pp
+    rate = usable_flop_rate(preset, gpu, precision, gpus, factors, prefill=True)
+    bandwidth = gpus * gpu.mem_bandwidth_bytes_per_s * bandwidth_efficiency(preset, gpu) * factors.bandwidth_scale
+    service = pool_service_s(flops, rate, weight_bytes(llm, precision), bandwidth)
+    physics = preset.physics
+    if physics is None or not (physics.prefill_communication and preset.communication):
+        return service
+    tokens = flops / (2.0 * llm.active_params)
+    return service + parallel_comm_time_s(llm, gpu, physics, tp=tp, ep=1, tokens=tokens) * factors.comm_scale / pp
 
 
 def benchmark_ttft_s(preset: Preset, *, prefill_s: float, step_s: float, batch: int, input_tokens: float,

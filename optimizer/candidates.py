@@ -640,7 +640,7 @@ def _pool_shape(
     prefills at ``tp x pp`` GPUs' rate (:func:`prefill_service_s` over that many GPUs); None when
     it cannot meet the TTFT target."""
     n = layout.gpus
-    dist = pool_service_time(product, llm, gpu, preset, precision, n, work)
+    dist = pool_service_time(product, llm, gpu, preset, precision, layout, work)
     service = dist.mean_s
     _, link_bw = kv_link(gpu)
     transfer = kv_transfer_s(kv_bytes, n * link_bw)
@@ -663,12 +663,13 @@ def _pool_shape(
     )
 
 
-def pool_service_time(product: Product, llm: LLM, gpu: GPU, preset: Preset, precision: str, gpus: int,
+def pool_service_time(product: Product, llm: LLM, gpu: GPU, preset: Preset, precision: str, layout: Layout,
                       work: float) -> ServiceTime:
-    """A pool replica's service time of ``gpus`` GPUs: one prefill of ``work`` FLOPs (deterministic),
-    or for a product with a request mix, the mix of its buckets' prefills weighted by their shares."""
+    """A pool replica's service time on ``layout`` (prompts pipelined through its stages): one
+    prefill of ``work`` FLOPs (deterministic), or for a product with a request mix, the mix of its
+    buckets' prefills weighted by their shares."""
     def service(flops: float) -> float:
-        return prefill_service_s(llm, gpu, preset, precision=precision, tp=gpus, flops=flops)
+        return prefill_service_s(llm, gpu, preset, precision=precision, tp=layout.tp, pp=layout.pp, flops=flops)
 
     if product.requests is None:
         return ServiceTime(service(work))

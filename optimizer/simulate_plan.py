@@ -162,7 +162,7 @@ def _pool_service_s(llm: Any, catalog: Any, preset: Any, pd: dict[str, Any], req
     gpu = catalog.gpu(pool["gpu"], "prefill.gpu")
     hit = pool.get("prefix_cache_hit_rate") or 0.0
     times = {int(s): prefill_service_s(llm, gpu, preset, precision=pool["precision"], tp=pool["tp"],
-                                       flops=prefill_flops(llm, preset, float(s), hit))
+                                       pp=pool.get("pp") or 1, flops=prefill_flops(llm, preset, float(s), hit))
              for s in np.unique(reqs.input_tokens)}
     transfer = ((pool.get("kv_transfer") or {}).get("transfer_ms_per_request") or 0.0) / 1e3
     return np.array([times[int(s)] for s in reqs.input_tokens]), transfer

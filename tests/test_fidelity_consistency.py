@@ -14,6 +14,7 @@ import yaml
 
 from fleetplan.catalogs.loader import InputError
 from fleetplan.main import main
+from fleetplan.models.communication import parallel_comm_time_s
 from fleetplan.models.calibration import apply_profile
 from fleetplan.models.measurements import parse_measurements
 from fleetplan.models.presets import DEFAULT, SEED, CalibrationFactors
@@ -83,18 +84,21 @@ def test_estimate_plan_and_validate_agree(capsys, tmp_path, catalog):
 
 
 def test_benchmark_ttft_hand_value(catalog):
-    """vLLM at concurrency 64: 5% of the other 63 prompts are prefilled ahead of a request, in
-    chunks of 8,192 tokens with a decode step each, plus the 118 ms admission."""
+    """vLLM at concurrency 64: 8% of the other 63 prompts are prefilled ahead of a request, in
+    chunks of 8,192 tokens with a decode step each, plus the 89 ms admission."""
     llm, gpu = catalog.models["llama-3.1-70b"], catalog.gpus["h100-sxm"]
     prompt = 2 * 70.55e9 * 2000 + 2 * 64 * 128 * 2000**2 * 80
     service = prefill_service_s(llm, gpu, DEFAULT, precision="fp8", tp=2, flops=prompt)
-    assert service == pytest.approx(prompt / (2 * 1978.9e12 * 0.54))
-    ahead = 0.05 * 63
-    steps = 2  # ceil((1 + 3.15) x 2000 / 8192)
+    # the prompt's GEMMs at the prefill efficiency, then its activations all-reduced over TP 2
+    comm = parallel_comm_time_s(llm, gpu, DEFAULT.physics, tp=2, ep=1, tokens=prompt / (2 * 70.55e9))
+    assert comm > 0.0
+    assert service == pytest.approx(prompt / (2 * 1978.9e12 * 0.86) + comm)
+    ahead = 0.08 * 63
+    steps = 2  # ceil((1 + 5.04) x 2000 / 8192)
     got = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="vLLM 0.11")
-    assert got == pytest.approx(0.118 + (1 + ahead) * service + steps * 0.03)
+    assert got == pytest.approx(0.089 + (1 + ahead) * service + steps * 0.03)
     assert got == pytest.approx(ttft_s(prefill_s=service, requests_ahead=ahead, steps=steps, step_s=0.03,
-                                       utilisation=0.0, admission_s=0.118))
+                                       utilisation=0.0, admission_s=0.089))
     # SGLang prefills more of the wave first: longer TTFT
     assert benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000,
                             engine="sglang") > 2 * got
