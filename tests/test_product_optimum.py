@@ -1,0 +1,77 @@
+"""A product's optimum without a solver (``optimizer/product_optimum.py``): equal to the searched
+MIP optimum over every choice and per decode GPU type, its GPUs for certain never above a plan's,
+and the group bounds built on it below the joint MIP's optimum with pools in play."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetplan.models.presets import get_preset
+from fleetplan.optimizer import portfolio
+from fleetplan.optimizer.deadline import Deadline
+from fleetplan.optimizer.problem import build_problem
+from fleetplan.optimizer.product_optimum import best_pool, exact_by_rule, optima_by_types, own_optimum
+from fleetplan.optimizer.scenario import parse_scenario
+from fleetplan.optimizer.search import solve_by_configuration
+
+PROFILE = "profiles/peak-hour-day.csv"
+RAG = {"model": "llama-3.1-8b", "precision": "fp8", "input_tokens": 6000, "output_tokens": 300,
+       "min_tokens_per_s_per_user": 20, "prefill": "auto", "demand_profile": PROFILE}
+CHAT = {"model": "qwen3-32b", "precision": "fp8", "input_tokens": 1500, "output_tokens": 250,
+        "min_tokens_per_s_per_user": 30, "prefill": "auto", "demand_profile": PROFILE}
+OPTIONS = {"gpus": ["h100-sxm", "mi300x"], "tp": [1], "tiers": ["reserved", "on_demand", "spot"],
+           "spot_max_share": 0.25}
+PRODUCTS = [{**RAG, "name": "rag", "peak_qps": 7}, {**CHAT, "name": "chat", "peak_qps": 5}]
+
+
+@pytest.fixture(scope="module")
+def prob(catalog, examples):
+    scenario = parse_scenario({"products": PRODUCTS, "options": OPTIONS, "limits": {"instance_gpus": 8}}, "s")
+    problem, _, _ = build_problem(scenario, catalog, get_preset(scenario.preset), examples)
+    return problem
+
+
+def _searched(prob, name: str, gpu: str | None = None) -> float:
+    """The product's MIP optimum on its own (decode on ``gpu`` when given), proven to 1e-7."""
+    alone = prob.restrict([name], limits=False)
+    keep = None if gpu is None else (lambda c: c.gpu == gpu)
+    found = solve_by_configuration(alone, name, "highs", keep=keep, deadline=Deadline.after(60), mip_rel_gap=1e-7)
+    assert found is not None and found[0].optimal
+    return float(found[0].objective)
+
+
+@pytest.mark.parametrize("name", ["rag", "chat"])
+def test_own_optimum_is_the_searched_optimum(prob, name):
+    alone = prob.restrict([name], limits=False)
+    assert exact_by_rule(alone, alone.products[name])
+    assert any(k for k in alone.products[name].pool)  # pools are in play
+    best = own_optimum(alone, name)
+    assert best is not None
+    assert best.cost_usd == pytest.approx(_searched(prob, name), rel=1e-7)
+    # its choice read back as a rule plan costs the same
+    plan = portfolio.rule_plan(alone, alone.products[name], best.choice)
+    assert plan is not None and plan.cost_usd == pytest.approx(best.cost_usd, rel=1e-12)
+    if best.pool_gpu is not None:
+        assert best.choice[1] == best_pool(alone, alone.products[name])
+
+
+def test_optimum_per_decode_type_is_the_searched_one_and_its_gpus_are_certain(prob):
+    alone = prob.restrict(["rag"], limits=False)
+    optima = optima_by_types(alone, "rag")
+    for gpu in sorted({o.decode_gpu for o in optima}):
+        there = [o for o in optima if o.decode_gpu == gpu]
+        assert min(o.cost_usd for o in there) == pytest.approx(_searched(prob, "rag", gpu), rel=1e-7)
+    for o in optima:
+        plan = portfolio.rule_plan(alone, alone.products["rag"], o.choice)
+        assert plan is not None and plan.cost_usd == pytest.approx(o.cost_usd, rel=1e-12)
+        used = dict(plan.gpus(alone.hours))
+        for g, row in o.certain_gpus:
+            assert all(a <= b for a, b in zip(row, used[g]))
+        assert all(a <= b for a, b in zip(o.decode_gpus, used[o.decode_gpu]))
+
+
+def test_no_exact_optimum_with_an_api(catalog, examples):
+    api = {**PRODUCTS[0], "api": {"model": "llama-3.1-8b", "max_fraction": 0.5}}
+    scenario = parse_scenario({"products": [api], "options": OPTIONS}, "s")
+    problem, _, _ = build_problem(scenario, catalog, get_preset(scenario.preset), examples)
+    assert own_optimum(problem, "rag") is None
