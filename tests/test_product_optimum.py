@@ -4,10 +4,13 @@ and the group bounds built on it below the joint MIP's optimum with pools in pla
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from fleetplan.models.presets import get_preset
 from fleetplan.optimizer import portfolio
+from fleetplan.optimizer.components import solve_component
 from fleetplan.optimizer.deadline import Deadline
 from fleetplan.optimizer.problem import build_problem
 from fleetplan.optimizer.product_optimum import best_pool, exact_by_rule, optima_by_types, own_optimum
@@ -75,3 +78,19 @@ def test_no_exact_optimum_with_an_api(catalog, examples):
     scenario = parse_scenario({"products": [api], "options": OPTIONS}, "s")
     problem, _, _ = build_problem(scenario, catalog, get_preset(scenario.preset), examples)
     assert own_optimum(problem, "rag") is None
+
+
+def test_bounds_with_pools_are_below_the_joint_optimum(prob):
+    names = list(prob.products)
+    _, _, _, res, _ = solve_component((prob, names, "highs", Deadline.after(120), 1e-7))
+    assert res is not None and res.optimal
+    joint = float(res.objective)
+    bound = portfolio.instance_bound(prob, names, "highs", Deadline.after(60), 1e-7)
+    assert 0 < bound <= joint * (1 + 1e-9)
+    outcomes, group_bound = portfolio.plan_group(prob, names, "highs", Deadline.after(120), 1e-6)
+    assert group_bound <= joint * (1 + 1e-9)
+    # each product's own optimum is proven without a solver, so the bound is at least their sum
+    own = sum(own_optimum(prob.restrict([n], limits=False), n).cost_usd for n in names)
+    assert group_bound >= own * (1 - 1e-9)
+    cost = portfolio.group_cost(prob, {n: (o[3], o[1], o[4]) for n, o in zip(names, outcomes)})
+    assert joint * (1 - 1e-9) <= cost and not math.isinf(cost)
