@@ -494,14 +494,18 @@ def _plans_on_chosen_types(whole: FleetProblem, known: dict[str, dict[str, Found
                            deadline: Deadline, gap: float) -> dict[str, Found]:
     """GPU types chosen together over the plans in ``known`` (from each product's cheapest), then
     each product whose chosen plan came without a solver is searched on its type, cheapest
-    first, and the types are chosen again; at most :data:`MAX_ROUNDS` rounds, or to the deadline."""
+    first, and the types are chosen again; at most :data:`MAX_ROUNDS` rounds, or to the deadline.
+    A product whose rule plans are exact is never searched: its rule plan on a decode type is its
+    optimum there (the cheapest decode split on that type with the cheapest pool split)."""
+    from fleetplan.optimizer.product_optimum import exact_by_rule
+
     start = {n: min(plans, key=lambda g: (float(plans[g][0].objective or 0.0), g)) for n, plans in known.items()}
     idle, seen = idle_prices(whole)[1], {}
     types = _choose(whole, known, start, idle, seen)
     left = deadline.left()
     # the searches stop in time for the final choice
     deadline = deadline.share(max(0.0, 1.0 - FINAL_CHOICE_S / left)) if left else deadline
-    searched: set[tuple[str, str]] = set()
+    searched = {(n, g) for n in known if exact_by_rule(whole, whole.products[n]) for g in known[n]}
     for _ in range(MAX_ROUNDS):
         todo = [n for n in known if known[n][types[n]][0].solver == "none" and (n, types[n]) not in searched]
         for i, name in enumerate(todo):

@@ -98,33 +98,61 @@ def _rows(*parts: tuple[str, tuple[int, ...]]) -> GPURows:
     return tuple(sorted(out.items()))
 
 
-def optima_by_types(prob: FleetProblem, name: str) -> list[TypeOptimum]:
-    """Every (decode GPU type, pool GPU type or None) the product can run on, with its proven
-    optimum there (see the module docstring); sorted by types. Only valid where
-    :func:`exact_by_rule` holds."""
+@dataclass(frozen=True)
+class PartOptimum:
+    """The cheapest tier split of a product's decode configurations on ``gpu`` in one prefill mode
+    (``pool``: pool-mode decode; else colocated), or of its pool configurations on ``gpu``: its
+    cost in USD per month, the configuration, and the fewest GPUs of any of them in each hour."""
+
+    gpu: str
+    pool: bool
+    cost_usd: float
+    part: Any
+    gpus: tuple[int, ...]
+
+
+def part_optima(prob: FleetProblem, name: str) -> tuple[list[PartOptimum], list[PartOptimum]]:
+    """Per decode GPU type and prefill mode, and per pool GPU type, the product's cheapest split
+    (:class:`PartOptimum`; decode first, then pools, each sorted by type). Without an API (see
+    :func:`exact_by_rule`) decode and pool are independent, so a product's optimum on a decode
+    type in pool mode and a pool type is the sum of the two."""
     pd = prob.products[name]
     dec_need = needs(pd, list(pd.candidates), pool=False)
     pool_need = needs(pd, list(pd.pool), pool=True) if pd.pool else np.zeros((0, prob.hours), dtype=int)
     dec = _split_costs(prob, list(pd.candidates), dec_need, capped=True)
     pool = _split_costs(prob, list(pd.pool), pool_need, capped=False)
     need = {**dict(zip((c.key for c in pd.candidates), dec_need)), **dict(zip((k.key for k in pd.pool), pool_need))}
-    out = []
+    decode = []
     for gpu in sorted({c.gpu for c in pd.candidates}):
-        for mode in (PrefillMode.COLOCATED, PrefillMode.POOL):
-            cands = [c for c in pd.candidates if c.gpu == gpu and (c.mode == PrefillMode.POOL) == (mode == PrefillMode.POOL)]
+        for in_pool in (False, True):
+            cands = [c for c in pd.candidates if c.gpu == gpu and (c.mode == PrefillMode.POOL) == in_pool]
             best = _cheapest(cands, dec)
-            if best is None:
-                continue
-            row = (gpu, _fewest(cands, need))
-            if mode != PrefillMode.POOL:
-                out.append(TypeOptimum(gpu, None, best[0] + pd.fixed_monthly_usd, (best[1], None), _rows(row), row[1]))
-                continue
-            for pool_gpu in sorted({k.gpu for k in pd.pool}):
-                ks = [k for k in pd.pool if k.gpu == pool_gpu]
-                at = _cheapest(ks, pool)
-                if at is not None:
-                    out.append(TypeOptimum(gpu, pool_gpu, best[0] + at[0] + pd.fixed_monthly_usd, (best[1], at[1]),
-                                           _rows(row, (pool_gpu, _fewest(ks, need))), row[1]))
+            if best is not None:
+                decode.append(PartOptimum(gpu, in_pool, best[0], best[1], _fewest(cands, need)))
+    pools = []
+    for gpu in sorted({k.gpu for k in pd.pool}):
+        ks = [k for k in pd.pool if k.gpu == gpu]
+        at = _cheapest(ks, pool)
+        if at is not None:
+            pools.append(PartOptimum(gpu, True, at[0], at[1], _fewest(ks, need)))
+    return decode, pools
+
+
+def optima_by_types(prob: FleetProblem, name: str) -> list[TypeOptimum]:
+    """Every (decode GPU type, pool GPU type or None) the product can run on, with its proven
+    optimum there (see the module docstring); sorted by types. Only valid where
+    :func:`exact_by_rule` holds."""
+    fixed = prob.products[name].fixed_monthly_usd
+    decode, pools = part_optima(prob, name)
+    out = []
+    for d in decode:
+        row = (d.gpu, d.gpus)
+        if not d.pool:
+            out.append(TypeOptimum(d.gpu, None, d.cost_usd + fixed, (d.part, None), _rows(row), d.gpus))
+            continue
+        for k in pools:
+            out.append(TypeOptimum(d.gpu, k.gpu, d.cost_usd + k.cost_usd + fixed, (d.part, k.part),
+                                   _rows(row, (k.gpu, k.gpus)), d.gpus))
     return out
 
 

@@ -4,6 +4,7 @@ and the group bounds built on it below the joint MIP's optimum with pools in pla
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -94,3 +95,29 @@ def test_bounds_with_pools_are_below_the_joint_optimum(prob):
     assert group_bound >= own * (1 - 1e-9)
     cost = portfolio.group_cost(prob, {n: (o[3], o[1], o[4]) for n, o in zip(names, outcomes)})
     assert joint * (1 - 1e-9) <= cost and not math.isinf(cost)
+
+
+def test_decomposed_plan_with_pools_is_a_plan_of_the_joint_problem_and_repeats(catalog, examples, prob, monkeypatch):
+    from fleetplan.optimizer import components
+    from fleetplan.optimizer.plan import make_plan
+    from fleetplan.optimizer.results import plan_to_dict
+    from fleetplan.optimizer.solution import gpu_hours
+
+    monkeypatch.setattr(components, "JOINT_MAX_COLUMNS", 0)  # plan the group product by product
+    scenario = parse_scenario({"products": PRODUCTS, "options": OPTIONS, "limits": {"instance_gpus": 8}}, "s")
+    plan = make_plan(scenario, catalog, folder=examples, alternatives=False)
+    assert plan.components == [["rag", "chat"]]
+    # idle instance GPUs recomputed from every replica, decode and pool, at the plain price
+    used = gpu_hours(plan.products, prob.hours)
+    price = {g: pp.gpu_prices()[g] for pp in plan.products for g in pp.gpu_prices()}
+    idle = sum(price[g] * prob.hour_weight * (math.ceil(n / 8) * 8 - n) for g, row in used.items() for n in row)
+    assert sum(pp.stranded_usd for pp in plan.products) == pytest.approx(idle, rel=1e-9, abs=1e-6)
+    assert plan.monthly_cost_usd == pytest.approx(sum(pp.monthly_cost_usd for pp in plan.products))
+    # the plan costs at least the sum of the products' own optima, and its gap is against a bound
+    # at least that sum
+    own = sum(own_optimum(prob.restrict([n], limits=False), n).cost_usd for n in ["rag", "chat"])
+    gap = plan.solve_result.mip_gap
+    assert plan.monthly_cost_usd >= own * (1 - 1e-9)
+    assert gap is not None and 0 <= gap <= (plan.monthly_cost_usd - own) / plan.monthly_cost_usd + 1e-9
+    again = make_plan(scenario, catalog, folder=examples, alternatives=False)
+    assert json.dumps(plan_to_dict(plan), sort_keys=True) == json.dumps(plan_to_dict(again), sort_keys=True)
