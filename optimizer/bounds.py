@@ -223,7 +223,7 @@ def part_bounds(prob: FleetProblem, pd: ProductData, decode: list[Candidate], po
                 ) -> tuple[dict[str, float], dict[str, float]] | None:
     """Lower bounds of a product with an API by part, such that a plan running decode c with pool k
     costs at least its fixed cost + decode[c] + pool[k] (colocated: + decode[c] alone); None where
-    the argument does not apply (hours merged).
+    the argument does not apply (hours merged, or no hourly tier).
 
     A plan's cost is its decode cost, its pool cost and the API's; the API's price is shared
     between the parts (alpha to decode, the rest to the pool, :func:`_api_share_of_decode`), and
@@ -233,7 +233,7 @@ def part_bounds(prob: FleetProblem, pd: ProductData, decode: list[Candidate], po
 
     from fleetplan.optimizer.product_optimum import needs
 
-    if prob.hour_counts or pd.api is None:
+    if prob.hour_counts or pd.api is None or not prob.hourly_tiers:
         return None
     d = np.asarray(pd.demand_tokens_per_s, dtype=float)
     budget = pd.api_max_fraction * float(d.sum())
