@@ -203,19 +203,20 @@ def lagrangian_part_bound(need: Any, per_item: float, demand: Any, prices: PartP
     levels = np.arange(int(need.max()) + 1 if prices.reserved_month is not None and need.size else 1)
     cand = np.stack([np.broadcast_to(levels[:, None], (levels.size, need.size)),
                      np.maximum(levels[:, None], need[None, :] - 1), np.maximum(levels[:, None], need[None, :])])
-    rest = np.maximum(0.0, demand[None, None, :] - cand * per_item)
+    rest = np.maximum(0.0, demand[None, None, :] - cand * per_item) * hour_weight
+    above = (cand - levels[None, :, None]) * hour_weight
+    lams = np.asarray(API_MULTIPLIERS)[:, None, None, None] * prices.api  # every lambda at once
     best = -math.inf
     gap = (prices.on_demand - prices.spot) if prices.on_demand is not None and prices.spot is not None else 0.0
-    for lam in API_MULTIPLIERS:
-        for mu in (SPOT_MULTIPLIERS if prices.spot_share is not None and gap > 0 else (0.0,)):
-            m, share = mu * gap, prices.spot_share or 0.0
-            excess = min(p for p in ((prices.on_demand - m * share) if prices.on_demand is not None else None,
-                                     (prices.spot + m * (1 - share)) if prices.spot is not None else None)
-                         if p is not None)
-            hourly = ((cand - levels[None, :, None]) * excess * hour_weight
-                      + rest * (prices.api + lam * prices.api) * hour_weight).min(axis=0).sum(axis=1)
-            held = levels * ((prices.reserved_month or 0.0) - m * share * need.size * hour_weight)
-            best = max(best, float((held + hourly).min()) - lam * prices.api * hour_weight * budget)
+    for mu in (SPOT_MULTIPLIERS if prices.spot_share is not None and gap > 0 else (0.0,)):
+        m, share = mu * gap, prices.spot_share or 0.0
+        excess = min(p for p in ((prices.on_demand - m * share) if prices.on_demand is not None else None,
+                                 (prices.spot + m * (1 - share)) if prices.spot is not None else None)
+                     if p is not None)
+        hourly = (above[None] * excess + rest[None] * (prices.api + lams)).min(axis=1).sum(axis=2)  # (lambda, R)
+        held = levels * ((prices.reserved_month or 0.0) - m * share * need.size * hour_weight)
+        dual = (held[None, :] + hourly).min(axis=1) - lams[:, 0, 0, 0] * hour_weight * budget
+        best = max(best, float(dual.max()))
     return best
 
 
