@@ -6,8 +6,10 @@ A group of products coupled by whole instances or scarce GPUs whose joint MIP is
 
 1. every product gets a plan without a solver on every decode GPU type
    (:func:`rule_plans_by_type`: each hour's fewest replicas, split by tier);
-2. each product's own configuration search starts from its cheapest such plan; its proven
-   lower bound is the product's share of the group's bound;
+2. a product without an API has its optimum proven without a solver
+   (:mod:`.product_optimum`); each other product's own configuration search starts from its
+   cheapest such plan; the proven optimum or lower bound is the product's share of the group's
+   bound;
 3. a local search (:class:`TypeChoice`) picks one plan per product so that the plans plus the
    whole instances they need per GPU type and hour cost least within availability; products
    whose chosen plan came without a solver are searched on that type, and the choice is made

@@ -64,7 +64,7 @@ def needs(pd: ProductData, parts: list[Any], pool: bool) -> Any:
     return out if not pool else np.where(work[None, :] > 0, out, 0)
 
 
-def _split_costs(prob: FleetProblem, parts: list[Any], need: Any, capped: bool) -> dict[str, float]:
+def split_costs(prob: FleetProblem, parts: list[Any], need: Any, capped: bool) -> dict[str, float]:
     """USD per month of the cheapest tier split of each part's hourly needs (rows of ``need``),
     by key; parts without a feasible split are left out."""
     from fleetplan.optimizer.portfolio import split_by_tier
@@ -119,8 +119,8 @@ def part_optima(prob: FleetProblem, name: str) -> tuple[list[PartOptimum], list[
     pd = prob.products[name]
     dec_need = needs(pd, list(pd.candidates), pool=False)
     pool_need = needs(pd, list(pd.pool), pool=True) if pd.pool else np.zeros((0, prob.hours), dtype=int)
-    dec = _split_costs(prob, list(pd.candidates), dec_need, capped=True)
-    pool = _split_costs(prob, list(pd.pool), pool_need, capped=False)
+    dec = split_costs(prob, list(pd.candidates), dec_need, capped=True)
+    pool = split_costs(prob, list(pd.pool), pool_need, capped=False)
     need = {**dict(zip((c.key for c in pd.candidates), dec_need)), **dict(zip((k.key for k in pd.pool), pool_need))}
     decode = []
     for gpu in sorted({c.gpu for c in pd.candidates}):
@@ -172,6 +172,6 @@ def best_pool(prob: FleetProblem, pd: ProductData) -> PoolCandidate | None:
     (first by key among equals; without an API the pool of its optimum), or None without pools."""
     if not pd.pool:
         return None
-    costs = _split_costs(prob, list(pd.pool), needs(pd, list(pd.pool), pool=True), capped=False)
+    costs = split_costs(prob, list(pd.pool), needs(pd, list(pd.pool), pool=True), capped=False)
     best = _cheapest(list(pd.pool), costs)
     return best[1] if best is not None else None
