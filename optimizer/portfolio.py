@@ -26,7 +26,6 @@ the formulation (the master is a Pyomo model of its own, solved like every other
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -477,30 +476,18 @@ def idle_prices(whole: FleetProblem) -> list[dict[str, float]]:
 
 
 def _cheapest_choice(whole: FleetProblem, known: dict[str, dict[str, Found]], start: dict[str, str],
-                     seen: dict[int, Any], deadline: Deadline | None = None) -> dict[str, Found]:
+                     seen: dict[int, Any]) -> dict[str, Found]:
     """The plans :func:`_choose` picks with each of :func:`idle_prices`, and each product's own
     cheapest plan, idle GPUs filled: the cheapest of those within availability (the first among
-    equals), so the group never costs more than its products planned alone. While ``deadline``
-    allows, the type search also starts from every product on one GPU type (:func:`_one_type_starts`):
-    the local search ends in a different choice from each start."""
+    equals), so the group never costs more than its products planned alone."""
     best: tuple[bool, float, dict[str, Found]] | None = None
     own = {n: min(plans, key=lambda g: (float(plans[g][0].objective or 0.0), g)) for n, plans in known.items()}
-    tries: list[tuple[dict[str, str], dict[str, float] | None]] = [(own, None)]
-    tries += [(start, idle) for idle in idle_prices(whole)]
-    tries += [(s, idle) for s in _one_type_starts(known, start) for idle in idle_prices(whole)]
-    longest = 0.0  # seconds of the longest try so far: another starts only if it fits
-    for i, (begin, idle) in enumerate(tries):
-        left = deadline.left() if deadline is not None else None
-        if i > 3 and deadline is not None and left is not None and left < longest:
-            deadline.note("GPU types chosen again from other starts")
-            break
-        began = time.perf_counter()
-        types = begin if idle is None else _choose(whole, known, begin, idle, seen)
+    for idle in [None, *idle_prices(whole)]:  # None: each product's cheapest plan, as planned alone
+        types = own if idle is None else _choose(whole, known, start, idle, seen)
         plans = fill_idle_gpus(whole, {n: known[n][types[n]] for n in known})
         key = (not within_availability(whole, [plan_gpus(f, n) for n, f in plans.items()]), group_cost(whole, plans))
         if best is None or key < best[:2]:
             best = (*key, plans)
-        longest = max(longest, time.perf_counter() - began)
     assert best is not None
     return best[2]
 
@@ -509,8 +496,7 @@ def _plans_on_chosen_types(whole: FleetProblem, known: dict[str, dict[str, Found
                            deadline: Deadline, gap: float) -> dict[str, Found]:
     """GPU types chosen together over the plans in ``known`` (from each product's cheapest), then
     each product whose chosen plan came without a solver is searched on its type, cheapest
-    first, and the types are chosen again; at most :data:`MAX_ROUNDS` rounds, or to the deadline;
-    the final choice (:func:`_cheapest_choice`) may use what is left.
+    first, and the types are chosen again; at most :data:`MAX_ROUNDS` rounds, or to the deadline.
     A product whose rule plans are exact is never searched: its rule plan on a decode type is its
     optimum there (the cheapest decode split on that type with the cheapest pool split)."""
     from fleetplan.optimizer.product_optimum import exact_by_rule
@@ -518,7 +504,7 @@ def _plans_on_chosen_types(whole: FleetProblem, known: dict[str, dict[str, Found
     start = {n: min(plans, key=lambda g: (float(plans[g][0].objective or 0.0), g)) for n, plans in known.items()}
     idle, seen = idle_prices(whole)[1], {}
     types = _choose(whole, known, start, idle, seen)
-    left, final = deadline.left(), deadline
+    left = deadline.left()
     # the searches stop in time for the final choice
     deadline = deadline.share(max(0.0, 1.0 - FINAL_CHOICE_S / left)) if left else deadline
     searched = {(n, g) for n in known if exact_by_rule(whole, whole.products[n]) for g in known[n]}
@@ -536,19 +522,7 @@ def _plans_on_chosen_types(whole: FleetProblem, known: dict[str, dict[str, Found
         if not todo or deadline.expired:
             break
         types = _choose(whole, known, types, idle, seen)
-    return _cheapest_choice(whole, known, types, seen, final)
-
-
-def _one_type_starts(known: dict[str, dict[str, Found]], start: dict[str, str]) -> list[dict[str, str]]:
-    """Starts for the type search: for each GPU type (the types most products have a plan on
-    first, then by name), every product that has a plan there on it, the others as in ``start``."""
-    count: dict[str, int] = {}
-    for plans in known.values():
-        for g in plans:
-            if g != API_ONLY:
-                count[g] = count.get(g, 0) + 1
-    order = sorted(count, key=lambda g: (-count[g], g))
-    return [{n: g if g in known[n] else start[n] for n in known} for g in order]
+    return _cheapest_choice(whole, known, types, seen)
 
 
 # Rounds of planning products on the GPU types chosen together (the plans of one round can move

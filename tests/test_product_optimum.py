@@ -121,13 +121,3 @@ def test_decomposed_plan_with_pools_is_a_plan_of_the_joint_problem_and_repeats(c
     assert gap is not None and 0 <= gap <= (plan.monthly_cost_usd - own) / plan.monthly_cost_usd + 1e-9
     again = make_plan(scenario, catalog, folder=examples, alternatives=False)
     assert json.dumps(plan_to_dict(plan), sort_keys=True) == json.dumps(plan_to_dict(again), sort_keys=True)
-
-
-def test_type_search_starts_put_every_product_on_one_type():
-    known = {"a": {"h100-sxm": "pa", "mi300x": "qa"}, "b": {"mi300x": "qb"}, "c": {"l40s": "pc", "mi300x": "qc"}}
-    start = {"a": "h100-sxm", "b": "mi300x", "c": "l40s"}
-    starts = portfolio._one_type_starts(known, start)
-    # the type most products have a plan on first, then by name; a product without a plan there keeps its start
-    assert starts == [{"a": "mi300x", "b": "mi300x", "c": "mi300x"},
-                      {"a": "h100-sxm", "b": "mi300x", "c": "l40s"},
-                      {"a": "h100-sxm", "b": "mi300x", "c": "l40s"}]
