@@ -6,8 +6,10 @@ A group of products coupled by whole instances or scarce GPUs whose joint MIP is
 
 1. every product gets a plan without a solver on every decode GPU type
    (:func:`rule_plans_by_type`: each hour's fewest replicas, split by tier);
-2. each product's own configuration search starts from its cheapest such plan; its proven
-   lower bound is the product's share of the group's bound;
+2. a product without an API has its optimum proven without a solver
+   (:mod:`.product_optimum`); each other product's own configuration search starts from its
+   cheapest such plan; the proven optimum or lower bound is the product's share of the group's
+   bound;
 3. a local search (:class:`TypeChoice`) picks one plan per product so that the plans plus the
    whole instances they need per GPU type and hour cost least within availability; products
    whose chosen plan came without a solver are searched on that type, and the choice is made
@@ -279,12 +281,27 @@ def exact_option(prob: FleetProblem, name: str, found: Found, idle: dict[str, fl
 
 
 def bound_options(prob: FleetProblem, name: str, floor: dict[str, float]) -> list[Option]:
-    """A product's options for :func:`instance_bound`: per decode GPU type, the lowest quick bound
-    of its choices there with every GPU-hour price lowered by ``floor`` (a lower bound on its cost
-    less ``floor`` per GPU-hour it runs), and the GPUs it runs there for certain
-    (:func:`fewest_gpus`)."""
+    """A product's options for :func:`instance_bound`, one per decode GPU type, each a lower bound
+    on its cost less ``floor`` per GPU-hour it runs (every GPU-hour price lowered by ``floor``)
+    with the GPUs it runs there for certain. Where the rule plans are exact: the least proven
+    optimum of the lowered problem over the pool types
+    (:func:`~fleetplan.optimizer.product_optimum.optima_by_types`; lowered prices stay >= 0, so
+    no plan there costs less) and the fewest decode GPUs of any configuration there (the pool's
+    type is left open: one option per pair of types made a master too large to solve in time).
+    Otherwise the lowest quick bound of its choices there, and the decode GPUs it runs for
+    certain (:func:`fewest_gpus`)."""
+    from fleetplan.optimizer.product_optimum import exact_by_rule, optima_by_types
+
     low = lowered(prob.restrict([name], limits=False), floor)
     pd = prob.products[name]
+    if exact_by_rule(low, low.products[name]):
+        cost: dict[str, float] = {}
+        rows: dict[str, Any] = {}
+        for o in optima_by_types(low, name):  # decode GPUs alone: the pool's type is left open
+            cost[o.decode_gpu] = min(cost.get(o.decode_gpu, math.inf), o.cost_usd)
+            row = np.asarray(o.decode_gpus)
+            rows[o.decode_gpu] = np.minimum(rows[o.decode_gpu], row) if o.decode_gpu in rows else row
+        return [Option(name, g, cost[g], ((g, tuple(int(v) for v in rows[g])),)) for g in sorted(cost)]
     return [Option(name, gpu, bound, fewest_gpus(prob, pd, gpu) if gpu != API_ONLY else ())
             for gpu, (bound, _) in sorted(cheapest_by_type(low, name).items())]
 
@@ -323,34 +340,52 @@ BOUND_SHARE = 0.05
 
 def _own_plans(whole: FleetProblem, known: dict[str, dict[str, Found]], solver: str, deadline: Deadline,
                gap: float) -> dict[str, float]:
-    """Search each product's cheapest plan on its own (shared limits left out), in order, each with
-    its share of ``deadline`` and the cheapest plan in ``known`` as the plan to beat; a plan found
-    is added to ``known``. Returns a lower bound on each product's own cost: the search's, the
-    plan to beat less the gap when nothing beats it, else the least quick bound of its choices."""
+    """Each product's cheapest plan on its own (shared limits left out), with a lower bound on its
+    own cost; a plan found is added to ``known``. Where the rule plans are exact
+    (:func:`~fleetplan.optimizer.product_optimum.own_optimum`) the optimum is proven without a
+    solver; the other products are searched in order, each with its share of ``deadline`` and the
+    cheapest plan in ``known`` as the plan to beat (see :func:`_searched_bound`)."""
+    from fleetplan.optimizer.product_optimum import own_optimum
+
+    out: dict[str, float] = {}
+    searched = []
+    for name in known:
+        alone = whole.restrict([name], limits=False)
+        best = own_optimum(alone, name)
+        if best is None:
+            searched.append(name)
+            continue
+        plan = rule_plan(alone, alone.products[name], best.choice)
+        assert plan is not None  # the optimum is a rule plan's cost
+        _keep(known[name], rule_found(whole, plan), name)
+        out[name] = best.cost_usd
+    for i, name in enumerate(searched):
+        deadline.progress.update("searching products with an API", i, len(searched))
+        out[name] = _searched_bound(whole, known, name, solver, deadline.share(1.0 / (len(searched) - i)), gap)
+    return out
+
+
+def _searched_bound(whole: FleetProblem, known: dict[str, dict[str, Found]], name: str, solver: str,
+                    deadline: Deadline, gap: float) -> float:
+    """Search the product's cheapest plan on its own within ``deadline``, the cheapest plan in
+    ``known`` as the plan to beat (a plan found is added); returns a lower bound on its own cost:
+    the search's, the plan to beat less the gap when nothing beats it, else the least quick bound
+    of its choices."""
     from fleetplan.optimizer.errors import SolverError
     from fleetplan.optimizer.search import solve_by_configuration
 
-    out: dict[str, float] = {}
-    names = list(known)
-    for i, name in enumerate(names):
-        deadline.progress.update("planning product by product", i, len(names))
-        alone = whole.restrict([name], limits=False)
-        best = min((float(f[0].objective or 0.0) for f in known[name].values()), default=math.inf)
-        try:
-            found = solve_by_configuration(alone, name, solver, deadline=deadline.share(1.0 / (len(names) - i)),
-                                           mip_rel_gap=gap, incumbent_usd=best)
-        except SolverError as err:  # nothing cheaper found in time: what the search proved
-            if err.lower_bound is not None:
-                out[name] = min(err.lower_bound, best * (1 - gap))
-            else:
-                out[name] = min((b for b, _ in cheapest_by_type(alone, name).values()), default=0.0)
-            continue
-        if found is None:
-            out[name] = best * (1 - gap) if not math.isinf(best) else math.inf
-        else:
-            _keep(known[name], found, name)
-            out[name] = _lower_bound(found[0])
-    return out
+    alone = whole.restrict([name], limits=False)
+    best = min((float(f[0].objective or 0.0) for f in known[name].values()), default=math.inf)
+    try:
+        found = solve_by_configuration(alone, name, solver, deadline=deadline, mip_rel_gap=gap, incumbent_usd=best)
+    except SolverError as err:  # nothing cheaper found in time: what the search proved
+        if err.lower_bound is not None:
+            return min(err.lower_bound, best * (1 - gap))
+        return min((b for b, _ in cheapest_by_type(alone, name).values()), default=0.0)
+    if found is None:
+        return best * (1 - gap) if not math.isinf(best) else math.inf
+    _keep(known[name], found, name)
+    return _lower_bound(found[0])
 
 
 def _lower_bound(res: SolveResult) -> float:
@@ -461,14 +496,18 @@ def _plans_on_chosen_types(whole: FleetProblem, known: dict[str, dict[str, Found
                            deadline: Deadline, gap: float) -> dict[str, Found]:
     """GPU types chosen together over the plans in ``known`` (from each product's cheapest), then
     each product whose chosen plan came without a solver is searched on its type, cheapest
-    first, and the types are chosen again; at most :data:`MAX_ROUNDS` rounds, or to the deadline."""
+    first, and the types are chosen again; at most :data:`MAX_ROUNDS` rounds, or to the deadline.
+    A product whose rule plans are exact is never searched: its rule plan on a decode type is its
+    optimum there (the cheapest decode split on that type with the cheapest pool split)."""
+    from fleetplan.optimizer.product_optimum import exact_by_rule
+
     start = {n: min(plans, key=lambda g: (float(plans[g][0].objective or 0.0), g)) for n, plans in known.items()}
     idle, seen = idle_prices(whole)[1], {}
     types = _choose(whole, known, start, idle, seen)
     left = deadline.left()
     # the searches stop in time for the final choice
     deadline = deadline.share(max(0.0, 1.0 - FINAL_CHOICE_S / left)) if left else deadline
-    searched: set[tuple[str, str]] = set()
+    searched = {(n, g) for n in known if exact_by_rule(whole, whole.products[n]) for g in known[n]}
     for _ in range(MAX_ROUNDS):
         todo = [n for n in known if known[n][types[n]][0].solver == "none" and (n, types[n]) not in searched]
         for i, name in enumerate(todo):
@@ -747,9 +786,12 @@ def _remainders_to_api(prob: FleetProblem, pd: ProductData, plan: RulePlan) -> R
 
 def rule_plans_by_type(prob: FleetProblem, name: str) -> dict[str, RulePlan]:
     """Per decode GPU type, the cheapest :class:`RulePlan` of the product's configurations there
-    (in pool mode with :func:`cheapest_pool`; first by key among equals)."""
+    (in pool mode with the pool of the cheapest split,
+    :func:`~fleetplan.optimizer.product_optimum.best_pool`; first by key among equals)."""
+    from fleetplan.optimizer.product_optimum import best_pool
+
     pd = prob.products[name]
-    pool = cheapest_pool(prob, pd)
+    pool = best_pool(prob, pd)
     best: dict[str, RulePlan] = {}
     for c in sorted(pd.candidates, key=lambda c: c.key):
         plan = rule_plan(prob, pd, (c, pool if c.mode == "pool" else None))
