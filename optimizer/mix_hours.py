@@ -154,19 +154,35 @@ def best_hour_plans(prob: FleetProblem, pd: ProductData, solver: Solver, deadlin
             best, best_usd = plans, _cost(prob, plans)
         elif plans is None and lower < best_usd * (1.0 - gap):
             open_bounds.append(lower)
+    if best is None and open_bounds:  # the deadline cut every option short: finish the likeliest
+        best, _ = _price_option(prob, pd, free, max(votes, key=lambda k: (votes[k], k)), math.inf, solver,
+                                Deadline(at=None), gap)
     if best is None:
         return None
     return best, min([_lower(prob, best), *open_bounds])
 
 
+def _running(plans: list[HourPlan]) -> set[str]:
+    """Keys of the configurations (decode and pool) with replicas in some hour."""
+    return {str(index[0]) for p in plans for (family, index), v in p.values.items()
+            if family not in ("use", "pool_use", "instances") and v > 0.5}
+
+
 def _fixed_bounds(lp: LinearProblem, plans: list[HourPlan]) -> tuple[list[float], list[float]]:
     """Column bounds of the horizon's model with every hourly integer decision fixed to the
-    hours' plans (binary choices left to the solver, which the replicas force)."""
+    hours' plans, and a configuration chosen exactly when it runs in some hour (a pool left to
+    the solver when pool-mode replicas run without pool replicas)."""
     lower, upper = list(lp.col_lower), list(lp.col_upper)
+    running = _running(plans)
+    pools = any(k.startswith("pool_") for (k, _), v in ((key, v) for p in plans for key, v in p.values.items())
+                if v > 0.5 and k != "pool_use")
     for j, (family, index) in enumerate(lp.col_keys):
-        if lp.col_integer[j] and index and isinstance(index[-1], int):
-            value = float(round(plans[index[-1]].values.get((family, (*index[:-1], 0)), 0.0)))
-            lower[j] = upper[j] = value
+        if not lp.col_integer[j]:
+            continue
+        if index and isinstance(index[-1], int):
+            lower[j] = upper[j] = float(round(plans[index[-1]].values.get((family, (*index[:-1], 0)), 0.0)))
+        elif family == "use" or (family == "pool_use" and pools):
+            lower[j] = upper[j] = float(str(index[0]) in running)
     return lower, upper
 
 
