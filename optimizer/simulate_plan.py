@@ -86,8 +86,9 @@ def step_model(llm: Any, gpu: Any, preset: Any, pd: dict[str, Any]) -> StepTime:
     """The configuration's decode-step time at (decoding sequences, mean context, prefill tokens),
     scaled so that a full batch at the sizes it is timed at (a mix configuration's
     ``step_input_tokens`` and ``step_output_tokens``, else the plan's sizes; with its steady
-    prefill share when colocated) takes the plan's ``step_time_ms`` (the plan's engine and calibration), memoised on a grid of contexts (eighths of an octave) and prefill
-    tokens (multiples of 64)."""
+    prefill share when colocated) takes the plan's ``step_time_ms`` (the plan's engine and
+    calibration), memoised on a grid of contexts (eighths of an octave) and prefill tokens
+    (multiples of 64)."""
     from fleetplan.models.layout import Layout
     from fleetplan.models.prefill import prefill_flops
     from fleetplan.models.roofline import decode_step
@@ -101,7 +102,8 @@ def step_model(llm: Any, gpu: Any, preset: Any, pd: dict[str, Any]) -> StepTime:
 
     prefill = pd.get("prefill") or {}
     # the sizes the plan's step time is timed at: a mix's configuration states them
-    size_in, size_out = pd.get("step_input_tokens") or pd["input_tokens"], pd.get("step_output_tokens") or pd["output_tokens"]
+    size_in = pd.get("step_input_tokens") or pd["input_tokens"]
+    size_out = pd.get("step_output_tokens") or pd["output_tokens"]
     carried = 0.0  # a colocated plan's step carries its steady prefill share: batch / output tokens prompts
     if prefill.get("mode") == "colocated":
         carried = pd["batch"] / size_out * prefill_flops(llm, preset, size_in, prefill.get("prefix_cache_hit_rate") or 0.0)
