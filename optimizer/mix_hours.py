@@ -34,6 +34,10 @@ from fleetplan.optimizer.reductions import hours_separable, on_hours
 from fleetplan.optimizer.solvers import SolveResult, Solver, solve
 
 NO_POOL = ""  # the pool option of an hour served without a prefill pool
+# seconds each hour's MIP gets at least, past the deadline too: enough for HiGHS to find a plan of
+# a one-hour mix over the whole catalog (0.2-1.1 s to prove one here), so a plan cut short by
+# the deadline still covers every hour (with its gap)
+HOUR_MIN_S = 1.0
 Values = dict[tuple[str, tuple[object, ...]], float]
 
 
@@ -80,7 +84,8 @@ def solve_hour(prob: FleetProblem, pd: ProductData, h: int, pool: str | None, so
                deadline: Deadline, gap: float) -> HourPlan | None:
     """The optimum of hour ``h`` under the pool option ``pool``, or None if it has no plan."""
     lp = to_linear_problem(build_model(_hour_problem(prob, pd, h, pool)))
-    res = solve(lp, solver, time_limit_s=deadline.solver_limit(), mip_rel_gap=gap)
+    limit = deadline.solver_limit()
+    res = solve(lp, solver, time_limit_s=None if limit is None else max(limit, HOUR_MIN_S), mip_rel_gap=gap)
     if res.status == Status.INFEASIBLE:
         return None
     if not res.values or res.objective is None:

@@ -97,3 +97,13 @@ def test_a_trace_plans_its_size_mix_unless_the_product_gives_one(catalog, tmp_pa
     assert planned(trace_buckets=1) is None
     own = planned(requests=[{**MIX[0], "share": 0.5}, {**MIX[1], "share": 0.5}])
     assert own is not None and [b["input_tokens"] for b in own] == [96, 1500]
+
+
+def test_a_spent_deadline_still_plans_every_hour_and_states_its_gap(catalog):
+    prob, pd = problem(catalog, small("pool", gpus=["l4", "l40s", "a100-sxm-80gb", "h100-sxm"]))
+    whole = solve(to_linear_problem(build_model(prob)), "highs", mip_rel_gap=1e-9)
+    res, _ = solve_mix_by_hour(prob, pd, "highs", Deadline.after(0.0), 1e-9)
+    # the pool options are left unpriced: the likeliest is finished, the others bound the gap
+    assert res.objective >= whole.objective * (1 - 1e-7)
+    assert res.objective * (1 - res.mip_gap) <= whole.objective * (1 + 1e-7)
+    assert res.status in ("optimal", "time_limit") and (res.status == "optimal") == (res.mip_gap <= 1e-9)
