@@ -33,16 +33,29 @@ def _bucket_rows(mix: MixPlan, h: int) -> list[dict[str, Any]]:
 
 
 def _configuration_row(f: Fleet, pp: ProductPlan) -> dict[str, Any]:
-    """One configuration of a mix: its shape, replicas and GPUs at the busiest hour, its cost."""
+    """One configuration of a mix: its shape, replicas and GPUs at its own busiest hour, its
+    replicas at the product's busiest hour (``peak_hour_replicas``), its cost."""
     c = f.part
     assert isinstance(c, Candidate)
     usd = sum(f.cost_by_tier(pp.hours_per_month, pp.hour_weight).values())
     return {
         "key": short_key(c), "gpu": c.gpu, "tp": c.tp, "pp": c.pp, "ep": c.ep, "dp_attention": c.dp_attention,
         "layout": c.layout.label(), "batch": c.batch, "precision": c.precision,
-        "kv_precision": c.estimate.kv_precision, "prefill_mode": c.mode, "replicas": f.peak, "gpus": f.gpus,
-        "step_time_ms": round(c.estimate.step_time_s * 1e3, 4), "usd_per_month": round(usd, 2),
+        "kv_precision": c.estimate.kv_precision, "prefill_mode": c.mode, "replicas": f.peak,
+        "peak_hour_replicas": f.in_hour(pp.peak_hour), "gpus": f.gpus,
+        "step_time_ms": round(c.estimate.step_time_s * 1e3, 4), **_timed_at(c, pp), "usd_per_month": round(usd, 2),
     }
+
+
+def _timed_at(c: Candidate, pp: ProductPlan) -> dict[str, int]:
+    """The request sizes ``c``'s ``step_time_ms`` is timed at (``step_input_tokens``,
+    ``step_output_tokens``): those of the first bucket it was generated for, whose capacity on
+    it is the configuration's own."""
+    assert pp.mix is not None
+    for b in pp.mix.buckets:
+        if b.capacity.get(c.key) == c.usable_tokens_per_s and b.output_tokens == round(c.output_tokens):
+            return {"step_input_tokens": b.input_tokens, "step_output_tokens": b.output_tokens}
+    return {}
 
 
 def mix_saving_usd(pp: ProductPlan) -> float | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,14 @@ class ProductData:
     def eligible(self, bucket: BucketData) -> list[str]:
         """Keys of the product's configurations ``bucket`` may run on (a problem cut to fewer
         configurations keeps the buckets' capacities of the others, unused)."""
-        keys = {c.key for c in self.candidates}
+        keys = self.candidate_keys
         return sorted(k for k in bucket.capacity if k in keys)
+
+    @cached_property
+    def candidate_keys(self) -> frozenset[str]:
+        """Keys of the product's decode configurations (computed once: a mix's model asks for
+        them in every row)."""
+        return frozenset(c.key for c in self.candidates)
 
     @property
     def peak_demand_tokens_per_s(self) -> float:

@@ -105,7 +105,7 @@ def _configuration_fields(pp: ProductPlan) -> dict[str, Any]:
         "input_tokens": pp.product.input_tokens,
         "output_tokens": pp.product.output_tokens,
         "min_tokens_per_s_per_user": pp.product.min_tokens_per_s_per_user,
-        "max_ttft_ms": pp.product.max_ttft_ms,
+        "max_ttft_ms": _ttft_target(pp),
         "replicas": pp.replicas,
         "gpus": pp.gpus,
         "per_user_tokens_per_s": _r(e.per_user_tokens_per_s) if e else None,
@@ -169,6 +169,14 @@ def _prefill_fields(pp: ProductPlan) -> dict[str, Any]:
         "prefix_cache_hit_rate": pp.product.prefix_cache_hit_rate,
         "kv_transfer": pp.kv_transfer,
     }
+
+
+def _ttft_target(pp: ProductPlan) -> float | dict[str, float] | None:
+    """The product's TTFT target as given: a number, or its percentile targets (ms by percentile)."""
+    targets = pp.product.ttft_percentiles_ms
+    if targets is None:
+        return pp.product.max_ttft_ms
+    return targets.model_dump(exclude_none=True)
 
 
 def _hourly_fields(pp: ProductPlan, hours: int) -> list[dict[str, Any]]:

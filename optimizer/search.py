@@ -21,6 +21,7 @@ from fleetplan.optimizer.enums import PrefillMode, Status, Tier
 from fleetplan.optimizer.errors import SolverError
 from fleetplan.optimizer.formulation import build_model
 from fleetplan.optimizer.linear import LinearProblem, to_linear_problem
+from fleetplan.optimizer.mix_hours import separable, solve_mix_by_hour
 from fleetplan.optimizer.problem import FleetProblem, ProductData
 from fleetplan.optimizer.reductions import reduced
 from fleetplan.optimizer.solvers import Session, Solver, SolveResult, solve_restricted
@@ -159,7 +160,8 @@ def solve_by_configuration(
     incumbent. ``base_lp``, if given, is the exported model of ``reduced(prob)`` and is searched
     whole instead. One-hour problems are small: the whole model is solved once, with the
     configurations ``keep`` rejects switched off. So is a request mix (:mod:`.mix`), which runs
-    several configurations at once, so that branching on one of them would not be exact.
+    several configurations at once, so that branching on one of them would not be exact; a mix
+    over several hours that only its pool links is solved hour by hour (:mod:`.mix_hours`).
 
     At the ``deadline`` the best plan found so far is returned with status ``time_limit`` and a
     gap measured against the weakest bound left open. Over several hours, ``incumbent_usd`` (the
@@ -171,6 +173,8 @@ def solve_by_configuration(
     pd = prob.products[product]
     decode = [c for c in pd.candidates if keep is None or keep(c)]
     api_alone = pd.has_api and pd.api_max_fraction >= 1.0 and keep is None
+    if separable(prob, pd) and base_lp is None:
+        return _solve_mix_by_hour(prob, pd, decode, solver, deadline, mip_rel_gap)
     if prob.hours == 1 or pd.is_mix:
         return _solve_one_hour(prob, pd, decode, api_alone, solver, deadline, mip_rel_gap, base_lp)
     choices: list[Choice] = []
@@ -198,6 +202,25 @@ def solve_by_configuration(
     elif not res.optimal or res.solver == "none":
         res = replace(res, status=Status.OPTIMAL, termination="optimal (no configuration can do better)", mip_gap=gap)
     return res, lp, whole
+
+
+def _solve_mix_by_hour(prob: FleetProblem, pd: ProductData, decode: list[Candidate], solver: Solver,
+                       deadline: Deadline, mip_rel_gap: float) -> Found | None:
+    """A mix whose hours nothing but its pool links (:func:`.mix_hours.separable`), over the
+    configurations ``decode``, solved hour by hour (:func:`.mix_hours.solve_mix_by_hour`)."""
+    keys = {c.key for c in decode}
+    if not all(keys.intersection(b.capacity) for b in pd.buckets):  # a bucket nothing kept serves
+        return None
+    if len(decode) < len(pd.candidates):
+        pd = replace(pd, candidates=tuple(decode))
+        prob = prob.derive(products={pd.name: pd})
+    found = solve_mix_by_hour(prob, pd, solver, deadline, mip_rel_gap)
+    if found is None:
+        return None
+    res, lp = found
+    if not res.optimal:
+        deadline.note(f"{pd.name}: hour-by-hour mix")
+    return res, lp, prob
 
 
 def _solve_one_hour(prob: FleetProblem, pd: ProductData, decode: list[Candidate], api_alone: bool, solver: Solver,

@@ -16,7 +16,7 @@ them are simulated (the first). Targets: a ``max_ttft_ms`` number is checked as 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -71,11 +71,12 @@ def hour_load(pd: dict[str, Any], hour: int | None) -> HourLoad:
 
 
 def mean_output_tokens(pd: dict[str, Any]) -> float:
-    """Output tokens per request: the product's, else the share-weighted mean of its mix."""
-    if pd.get("output_tokens"):
-        return float(pd["output_tokens"])
+    """Output tokens per request: the share-weighted mean of the product's mix (its demand is the
+    buckets' demand), else the product's own."""
     buckets = pd.get("requests") or []
     total = sum(b["share"] for b in buckets)
+    if not total and pd.get("output_tokens"):
+        return float(pd["output_tokens"])
     if not total:
         raise InputError(f"plan: products[{pd.get('name')}] has neither output_tokens nor a requests mix")
     return sum(b["output_tokens"] * b["share"] for b in buckets) / total
@@ -83,9 +84,11 @@ def mean_output_tokens(pd: dict[str, Any]) -> float:
 
 def step_model(llm: Any, gpu: Any, preset: Any, pd: dict[str, Any]) -> StepTime:
     """The configuration's decode-step time at (decoding sequences, mean context, prefill tokens),
-    scaled so that a full batch at the plan's sizes (with its steady prefill share when colocated)
-    takes the plan's ``step_time_ms`` (the plan's engine and calibration), memoised on a grid of contexts (eighths of an octave) and prefill
-    tokens (multiples of 64)."""
+    scaled so that a full batch at the sizes it is timed at (a mix configuration's
+    ``step_input_tokens`` and ``step_output_tokens``, else the plan's sizes; with its steady
+    prefill share when colocated) takes the plan's ``step_time_ms`` (the plan's engine and
+    calibration), memoised on a grid of contexts (eighths of an octave) and prefill tokens
+    (multiples of 64)."""
     from fleetplan.models.layout import Layout
     from fleetplan.models.prefill import prefill_flops
     from fleetplan.models.roofline import decode_step
@@ -98,12 +101,14 @@ def step_model(llm: Any, gpu: Any, preset: Any, pd: dict[str, Any]) -> StepTime:
                            prefill_flops_per_step=prefill_flops(llm, preset, prefill) if prefill else 0.0).step_time_s
 
     prefill = pd.get("prefill") or {}
+    # the sizes the plan's step time is timed at: a mix's configuration states them
+    size_in = pd.get("step_input_tokens") or pd["input_tokens"]
+    size_out = pd.get("step_output_tokens") or pd["output_tokens"]
     carried = 0.0  # a colocated plan's step carries its steady prefill share: batch / output tokens prompts
     if prefill.get("mode") == "colocated":
-        carried = pd["batch"] / pd["output_tokens"] * prefill_flops(llm, preset, pd["input_tokens"],
-                                                                    prefill.get("prefix_cache_hit_rate") or 0.0)
+        carried = pd["batch"] / size_out * prefill_flops(llm, preset, size_in, prefill.get("prefix_cache_hit_rate") or 0.0)
     full = decode_step(llm, gpu, precision=pd["precision"], tp=pd["tp"], batch=pd["batch"],
-                       input_tokens=pd["input_tokens"], output_tokens=pd["output_tokens"], preset=preset,
+                       input_tokens=size_in, output_tokens=size_out, preset=preset,
                        kv_precision=pd.get("kv_precision"), layout=layout, prefill_flops_per_step=carried).step_time_s
     scale = pd["step_time_ms"] / 1e3 / full if pd.get("step_time_ms") else 1.0
     memo: dict[tuple[int, int, int], float] = {}
@@ -214,6 +219,8 @@ def simulate_product(pd: dict[str, Any], catalog: Any, preset: Any, hours: int, 
     reqs = arrivals(pd, load, hours, settings)
     if pd.get("configurations"):
         timings, busy = _run_mix(pd, catalog, preset, load, reqs, settings, on_progress)
+        load = replace(load, replicas=sum(c.get("peak_hour_replicas", c.get("replicas")) or 0
+                                          for c in pd["configurations"]))
     else:
         timings, busy = _run(pd, catalog, preset, load, reqs, settings, on_progress)
     row = summary(pd, load, reqs, timings, busy)
@@ -244,9 +251,9 @@ def _configuration_of(pd: dict[str, Any], reqs: Requests, seed: int) -> np.ndarr
 
 def _run_mix(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad, reqs: Requests, settings: Settings,
              on_progress: Any) -> tuple[Any, float]:
-    """A product planned from a mix: each configuration's replicas (at the peak hour) serve the
+    """A product planned from a mix: each configuration's replicas at the peak hour
+    (``peak_hour_replicas``; ``replicas`` in older plans) serve the
     requests its buckets send it; timings merged, utilisation weighted by replicas."""
-    from dataclasses import replace
 
     from fleetplan.optimizer.simulate import Timings
 
@@ -259,16 +266,17 @@ def _run_mix(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad, reqs
     busy, weight = 0.0, 0
     for k, conf in enumerate(pd["configurations"]):
         idx = np.flatnonzero(which == k)
-        if idx.size == 0 or not conf.get("replicas"):
+        replicas = conf.get("peak_hour_replicas", conf.get("replicas")) or 0
+        if idx.size == 0 or not replicas:
             continue
         sub = Requests(reqs.arrival_s[idx], reqs.input_tokens[idx], reqs.output_tokens[idx])
         prefill = {**(pd.get("prefill") or {}), "mode": conf.get("prefill_mode") or (pd.get("prefill") or {}).get("mode")}
         fields = {**pd, **conf, "prefill": prefill, "input_tokens": max(1, round(float(np.mean(sub.input_tokens)))),
                   "output_tokens": max(1, round(float(np.mean(sub.output_tokens))))}
-        part = replace(load, replicas=conf["replicas"], qps=load.qps * idx.size / reqs.count)
+        part = replace(load, replicas=replicas, qps=load.qps * idx.size / reqs.count)
         t, b = _run(fields, catalog, preset, part, sub, settings, on_progress)
         out.first_s[idx], out.last_s[idx] = t.first_s, t.last_s
-        busy, weight = busy + b * conf["replicas"], weight + conf["replicas"]
+        busy, weight = busy + b * replicas, weight + replicas
     return out, busy / weight if weight else 0.0
 
 

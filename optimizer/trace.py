@@ -252,9 +252,10 @@ def _fields(path: str, size: int, mtime_ns: int, buckets: int, percentile: float
 
 
 def resolve_traces(scenario: Any, folder: Path) -> Any:
-    """The scenario with every product that gives a ``trace`` completed from it: ``peak_qps``
-    and the mean ``input_tokens`` and ``output_tokens`` where the product leaves them out (the
-    hourly profile is read by :func:`fleetplan.optimizer.demand.hourly_qps`)."""
+    """The scenario with every product that gives a ``trace`` completed from it: ``peak_qps``,
+    the mean ``input_tokens`` and ``output_tokens`` and the size mix ``requests`` where the
+    product leaves them out (the hourly profile is read by
+    :func:`fleetplan.optimizer.demand.hourly_qps`)."""
     if not any(p.trace for p in scenario.products):
         return scenario
     return scenario.model_copy(update={"products": [_from_trace(p, folder) if p.trace else p
@@ -270,7 +271,20 @@ def trace_fields(product: Any, folder: Path) -> dict[str, Any]:
 
 
 def _from_trace(product: Any, folder: Path) -> Any:
-    """One product completed from its trace (fields it gives itself are kept)."""
+    """One product completed from its trace (fields it gives itself are kept): with more than one
+    size bucket (``trace_buckets`` above 1 and requests of several sizes) the trace's size mix
+    becomes the product's ``requests`` unless it gives its own."""
     fields = trace_fields(product, folder)
-    return product.model_copy(update={k: fields[k] for k in ("peak_qps", "input_tokens", "output_tokens")
-                                      if getattr(product, k) is None})
+    update = {k: fields[k] for k in ("peak_qps", "input_tokens", "output_tokens") if getattr(product, k) is None}
+    if product.requests is None and len(fields["requests"]) > 1:
+        update["requests"] = trace_mix(fields["requests"])
+    return product.model_copy(update=update)
+
+
+def trace_mix(buckets: list[dict[str, Any]]) -> list[Any]:
+    """A trace's size histogram as a product's ``requests`` (shares scaled to sum to exactly 1)."""
+    from fleetplan.optimizer.scenario import RequestBucket
+
+    total = sum(b["share"] for b in buckets)
+    return [RequestBucket(input_tokens=b["input_tokens"], output_tokens=b["output_tokens"], share=b["share"] / total)
+            for b in buckets]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from fleetplan.main import main
 from fleetplan.optimizer.simulate import Fleet, Requests, decode_fleet, tpot_s
@@ -46,9 +47,17 @@ def test_a_full_batch_makes_the_next_request_wait():
     assert t.first_s.tolist() == pytest.approx([0.1, 0.4])
 
 
-def plan_file(tmp_path: Path, example: str) -> Path:
+def plan_file(tmp_path: Path, example: str, **product: object) -> Path:
+    """The plan of a shipped example (its first product changed by ``product``) as a JSON file."""
+    scenario = EXAMPLES / example
+    if product:
+        raw = yaml.safe_load(scenario.read_text(encoding="utf-8"))
+        raw["products"][0].update(product)
+        raw["products"][0]["trace"] = str(EXAMPLES / raw["products"][0]["trace"])
+        scenario = tmp_path / example
+        scenario.write_text(yaml.safe_dump(raw), encoding="utf-8")
     out = tmp_path / "plan.json"
-    assert main(["plan", str(EXAMPLES / example), "--out", str(out), "--no-alternatives", "--json"]) == 0
+    assert main(["plan", str(scenario), "--out", str(out), "--no-alternatives", "--json"]) == 0
     return out
 
 
@@ -102,9 +111,10 @@ def test_simulate_not_a_plan_exits_2(tmp_path, capsys):
 
 
 def mix_plan(tmp_path: Path) -> Path:
-    """The chat-trace plan with its replicas split over two configurations (keys a and b, 2 and 1
-    replicas) and its demand over two size buckets, as a plan made from a mix states them."""
-    plan = json.loads(plan_file(tmp_path, "chat-trace.yaml").read_text(encoding="utf-8"))
+    """The chat-trace plan of one request size with its replicas split over two configurations (keys
+    a and b, 2 and 1 replicas) and its demand over two size buckets, as a plan made from a mix
+    states them."""
+    plan = json.loads(plan_file(tmp_path, "chat-trace.yaml", trace_buckets=1).read_text(encoding="utf-8"))
     p = plan["products"][0]
     base = {k: p[k] for k in ("gpu", "tp", "pp", "ep", "dp_attention", "layout", "batch", "precision",
                               "kv_precision", "step_time_ms")}
@@ -149,3 +159,25 @@ def test_a_pool_plan_reports_the_analytic_percentiles_beside_the_simulated(capsy
     # 125 pool replicas at 80%: almost nobody waits; TTFT is the 2,000-token prefill plus the hand-off
     assert p["pool_replicas"] == 125 and p["analytic_ttft_ms"]["p50"] == pytest.approx(291.8, abs=0.2)
     assert abs(p["analytic_ttft_ms"]["p99"] / p["ttft_ms"]["p99"] - 1) <= 0.25
+
+
+def test_a_planned_mix_meets_its_p99_target_in_simulation(tmp_path, capsys):
+    # short and long prompts on two GPU types: the long bucket sets the colocated batch it may use
+    raw = {"products": [{"name": "m", "model": "llama-3.1-8b", "peak_qps": 30, "min_tokens_per_s_per_user": 20,
+                         "precision": "fp8", "prefill": "colocated", "max_ttft_ms": {"p99": 3000},
+                         "requests": [{"input_tokens": 200, "output_tokens": 150, "share": 0.8},
+                                      {"input_tokens": 6000, "output_tokens": 300, "share": 0.2}]}],
+           "options": {"gpus": ["l40s", "h100-sxm"], "tp": [1, 2]}}
+    (tmp_path / "mix.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    out = tmp_path / "plan.json"
+    assert main(["plan", str(tmp_path / "mix.yaml"), "--out", str(out), "--no-alternatives", "--json"]) == 0
+    plan = json.loads(out.read_text(encoding="utf-8"))["products"][0]
+    assert plan["max_ttft_ms"] == {"p99": 3000.0}
+    # every configuration says at which request sizes its step time is timed
+    assert all(c["step_input_tokens"] in (200, 6000) for c in plan["configurations"])
+    capsys.readouterr()
+    assert main(["simulate", str(out), "--requests", "4000", "--json"]) == 0
+    p = json.loads(capsys.readouterr().out)["products"][0]
+    assert p["qps"] == pytest.approx(30.0, rel=1e-3)
+    assert p["ttft_ms"]["p99"] <= 3000.0 and p["meets_targets"] is True
+    assert p["tpot_ms"]["p50"] <= 1e3 / 20

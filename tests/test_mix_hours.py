@@ -1,0 +1,109 @@
+"""A mix over many hours solved hour by hour: the same cost as the whole MIP on small cases (with
+and without a prefill pool linking the hours), the cases it must leave to the whole MIP, and a
+plan of a trace's size mix."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from fleetplan.models.presets import get_preset
+from fleetplan.optimizer.deadline import Deadline
+from fleetplan.optimizer.formulation import build_model
+from fleetplan.optimizer.linear import to_linear_problem
+from fleetplan.optimizer.mix_hours import best_hour_plans, separable, solve_hour, solve_mix_by_hour
+from fleetplan.optimizer.plan import make_plan
+from fleetplan.optimizer.problem import build_problem
+from fleetplan.optimizer.reductions import reduced
+from fleetplan.optimizer.results import plan_to_dict
+from fleetplan.optimizer.scenario import load_scenario, parse_scenario
+from fleetplan.optimizer.solvers import solve
+from fleetplan.optimizer.synthetic import TraceShape, generate, trace_csv
+
+MIX = [{"input_tokens": 96, "output_tokens": 192, "share": 0.7},
+       {"input_tokens": 1500, "output_tokens": 300, "share": 0.25},
+       {"input_tokens": 4000, "output_tokens": 400, "share": 0.05}]
+# six distinct hours, each twice: merged to six modelled hours of weight 2
+QPS = [4.0, 9.0, 17.0, 30.0, 55.0, 80.0] * 2
+
+
+def small(prefill: str, **options: object) -> dict:
+    """A mix on two GPU types, one TP, three batches."""
+    return {
+        "products": [{"name": "m", "model": "llama-3.1-8b", "peak_qps": max(QPS), "min_tokens_per_s_per_user": 20,
+                      "precision": "fp8", "prefill": prefill, "max_ttft_ms": {"p99": 6000}, "requests": MIX}],
+        "options": {"gpus": ["l40s", "h100-sxm"], "tp": [1], "batch": [16, 64, 256], **options},
+    }
+
+
+def problem(catalog, raw: dict):
+    """The reduced problem of ``raw`` over the hours of :data:`QPS` and its mix."""
+    prob, _, _ = build_problem(parse_scenario(raw, "small"), catalog, get_preset("default"), demand={"m": QPS})
+    prob = reduced(prob)
+    return prob, prob.products["m"]
+
+
+@pytest.mark.parametrize("prefill", ["colocated", "pool", "auto"])
+def test_hour_by_hour_costs_what_the_whole_mip_costs(catalog, prefill):
+    prob, pd = problem(catalog, small(prefill))
+    assert prob.hours == 6 and separable(prob, pd)
+    whole = solve(to_linear_problem(build_model(prob)), "highs", mip_rel_gap=1e-9)
+    assert whole.optimal
+    res, lp = solve_mix_by_hour(prob, pd, "highs", Deadline.after(None), 1e-9)
+    assert res.optimal and res.mip_gap <= 1e-9
+    assert res.objective == pytest.approx(whole.objective, rel=1e-7)
+    # the plan is a solution of the whole model: its replicas never change within a merged hour
+    assert lp.num_cols == len(whole.values)
+
+
+def test_hours_that_disagree_on_the_pool_are_priced_per_pool(catalog):
+    prob, pd = problem(catalog, small("pool", gpus=["l4", "l40s", "a100-sxm-80gb", "h100-sxm"]))
+    free = [solve_hour(prob, pd, h, None, "highs", Deadline.after(None), 1e-9) for h in range(prob.hours)]
+    assert len({p.pool for p in free}) == 2  # L4 pool in the small hours, L40S in the large ones
+    plans, lower = best_hour_plans(prob, pd, "highs", Deadline.after(None), 1e-9)
+    assert len({p.pool for p in plans} - {""}) <= 1
+    whole = solve(to_linear_problem(build_model(prob)), "highs", mip_rel_gap=1e-9)
+    cost = sum(prob.count(h) / prob.horizon_hours * p.usd_per_month for h, p in enumerate(plans))
+    assert cost == pytest.approx(whole.objective, rel=1e-7) and lower <= cost + 1e-6
+
+
+@pytest.mark.parametrize("change", [
+    {"options": {"tiers": ["reserved", "on_demand"]}},
+    {"product": {"api": {"model": "llama-3.1-8b", "max_fraction": 0.2}}},
+])
+def test_hours_linked_otherwise_go_to_the_whole_mip(catalog, change):
+    raw = small("colocated")
+    raw["options"].update(change.get("options", {}))
+    raw["products"][0].update(change.get("product", {}))
+    prob, pd = problem(catalog, raw)
+    assert not separable(prob, pd)
+
+
+def test_a_trace_plans_its_size_mix_unless_the_product_gives_one(catalog, tmp_path):
+    (tmp_path / "t.csv").write_text(trace_csv(*generate(3000, 1, TraceShape(days=1))), encoding="utf-8")
+    base = {"name": "m", "model": "llama-3.1-8b", "trace": "t.csv", "min_tokens_per_s_per_user": 20,
+            "precision": "fp8", "prefill": "colocated", "max_ttft_ms": {"p99": 4000}}
+
+    def planned(**product: object) -> list[dict] | None:
+        raw = {"products": [{**base, **product}], "options": {"gpus": ["l40s", "h100-sxm"], "tp": [1, 2]}}
+        (tmp_path / "s.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+        scenario, folder = load_scenario(tmp_path / "s.yaml")
+        plan = make_plan(scenario, catalog, alternatives=False, folder=folder)
+        return plan_to_dict(plan)["products"][0].get("requests")
+
+    mixed = planned()
+    assert mixed is not None and len(mixed) == 4 and abs(sum(b["share"] for b in mixed) - 1) < 1e-4
+    assert mixed[-1]["input_tokens"] > 4 * mixed[0]["input_tokens"]
+    assert planned(trace_buckets=1) is None
+    own = planned(requests=[{**MIX[0], "share": 0.5}, {**MIX[1], "share": 0.5}])
+    assert own is not None and [b["input_tokens"] for b in own] == [96, 1500]
+
+
+def test_a_spent_deadline_still_plans_every_hour_and_states_its_gap(catalog):
+    prob, pd = problem(catalog, small("pool", gpus=["l4", "l40s", "a100-sxm-80gb", "h100-sxm"]))
+    whole = solve(to_linear_problem(build_model(prob)), "highs", mip_rel_gap=1e-9)
+    res, _ = solve_mix_by_hour(prob, pd, "highs", Deadline.after(0.0), 1e-9)
+    # the pool options are left unpriced: the likeliest is finished, the others bound the gap
+    assert res.objective >= whole.objective * (1 - 1e-7)
+    assert res.objective * (1 - res.mip_gap) <= whole.objective * (1 + 1e-7)
+    assert res.status in ("optimal", "time_limit") and (res.status == "optimal") == (res.mip_gap <= 1e-9)
