@@ -34,9 +34,9 @@ from fleetplan.optimizer.reductions import hours_separable, on_hours
 from fleetplan.optimizer.solvers import SolveResult, Solver, solve
 
 NO_POOL = ""  # the pool option of an hour served without a prefill pool
-# seconds each hour's MIP gets at least, past the deadline too: enough for HiGHS to find a plan of
-# a one-hour mix over the whole catalog (0.2-1.1 s to prove one here), so a plan cut short by
-# the deadline still covers every hour (with its gap)
+# seconds each hour's MIP gets at least: enough for HiGHS to find a plan of a one-hour mix over
+# the whole catalog (0.2-1.1 s to prove one here). Past the deadline no hour is solved any more
+# (see :func:`_free_hours`): the plan covers every hour and its gap says what is unproven.
 HOUR_MIN_S = 1.0
 Values = dict[tuple[str, tuple[object, ...]], float]
 
@@ -135,16 +135,62 @@ def _price_option(prob: FleetProblem, pd: ProductData, free: list[HourPlan], poo
     return plans, lower
 
 
+def bisection_order(n: int) -> list[int]:
+    """Positions 0..n-1 in the order that brackets every position soonest: both ends, then the
+    middle of the widest open interval, and so on (breadth first)."""
+    if n <= 2:
+        return list(range(n))
+    order, queue = [0, n - 1], [(0, n - 1)]
+    while queue:
+        lo, hi = queue.pop(0)
+        if hi - lo < 2:
+            continue
+        mid = (lo + hi) // 2
+        order.append(mid)
+        queue += [(lo, mid), (mid, hi)]
+    return order
+
+
+def _free_hours(prob: FleetProblem, pd: ProductData, solver: Solver, deadline: Deadline, gap: float
+                ) -> list[HourPlan] | None:
+    """Each hour's optimum with any pool; None if some hour has no plan.
+
+    Every bucket of a mix scales with its hour's demand, so a busier hour's plan (its replicas
+    within the quieter hour's bounds) serves a quieter hour, and an hour's optimum is at least a
+    quieter hour's. Hours are solved busiest, quietest, then in the middle of the widest gap of
+    demand left (:func:`bisection_order`); once the deadline has passed, an hour not yet solved
+    runs the plan of the nearest busier hour solved, with the lower bound of the nearest quieter
+    one (0 if none), and the plan's gap says what is unproven."""
+    by_demand = sorted(range(prob.hours), key=lambda h: (-pd.demand_tokens_per_s[h], h))
+    solved: dict[int, HourPlan] = {}  # by position in by_demand
+    for i in bisection_order(len(by_demand)):
+        if solved and deadline.expired:
+            break
+        found = solve_hour(prob, pd, by_demand[i], None, solver, deadline, gap)
+        if found is None:
+            return None
+        solved[i] = found
+    free: dict[int, HourPlan] = {}
+    for i, h in enumerate(by_demand):
+        if i in solved:
+            free[h] = solved[i]
+            continue
+        busier = solved[max(j for j in solved if j < i)]
+        quieter = [j for j in solved if j > i]
+        bound = solved[min(quieter)].lower_bound_usd if quieter else 0.0
+        free[h] = replace(busier, lower_bound_usd=min(bound, busier.usd_per_month))
+    if len(solved) < len(by_demand):
+        deadline.note(f"{pd.name}: hours past the deadline run a busier hour's plan")
+    return [free[h] for h in range(prob.hours)]
+
+
 def best_hour_plans(prob: FleetProblem, pd: ProductData, solver: Solver, deadline: Deadline, gap: float
                     ) -> tuple[list[HourPlan], float] | None:
     """The cheapest hours' plans sharing one pool option, with a proven lower bound on the
     horizon's optimum; None if some hour has no plan."""
-    free = []
-    for h in range(prob.hours):
-        found = solve_hour(prob, pd, h, None, solver, deadline, gap)
-        if found is None:
-            return None
-        free.append(found)
+    free = _free_hours(prob, pd, solver, deadline, gap)
+    if free is None:
+        return None
     chosen = {p.pool for p in free} - {NO_POOL}
     if len(chosen) <= 1:
         return free, _lower(prob, free)
@@ -175,7 +221,7 @@ def _running(plans: list[HourPlan]) -> set[str]:
 
 def _fixed_bounds(lp: LinearProblem, plans: list[HourPlan]) -> tuple[list[float], list[float]]:
     """Column bounds of the horizon's model with every hourly integer decision fixed to the
-    hours' plans, and a configuration chosen exactly when it runs in some hour (a pool left to
+    hours' plans (within the column's bound), and a configuration chosen exactly when it runs in some hour (a pool left to
     the solver when pool-mode replicas run without pool replicas)."""
     lower, upper = list(lp.col_lower), list(lp.col_upper)
     running = _running(plans)
@@ -185,22 +231,27 @@ def _fixed_bounds(lp: LinearProblem, plans: list[HourPlan]) -> tuple[list[float]
         if not lp.col_integer[j]:
             continue
         if index and isinstance(index[-1], int):
-            lower[j] = upper[j] = float(round(plans[index[-1]].values.get((family, (*index[:-1], 0)), 0.0)))
+            # at most what alone meets the hour (the column's bound): a busier hour's plan run in a
+            # quieter one keeps its shares, and those replicas still hold them
+            value = float(round(plans[index[-1]].values.get((family, (*index[:-1], 0)), 0.0)))
+            lower[j] = upper[j] = min(value, upper[j])
         elif family == "use" or (family == "pool_use" and pools):
             lower[j] = upper[j] = float(str(index[0]) in running)
     return lower, upper
 
 
 def solve_mix_by_hour(prob: FleetProblem, pd: ProductData, solver: Solver, deadline: Deadline, gap: float
-                      ) -> tuple[SolveResult, LinearProblem] | None:
+                      ) -> tuple[SolveResult, LinearProblem, FleetProblem] | None:
     """The horizon's plan of the separable mix ``pd`` (:func:`separable`) from its hours' optima:
-    the solution of the whole model with the hours' decisions fixed, its status ``optimal`` when
+    the solution of the model of the configurations they run (:func:`running_problem`, returned
+    with it) with the hours' decisions fixed, its status ``optimal`` when
     proven within ``gap`` and ``time_limit`` (with the gap) when the deadline left pool options
     open; None if the mix has no plan."""
     found = best_hour_plans(prob, pd, solver, deadline, gap)
     if found is None:
         return None
     plans, lower_usd = found
+    prob = running_problem(prob, pd, plans)
     lp = to_linear_problem(build_model(prob))
     lower, upper = _fixed_bounds(lp, plans)
     res = solve(lp.with_bounds(lower, upper), solver, mip_rel_gap=gap)
@@ -210,4 +261,16 @@ def solve_mix_by_hour(prob: FleetProblem, pd: ProductData, solver: Solver, deadl
     proven = max(0.0, (value - lower_usd) / value) if value else 0.0
     status, why = ((Status.OPTIMAL, f"optimal (hour by hour: {prob.hours} hours)") if proven <= gap else
                    (Status.TIME_LIMIT, f"time limit reached (gap {proven:.3%})"))
-    return replace(res, status=status, termination=why, mip_gap=proven), lp
+    return replace(res, status=status, termination=why, mip_gap=proven), lp, prob
+
+
+def running_problem(prob: FleetProblem, pd: ProductData, plans: list[HourPlan]) -> FleetProblem:
+    """``prob`` with the mix cut to the configurations its hours' plans run (all its pools when
+    pool-mode replicas run without pool replicas): the model the plan is read from, a fraction
+    of the whole (over a week of a catalog's configurations, seconds to build)."""
+    running = _running(plans)
+    pools = tuple(k for k in pd.pool if k.key in running)
+    if not pools and any(c.mode == PrefillMode.POOL and c.key in running for c in pd.candidates):
+        pools = pd.pool
+    cut = replace(pd, candidates=tuple(c for c in pd.candidates if c.key in running), pool=pools)
+    return prob.derive(products={pd.name: cut})

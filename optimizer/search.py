@@ -217,10 +217,10 @@ def _solve_mix_by_hour(prob: FleetProblem, pd: ProductData, decode: list[Candida
     found = solve_mix_by_hour(prob, pd, solver, deadline, mip_rel_gap)
     if found is None:
         return None
-    res, lp = found
+    res, lp, cut = found
     if not res.optimal:
         deadline.note(f"{pd.name}: hour-by-hour mix")
-    return res, lp, prob
+    return res, lp, cut
 
 
 def _solve_one_hour(prob: FleetProblem, pd: ProductData, decode: list[Candidate], api_alone: bool, solver: Solver,

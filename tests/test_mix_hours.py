@@ -49,11 +49,18 @@ def test_hour_by_hour_costs_what_the_whole_mip_costs(catalog, prefill):
     assert prob.hours == 6 and separable(prob, pd)
     whole = solve(to_linear_problem(build_model(prob)), "highs", mip_rel_gap=1e-9)
     assert whole.optimal
-    res, lp = solve_mix_by_hour(prob, pd, "highs", Deadline.after(None), 1e-9)
+    res, lp, _ = solve_mix_by_hour(prob, pd, "highs", Deadline.after(None), 1e-9)
     assert res.optimal and res.mip_gap <= 1e-9
     assert res.objective == pytest.approx(whole.objective, rel=1e-7)
-    # the plan is a solution of the whole model: its replicas never change within a merged hour
-    assert lp.num_cols == len(whole.values)
+    # the plan (read from the model of the configurations it runs) is a solution of the whole
+    # model: every integer column fixed to its value (0 where it runs nothing), the rest is an LP
+    full = to_linear_problem(build_model(prob))
+    value = dict(zip(lp.col_keys, res.values))
+    fixed = [round(value.get(k, 0.0)) if full.col_integer[j] else None for j, k in enumerate(full.col_keys)]
+    lower = [v if v is not None else lo for v, lo in zip(fixed, full.col_lower)]
+    upper = [v if v is not None else up for v, up in zip(fixed, full.col_upper)]
+    again = solve(full.with_bounds(lower, upper), "highs", mip_rel_gap=1e-9)
+    assert again.optimal and again.objective == pytest.approx(res.objective, rel=1e-9)
 
 
 def test_hours_that_disagree_on_the_pool_are_priced_per_pool(catalog):
@@ -102,8 +109,48 @@ def test_a_trace_plans_its_size_mix_unless_the_product_gives_one(catalog, tmp_pa
 def test_a_spent_deadline_still_plans_every_hour_and_states_its_gap(catalog):
     prob, pd = problem(catalog, small("pool", gpus=["l4", "l40s", "a100-sxm-80gb", "h100-sxm"]))
     whole = solve(to_linear_problem(build_model(prob)), "highs", mip_rel_gap=1e-9)
-    res, _ = solve_mix_by_hour(prob, pd, "highs", Deadline.after(0.0), 1e-9)
+    res, _, _ = solve_mix_by_hour(prob, pd, "highs", Deadline.after(0.0), 1e-9)
     # the pool options are left unpriced: the likeliest is finished, the others bound the gap
     assert res.objective >= whole.objective * (1 - 1e-7)
     assert res.objective * (1 - res.mip_gap) <= whole.objective * (1 + 1e-7)
     assert res.status in ("optimal", "time_limit") and (res.status == "optimal") == (res.mip_gap <= 1e-9)
+
+
+def test_bisection_order_brackets_every_position():
+    from fleetplan.optimizer.mix_hours import bisection_order
+
+    for n in range(1, 40):
+        order = bisection_order(n)
+        assert sorted(order) == list(range(n))
+        assert order[:2] == [0, n - 1][:n]
+
+
+def test_hours_past_the_deadline_are_bracketed_by_solved_ones(catalog):
+    """Cut short after a few hours, every hour still runs a plan that holds its demand and keeps
+    a valid lower bound: the plan costs at least the whole MIP's optimum, and its bound is below it."""
+    from fleetplan.optimizer import mix_hours
+
+    prob, pd = problem(catalog, small("colocated"))
+    whole = solve(to_linear_problem(build_model(prob)), "highs", mip_rel_gap=1e-9)
+
+    class ThreeHours(Deadline):
+        solved = 0
+
+        @property
+        def expired(self) -> bool:
+            return ThreeHours.solved >= 3
+
+    real = mix_hours.solve_hour
+
+    def counted(*a, **k):
+        ThreeHours.solved += 1
+        return real(*a, **k)
+
+    mix_hours.solve_hour = counted
+    try:
+        res, _, _ = solve_mix_by_hour(prob, pd, "highs", ThreeHours(at=None), 1e-9)
+    finally:
+        mix_hours.solve_hour = real
+    assert res.objective >= whole.objective * (1 - 1e-7)
+    assert res.objective * (1 - res.mip_gap) <= whole.objective * (1 + 1e-7)
+    assert 0 < res.mip_gap < 0.5  # bracketed by quieter hours' bounds, not left at 0
