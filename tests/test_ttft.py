@@ -77,7 +77,7 @@ def test_hand_checked_plan_ttfts(catalog, examples):
 
 def test_sparse_batch_list_keeps_the_smaller_batch_that_meets_ttft(catalog):
     """At batch 512 the 300-token answers spread no prompt over more than one step, but a step is
-    too long for 350 ms (with the 89 ms admission); batch 128 meets every target and the shape
+    too long for 350 ms (with the 81 ms admission); batch 128 meets every target and the shape
     must not be dropped."""
     plan = make_plan(parse_scenario(small(ttft=350), "s"), catalog, alternatives=False)
     d = plan_to_dict(plan)["products"][0]
