@@ -186,9 +186,10 @@ def benchmark_prefill_share(preset: Preset, engine: str | None, busy_share: floa
 def benchmark_busy_share(llm: LLM, gpu: GPU, preset: Preset, *, precision: str, tp: int, batch: int,
                          input_tokens: float, output_tokens: float, decode_step_s: float,
                          factors: CalibrationFactors) -> float:
-    """Busy share of prefill in a closed-loop benchmark (:func:`~fleetplan.models.interference.prefill_busy_share`):
-    each prompt's FLOPs at the replica's prefill rate against ``output_tokens`` decode steps of
-    ``decode_step_s`` (the step without the benchmark's prefill)."""
+    """Busy share of prefill in a closed-loop benchmark
+    (:func:`~fleetplan.models.interference.prefill_busy_share`): each prompt's FLOPs at the
+    replica's prefill rate against ``output_tokens`` decode steps of ``decode_step_s`` (the step
+    without the benchmark's prefill)."""
     flops = prefill_linear_flops(llm, input_tokens) + prefill_attention_flops(llm, input_tokens)
     prompt_s = flops / usable_flop_rate(preset, gpu, precision, tp, factors, prefill=True)
     return prefill_busy_share(batch, prompt_s, output_tokens, decode_step_s)
@@ -221,7 +222,9 @@ def _benchmark_prefill_flops(llm: LLM, preset: Preset, engine: str | None, batch
     return aggregated_prefill_flops(llm, max(batch - 1, 0), input_tokens, output_tokens, share)
 
 
-def _benchmark_load(llm: LLM, gpu: GPU, preset: Preset, engine: str | None, kwargs: dict[str, Any]) -> tuple[float, float]:
+def _benchmark_load(
+    llm: LLM, gpu: GPU, preset: Preset, engine: str | None, kwargs: dict[str, Any]
+) -> tuple[float, float]:
     """(prefill FLOPs per step, prefill busy share) of a closed-loop benchmark of the decode step
     ``kwargs`` describes; the busy share needs the step without that prefill, computed once more
     only when the preset's share depends on it."""

@@ -84,8 +84,8 @@ def test_estimate_plan_and_validate_agree(capsys, tmp_path, catalog):
 
 
 def test_benchmark_ttft_hand_value(catalog):
-    """vLLM at concurrency 64: 8.2% of the other 63 prompts (busy share 0) are prefilled ahead of a request, in
-    chunks of 8,192 tokens with a decode step each, plus the 81 ms admission."""
+    """vLLM at concurrency 64: 8.2% of the other 63 prompts (at busy share 0) are prefilled ahead
+    of a request, in chunks of 8,192 tokens with a decode step each, plus the 81 ms admission."""
     llm, gpu = catalog.models["llama-3.1-70b"], catalog.gpus["h100-sxm"]
     prompt = 2 * 70.55e9 * 2000 + 2 * 64 * 128 * 2000**2 * 80
     service = prefill_service_s(llm, gpu, DEFAULT, precision="fp8", tp=2, flops=prompt)
