@@ -223,11 +223,14 @@ def _benchmark_prefill_flops(llm: LLM, preset: Preset, engine: str | None, batch
 
 
 def _benchmark_load(
-    llm: LLM, gpu: GPU, preset: Preset, engine: str | None, kwargs: dict[str, Any]
+    llm: LLM, gpu: GPU, preset: Preset, engine: str | None, aggregated: bool, kwargs: dict[str, Any]
 ) -> tuple[float, float]:
     """(prefill FLOPs per step, prefill busy share) of a closed-loop benchmark of the decode step
-    ``kwargs`` describes; the busy share needs the step without that prefill, computed once more
-    only when the preset's share depends on it."""
+    ``kwargs`` describes, zeros unless the step is one of such a benchmark (``aggregated``) and the
+    preset models its prefill; the busy share needs the step without that prefill, computed once
+    more only when the preset's share depends on it."""
+    if not (aggregated and preset.prefill_interference):
+        return 0.0, 0.0
     physics = preset.physics
     busy = 0.0
     if physics is not None and physics.busy_share_exponent > 0:
@@ -250,15 +253,12 @@ def decode_step(
     """Estimate of one decode step of a ``tp``-GPU replica running ``batch`` sequences: the one
     function every decode step time comes from (``estimate``, the planner, ``validate``).
 
-    ``prefill_flops_per_step`` is prefill work carried by the same step (chunked prefill of
-    new requests on a colocated replica). The seed composition adds it to the step's FLOPs;
-    the default one adds its compute time, at the prefill efficiency, to the step.
-    ``aggregated=True``: a closed-loop continuous-batching benchmark, where a preset with
-    ``prefill_interference`` adds the engine's share of the other ``batch - 1`` requests' prefill
-    (:mod:`fleetplan.models.interference`). ``ep``: expert-parallel degree of MoE layers;
-    ``engine``: engine-specific calibration factors and prefill scheduling. ``layout`` (pipeline,
-    expert and attention-data parallelism) times a wider replica from this step of one rank
-    (:func:`fleetplan.models.layout.layout_step`); a tensor-parallel layout is this step.
+    ``prefill_flops_per_step``: prefill work the step carries (chunked prefill on a colocated
+    replica), FLOPs of the step in the seed composition, time at the prefill efficiency in the
+    default one. ``aggregated=True``: a closed-loop benchmark, where ``prefill_interference`` adds
+    the engine's share of the other ``batch - 1`` prompts (:mod:`fleetplan.models.interference`).
+    ``ep``: expert-parallel degree; ``engine``: calibration and prefill scheduling; ``layout``
+    (pipeline, expert, attention-data parallelism): :func:`fleetplan.models.layout.layout_step`.
     """
     if layout is not None and not layout.is_tensor_parallel_only:
         from fleetplan.models.layout import layout_step
@@ -266,12 +266,10 @@ def decode_step(
         return layout_step(llm, gpu, layout, precision=precision, batch=batch, input_tokens=input_tokens,
                            output_tokens=output_tokens, preset=preset, kv_precision=kv_precision,
                            prefill_flops_per_step=prefill_flops_per_step, engine=engine, aggregated=aggregated)
-    busy = 0.0
-    if aggregated and preset.prefill_interference:
-        extra, busy = _benchmark_load(llm, gpu, preset, engine, dict(
-            precision=precision, tp=tp, batch=batch, input_tokens=input_tokens, output_tokens=output_tokens,
-            kv_precision=kv_precision, prefill_flops_per_step=prefill_flops_per_step, ep=ep))
-        prefill_flops_per_step += extra
+    extra, busy = _benchmark_load(llm, gpu, preset, engine, aggregated, dict(
+        precision=precision, tp=tp, batch=batch, input_tokens=input_tokens, output_tokens=output_tokens,
+        kv_precision=kv_precision, prefill_flops_per_step=prefill_flops_per_step, ep=ep))
+    prefill_flops_per_step += extra
     kv_prec = effective_kv_precision(preset, kv_precision)
     kv_read, kv_held = kv_bytes_read_and_held(llm, preset, tp, kv_prec, input_tokens, output_tokens)
     w = weight_bytes(llm, precision)
