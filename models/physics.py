@@ -55,7 +55,9 @@ class EnginePhysics:
     request (a closed-loop benchmark at concurrency B admits them in waves) that the engine
     prefills before that request's first token. The rest is prefilled in chunks inside the
     request's decode steps, so it lands in its time per output token. A prefill-first
-    scheduler (SGLang) holds a larger share than one that mixes chunks into decode batches.
+    scheduler (SGLang) holds a larger share than one that mixes chunks into decode batches. It is
+    the share where prefill takes little of a request's cycle; ``Physics.busy_share_exponent``
+    lowers it as prefill takes more.
     ``chunk_tokens``: prompt tokens prefilled per engine step (chunked-prefill budget:
     vLLM ``max_num_batched_tokens``, SGLang ``chunked_prefill_size``, TensorRT-LLM
     ``max_num_tokens``; 8,192 is the default of all three on H100-class GPUs).
