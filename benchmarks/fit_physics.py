@@ -4,14 +4,18 @@ Usage: python benchmarks/fit_physics.py [MEASUREMENTS.csv] [--cv] [--iterations 
 
 The parameters (:data:`PARAMETERS`) are the few the default preset shares across every model,
 GPU and engine: NVIDIA bandwidth efficiency (at most 0.90), per-step, per-layer and per-sequence
-overhead and one-shot all-reduce latency; decode, KV (at most the datasheet bandwidth) and prefill
-(at most 0.90 of the datasheet rate) kernel efficiencies; the MoE grouped-GEMM small-group cost
-and the weight-only FP4 dequantisation factor; the admission latency; and each engine's share of
+overhead and one-shot all-reduce latency (at least 2 us: an NVLink round trip and a launch);
+decode, KV (at most the datasheet bandwidth) and prefill (at most 0.90 of the datasheet rate)
+kernel efficiencies; the MoE grouped-GEMM small-group cost and the weight-only FP4
+dequantisation factor; the admission latency; the all-reduces' share of the scale-up bandwidth;
+how fast the share of prompts ahead falls with prefill's busy share; and each engine's share of
 a wave's prefill before a request's first token. Nothing is per model or per
 source. The loss is robust least squares (Huber at 0.25) on the relative error of TPOT
 (predicted/measured - 1, the error the MAPE targets count) plus half the weight on log TTFT,
-over the rows the planner would run; the model is the project's own
-(:func:`fleetplan.models.validation.predict`), so what is fitted is what plans use.
+over the rows the planner would run, less the rows whose measured TPOT is below their step's
+bandwidth floor (:func:`below_bandwidth_floor`: printed, and scored but not fitted); the model is
+the project's own (:func:`fleetplan.models.validation.predict`), so what is fitted is what plans
+use.
 
 ``--cv`` refits leaving out one configuration group (model, GPU, engine, TP, precision) at a time
 (warm-started from the full fit) and prints the held-out error by dense / MoE model: the error a
@@ -43,10 +47,11 @@ ENGINES = ("sglang", "trtllm", "vllm")
 # (name, lower bound, upper bound); engines' shares are appended
 PARAMETERS: tuple[tuple[str, float, float], ...] = (
     ("bandwidth_efficiency", 0.3, 0.9), ("step_overhead_s", 0.0, 5e-3), ("layer_overhead_s", 0.0, 2e-4),
-    ("collective_latency_s", 0.0, 1e-4), ("kv_bandwidth_efficiency", 0.2, 1.0 / 0.9), ("compute_efficiency", 0.05, 1.0),
+    ("collective_latency_s", 2e-6, 1e-4), ("kv_bandwidth_efficiency", 0.2, 1.0 / 0.9), ("compute_efficiency", 0.05, 1.0),
     ("prefill_compute_efficiency", 0.05, 0.9), ("moe_small_group_tokens", 0.0, 20.0),
     ("weight_only_fp4_dequant_factor", 1.0, 4.0), ("admission_latency_s", 0.0, 0.5),
-    ("sequence_overhead_s", 0.0, 2e-4),
+    ("sequence_overhead_s", 0.0, 2e-4), ("busy_share_exponent", 0.0, 8.0),
+    ("comm_bandwidth_efficiency", 0.1, 0.9),
 ) + tuple((f"share_{e}", 0.0, 1.0) for e in ENGINES)
 TTFT_WEIGHT = 0.5
 HUBER = 0.25
@@ -59,7 +64,7 @@ def current() -> np.ndarray:
     values = [fam.bandwidth_efficiency, fam.step_overhead_s, fam.layer_overhead_s, fam.collective_latency_s,
               p.kv_bandwidth_efficiency, DEFAULT.compute_efficiency, DEFAULT.prefill_compute_efficiency,
               p.moe_small_group_tokens, p.weight_only_fp4_dequant_factor, p.admission_latency_s,
-              p.sequence_overhead_s]
+              p.sequence_overhead_s, p.busy_share_exponent, p.comm_bandwidth_efficiency]
     values += [p.engine(e).prefill_before_first_token for e in ENGINES]
     return np.array(values)
 
@@ -77,7 +82,8 @@ def preset_of(x: np.ndarray) -> Preset:
         DEFAULT_PHYSICS, families=families, engines=engines, kv_bandwidth_efficiency=v["kv_bandwidth_efficiency"],
         moe_small_group_tokens=v["moe_small_group_tokens"],
         weight_only_fp4_dequant_factor=v["weight_only_fp4_dequant_factor"], admission_latency_s=v["admission_latency_s"],
-        sequence_overhead_s=v["sequence_overhead_s"],
+        sequence_overhead_s=v["sequence_overhead_s"], busy_share_exponent=v["busy_share_exponent"],
+        comm_bandwidth_efficiency=v["comm_bandwidth_efficiency"],
     )
     return dataclasses.replace(DEFAULT, physics=physics, compute_efficiency=v["compute_efficiency"],
                                prefill_compute_efficiency=v["prefill_compute_efficiency"])
@@ -135,6 +141,30 @@ def report(label: str, rows: list[Measurement], preds: list[tuple[float, float]]
               f"{t['within_1.5x']:6.1%}  | TTFT within 1.5x {f.get('within_1.5x', 0.0):6.1%}  MAPE {f.get('mape', 0.0):6.1%}")
 
 
+def below_bandwidth_floor(row: Measurement, catalog: Catalog) -> bool:
+    """Whether ``row``'s measured TPOT is shorter than reading the bytes of its step (weights or
+    touched experts, every sequence's KV cache) at the GPUs' datasheet bandwidth: no engine can
+    do that, so the run did not hold the batch it names. Such rows are listed, not fitted."""
+    est = predict(row, catalog, DEFAULT).estimate
+    gpu = catalog.gpus[row.gpu]
+    floor_ms = est.bytes_per_step / (row.tp * gpu.mem_bandwidth_bytes_per_s) * 1e3
+    return row.measured_tpot_ms < floor_ms
+
+
+def held_out(rows: list[Measurement], fitted_rows: list[Measurement], catalog: Catalog, x: np.ndarray,
+             iterations: int) -> list[tuple[float, float]]:
+    """(TPOT, TTFT) of every row predicted by a fit on the other configuration groups' ``fitted_rows``."""
+    held: list[tuple[float, float]] = [(0.0, 0.0)] * len(rows)
+    for g in sorted({r.configuration for r in rows}, key=repr):
+        train = [r for r in fitted_rows if r.configuration != g]
+        preset = preset_of(fit(train, catalog, x, max(3, iterations // 5)))
+        for i, r in enumerate(rows):
+            if r.configuration == g:
+                p = predict(r, catalog, preset)
+                held[i] = (p.predicted_tpot_ms, p.predicted_ttft_ms)
+    return held
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("file", nargs="?", default=str(SILICON))
@@ -145,7 +175,12 @@ def main(argv: list[str]) -> int:
     path = Path(args.file)
     rows = [r for r in parse_measurements(path.read_text(encoding="utf-8"), path.name)
             if skip_reason(r, catalog, DEFAULT) is None]
-    x = fit(rows, catalog, current(), args.iterations)
+    fitted_rows = [r for r in rows if not below_bandwidth_floor(r, catalog)]
+    for r in rows:
+        if r not in fitted_rows:
+            print(f"not fitted (TPOT below the bandwidth floor): {r.model} {r.gpu} {r.engine} tp {r.tp} "
+                  f"batch {r.batch} {r.input_tokens:g}/{r.output_tokens:g} tokens, {r.measured_tpot_ms} ms")
+    x = fit(fitted_rows, catalog, current(), args.iterations)
     for (name, _, _), value in zip(PARAMETERS, x, strict=True):
         print(f"{name:<32} {value:.4g}")
     shipped = [predict(r, catalog, DEFAULT) for r in rows]
@@ -153,17 +188,11 @@ def main(argv: list[str]) -> int:
     fitted = [predict(r, catalog, preset_of(x)) for r in rows]
     report("refitted", rows, [(p.predicted_tpot_ms, p.predicted_ttft_ms) for p in fitted], catalog)
     if args.cv:
-        held: list[tuple[float, float]] = [(0.0, 0.0)] * len(rows)
-        for g in sorted({r.configuration for r in rows}, key=repr):
-            train = [r for r in rows if r.configuration != g]
-            preset = preset_of(fit(train, catalog, x, max(3, args.iterations // 5)))
-            for i, r in enumerate(rows):
-                if r.configuration == g:
-                    p = predict(r, catalog, preset)
-                    held[i] = (p.predicted_tpot_ms, p.predicted_ttft_ms)
+        held = held_out(rows, fitted_rows, catalog, x, args.iterations)
         report("held out", rows, held, catalog)
+        keep = [i for i, r in enumerate(rows) if r in fitted_rows]
+        report("held, floor ok", [rows[i] for i in keep], [held[i] for i in keep], catalog)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

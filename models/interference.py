@@ -14,6 +14,14 @@ steps, so its time per output token (TPOT) carries
 
     (1 - s) x (B - 1) x I / O prefill tokens per step           (measured TPOT: ``validate``)
 
+How synchronised the waves stay depends on how much of a request's cycle its engine spends
+prefilling: the busy share ``rho = B x prefill / (B x prefill + O x step)`` (prefill of the ``B``
+prompts against the ``O`` decode steps of a request). Where prefill takes a large part of the
+cycle, the first tokens of a wave spread over that prefill, the requests finish and return
+staggered, and fewer of the others' prompts are ahead of a request:
+
+    s = s_engine x (1 - rho)^gamma                               (``busy_share_exponent``)
+
 Static-batch benchmarks (all prompts prefilled before decoding starts) carry none.
 """
 
@@ -34,3 +42,19 @@ def prefill_flops_per_step(llm: LLM, batch: float, input_tokens: float, output_t
     requests_per_step = share * batch / max(output_tokens, 1.0)
     per_request = prefill_linear_flops(llm, input_tokens) + prefill_attention_flops(llm, input_tokens)
     return requests_per_step * per_request
+
+
+def prefill_busy_share(batch: float, prefill_s: float, output_tokens: float, decode_step_s: float) -> float:
+    """Share of a closed-loop request's cycle its engine spends prefilling: ``batch`` prompts of
+    ``prefill_s`` each against ``output_tokens`` decode steps of ``decode_step_s`` (0 to 1)."""
+    prefill = batch * prefill_s
+    total = prefill + max(output_tokens, 1.0) * decode_step_s
+    return prefill / total if total > 0 else 0.0
+
+
+def share_before_first_token(engine_share: float, busy_share: float, exponent: float) -> float:
+    """Share of a benchmark's other prompts prefilled before a request's first token: the engine's
+    share ``engine_share`` times ``(1 - busy_share)^exponent`` (the engine's share at exponent 0)."""
+    if exponent <= 0:
+        return engine_share
+    return engine_share * (1.0 - min(max(busy_share, 0.0), 1.0)) ** exponent

@@ -3,11 +3,14 @@
 Every number the ``default`` preset uses for communication, fixed and per-sequence overheads,
 kernel efficiencies, the paged KV cache, the engines' prefill scheduling and the sequence cap
 lives in :data:`DEFAULT_PHYSICS`, with the reason for its value next to it. The values marked
-*fitted* were fitted once, all together, to the 784 rows of
+*fitted* were fitted once, all together, to 780 of the 784 rows of
 ``../shared/reference/measurements/silicon-train.csv`` that the planner would run (41
 configuration groups; robust least squares on the relative error of TPOT and on log TTFT,
 script ``benchmarks/fit_physics.py``), and judged by leaving whole configuration groups out
-(``--cv``); no value is per model or per source. `fleetplan calibrate` fits a scale on top of
+(``--cv``); no value is per model or per source. The 4 rows left out of the fit report a TPOT
+shorter than reading their step's bytes at the datasheet bandwidth (a gpt-oss-120b row at batch
+512, a Qwen3-32B row and two duplicate DeepSeek-R1 rows): those runs did not hold the batch they
+name. `fleetplan calibrate` fits a scale on top of
 these values from the user's own measurements.
 
 Units are SI base units with the unit in the field name (seconds, bytes, bytes/s).
@@ -52,7 +55,9 @@ class EnginePhysics:
     request (a closed-loop benchmark at concurrency B admits them in waves) that the engine
     prefills before that request's first token. The rest is prefilled in chunks inside the
     request's decode steps, so it lands in its time per output token. A prefill-first
-    scheduler (SGLang) holds a larger share than one that mixes chunks into decode batches.
+    scheduler (SGLang) holds a larger share than one that mixes chunks into decode batches. It is
+    the share where prefill takes little of a request's cycle; ``Physics.busy_share_exponent``
+    lowers it as prefill takes more.
     ``chunk_tokens``: prompt tokens prefilled per engine step (chunked-prefill budget:
     vLLM ``max_num_batched_tokens``, SGLang ``chunked_prefill_size``, TensorRT-LLM
     ``max_num_tokens``; 8,192 is the default of all three on H100-class GPUs).
@@ -69,6 +74,9 @@ class Physics:
 
     ``sequence_overhead_s``: host seconds per running sequence per decode step.
     ``prefill_communication``: the tokens a step or a prefill processes are all-reduced.
+    ``busy_share_exponent``: how fast the share of a benchmark's other prompts ahead of a
+    request falls as prefill takes more of the engine's time (see
+    :func:`fleetplan.models.interference.share_before_first_token`); 0 keeps each engine's share.
     """
 
     families: tuple[FamilyPhysics, ...]
@@ -86,6 +94,7 @@ class Physics:
     admission_latency_s: float = 0.0
     sequence_overhead_s: float = 0.0
     prefill_communication: bool = False
+    busy_share_exponent: float = 0.0
 
     def family(self, name: str) -> FamilyPhysics:
         """The figures of GPU family ``name``, or the generic fallback for an unknown family."""
@@ -105,12 +114,13 @@ class Physics:
 
 # Fitted NVIDIA figures (hopper, blackwell; ampere shares them): see the module docstring.
 # Bandwidth efficiency reached 0.90, the bound the fit allows (streaming kernels reach 85-90%
-# of datasheet bandwidth in microbenchmarks); the per-layer cost of 60 us (kernel ramp and tail
+# of datasheet bandwidth in microbenchmarks); the per-layer cost of 62.5 us (kernel ramp and tail
 # of a layer's dozen kernels, norms, rotary embedding, routing) and the host's work per sequence
 # (``sequence_overhead_s``; the fixed part per step fitted to zero) explain why small per-GPU
-# shards run far below the roofline; a one-shot all-reduce costs 4.1 us of latency whatever the
-# TP degree (no per-hop cost), its bytes at the link's bandwidth on top.
-_NVIDIA = (0.90, 0.0, 60e-6, 4.1e-6, 0.0)
+# shards run far below the roofline; a one-shot all-reduce costs 2 us of latency whatever the
+# TP degree (no per-hop cost; the fit's lower bound, an NVLink round trip and a kernel's
+# launch), its bytes at the link's effective bandwidth on top.
+_NVIDIA = (0.90, 0.0, 62.5e-6, 2.0e-6, 0.0)
 
 DEFAULT_PHYSICS = Physics(
     families=(
@@ -129,8 +139,11 @@ DEFAULT_PHYSICS = Physics(
     ),
     # Unknown families (user catalogs) get conservative mid-range figures.
     fallback=FamilyPhysics("other", 0.75, 0.8e-3, 64e-6, 12e-6, 4.0e-6),
-    # NCCL reaches ~70% of the one-direction link bandwidth on bus-bandwidth tests.
-    comm_bandwidth_efficiency=0.7,
+    # Fitted (all 780 rows above the bandwidth floor, see the module docstring): the all-reduces of
+    # a step that carries prompt tokens move 1-50 MB per call, where NCCL reaches about half of the
+    # one-direction link bandwidth (70% only for messages of hundreds of MB), and they share the
+    # GPUs' memory and SMs with the step's GEMMs: 0.47 of the scale-up bandwidth.
+    comm_bandwidth_efficiency=0.47,
     # Activations exchanged by tensor-parallel all-reduces are bf16 whatever the weights.
     activation_bytes=2.0,
     # Megatron-style tensor parallelism: one all-reduce after attention, one after the MLP.
@@ -141,38 +154,45 @@ DEFAULT_PHYSICS = Physics(
     # Engines cap concurrent sequences per instance (vLLM max_num_seqs, TensorRT-LLM
     # max_batch_size, SGLang max_running_requests); 1024 is the largest default among them.
     max_num_seqs=1024,
-    # Fitted: share of a wave's other prompts prefilled before a request's first token. SGLang
-    # runs prefill batches first (0.37), TensorRT-LLM (0.15) and vLLM (0.08) mix chunks into
-    # the decode batches, so most of that prefill lands in the time per output token.
+    # Fitted: share of a wave's other prompts prefilled before a request's first token when
+    # prefill takes little of the cycle (lowered by ``busy_share_exponent`` as it takes more).
+    # SGLang runs prefill batches first (0.45), TensorRT-LLM (0.16) and vLLM (0.082) mix chunks
+    # into the decode batches, so most of that prefill lands in the time per output token.
     engines=(
-        EnginePhysics("sglang", 0.37, 8192),
-        EnginePhysics("trtllm", 0.15, 8192),
-        EnginePhysics("vllm", 0.08, 8192),
+        EnginePhysics("sglang", 0.45, 8192),
+        EnginePhysics("trtllm", 0.16, 8192),
+        EnginePhysics("vllm", 0.082, 8192),
     ),
     # An unknown engine (and the planner, which plans no particular one) gets the mean.
-    engine_fallback=EnginePhysics("any", 0.20, 8192),
+    engine_fallback=EnginePhysics("any", 0.23, 8192),
     # Fitted, at the bound the fit allows (1 / 0.90: the datasheet bandwidth): paged attention
     # streams the KV cache at full bandwidth, faster than the weight GEMMs at small batch.
     kv_bandwidth_efficiency=1.11,
     # Fitted: a grouped GEMM whose experts each get few tokens does not stream an expert's weights
     # at full rate; reading a touched expert costs (1 + 0.41 / tokens per touched expert) times
     # its bytes (about 1.4x at one token per expert, nothing once experts get dozens).
-    moe_small_group_tokens=0.41,
+    moe_small_group_tokens=0.43,
     # Fitted on gpt-oss-120b (MXFP4 weights) on H100/H200, which have no FP4 tensor cores: the
     # weights are dequantised to bf16 in the GEMM's inner loop, so reading them takes 1.39x the
     # time of their bytes alone.
-    weight_only_fp4_dequant_factor=1.39,
+    weight_only_fp4_dequant_factor=1.46,
     # Fitted: time from a request's arrival to its admission and from its first token to the
     # client (HTTP, tokenisation, scheduling, detokenisation) that every measured TTFT holds:
-    # 89 ms across the three engines.
-    admission_latency_s=0.089,
+    # 81 ms across the three engines.
+    admission_latency_s=0.081,
     # Fitted: host work per running sequence per decode step (input preparation, sampling,
-    # detokenisation, the scheduler's bookkeeping): 24 us, which no GPU parallelism shortens, so
+    # detokenisation, the scheduler's bookkeeping): 21.8 us, which no GPU parallelism shortens, so
     # TP 8 at batch 128 and more runs well below its roofline.
-    sequence_overhead_s=24e-6,
+    sequence_overhead_s=21.8e-6,
     # The prompt tokens a decode step prefills are all-reduced with its decode tokens (one message
     # of batch + prefill tokens per all-reduce), and a prefill's service time pays its own.
     prefill_communication=True,
+    # Fitted: the share of a closed-loop benchmark's other prompts ahead of a request falls as
+    # (1 - rho)^0.46 with the share rho of the cycle its engine spends prefilling: where prefill
+    # is most of the cycle, a wave's first tokens spread over it and the requests return staggered
+    # (TensorRT-LLM's implied share falls from 0.28 at rho 0.05-0.1 to 0.12 at rho 0.4-0.7, vLLM's
+    # from 0.15 to 0.02). Held out by configuration group it lifts dense TTFT within 1.5x.
+    busy_share_exponent=0.46,
 )
 
 

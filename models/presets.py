@@ -149,9 +149,10 @@ SEED = Preset(name="seed")
 DEFAULT = Preset(
     name="default",
     # Fitted with the physics (see fleetplan.models.physics): decode GEMMs at small M reach
-    # 26% of the dense datasheet rate, prefill GEMMs at large M 54% (silicon-train.csv).
+    # 49% of the dense datasheet rate of the weights' precision, prefill GEMMs at large M 90%
+    # (the fit's bound; silicon-train.csv, the 780 rows above the bandwidth floor).
     compute_efficiency=0.49,
-    prefill_compute_efficiency=0.86,
+    prefill_compute_efficiency=0.90,
     prefill_attention=True,
     decode_context="average",
     compute_precision="weights",

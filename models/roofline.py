@@ -31,11 +31,13 @@ batch to stay within the engine's cap on concurrent sequences.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fleetplan.catalogs.schema import GPU, LLM
 from fleetplan.models.communication import parallel_comm_time_s
+from fleetplan.models.interference import prefill_busy_share, share_before_first_token
 from fleetplan.models.interference import prefill_flops_per_step as aggregated_prefill_flops
+from fleetplan.models.prefill import prefill_attention_flops, prefill_linear_flops
 from fleetplan.models.memory import bytes_per_value, kv_bytes_per_sequence, kv_replication_factor, weight_bytes
 from fleetplan.models.moe import grouped_params_read_per_step, params_read_per_step
 from fleetplan.models.overhead import host_time_s, layer_time_s
@@ -73,6 +75,7 @@ class StepEstimate:
     batch: int = 0
     batch_cap: int | None = None
     ep: int = 1
+    prefill_busy_share: float = 0.0
 
     @property
     def fits(self) -> bool:
@@ -163,12 +166,33 @@ def weight_bytes_read(llm: LLM, gpu: GPU, preset: Preset, precision: str, batch:
     return read, timed
 
 
-def benchmark_prefill_share(preset: Preset, engine: str | None) -> float:
-    """Share of the other requests' prompts a closed-loop benchmark's decode steps carry:
-    1 - the engine's ``prefill_before_first_token`` (all of them without physics)."""
+def benchmark_share_ahead(preset: Preset, engine: str | None, busy_share: float = 0.0) -> float:
+    """Share of the other requests' prompts a closed-loop benchmark prefills before a request's
+    first token: the engine's ``prefill_before_first_token``, lowered as prefill takes a larger
+    ``busy_share`` of the cycle (:func:`~fleetplan.models.interference.share_before_first_token`);
+    none without physics."""
     if preset.physics is None:
-        return 1.0
-    return 1.0 - preset.physics.engine(normalize_engine(engine)).prefill_before_first_token
+        return 0.0
+    base = preset.physics.engine(normalize_engine(engine)).prefill_before_first_token
+    return share_before_first_token(base, busy_share, preset.physics.busy_share_exponent)
+
+
+def benchmark_prefill_share(preset: Preset, engine: str | None, busy_share: float = 0.0) -> float:
+    """Share of the other requests' prompts a closed-loop benchmark's decode steps carry:
+    1 - :func:`benchmark_share_ahead` (all of them without physics)."""
+    return 1.0 - benchmark_share_ahead(preset, engine, busy_share)
+
+
+def benchmark_busy_share(llm: LLM, gpu: GPU, preset: Preset, *, precision: str, tp: int, batch: int,
+                         input_tokens: float, output_tokens: float, decode_step_s: float,
+                         factors: CalibrationFactors) -> float:
+    """Busy share of prefill in a closed-loop benchmark
+    (:func:`~fleetplan.models.interference.prefill_busy_share`): each prompt's FLOPs at the
+    replica's prefill rate against ``output_tokens`` decode steps of ``decode_step_s`` (the step
+    without the benchmark's prefill)."""
+    flops = prefill_linear_flops(llm, input_tokens) + prefill_attention_flops(llm, input_tokens)
+    prompt_s = flops / usable_flop_rate(preset, gpu, precision, tp, factors, prefill=True)
+    return prefill_busy_share(batch, prompt_s, output_tokens, decode_step_s)
 
 
 def _extra_times(llm: LLM, gpu: GPU, preset: Preset, tp: int, ep: int, batch: int, factors: CalibrationFactors,
@@ -190,14 +214,35 @@ def _extra_times(llm: LLM, gpu: GPU, preset: Preset, tp: int, ep: int, batch: in
 
 
 def _benchmark_prefill_flops(llm: LLM, preset: Preset, engine: str | None, batch: int, input_tokens: float,
-                             output_tokens: float, aggregated: bool) -> float:
+                             output_tokens: float, busy_share: float) -> float:
     """Prefill FLOPs per step of a closed-loop continuous-batching benchmark: the engine's share of
-    the other ``batch - 1`` requests' prefill (:mod:`fleetplan.models.interference`), when the
-    preset models it and the step is one of such a benchmark (``aggregated``)."""
-    if not (aggregated and preset.prefill_interference):
-        return 0.0
-    share = benchmark_prefill_share(preset, engine)
+    the other ``batch - 1`` requests' prefill (:mod:`fleetplan.models.interference`) at the
+    benchmark's prefill ``busy_share``."""
+    share = benchmark_prefill_share(preset, engine, busy_share)
     return aggregated_prefill_flops(llm, max(batch - 1, 0), input_tokens, output_tokens, share)
+
+
+def _benchmark_load(
+    llm: LLM, gpu: GPU, preset: Preset, engine: str | None, aggregated: bool, kwargs: dict[str, Any]
+) -> tuple[float, float]:
+    """(prefill FLOPs per step, prefill busy share) of a closed-loop benchmark of the decode step
+    ``kwargs`` describes, zeros unless the step is one of such a benchmark (``aggregated``) and the
+    preset models its prefill; the busy share needs the step without that prefill, computed once
+    more only when the preset's share depends on it."""
+    if not (aggregated and preset.prefill_interference):
+        return 0.0, 0.0
+    physics = preset.physics
+    busy = 0.0
+    if physics is not None and physics.busy_share_exponent > 0:
+        plain = decode_step(llm, gpu, preset=preset, engine=engine, **kwargs)
+        factors = preset.factors_for(gpu.id, gpu.family, engine, model_kind(llm))
+        busy = benchmark_busy_share(
+            llm, gpu, preset, precision=kwargs["precision"], tp=kwargs["tp"], batch=kwargs["batch"],
+            input_tokens=kwargs["input_tokens"], output_tokens=kwargs["output_tokens"],
+            decode_step_s=plain.step_time_s, factors=factors)
+    flops = _benchmark_prefill_flops(llm, preset, engine, kwargs["batch"], kwargs["input_tokens"],
+                                     kwargs["output_tokens"], busy)
+    return flops, busy
 
 
 def decode_step(
@@ -208,15 +253,12 @@ def decode_step(
     """Estimate of one decode step of a ``tp``-GPU replica running ``batch`` sequences: the one
     function every decode step time comes from (``estimate``, the planner, ``validate``).
 
-    ``prefill_flops_per_step`` is prefill work carried by the same step (chunked prefill of
-    new requests on a colocated replica). The seed composition adds it to the step's FLOPs;
-    the default one adds its compute time, at the prefill efficiency, to the step.
-    ``aggregated=True``: a closed-loop continuous-batching benchmark, where a preset with
-    ``prefill_interference`` adds the engine's share of the other ``batch - 1`` requests' prefill
-    (:mod:`fleetplan.models.interference`). ``ep``: expert-parallel degree of MoE layers;
-    ``engine``: engine-specific calibration factors and prefill scheduling. ``layout`` (pipeline,
-    expert and attention-data parallelism) times a wider replica from this step of one rank
-    (:func:`fleetplan.models.layout.layout_step`); a tensor-parallel layout is this step.
+    ``prefill_flops_per_step``: prefill work the step carries (chunked prefill on a colocated
+    replica), FLOPs of the step in the seed composition, time at the prefill efficiency in the
+    default one. ``aggregated=True``: a closed-loop benchmark, where ``prefill_interference`` adds
+    the engine's share of the other ``batch - 1`` prompts (:mod:`fleetplan.models.interference`).
+    ``ep``: expert-parallel degree; ``engine``: calibration and prefill scheduling; ``layout``
+    (pipeline, expert, attention-data parallelism): :func:`fleetplan.models.layout.layout_step`.
     """
     if layout is not None and not layout.is_tensor_parallel_only:
         from fleetplan.models.layout import layout_step
@@ -224,11 +266,14 @@ def decode_step(
         return layout_step(llm, gpu, layout, precision=precision, batch=batch, input_tokens=input_tokens,
                            output_tokens=output_tokens, preset=preset, kv_precision=kv_precision,
                            prefill_flops_per_step=prefill_flops_per_step, engine=engine, aggregated=aggregated)
+    extra, busy = _benchmark_load(llm, gpu, preset, engine, aggregated, dict(
+        precision=precision, tp=tp, batch=batch, input_tokens=input_tokens, output_tokens=output_tokens,
+        kv_precision=kv_precision, prefill_flops_per_step=prefill_flops_per_step, ep=ep))
+    prefill_flops_per_step += extra
     kv_prec = effective_kv_precision(preset, kv_precision)
     kv_read, kv_held = kv_bytes_read_and_held(llm, preset, tp, kv_prec, input_tokens, output_tokens)
     w = weight_bytes(llm, precision)
     w_read, w_timed = weight_bytes_read(llm, gpu, preset, precision, batch)
-    prefill_flops_per_step += _benchmark_prefill_flops(llm, preset, engine, batch, input_tokens, output_tokens, aggregated)
     factors = preset.factors_for(gpu.id, gpu.family, engine, model_kind(llm))
     bandwidth = tp * gpu.mem_bandwidth_bytes_per_s * bandwidth_efficiency(preset, gpu) * factors.bandwidth_scale
     flop_rate = usable_flop_rate(preset, gpu, precision, tp, factors, prefill=False)
@@ -258,5 +303,5 @@ def decode_step(
         memory_usable_bytes=tp * gpu.memory_bytes * preset.usable_memory_fraction,
         kv_precision=kv_prec, compute_precision=compute_precision(preset, gpu, precision), weight_bytes_read=w_read,
         weights_time_s=weights_time, kv_time_s=kv_time, prefill_time_s=prefill_time, comm_time_s=comm,
-        overhead_time_s=overhead, batch=batch, batch_cap=cap, ep=ep,
+        overhead_time_s=overhead, batch=batch, batch_cap=cap, ep=ep, prefill_busy_share=busy,
     )

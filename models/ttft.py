@@ -47,7 +47,9 @@ from fleetplan.models.physics import DEFAULT_TTFT_QUEUE_MULTIPLE
 from fleetplan.models.presets import Preset, normalize_engine
 from fleetplan.models.communication import parallel_comm_time_s
 from fleetplan.models.memory import weight_bytes
-from fleetplan.models.roofline import StepEstimate, bandwidth_efficiency, decode_step, model_kind, usable_flop_rate
+from fleetplan.models.roofline import (
+    StepEstimate, bandwidth_efficiency, benchmark_share_ahead, decode_step, model_kind, usable_flop_rate,
+)
 
 
 def queue_factor(utilisation: float) -> float:
@@ -113,14 +115,16 @@ def prefill_service_s(llm: LLM, gpu: GPU, preset: Preset, *, precision: str, tp:
 
 
 def benchmark_ttft_s(preset: Preset, *, prefill_s: float, step_s: float, batch: int, input_tokens: float,
-                     engine: str | None) -> float:
+                     engine: str | None, busy_share: float = 0.0) -> float:
     """TTFT of a request in a closed-loop continuous-batching benchmark at concurrency ``batch``:
-    the engine's share of the other prompts is prefilled before it, in chunks, with decode steps
-    interleaved (no queue: the concurrency is the load)."""
+    the engine's share of the other prompts (at the benchmark's prefill ``busy_share``, the
+    decode step's :attr:`~fleetplan.models.roofline.StepEstimate.prefill_busy_share`) is
+    prefilled before it, in chunks, with decode steps interleaved (no queue: the concurrency is
+    the load)."""
     share, chunk = 1.0, math.inf
     if preset.physics is not None:
-        e = preset.physics.engine(normalize_engine(engine))
-        share, chunk = e.prefill_before_first_token, float(e.chunk_tokens)
+        share = benchmark_share_ahead(preset, engine, busy_share)
+        chunk = float(preset.physics.engine(normalize_engine(engine)).chunk_tokens)
     ahead = share * max(batch - 1, 0)
     steps = max(1.0, math.ceil((1.0 + ahead) * input_tokens / chunk - 1e-9))
     return ttft_s(prefill_s=prefill_s, requests_ahead=ahead, steps=steps, step_s=step_s, utilisation=0.0,

@@ -107,7 +107,8 @@ def predict(row: Measurement, catalog: Catalog, preset: Preset) -> Prediction:
     prompt_s = prefill_service_s(llm, gpu, preset, precision=row.precision, tp=row.tp, flops=work, engine=row.engine)
     if continuous:
         ttft = benchmark_ttft_s(preset, prefill_s=prompt_s, step_s=decode_only.step_time_s, batch=row.batch,
-                                input_tokens=row.input_tokens, engine=row.engine)
+                                input_tokens=row.input_tokens, engine=row.engine,
+                                busy_share=est.prefill_busy_share)
     else:  # static batching: every prompt of the batch is prefilled, then one step
         ttft = ttft_s(prefill_s=prompt_s, requests_ahead=row.batch - 1, steps=1.0, step_s=est.step_time_s,
                       utilisation=0.0)

@@ -144,7 +144,7 @@ def test_candidate_counts_narrow_down(example_plan, name):
 
 
 def test_pooled_gpus_counted_once_everywhere(capsys, tmp_path):
-    """pooling-2chat: 7 shared h100 tp2 replicas; table, summary.csv and gpu_usage all say 14."""
+    """pooling-2chat: 8 shared h200 tp2 replicas; table, summary.csv and gpu_usage all say 16."""
     out = tmp_path / "out"
     code = main(["plan", str(EXAMPLES / "pooling-2chat.yaml"), str(EXAMPLES / "seed-chat-70b.yaml"),
                  "--out", str(out)])
@@ -153,17 +153,17 @@ def test_pooled_gpus_counted_once_everywhere(capsys, tmp_path):
     import json
 
     d = json.loads((out / "pooling-2chat.json").read_text(encoding="utf-8"))
-    assert d["totals"]["all_gpus"] == 14 and d["totals"]["replicas"] == 7
-    assert sum(u["gpus"] for u in d["gpu_usage"].values()) == 14
+    assert d["totals"]["all_gpus"] == 16 and d["totals"]["replicas"] == 8
+    assert sum(u["gpus"] for u in d["gpu_usage"].values()) == 16
     (pool,) = d["pools"]
-    assert (pool["replicas"], pool["gpus"]) == (7, 14)
+    assert (pool["replicas"], pool["gpus"]) == (8, 16)
     assert [(p["name"], p["gpus"], p["shared_gpus"]) for p in d["products"]] == [
-        ("consumer-chat", 0, 14), ("internal-assistant", 0, 14)]
+        ("consumer-chat", 0, 16), ("internal-assistant", 0, 16)]
     assert sum(p["monthly_cost_usd"] for p in d["products"]) == pytest.approx(pool["monthly_cost_usd"], abs=1e-9)
     with (out / "summary.csv").open(encoding="utf-8", newline="") as fh:
         rows = [r for r in csv.DictReader(fh) if r["scenario"] == "pooling-2chat"]
     assert [(r["product"], r["gpus"], r["pooled_in"]) for r in rows] == [
-        ("", "14", ""), ("pool:consumer-chat+internal-assistant", "14", ""),
+        ("", "16", ""), ("pool:consumer-chat+internal-assistant", "16", ""),
         ("consumer-chat", "0", "pool:consumer-chat+internal-assistant"),
         ("internal-assistant", "0", "pool:consumer-chat+internal-assistant"),
     ]
@@ -171,8 +171,8 @@ def test_pooled_gpus_counted_once_everywhere(capsys, tmp_path):
     code = main(["plan", str(EXAMPLES / "pooling-2chat.yaml")])
     text = capsys.readouterr().out
     assert code == 0
-    assert table_total(text) == (14, round(d["monthly_cost_usd"]))
-    assert "share 7 replicas (14 GPUs)" in text
+    assert table_total(text) == (16, round(d["monthly_cost_usd"]))
+    assert "share 8 replicas (16 GPUs)" in text
     assert text.count("a replica costs") == 1  # the shared replicas are explained once
 
 
