@@ -30,21 +30,19 @@ from functools import cached_property
 
 import numpy as np
 
+from fleetplan.optimizer.trace import Trace
+
 StepTime = Callable[[int, float, int], float]  # (decoding sequences, their mean context tokens, prefill tokens) -> s
 
 
-@dataclass(frozen=True)
-class Requests:
-    """Requests in arrival order: seconds, prompt tokens (to prefill) and output tokens."""
-
-    arrival_s: np.ndarray
-    input_tokens: np.ndarray
-    output_tokens: np.ndarray
+class Requests(Trace):
+    """Requests in arrival order, as a trace holds them (seconds, prompt tokens to prefill,
+    output tokens), with what the simulation asks of them."""
 
     @property
     def count(self) -> int:
         """Number of requests."""
-        return int(self.arrival_s.size)
+        return self.requests
 
     @cached_property
     def mean_input_tokens(self) -> float:

@@ -317,7 +317,7 @@ def summary(pd: dict[str, Any], load: HourLoad, reqs: Requests, timings: Any, bu
 def _run_length(reqs: Requests, timings: Any) -> dict[str, Any]:
     """Simulated seconds of arrivals against a request's mean time in the system: a run shorter
     than three lifetimes (``short_run``) may not yet show a queue that builds up."""
-    span = float(reqs.arrival_s[-1] - reqs.arrival_s[0]) if reqs.count > 1 else 0.0
+    span = reqs.span_s
     life = timings.last_s - reqs.arrival_s
     lifetime = float(np.mean(life[np.isfinite(life)])) if np.isfinite(life).any() else 0.0
     return {"simulated_s": round(span, 3), "mean_request_s": round(lifetime, 3), "short_run": span < 3.0 * lifetime}
