@@ -28,6 +28,9 @@ def _read_plan(path: str) -> dict[str, Any]:
     sizes and targets."""
     from fleetplan.catalogs.files import read_json
 
+    if Path(path).suffix.lower() in (".yaml", ".yml"):
+        raise InputError(f"{path}: a scenario, not a plan; plan it first with 'fleetplan plan {path} --out plan.json' "
+                         f"and simulate plan.json")
     plan = read_json(Path(path), "plan", InputError, "")
     if not isinstance(plan, dict) or not isinstance(plan.get("products"), list):
         raise InputError(f"{path}: not a plan (no 'products' list); give the JSON of 'fleetplan plan --out'")

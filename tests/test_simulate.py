@@ -109,6 +109,11 @@ def test_simulate_not_a_plan_exits_2(tmp_path, capsys):
     assert err.count("\n") == 1 and "not a plan" in err
 
 
+def test_simulate_a_scenario_says_to_plan_it_first(capsys):
+    assert main(["simulate", str(EXAMPLES / "chat-trace.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "fleetplan plan" in err and "--out plan.json" in err
+
 
 def mix_plan(tmp_path: Path) -> Path:
     """The chat-trace plan of one request size with its replicas split over two configurations (keys
