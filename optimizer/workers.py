@@ -64,9 +64,10 @@ def _stop(pool: ProcessPoolExecutor) -> None:
 
 
 @contextmanager
-def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+def worker_pool(workers: int, finish: bool = True) -> Iterator[ProcessPoolExecutor]:
     """A process pool of ``workers`` spawned workers; on an exception in the block it is stopped
-    at once (see the module docstring), otherwise it is shut down after its work finishes."""
+    at once (see the module docstring), otherwise it is shut down after its work finishes, or
+    stopped as on an exception when ``finish`` is False (work still queued is not wanted)."""
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_leave_signals_to_parent)
     try:
@@ -74,4 +75,7 @@ def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     except BaseException:
         _stop(pool)
         raise
-    pool.shutdown(wait=True)
+    if finish:
+        pool.shutdown(wait=True)
+    else:
+        _stop(pool)
