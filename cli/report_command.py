@@ -41,7 +41,7 @@ def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dic
     from fleetplan.io import SCENARIO_PRESET_HINT, resolve_preset, scenario_inputs
     from fleetplan.models.presets import get_preset
     from fleetplan.optimizer.ahead import LimitsAhead
-    from fleetplan.optimizer.binding import binding_limits
+    from fleetplan.optimizer.binding import binding_limits, binding_relaxations
     from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline, Progress
     from fleetplan.optimizer.defaults import EXPLAIN_SHARE
     from fleetplan.optimizer.plan import make_plan
@@ -67,6 +67,7 @@ def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dic
                                 deadline.share(0.5).left())
             plan = make_plan(scenario, catalog, solver=args.solver, preset=preset, folder=folder,
                              deadline=deadline.share(0.5), memo=memo, value_limits=False)
+            ahead.keep(binding_relaxations(plan, scenario))
             rows = tornado(scenario, Replanner(catalog, preset, folder, args.solver, memo), deadline.share(0.5), plan)
             plan.binding_limits = binding_limits(plan, scenario, ahead.resolve, deadline.share(EXPLAIN_SHARE))
             plan.stopped = list(deadline.stopped)

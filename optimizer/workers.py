@@ -48,7 +48,7 @@ def _leave_signals_to_parent() -> None:
     threading.Thread(target=_end_worker, args=(read_fd,), daemon=True).start()
 
 
-def _stop(pool: ProcessPoolExecutor) -> None:
+def stop(pool: ProcessPoolExecutor) -> None:
     """Cancel what has not started, terminate the running workers and wait for them."""
     processes = list((getattr(pool, "_processes", None) or {}).values())
     pool.shutdown(wait=False, cancel_futures=True)
@@ -73,9 +73,9 @@ def worker_pool(workers: int, finish: bool = True) -> Iterator[ProcessPoolExecut
     try:
         yield pool
     except BaseException:
-        _stop(pool)
+        stop(pool)
         raise
     if finish:
         pool.shutdown(wait=True)
     else:
-        _stop(pool)
+        stop(pool)
