@@ -36,6 +36,7 @@ def read_plan(path: Path) -> dict[str, Any]:
 
 def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]], Path]:
     """Plan the scenario, then its tornado, in one deadline; (plan JSON, tornado rows, output)."""
+    from fleetplan import charts
     from fleetplan.catalogs import load_catalog
     from fleetplan.catalogs.files import check_output_file
     from fleetplan.io import SCENARIO_PRESET_HINT, resolve_preset, scenario_inputs
@@ -69,6 +70,7 @@ def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dic
                              deadline=deadline.share(0.5), memo=memo, value_limits=False)
             ahead.keep(binding_relaxations(plan, scenario))
             rows = tornado(scenario, Replanner(catalog, preset, folder, args.solver, memo), deadline.share(0.5), plan)
+            charts.load()
             plan.binding_limits = binding_limits(plan, scenario, ahead.resolve, deadline.share(EXPLAIN_SHARE))
             plan.stopped = list(deadline.stopped)
     finally:
