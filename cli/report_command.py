@@ -1,8 +1,9 @@
 """``fleetplan report SCENARIO.yaml|PLAN.json --out plan.html``: a plan as one HTML page.
 
 From a scenario the command plans it (the re-plans that value its binding limits run in a
-worker process meanwhile, :mod:`~fleetplan.optimizer.ahead`) and then prices the plan's configurations with each
-tornado input moved by ±20% (:meth:`~fleetplan.optimizer.sensitivity.Replanner.kept_cost`), all
+worker process meanwhile, :mod:`~fleetplan.optimizer.ahead`) and then prices the plan's
+configurations with each tornado input moved by ±20%
+(:meth:`~fleetplan.optimizer.sensitivity.Replanner.kept_cost`), all
 within the one deadline of the command (``options.time_limit_s`` or the default);
 from a plan file (``fleetplan plan ... --json`` output) it draws that plan and says the
 sensitivities need the scenario. The page is written atomically, only when everything
@@ -71,8 +72,9 @@ def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dic
             ahead.keep(binding_relaxations(plan, scenario))
             rows = tornado(scenario, Replanner(catalog, preset, folder, args.solver, memo), deadline.share(0.5), plan)
             charts.load()
+            seen = len(deadline.stopped)  # the plan's notes are in plan.stopped; add the binding limits'
             plan.binding_limits = binding_limits(plan, scenario, ahead.resolve, deadline.share(EXPLAIN_SHARE))
-            plan.stopped = list(deadline.stopped)
+            plan.stopped += deadline.stopped[seen:]
     finally:
         progress.close()
     return plan_to_dict(plan), rows, out

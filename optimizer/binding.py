@@ -60,8 +60,8 @@ def every_relaxation(scenario: Scenario) -> list[Relaxation]:
         step = limits.gpus_per_instance(gpu) or 1
         if gpu in totals:
             n = totals[gpu]
-            out.append(Relaxation(f"limits.gpu_availability.{gpu}", step, n + step, _raised(scenario, gpu, None, n + step),
-                                  gpu))
+            out.append(Relaxation(f"limits.gpu_availability.{gpu}", step, n + step,
+                                  _raised(scenario, gpu, None, n + step), gpu))
         for (g, tier), n in tiers:
             if g == gpu:
                 out.append(Relaxation(f"limits.gpu_availability.{gpu}.{tier}", step, n + step,

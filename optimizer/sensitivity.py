@@ -166,8 +166,10 @@ def tornado(scenario: Scenario, replan: Replanner, deadline: Deadline, plan: Pla
             scaled = scaled_by_gpu_price(plan, f) if plan and move is gpu_price else None
             if scaled is not None:
                 cost, proven, error = scaled
+            elif plan:
+                cost, proven, error = replan.kept_cost(variant, plan, within)
             else:
-                cost, proven, error = replan.kept_cost(variant, plan, within) if plan else replan.cost(variant, within)
+                cost, proven, error = replan.cost(variant, within)
             runs -= 1
             row.update({f"{side}_monthly_cost_usd": cost, f"{side}_proven": proven, f"{side}_error": error})
         out.append(row)
