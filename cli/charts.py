@@ -29,6 +29,12 @@ def _pyplot() -> Any:
     return plt
 
 
+def load() -> None:
+    """Import matplotlib now rather than at the first chart: a report does it while it waits for
+    the re-plans of its worker."""
+    _pyplot()
+
+
 def to_svg(fig: Any) -> str:
     """The figure as an SVG element (no XML prolog, no date), and the figure closed."""
     plt = _pyplot()

@@ -1,7 +1,9 @@
 """``fleetplan report SCENARIO.yaml|PLAN.json --out plan.html``: a plan as one HTML page.
 
-From a scenario the command plans it and then prices the plan's configurations with each
-tornado input moved by ±20% (:meth:`~fleetplan.optimizer.sensitivity.Replanner.kept_cost`), all
+From a scenario the command plans it (the re-plans that value its binding limits run in a
+worker process meanwhile, :mod:`~fleetplan.optimizer.ahead`) and then prices the plan's
+configurations with each tornado input moved by ±20%
+(:meth:`~fleetplan.optimizer.sensitivity.Replanner.kept_cost`), all
 within the one deadline of the command (``options.time_limit_s`` or the default);
 from a plan file (``fleetplan plan ... --json`` output) it draws that plan and says the
 sensitivities need the scenario. The page is written atomically, only when everything
@@ -35,15 +37,21 @@ def read_plan(path: Path) -> dict[str, Any]:
 
 def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]], Path]:
     """Plan the scenario, then its tornado, in one deadline; (plan JSON, tornado rows, output)."""
+    from fleetplan import charts
     from fleetplan.catalogs import load_catalog
     from fleetplan.catalogs.files import check_output_file
     from fleetplan.io import SCENARIO_PRESET_HINT, resolve_preset, scenario_inputs
+    from fleetplan.models.presets import get_preset
+    from fleetplan.optimizer.ahead import LimitsAhead
+    from fleetplan.optimizer.binding import binding_limits, binding_relaxations
     from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline, Progress
+    from fleetplan.optimizer.defaults import EXPLAIN_SHARE
     from fleetplan.optimizer.plan import make_plan
     from fleetplan.optimizer.problem import CandidateMemo
     from fleetplan.optimizer.results import plan_to_dict
     from fleetplan.optimizer.scenario import load_scenario
     from fleetplan.optimizer.sensitivity import Replanner, tornado
+    from fleetplan.optimizer.workers import worker_pool
 
     scenario, folder = load_scenario(args.input)
     inputs = scenario_inputs(args.input, scenario, folder, args.catalog, args.calibration)
@@ -54,9 +62,19 @@ def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dic
     deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S, progress)
     try:
         memo = CandidateMemo()
-        plan = make_plan(scenario, catalog, solver=args.solver, preset=preset, folder=folder, deadline=deadline.share(0.5),
-                         memo=memo)
-        rows = tornado(scenario, Replanner(catalog, preset, folder, args.solver, memo), deadline, plan)
+        # the re-plans valuing the binding limits run in a worker while the plan and its tornado
+        # are solved here; the worker is stopped once they are read (the rest is not wanted)
+        with worker_pool(1, finish=False) as pool:
+            ahead = LimitsAhead(pool, scenario, catalog, args.solver, preset or get_preset(scenario.preset), folder,
+                                deadline.share(0.5).left())
+            plan = make_plan(scenario, catalog, solver=args.solver, preset=preset, folder=folder,
+                             deadline=deadline.share(0.5), memo=memo, value_limits=False)
+            ahead.keep(binding_relaxations(plan, scenario))
+            rows = tornado(scenario, Replanner(catalog, preset, folder, args.solver, memo), deadline.share(0.5), plan)
+            charts.load()
+            seen = len(deadline.stopped)  # the plan's notes are in plan.stopped; add the binding limits'
+            plan.binding_limits = binding_limits(plan, scenario, ahead.resolve, deadline.share(EXPLAIN_SHARE))
+            plan.stopped += deadline.stopped[seen:]
     finally:
         progress.close()
     return plan_to_dict(plan), rows, out

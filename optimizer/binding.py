@@ -27,12 +27,15 @@ Resolve = Callable[[Scenario, Deadline], "tuple[float, bool] | None"]
 
 @dataclass(frozen=True)
 class Relaxation:
-    """One binding limit raised by one step: the scenario field, the GPUs added and the scenario."""
+    """One limit raised by one step: the scenario field, the GPUs added, the new limit, the
+    scenario with it, and the GPU type and pricing tier (None: all tiers) it limits."""
 
     limit: str
     step_gpus: int
     relaxed_to: int
     scenario: Scenario
+    gpu: str
+    tier: str | None = None
 
 
 def _raised(scenario: Scenario, gpu: str, tier: str | None, to: int) -> Scenario:
@@ -46,27 +49,43 @@ def _raised(scenario: Scenario, gpu: str, tier: str | None, to: int) -> Scenario
     return scenario.model_copy(update={"limits": scenario.limits.model_copy(update={"gpu_availability": avail})})
 
 
-def binding_relaxations(plan: Plan, scenario: Scenario) -> list[Relaxation]:
-    """Every availability limit the plan leaves less than one step of, each raised by one step:
-    one instance of the GPU type (one GPU without instances). In scenario order: total first,
-    then each tier."""
+def every_relaxation(scenario: Scenario) -> list[Relaxation]:
+    """Every availability limit of ``scenario`` raised by one step (one instance of the GPU type,
+    one GPU without instances), whether or not a plan binds it: the relaxations a plan can list,
+    in the order it lists them (scenario order; per GPU type the total first, then each tier)."""
     out: list[Relaxation] = []
     limits = scenario.limits
+    totals, tiers = limits.total_availability(), sorted(limits.tier_availability().items())
     for gpu in limits.gpu_availability:
-        usage = plan.instances.get(gpu)
-        if usage is None:
-            continue  # the plan uses none of this type: its limit cannot bind
         step = limits.gpus_per_instance(gpu) or 1
-        bought = (usage["instances"] or 0) * step if usage["gpus_per_instance"] else usage["gpus"]
-        total = limits.total_availability().get(gpu)
-        if total is not None and bought + step > total:
-            out.append(Relaxation(f"limits.gpu_availability.{gpu}", step, total + step,
-                                  _raised(scenario, gpu, None, total + step)))
-        for (g, tier), n in sorted(limits.tier_availability().items()):
-            if g == gpu and usage["gpus_by_tier"].get(tier, 0) + step > n:
+        if gpu in totals:
+            n = totals[gpu]
+            out.append(Relaxation(f"limits.gpu_availability.{gpu}", step, n + step,
+                                  _raised(scenario, gpu, None, n + step), gpu))
+        for (g, tier), n in tiers:
+            if g == gpu:
                 out.append(Relaxation(f"limits.gpu_availability.{gpu}.{tier}", step, n + step,
-                                      _raised(scenario, gpu, tier, n + step)))
+                                      _raised(scenario, gpu, tier, n + step), gpu, tier))
     return out
+
+
+def binds(plan: Plan, r: Relaxation) -> bool:
+    """Whether ``plan`` leaves less than one step of the limit ``r`` raises unused (a GPU type the
+    plan does not use binds nothing)."""
+    usage = plan.instances.get(r.gpu)
+    if usage is None:
+        return False
+    limit = r.relaxed_to - r.step_gpus
+    if r.tier is not None:
+        return usage["gpus_by_tier"].get(r.tier, 0) + r.step_gpus > limit
+    bought = (usage["instances"] or 0) * r.step_gpus if usage["gpus_per_instance"] else usage["gpus"]
+    return bought + r.step_gpus > limit
+
+
+def binding_relaxations(plan: Plan, scenario: Scenario) -> list[Relaxation]:
+    """Every availability limit the plan leaves less than one step of, each raised by one step
+    (see :func:`every_relaxation` for the step and the order)."""
+    return [r for r in every_relaxation(scenario) if binds(plan, r)]
 
 
 def value_of(plan: Plan, r: Relaxation, resolve: Resolve, within: Deadline) -> dict[str, Any]:

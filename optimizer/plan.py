@@ -38,6 +38,10 @@ from fleetplan.optimizer.solution import (
 )
 from fleetplan.optimizer.solvers import Solver
 
+# A variant of the scenario planned by a deadline: (monthly cost, proven optimal), or None without a plan.
+Replan = Callable[[Scenario, Deadline], "tuple[float, bool] | None"]
+
+
 def make_plan(
     scenario: Scenario,
     catalog: Catalog,
@@ -54,6 +58,7 @@ def make_plan(
     demand: dict[str, list[float]] | None = None,
     start: dict[tuple[str, tuple[Any, ...]], float] | None = None,
     memo: CandidateMemo | None = None,
+    value_limits: bool = True,
 ) -> Plan:
     """Solve ``scenario`` to proven optimality, or as far as the deadline allows, and explain the result.
 
@@ -68,7 +73,9 @@ def make_plan(
     the problem as built (benchmarks measure what the exact reductions save); ``demand`` is each
     product's queries per second hour by hour when already read (profiles are read once per
     plan); ``start`` is a solution by column key (a plan's ``solution``) to start joint MIPs from;
-    ``memo`` keeps candidate sets for the command's other plans (its re-plans share it).
+    ``memo`` keeps candidate sets for the command's other plans (its re-plans share it);
+    ``value_limits=False`` leaves the binding limits unvalued for the caller (the report values
+    them with re-plans it started in a worker, see :mod:`.ahead`).
     The budget is checked against the plan's total; with limited GPUs the plan also carries the
     cost of planning the products first come, first served.
 
@@ -92,15 +99,12 @@ def make_plan(
     if compare_first_come and (prob.gpu_availability or prob.tier_availability) and len(plan.scenario.products) > 1:
         plan.first_come_monthly_cost_usd = first_come_cost(prob, list(plan.scenario.products), solver,
                                                            plan.scenario.options, deadline)
-    if alternatives:
+    if alternatives and value_limits:
         # a limit relaxed by one step leaves the plan feasible: its re-plan starts from the plan
         warm = _replanner(catalog, solver, preset, folder, {**keywords, "start": plan.solution})
         plan.binding_limits = binding_limits(plan, scenario, warm, deadline.share(EXPLAIN_SHARE))
     plan.stopped = list(deadline.stopped)
     return plan
-
-
-Replan = Callable[[Scenario, Deadline], "tuple[float, bool] | None"]
 
 
 def _replanner(catalog: Catalog, solver: Solver, preset: Preset, folder: Path | None, keywords: dict[str, Any]
@@ -115,6 +119,13 @@ def _replanner(catalog: Catalog, solver: Solver, preset: Preset, folder: Path | 
             return None
         return found.monthly_cost_usd, found.solve_result.optimal
     return resolve
+
+
+def relaxed_cost(variant: Scenario, catalog: Catalog, solver: Solver, preset: Preset, folder: Path | None,
+                 seconds: float | None) -> tuple[float, bool] | None:
+    """:func:`make_plan`'s cost of ``variant`` (no explanations) within ``seconds``, from a cold
+    start: what a worker process computes for a binding limit's value (see :mod:`.ahead`)."""
+    return _replanner(catalog, solver, preset, folder, {})(variant, Deadline.after(seconds))
 
 
 def _cost(found: tuple[float, bool] | None) -> float:

@@ -21,6 +21,7 @@ from fleetplan.catalogs.loader import Catalog, InputError
 from fleetplan.models.presets import Preset
 from fleetplan.optimizer.candidates import resolve_gpu_price
 from fleetplan.optimizer.deadline import Deadline
+from fleetplan.optimizer.enums import Tier
 from fleetplan.optimizer.errors import SolverError
 from fleetplan.optimizer.problem import CandidateMemo
 from fleetplan.optimizer.scenario import Product, Scenario
@@ -137,10 +138,24 @@ def _kept(pd: Any, plan: Plan) -> Any:
                    pool=pool)
 
 
+def scaled_by_gpu_price(plan: Plan, f: float) -> tuple[float, bool, None] | None:
+    """The kept-configuration cost of ``plan`` with every GPU-hour price times ``f``, without a
+    re-plan, where it is exact: when every cost of the plan is a GPU-hour (on-demand only, no
+    API, no fixed self-hosting cost) the whole objective is multiplied by ``f``, so the same fleet
+    stays cheapest and costs ``f`` times as much. None where another cost would not move with it."""
+    prob = plan.problem
+    if tuple(prob.tiers) != (Tier.ON_DEMAND,) or not plan.solve_result.optimal:
+        return None
+    if any(pd.has_api or pd.fixed_monthly_usd for pd in prob.products.values()):
+        return None
+    return round(plan.monthly_cost_usd * f, 2), True, None
+
+
 def tornado(scenario: Scenario, replan: Replanner, deadline: Deadline, plan: Plan | None = None) -> list[dict[str, Any]]:
     """For each driver, the monthly cost at -20% and +20% (each re-plan gets an equal share of
     what is left of ``deadline``): with ``plan``, that plan's configurations kept
-    (:meth:`Replanner.kept_cost`), else planned afresh. A re-plan with no plan (infeasible, out
+    (:meth:`Replanner.kept_cost`; the GPU-hour price without a re-plan where the cost is all
+    GPU-hours, :func:`scaled_by_gpu_price`), else planned afresh. A re-plan with no plan (infeasible, out
     of time) gives None and its reason."""
     out = []
     runs = 2 * len(DRIVERS)
@@ -148,7 +163,13 @@ def tornado(scenario: Scenario, replan: Replanner, deadline: Deadline, plan: Pla
         row: dict[str, Any] = {"input": name, "low_factor": 1 - SWING, "high_factor": 1 + SWING}
         for side, f in (("low", 1 - SWING), ("high", 1 + SWING)):
             variant, within = move(scenario, replan.catalog, f), deadline.share(1.0 / runs)
-            cost, proven, error = replan.kept_cost(variant, plan, within) if plan else replan.cost(variant, within)
+            scaled = scaled_by_gpu_price(plan, f) if plan and move is gpu_price else None
+            if scaled is not None:
+                cost, proven, error = scaled
+            elif plan:
+                cost, proven, error = replan.kept_cost(variant, plan, within)
+            else:
+                cost, proven, error = replan.cost(variant, within)
             runs -= 1
             row.update({f"{side}_monthly_cost_usd": cost, f"{side}_proven": proven, f"{side}_error": error})
         out.append(row)

@@ -48,7 +48,7 @@ def _leave_signals_to_parent() -> None:
     threading.Thread(target=_end_worker, args=(read_fd,), daemon=True).start()
 
 
-def _stop(pool: ProcessPoolExecutor) -> None:
+def stop(pool: ProcessPoolExecutor) -> None:
     """Cancel what has not started, terminate the running workers and wait for them."""
     processes = list((getattr(pool, "_processes", None) or {}).values())
     pool.shutdown(wait=False, cancel_futures=True)
@@ -64,14 +64,18 @@ def _stop(pool: ProcessPoolExecutor) -> None:
 
 
 @contextmanager
-def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+def worker_pool(workers: int, finish: bool = True) -> Iterator[ProcessPoolExecutor]:
     """A process pool of ``workers`` spawned workers; on an exception in the block it is stopped
-    at once (see the module docstring), otherwise it is shut down after its work finishes."""
+    at once (see the module docstring), otherwise it is shut down after its work finishes, or
+    stopped as on an exception when ``finish`` is False (work still queued is not wanted)."""
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_leave_signals_to_parent)
     try:
         yield pool
     except BaseException:
-        _stop(pool)
+        stop(pool)
         raise
-    pool.shutdown(wait=True)
+    if finish:
+        pool.shutdown(wait=True)
+    else:
+        stop(pool)

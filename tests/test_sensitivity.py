@@ -9,8 +9,15 @@ import pytest
 
 from fleetplan.optimizer.deadline import Deadline
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.scenario import load_scenario
-from fleetplan.optimizer.sensitivity import DRIVERS, Replanner, gpu_price, input_length, tornado
+from fleetplan.optimizer.scenario import load_scenario, parse_scenario
+from fleetplan.optimizer.sensitivity import (
+    DRIVERS,
+    Replanner,
+    gpu_price,
+    input_length,
+    scaled_by_gpu_price,
+    tornado,
+)
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -49,3 +56,34 @@ def test_kept_configurations_never_cost_less_than_a_full_replan(catalog):
         for side, f in (("low", 0.8), ("high", 1.2)):
             full, _, _ = replan.cost(move(scenario, catalog, f), Deadline.after(60))
             assert row[f"{side}_monthly_cost_usd"] >= full * (1 - 1e-3) - 0.01  # full re-plans are solved to 0.1%
+
+
+def _two_chats(api: bool) -> dict:
+    """Two Llama 3.1 70B chat products on H100 or H200 bought as 8-GPU instances, H200 scarce."""
+    products = [{"name": f"chat{i}", "model": "llama-3.1-70b", "precision": "fp8", "peak_qps": qps,
+                 "input_tokens": 2000, "output_tokens": 400, "min_tokens_per_s_per_user": 30}
+                for i, qps in enumerate((60, 30))]
+    if api:
+        products[1]["api"] = {"model": "llama-3.1-70b", "max_fraction": 0.5}
+    return {"preset": "seed", "products": products, "options": {"gpus": ["h100-sxm", "h200-sxm"], "tp": [1, 2, 4]},
+            "limits": {"gpu_availability": {"h200-sxm": 8}, "instance_gpus": 8}}
+
+
+def test_a_gpu_price_swing_of_an_all_gpu_hour_plan_is_the_kept_replan(catalog):
+    scenario = parse_scenario(_two_chats(api=False), "s")
+    plan = make_plan(scenario, catalog, alternatives=False)
+    replan = Replanner(catalog, None, EXAMPLES)
+    for f in (0.8, 1.2):
+        cost, proven, error = scaled_by_gpu_price(plan, f)
+        assert proven and error is None and cost == round(plan.monthly_cost_usd * f, 2)
+        kept, kept_proven, _ = replan.kept_cost(gpu_price(scenario, catalog, f), plan, Deadline.after(60))
+        assert kept_proven and kept * (1 - 1e-3) - 0.01 <= cost <= kept + 0.01  # kept re-plans are solved to 0.1%
+    rows = tornado(scenario, replan, Deadline.after(60), plan)
+    price = next(r for r in rows if r["input"] == "GPU-hour price")
+    assert (price["low_monthly_cost_usd"], price["high_monthly_cost_usd"]) == (
+        round(plan.monthly_cost_usd * 0.8, 2), round(plan.monthly_cost_usd * 1.2, 2))
+
+
+def test_a_plan_with_an_api_is_not_scaled_by_gpu_price(catalog):
+    scenario = parse_scenario(_two_chats(api=True), "s")
+    assert scaled_by_gpu_price(make_plan(scenario, catalog, alternatives=False), 1.2) is None
