@@ -30,7 +30,7 @@ from fleetplan.optimizer.errors import SolverError
 from fleetplan.optimizer.formulation import build_model
 from fleetplan.optimizer.linear import LinearProblem, to_linear_problem
 from fleetplan.optimizer.problem import FleetProblem, ProductData
-from fleetplan.optimizer.reductions import hours_separable, on_hours
+from fleetplan.optimizer.reductions import hours_separable, mix_without_dominated, on_hours
 from fleetplan.optimizer.solvers import SolveResult, Solver, solve
 
 NO_POOL = ""  # the pool option of an hour served without a prefill pool
@@ -247,6 +247,8 @@ def solve_mix_by_hour(prob: FleetProblem, pd: ProductData, solver: Solver, deadl
     with it) with the hours' decisions fixed, its status ``optimal`` when
     proven within ``gap`` and ``time_limit`` (with the gap) when the deadline left pool options
     open; None if the mix has no plan."""
+    pd = mix_without_dominated(prob, pd)
+    prob = prob.derive(products={pd.name: pd})
     found = best_hour_plans(prob, pd, solver, deadline, gap)
     if found is None:
         return None

@@ -14,7 +14,7 @@ from fleetplan.optimizer.linear import to_linear_problem
 from fleetplan.optimizer.mix_hours import best_hour_plans, separable, solve_hour, solve_mix_by_hour
 from fleetplan.optimizer.plan import make_plan
 from fleetplan.optimizer.problem import build_problem
-from fleetplan.optimizer.reductions import reduced
+from fleetplan.optimizer.reductions import mix_without_dominated, reduced
 from fleetplan.optimizer.results import plan_to_dict
 from fleetplan.optimizer.scenario import load_scenario, parse_scenario
 from fleetplan.optimizer.solvers import solve
@@ -62,6 +62,20 @@ def test_hour_by_hour_costs_what_the_whole_mip_costs(catalog, prefill):
     again = solve(full.with_bounds(lower, upper), "highs", mip_rel_gap=1e-9)
     assert again.optimal and again.objective == pytest.approx(res.objective, rel=1e-9)
 
+
+
+@pytest.mark.parametrize("prefill", ["colocated", "auto"])
+def test_configurations_beaten_across_gpu_types_leave_the_optimum_as_it_is(catalog, prefill):
+    prob, pd = problem(catalog, small(prefill, gpus=["l4", "l40s", "a100-sxm-80gb", "h100-sxm"], batch=[16, 64, 128, 256]))
+    cut = mix_without_dominated(prob, pd)
+    assert len(cut.candidates) < len(pd.candidates) and {c.key for c in cut.candidates} < {c.key for c in pd.candidates}
+    whole = solve(to_linear_problem(build_model(prob)), "highs", mip_rel_gap=1e-9)
+    fewer = solve(to_linear_problem(build_model(prob.derive(products={"m": cut}))), "highs", mip_rel_gap=1e-9)
+    assert whole.optimal and fewer.optimal
+    assert fewer.objective == pytest.approx(whole.objective, rel=1e-9)
+    # with a GPU limit the GPU type matters: nothing is dropped
+    limited = prob.derive(gpu_availability={"h100-sxm": 64})
+    assert mix_without_dominated(limited, pd) is pd
 
 def test_hours_that_disagree_on_the_pool_are_priced_per_pool(catalog):
     prob, pd = problem(catalog, small("pool", gpus=["l4", "l40s", "a100-sxm-80gb", "h100-sxm"]))
