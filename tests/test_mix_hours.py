@@ -77,6 +77,22 @@ def test_configurations_beaten_across_gpu_types_leave_the_optimum_as_it_is(catal
     limited = prob.derive(gpu_availability={"h100-sxm": 64})
     assert mix_without_dominated(limited, pd) is pd
 
+
+@pytest.mark.parametrize("pool", [None, "", "first"])
+def test_an_hour_rescaled_from_the_busiest_is_the_model_built_for_it(catalog, pool):
+    from fleetplan.optimizer.mix_hours import HourModels, _hour_problem
+
+    prob, pd = problem(catalog, small("auto", gpus=["l4", "l40s", "h100-sxm"]))
+    pool = pd.pool[0].key if pool == "first" else pool
+    models = HourModels(prob, pd)
+    for h in range(prob.hours):
+        got, built = models.lp(h, pool), to_linear_problem(build_model(_hour_problem(prob, pd, h, pool)))
+        assert got.col_keys == built.col_keys and got.row_names == built.row_names
+        assert got.col_lower == built.col_lower and got.col_upper == built.col_upper
+        assert got.row_index == built.row_index and got.row_lower == built.row_lower
+        for a, b in zip(got.row_value, built.row_value):
+            assert a == pytest.approx(b, rel=1e-12)
+
 def test_hours_that_disagree_on_the_pool_are_priced_per_pool(catalog):
     prob, pd = problem(catalog, small("pool", gpus=["l4", "l40s", "a100-sxm-80gb", "h100-sxm"]))
     free = [solve_hour(prob, pd, h, None, "highs", Deadline.after(None), 1e-9) for h in range(prob.hours)]
@@ -128,15 +144,6 @@ def test_a_spent_deadline_still_plans_every_hour_and_states_its_gap(catalog):
     assert res.objective >= whole.objective * (1 - 1e-7)
     assert res.objective * (1 - res.mip_gap) <= whole.objective * (1 + 1e-7)
     assert res.status in ("optimal", "time_limit") and (res.status == "optimal") == (res.mip_gap <= 1e-9)
-
-
-def test_bisection_order_brackets_every_position():
-    from fleetplan.optimizer.mix_hours import bisection_order
-
-    for n in range(1, 40):
-        order = bisection_order(n)
-        assert sorted(order) == list(range(n))
-        assert order[:2] == [0, n - 1][:n]
 
 
 def test_hours_past_the_deadline_are_bracketed_by_solved_ones(catalog):
