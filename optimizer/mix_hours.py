@@ -25,6 +25,7 @@ Owns this decomposition only; the whole-model search is :mod:`.search`."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from fleetplan.optimizer.deadline import Deadline
@@ -198,24 +199,32 @@ def _price_option(prob: FleetProblem, pd: ProductData, free: list[HourPlan], poo
                   solver: Solver, deadline: Deadline, gap: float, models: HourModels
                   ) -> tuple[list[HourPlan] | None, float]:
     """The hours' plans with the pool configuration ``pool`` imposed on every hour that chose
-    another, largest first: (plans, their lower bound), or (None, lower bound reached) when the
+    another (:func:`hour_optima`), its running lower bound raised by each hour solved for every
+    busier hour: (plans, their lower bound), or (None, lower bound reached) when the
     option cannot beat ``best_usd`` by more than ``gap``, has no plan (bound inf) or the
     deadline cut it short (bound finite, below ``best_usd``)."""
     weights = _weights(prob)
     plans = list(free)
     lower = _lower(prob, plans)
-    clash = sorted((h for h, p in enumerate(free) if p.pool not in (NO_POOL, pool)),
-                   key=lambda h: (-weights[h] * free[h].usd_per_month, h))
-    for h in clash:
-        if lower >= best_usd * (1.0 - gap):
-            return None, math.inf
-        if deadline.expired:
-            return None, lower
-        found = solve_hour(prob, pd, h, pool, solver, deadline, gap, models)
+    left = {h for h, p in enumerate(free) if p.pool not in (NO_POOL, pool)}
+    if left and lower >= best_usd * (1.0 - gap):
+        return None, math.inf
+    bound = {h: free[h].lower_bound_usd for h in left}  # each hour's bound under the option
+    for found, taken in hour_optima(prob, pd, sorted(left), pool, solver, deadline, gap, models):
         if found is None:
             return None, math.inf
-        lower += weights[h] * (found.lower_bound_usd - free[h].lower_bound_usd)
-        plans[h] = found
+        for h in taken:
+            plans[h] = found
+        left.difference_update(taken)
+        # an hour asking at least as much of every bucket costs at least as much under the option
+        for h in [*taken, *(g for g in left if _at_least(pd, g, taken[0]))]:
+            if found.lower_bound_usd > bound[h]:
+                lower += weights[h] * (found.lower_bound_usd - bound[h])
+                bound[h] = found.lower_bound_usd
+        if lower >= best_usd * (1.0 - gap):
+            return None, math.inf
+        if left and deadline.expired:
+            return None, lower
     return plans, lower
 
 
@@ -293,27 +302,39 @@ def _carry(prob: FleetProblem, pd: ProductData, plan: HourPlan, hour: int, busie
     return taken
 
 
-def solve_hours(prob: FleetProblem, pd: ProductData, hours: list[int], pool: str | None, solver: Solver,
-                deadline: Deadline, gap: float, models: HourModels) -> dict[int, HourPlan] | None:
-    """The optima of ``hours`` under the pool option ``pool``: the busiest first (a plan every
-    hour can run), then from the quietest up, each solved hour's plan taken by the busier hours
-    next to it that it serves (:func:`_carry`), so that a MIP is solved only where the optimum
-    steps up. Stops at the deadline with the hours solved so far; None if an hour has no plan."""
+def hour_optima(prob: FleetProblem, pd: ProductData, hours: list[int], pool: str | None, solver: Solver,
+                deadline: Deadline, gap: float, models: HourModels) -> Iterator[tuple[HourPlan | None, list[int]]]:
+    """The optima of ``hours`` under the pool option ``pool``, one MIP at a time, as (plan, the
+    hours it is the optimum of), or (None, [hour]) for an hour without a plan: the busiest first
+    (a plan every hour can run), then from the quietest up, each solved hour's plan taken by the
+    busier hours next to it that it serves (:func:`_carry`), so that a MIP is solved only where
+    the optimum steps up. The next MIP is solved only when asked for."""
     order = sorted(hours, key=lambda h: (pd.demand_tokens_per_s[h], h))
-    solved: dict[int, HourPlan] = {}
+    done: set[int] = set()
     for i, h in enumerate([order[-1]] + order[:-1] if order else []):
-        if h in solved:
+        if h in done:
             continue
-        if solved and deadline.expired:
-            break
         found = solve_hour(prob, pd, h, pool, solver, deadline, gap, models)
         if found is None:
+            yield None, [h]
+            return
+        rest = [g for g in order[order.index(h) + 1:] if g not in done and g != h] if i else []
+        taken = [h, *_carry(prob, pd, found, h, rest, solver)]
+        done.update(taken)
+        yield found, taken
+
+
+def solve_hours(prob: FleetProblem, pd: ProductData, hours: list[int], pool: str | None, solver: Solver,
+                deadline: Deadline, gap: float, models: HourModels) -> dict[int, HourPlan] | None:
+    """The optima of ``hours`` under the pool option ``pool`` (:func:`hour_optima`), as far as the
+    deadline allows (at least one hour); None if an hour has no plan."""
+    solved: dict[int, HourPlan] = {}
+    for found, taken in hour_optima(prob, pd, hours, pool, solver, deadline, gap, models):
+        if found is None:
             return None
-        solved[h] = found
-        if i:
-            rest = [g for g in order[order.index(h) + 1:] if g not in solved]
-            for g in _carry(prob, pd, found, h, rest, solver):
-                solved[g] = found
+        solved.update((h, found) for h in taken)
+        if deadline.expired:
+            break
     return solved
 
 
