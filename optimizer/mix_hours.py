@@ -25,16 +25,17 @@ Owns this decomposition only; the whole-model search is :mod:`.search`."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
+from fleetplan.optimizer.candidates import Candidate, PoolCandidate
 from fleetplan.optimizer.deadline import Deadline
 from fleetplan.optimizer.enums import PrefillMode, Status, Tier
 from fleetplan.optimizer.errors import SolverError
 from fleetplan.optimizer.formulation import build_model
 from fleetplan.optimizer.linear import LinearProblem, to_linear_problem
 from fleetplan.optimizer.problem import PETA, FleetProblem, ProductData
-from fleetplan.optimizer.reductions import hours_separable, mix_without_dominated, on_hours
+from fleetplan.optimizer.reductions import hours_separable, mix_prices_only, mix_without_dominated, on_hours
 from fleetplan.optimizer.solvers import SolveResult, Solver, SolverOptions, solve
 
 NO_POOL = ""  # the pool option of an hour served without a prefill pool
@@ -459,3 +460,34 @@ def running_problem(prob: FleetProblem, pd: ProductData, plans: list[HourPlan]) 
         pools = pd.pool
     cut = replace(pd, candidates=tuple(c for c in pd.candidates if c.key in running), pool=pools)
     return prob.derive(products={pd.name: cut})
+
+
+def cheapest_single_choice(prob: FleetProblem, pd: ProductData, decode: list[Candidate]
+                           ) -> tuple[Candidate, PoolCandidate | None] | None:
+    """The cheapest configuration of ``decode`` (with its pool configuration in pool mode) for the
+    mix ``pd`` kept to one configuration, priced without a solver, when that is exact: no API,
+    hours linked by nothing else and configurations told apart by price alone
+    (:func:`~.reductions.mix_without_dominated`'s condition). One configuration serves every
+    bucket, so each hour needs the replicas that alone meet its demand (and the pool the replicas
+    that alone meet its prefill): the cost of a choice is a sum over the hours. None when no
+    choice serves every bucket or the rule does not apply."""
+    if not (pd.is_mix and pd.single and len(pd.buckets) > 1 and not pd.has_api and prob.hours > 1
+            and len(prob.products) == 1 and hours_separable(prob) and mix_prices_only(prob)):
+        return None
+    tier = prob.tiers[0]
+    hours = range(prob.hours)
+
+    def usd(part: Candidate | PoolCandidate, bound: Callable[[int], int]) -> float:
+        return part.usd_per_replica_hour_in(tier) * sum(prob.weight(h) * bound(h) for h in hours)
+
+    pools = sorted((usd(k, lambda h, k=k: pd.pool_bound(k, h)), k.key, k) for k in pd.pool)
+    best: tuple[float, str, Candidate, PoolCandidate | None] | None = None
+    for c in decode:
+        if not all(c.key in b.capacity for b in pd.buckets) or (c.mode == PrefillMode.POOL and not pools):
+            continue
+        cost = usd(c, lambda h, c=c: pd.replica_bound(c, h))
+        pool = pools[0] if c.mode == PrefillMode.POOL else None
+        total = cost + (pool[0] if pool else 0.0)
+        if best is None or (total, c.key) < best[:2]:
+            best = (total, c.key, c, pool[2] if pool else None)
+    return None if best is None else (best[2], best[3])

@@ -108,7 +108,7 @@ def reduced(prob: FleetProblem) -> FleetProblem:
     return merged(without_dominated(prob))
 
 
-def _mix_prices_only(prob: FleetProblem) -> bool:
+def mix_prices_only(prob: FleetProblem) -> bool:
     """Whether a mix's configurations differ in the MIP by nothing but their price, capacities and
     prefill mode: one hourly tier, no reserved replicas, no GPU limits and no whole instances."""
     return (len(prob.tiers) == 1 and Tier.RESERVED not in prob.tiers and not prob.gpu_availability
@@ -124,12 +124,12 @@ def _mix_beats(by: Candidate, c: Candidate, price: dict[str, float], caps: list[
 
 def mix_without_dominated(prob: FleetProblem, pd: ProductData) -> ProductData:
     """The mix ``pd`` without configurations another one beats whatever the GPU type, when that is
-    exact (:func:`_mix_prices_only`): a decode configuration ``c`` is dropped for ``by`` that
+    exact (:func:`mix_prices_only`): a decode configuration ``c`` is dropped for ``by`` that
     serves every bucket ``c`` serves at least as fast, costs no more per replica hour and needs no
     prefill pool where ``c`` needs none (replacing ``c``'s replicas one for one by ``by``'s keeps
     every bucket served, the cost, and the pool's prefill load no higher); a pool configuration is
     dropped for one no dearer with at least its usable FLOP/s. Ties keep the first by key."""
-    if not pd.is_mix or pd.single or not _mix_prices_only(prob):
+    if not pd.is_mix or pd.single or not mix_prices_only(prob):
         return pd
     tier = prob.tiers[0]
     caps = [b.capacity for b in pd.buckets]

@@ -93,6 +93,24 @@ def test_an_hour_rescaled_from_the_busiest_is_the_model_built_for_it(catalog, po
         for a, b in zip(got.row_value, built.row_value):
             assert a == pytest.approx(b, rel=1e-12)
 
+
+@pytest.mark.parametrize("prefill", ["colocated", "auto"])
+def test_a_mix_kept_to_one_configuration_is_priced_hour_by_hour_at_the_whole_mips_cost(catalog, prefill):
+    from dataclasses import replace
+
+    from fleetplan.optimizer.mix_hours import cheapest_single_choice
+    from fleetplan.optimizer.search import solve_by_configuration
+
+    prob, pd = problem(catalog, small(prefill, gpus=["l4", "l40s", "a100-sxm-80gb", "h100-sxm"]))
+    every = tuple(c for c in pd.candidates if all(c.key in b.capacity for b in pd.buckets))
+    single = replace(pd, single=True, candidates=every)
+    sub = prob.derive(products={"m": single})
+    assert cheapest_single_choice(sub, single, list(every)) is not None
+    whole = solve(to_linear_problem(build_model(sub)), "highs", mip_rel_gap=1e-9)
+    res, _, _ = solve_by_configuration(sub, "m", "highs", mip_rel_gap=1e-9)
+    assert whole.optimal and res.optimal
+    assert res.objective == pytest.approx(whole.objective, rel=1e-9)
+
 def test_hours_that_disagree_on_the_pool_are_priced_per_pool(catalog):
     prob, pd = problem(catalog, small("pool", gpus=["l4", "l40s", "a100-sxm-80gb", "h100-sxm"]))
     free = [solve_hour(prob, pd, h, None, "highs", Deadline.after(None), 1e-9) for h in range(prob.hours)]
