@@ -8,7 +8,10 @@ configuration (``mix_pool_one``). Without the
 others (:func:`separable`), the optimum is the cheapest over the pool options (no pool, or one
 pool configuration) of the sum over the hours of each hour's optimum with that option; each
 distinct hour (hours of the same demand are merged first by :func:`~.reductions.merged`) is a
-small one-hour MIP.
+small one-hour MIP. An hour's optimum never costs less than a quieter hour's, so a MIP is solved
+only where it steps up: an hour whose demand the quieter hour's plan still serves takes that plan
+as its optimum (:func:`solve_hours`). The one-hour models are built once and rescaled to each
+hour's demand (:class:`HourModels`).
 
 The hours are first solved with every pool allowed: the sum of those optima is a lower bound,
 and it is the optimum when the hours agree on one pool configuration (or none). Otherwise each
@@ -22,16 +25,18 @@ Owns this decomposition only; the whole-model search is :mod:`.search`."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
+from fleetplan.optimizer.candidates import Candidate, PoolCandidate
 from fleetplan.optimizer.deadline import Deadline
 from fleetplan.optimizer.enums import PrefillMode, Status, Tier
 from fleetplan.optimizer.errors import SolverError
 from fleetplan.optimizer.formulation import build_model
 from fleetplan.optimizer.linear import LinearProblem, to_linear_problem
-from fleetplan.optimizer.problem import FleetProblem, ProductData
-from fleetplan.optimizer.reductions import hours_separable, on_hours
-from fleetplan.optimizer.solvers import SolveResult, Solver, solve
+from fleetplan.optimizer.problem import PETA, FleetProblem, ProductData
+from fleetplan.optimizer.reductions import hours_separable, mix_prices_only, mix_without_dominated, on_hours
+from fleetplan.optimizer.solvers import SolveResult, Solver, SolverOptions, solve
 
 NO_POOL = ""  # the pool option of an hour served without a prefill pool
 # seconds each hour's MIP gets at least: enough for HiGHS to find a plan of a one-hour mix over
@@ -80,12 +85,92 @@ def _pool_of(lp: LinearProblem, values: list[float]) -> str:
     return NO_POOL
 
 
+class HourModels:
+    """The one-hour models of a mix, exported once per pool option and rescaled for each hour.
+
+    A one-hour model of a mix differs from hour to hour only in numbers that scale with the
+    hour's demand: each bucket's terms in the capacity and prefill-pool rows (its demand over a
+    replica's capacity, its prefill FLOPs), and each configuration's replica bound (the column's
+    upper bound and its coefficient in the row tying it to the configuration's choice). So the
+    model of the busiest hour is built once per pool option and every other hour gets a copy with
+    those numbers rewritten, instead of a Pyomo model of its own. An hour where some bucket asks
+    nothing has rows of its own and is built afresh."""
+
+    def __init__(self, prob: FleetProblem, pd: ProductData) -> None:
+        self.prob, self.pd = prob, pd
+        self.ref = max(range(prob.hours), key=lambda h: (pd.demand_tokens_per_s[h], -h))
+        self._built: dict[str | None, LinearProblem] = {}
+
+    def _scales(self, h: int) -> list[float] | None:
+        """Each bucket's demand in hour ``h`` over its demand in the reference hour, or None when a
+        bucket asks nothing in either."""
+        ratios = []
+        for b in self.pd.buckets:
+            d, ref = b.demand_tokens_per_s[h], b.demand_tokens_per_s[self.ref]
+            if d <= 0 or ref <= 0:
+                return None
+            ratios.append(d / ref)
+        return ratios
+
+    def _bound(self, family: str, key: str, h: int) -> float:
+        """Replicas of ``key`` that alone meet hour ``h`` (the column's upper bound)."""
+        if family.startswith("pool_"):
+            return float(self.pd.pool_bound(self.prob.pools[key], h))
+        return float(self.pd.replica_bound(self.prob.cand[key], h))
+
+    def lp(self, h: int, pool: str | None) -> LinearProblem:
+        """The exported one-hour model of hour ``h`` under the pool option ``pool``."""
+        ratios = self._scales(h)
+        if ratios is None or self._scales(self.ref) is None:
+            return to_linear_problem(build_model(_hour_problem(self.prob, self.pd, h, pool)))
+        if pool not in self._built:
+            self._built[pool] = to_linear_problem(build_model(_hour_problem(self.prob, self.pd, self.ref, pool)))
+        ref = self._built[pool]
+        if h == self.ref:
+            return ref
+        return self._rescaled(ref, h, ratios)
+
+    def _rescaled(self, ref: LinearProblem, h: int, ratios: list[float]) -> LinearProblem:
+        """``ref`` with its demand-scaled coefficients and replica bounds rewritten for hour ``h``."""
+        replicas = {t for t in self.prob.hourly_tiers} | {f"pool_{t}" for t in self.prob.hourly_tiers}
+        upper = list(ref.col_upper)
+        scale = [1.0] * ref.num_cols  # what a column's coefficients in demand-scaled rows are multiplied by
+        for j, (family, index) in enumerate(ref.col_keys):
+            if family in replicas:
+                upper[j] = self._bound(family, str(index[0]), h)
+                scale[j] = upper[j] / ref.col_upper[j] if ref.col_upper[j] > 0 else 1.0
+            elif family == "serve":
+                scale[j] = ratios[int(index[1])]  # type: ignore[call-overload]
+        values = list(ref.row_value)
+        for i, family in enumerate(ref.row_families):
+            if family in ("capacity_consumed", "mix_prefill_pool_meets_demand"):
+                values[i] = [v * scale[j] if ref.col_keys[j][0] == "serve" else v
+                             for j, v in zip(ref.row_index[i], ref.row_value[i])]
+            elif family.endswith("needs_configuration"):
+                # replicas - bound x use <= 0: the choice's coefficient is the replica bound
+                factor = next(scale[j] for j in ref.row_index[i] if ref.col_keys[j][0] in replicas)
+                values[i] = [v if ref.col_keys[j][0] in replicas else v * factor
+                             for j, v in zip(ref.row_index[i], ref.row_value[i])]
+        out = ref.with_bounds(list(ref.col_lower), upper)
+        out.row_value = values
+        return out
+
+
+def hour_solver(solver: Solver) -> Solver:
+    """``solver`` for a one-hour MIP: HiGHS without presolve unless one was asked for. A one-hour
+    mix has a few hundred columns and little for presolve to remove; without it HiGHS proves the
+    trace week's hours in 40% less time (3.1 s instead of 5.3 s over ten of them)."""
+    options = SolverOptions.of(solver)
+    return replace(options, presolve="off") if options.name == "highs" and options.presolve == "choose" else solver
+
+
 def solve_hour(prob: FleetProblem, pd: ProductData, h: int, pool: str | None, solver: Solver,
-               deadline: Deadline, gap: float) -> HourPlan | None:
-    """The optimum of hour ``h`` under the pool option ``pool``, or None if it has no plan."""
-    lp = to_linear_problem(build_model(_hour_problem(prob, pd, h, pool)))
+               deadline: Deadline, gap: float, models: HourModels | None = None) -> HourPlan | None:
+    """The optimum of hour ``h`` under the pool option ``pool``, or None if it has no plan
+    (``models``: the mix's one-hour models, reused across hours)."""
+    lp = models.lp(h, pool) if models else to_linear_problem(build_model(_hour_problem(prob, pd, h, pool)))
     limit = deadline.solver_limit()
-    res = solve(lp, solver, time_limit_s=None if limit is None else max(limit, HOUR_MIN_S), mip_rel_gap=gap)
+    res = solve(lp, hour_solver(solver), time_limit_s=None if limit is None else max(limit, HOUR_MIN_S), mip_rel_gap=gap)
     if res.status == Status.INFEASIBLE:
         return None
     if not res.values or res.objective is None:
@@ -112,64 +197,162 @@ def _lower(prob: FleetProblem, plans: list[HourPlan]) -> float:
 
 
 def _price_option(prob: FleetProblem, pd: ProductData, free: list[HourPlan], pool: str, best_usd: float,
-                  solver: Solver, deadline: Deadline, gap: float) -> tuple[list[HourPlan] | None, float]:
+                  solver: Solver, deadline: Deadline, gap: float, models: HourModels
+                  ) -> tuple[list[HourPlan] | None, float]:
     """The hours' plans with the pool configuration ``pool`` imposed on every hour that chose
-    another, largest first: (plans, their lower bound), or (None, lower bound reached) when the
+    another (:func:`hour_optima`), its running lower bound raised by each hour solved for every
+    busier hour: (plans, their lower bound), or (None, lower bound reached) when the
     option cannot beat ``best_usd`` by more than ``gap``, has no plan (bound inf) or the
     deadline cut it short (bound finite, below ``best_usd``)."""
     weights = _weights(prob)
     plans = list(free)
     lower = _lower(prob, plans)
-    clash = sorted((h for h, p in enumerate(free) if p.pool not in (NO_POOL, pool)),
-                   key=lambda h: (-weights[h] * free[h].usd_per_month, h))
-    for h in clash:
-        if lower >= best_usd * (1.0 - gap):
-            return None, math.inf
-        if deadline.expired:
-            return None, lower
-        found = solve_hour(prob, pd, h, pool, solver, deadline, gap)
+    left = {h for h, p in enumerate(free) if p.pool not in (NO_POOL, pool)}
+    if left and lower >= best_usd * (1.0 - gap):
+        return None, math.inf
+    bound = {h: free[h].lower_bound_usd for h in left}  # each hour's bound under the option
+    for found, taken in hour_optima(prob, pd, sorted(left), pool, solver, deadline, gap, models):
         if found is None:
             return None, math.inf
-        lower += weights[h] * (found.lower_bound_usd - free[h].lower_bound_usd)
-        plans[h] = found
+        for h in taken:
+            plans[h] = found
+        left.difference_update(taken)
+        # an hour asking at least as much of every bucket costs at least as much under the option
+        for h in [*taken, *(g for g in left if _at_least(pd, g, taken[0]))]:
+            if found.lower_bound_usd > bound[h]:
+                lower += weights[h] * (found.lower_bound_usd - bound[h])
+                bound[h] = found.lower_bound_usd
+        if lower >= best_usd * (1.0 - gap):
+            return None, math.inf
+        if left and deadline.expired:
+            return None, lower
     return plans, lower
 
 
-def bisection_order(n: int) -> list[int]:
-    """Positions 0..n-1 in the order that brackets every position soonest: both ends, then the
-    middle of the widest open interval, and so on (breadth first)."""
-    if n <= 2:
-        return list(range(n))
-    order, queue = [0, n - 1], [(0, n - 1)]
-    while queue:
-        lo, hi = queue.pop(0)
-        if hi - lo < 2:
+def _replicas(prob: FleetProblem, plan: HourPlan, prefix: str) -> dict[str, float]:
+    """Replicas of each configuration (decode, or pool with ``prefix`` ``pool_``) a plan runs."""
+    out: dict[str, float] = {}
+    for tier in prob.hourly_tiers:
+        for (family, index), v in plan.values.items():
+            if family == f"{prefix}{tier}" and v > 0.5:
+                out[str(index[0])] = out.get(str(index[0]), 0.0) + round(v)
+    return out
+
+
+def serves(prob: FleetProblem, pd: ProductData, plan: HourPlan, h: int, solver: Solver) -> bool:
+    """Whether the replicas of ``plan`` serve hour ``h`` of the mix ``pd``: some split of every
+    bucket's demand over them keeps each configuration's load within its replicas and the
+    pool-mode prefill within the pool (an LP without integers, a thousandth of a MIP's time)."""
+    decode, pool = _replicas(prob, plan, ""), _replicas(prob, plan, "pool_")
+    lp = LinearProblem()
+    share: dict[tuple[int, str], int] = {}
+    for b in pd.buckets:
+        if b.demand_tokens_per_s[h] <= 0:
             continue
-        mid = (lo + hi) // 2
-        order.append(mid)
-        queue += [(lo, mid), (mid, hi)]
-    return order
+        keys = [k for k in pd.eligible(b) if k in decode]
+        if not keys:
+            return False
+        for k in keys:
+            share[b.index, k] = len(lp.col_keys)
+            lp.col_keys.append(("serve", (b.index, k)))
+        # a hair above the whole demand, so the plan holds within any solver's tolerance later
+        _row(lp, [share[b.index, k] for k in keys], [1.0] * len(keys), 1.0 + 1e-6, math.inf)
+    for k, n in decode.items():
+        terms = [(j, pd.buckets[i].demand_tokens_per_s[h] / pd.buckets[i].capacity[k])
+                 for (i, key), j in share.items() if key == k]
+        if terms:
+            _row(lp, [j for j, _ in terms], [a for _, a in terms], -math.inf, n)
+    prefill = [(j, pd.buckets[i].prefill_flops_per_output_token / PETA * pd.buckets[i].demand_tokens_per_s[h])
+               for (i, k), j in share.items() if prob.cand[k].mode == PrefillMode.POOL]
+    if prefill:
+        flops = sum(prob.pools[k].usable_flops_per_s / PETA * n for k, n in pool.items())
+        _row(lp, [j for j, _ in prefill], [a for _, a in prefill], -math.inf, flops)
+    n = len(lp.col_keys)
+    lp.col_names = [str(j) for j in range(n)]
+    lp.col_lower, lp.col_upper = [0.0] * n, [math.inf] * n
+    lp.col_integer, lp.objective = [False] * n, [0.0] * n
+    return solve(lp, solver).status == Status.OPTIMAL
 
 
-def _free_hours(prob: FleetProblem, pd: ProductData, solver: Solver, deadline: Deadline, gap: float
-                ) -> list[HourPlan] | None:
+def _row(lp: LinearProblem, index: list[int], value: list[float], lower: float, upper: float) -> None:
+    """Append the row ``lower <= sum value x[index] <= upper`` to ``lp``."""
+    lp.row_names.append(str(len(lp.row_names)))
+    lp.row_families.append("serves")
+    lp.row_index.append(index)
+    lp.row_value.append(value)
+    lp.row_lower.append(lower)
+    lp.row_upper.append(upper)
+
+
+def _at_least(pd: ProductData, busier: int, quieter: int) -> bool:
+    """Whether hour ``busier`` asks at least as much of every bucket as hour ``quieter``."""
+    return all(b.demand_tokens_per_s[busier] >= b.demand_tokens_per_s[quieter] for b in pd.buckets)
+
+
+def _carry(prob: FleetProblem, pd: ProductData, plan: HourPlan, hour: int, busier: list[int], solver: Solver
+           ) -> list[int]:
+    """The hours of ``busier`` (quietest first) that take ``plan``, solved for ``hour``, as their
+    own optimum: each asks at least as much of every bucket as ``hour`` (so its optimum costs at
+    least ``hour``'s) and ``plan``'s replicas serve it (so it costs no more). Stops at the first
+    that does not."""
+    taken = []
+    for h in busier:
+        if not (_at_least(pd, h, hour) and serves(prob, pd, plan, h, solver)):
+            break
+        taken.append(h)
+    return taken
+
+
+def hour_optima(prob: FleetProblem, pd: ProductData, hours: list[int], pool: str | None, solver: Solver,
+                deadline: Deadline, gap: float, models: HourModels) -> Iterator[tuple[HourPlan | None, list[int]]]:
+    """The optima of ``hours`` under the pool option ``pool``, one MIP at a time, as (plan, the
+    hours it is the optimum of), or (None, [hour]) for an hour without a plan: the busiest first
+    (a plan every hour can run), then from the quietest up, each solved hour's plan taken by the
+    busier hours next to it that it serves (:func:`_carry`), so that a MIP is solved only where
+    the optimum steps up. The next MIP is solved only when asked for."""
+    order = sorted(hours, key=lambda h: (pd.demand_tokens_per_s[h], h))
+    done: set[int] = set()
+    for i, h in enumerate([order[-1]] + order[:-1] if order else []):
+        if h in done:
+            continue
+        found = solve_hour(prob, pd, h, pool, solver, deadline, gap, models)
+        if found is None:
+            yield None, [h]
+            return
+        rest = [g for g in order[order.index(h) + 1:] if g not in done and g != h] if i else []
+        taken = [h, *_carry(prob, pd, found, h, rest, solver)]
+        done.update(taken)
+        yield found, taken
+
+
+def solve_hours(prob: FleetProblem, pd: ProductData, hours: list[int], pool: str | None, solver: Solver,
+                deadline: Deadline, gap: float, models: HourModels) -> dict[int, HourPlan] | None:
+    """The optima of ``hours`` under the pool option ``pool`` (:func:`hour_optima`), as far as the
+    deadline allows (at least one hour); None if an hour has no plan."""
+    solved: dict[int, HourPlan] = {}
+    for found, taken in hour_optima(prob, pd, hours, pool, solver, deadline, gap, models):
+        if found is None:
+            return None
+        solved.update((h, found) for h in taken)
+        if deadline.expired:
+            break
+    return solved
+
+
+def _free_hours(prob: FleetProblem, pd: ProductData, solver: Solver, deadline: Deadline, gap: float,
+                models: HourModels) -> list[HourPlan] | None:
     """Each hour's optimum with any pool; None if some hour has no plan.
 
     Every bucket of a mix scales with its hour's demand, so a busier hour's plan (its replicas
     within the quieter hour's bounds) serves a quieter hour, and an hour's optimum is at least a
-    quieter hour's. Hours are solved busiest, quietest, then in the middle of the widest gap of
-    demand left (:func:`bisection_order`); once the deadline has passed, an hour not yet solved
-    runs the plan of the nearest busier hour solved, with the lower bound of the nearest quieter
-    one (0 if none), and the plan's gap says what is unproven."""
+    quieter hour's. Hours are solved by :func:`solve_hours`; once the deadline has passed, an
+    hour not yet solved runs the plan of the nearest busier hour solved, with the lower bound of
+    the nearest quieter one (0 if none), and the plan's gap says what is unproven."""
     by_demand = sorted(range(prob.hours), key=lambda h: (-pd.demand_tokens_per_s[h], h))
-    solved: dict[int, HourPlan] = {}  # by position in by_demand
-    for i in bisection_order(len(by_demand)):
-        if solved and deadline.expired:
-            break
-        found = solve_hour(prob, pd, by_demand[i], None, solver, deadline, gap)
-        if found is None:
-            return None
-        solved[i] = found
+    found = solve_hours(prob, pd, by_demand, None, solver, deadline, gap, models)
+    if found is None:
+        return None
+    solved = {i: found[h] for i, h in enumerate(by_demand) if h in found}  # by position in by_demand
     free: dict[int, HourPlan] = {}
     for i, h in enumerate(by_demand):
         if i in solved:
@@ -188,7 +371,8 @@ def best_hour_plans(prob: FleetProblem, pd: ProductData, solver: Solver, deadlin
                     ) -> tuple[list[HourPlan], float] | None:
     """The cheapest hours' plans sharing one pool option, with a proven lower bound on the
     horizon's optimum; None if some hour has no plan."""
-    free = _free_hours(prob, pd, solver, deadline, gap)
+    models = HourModels(prob, pd)
+    free = _free_hours(prob, pd, solver, deadline, gap, models)
     if free is None:
         return None
     chosen = {p.pool for p in free} - {NO_POOL}
@@ -200,14 +384,14 @@ def best_hour_plans(prob: FleetProblem, pd: ProductData, solver: Solver, deadlin
     best: list[HourPlan] | None = None
     best_usd, open_bounds = math.inf, []
     for key in sorted(votes, key=lambda k: (-votes[k], k)):
-        plans, lower = _price_option(prob, pd, free, key, best_usd, solver, deadline, gap)
+        plans, lower = _price_option(prob, pd, free, key, best_usd, solver, deadline, gap, models)
         if plans is not None and _cost(prob, plans) < best_usd:
             best, best_usd = plans, _cost(prob, plans)
         elif plans is None and lower < best_usd * (1.0 - gap):
             open_bounds.append(lower)
     if best is None and open_bounds:  # the deadline cut every option short: finish the likeliest
         best, _ = _price_option(prob, pd, free, max(votes, key=lambda k: (votes[k], k)), math.inf, solver,
-                                Deadline(at=None), gap)
+                                Deadline(at=None), gap, models)
     if best is None:
         return None
     return best, min([_lower(prob, best), *open_bounds])
@@ -247,6 +431,8 @@ def solve_mix_by_hour(prob: FleetProblem, pd: ProductData, solver: Solver, deadl
     with it) with the hours' decisions fixed, its status ``optimal`` when
     proven within ``gap`` and ``time_limit`` (with the gap) when the deadline left pool options
     open; None if the mix has no plan."""
+    pd = mix_without_dominated(prob, pd)
+    prob = prob.derive(products={pd.name: pd})
     found = best_hour_plans(prob, pd, solver, deadline, gap)
     if found is None:
         return None
@@ -274,3 +460,34 @@ def running_problem(prob: FleetProblem, pd: ProductData, plans: list[HourPlan]) 
         pools = pd.pool
     cut = replace(pd, candidates=tuple(c for c in pd.candidates if c.key in running), pool=pools)
     return prob.derive(products={pd.name: cut})
+
+
+def cheapest_single_choice(prob: FleetProblem, pd: ProductData, decode: list[Candidate]
+                           ) -> tuple[Candidate, PoolCandidate | None] | None:
+    """The cheapest configuration of ``decode`` (with its pool configuration in pool mode) for the
+    mix ``pd`` kept to one configuration, priced without a solver, when that is exact: no API,
+    hours linked by nothing else and configurations told apart by price alone
+    (:func:`~.reductions.mix_without_dominated`'s condition). One configuration serves every
+    bucket, so each hour needs the replicas that alone meet its demand (and the pool the replicas
+    that alone meet its prefill): the cost of a choice is a sum over the hours. None when no
+    choice serves every bucket or the rule does not apply."""
+    if not (pd.is_mix and pd.single and len(pd.buckets) > 1 and not pd.has_api and prob.hours > 1
+            and len(prob.products) == 1 and hours_separable(prob) and mix_prices_only(prob)):
+        return None
+    tier = prob.tiers[0]
+    hours = range(prob.hours)
+
+    def usd(part: Candidate | PoolCandidate, bound: Callable[[int], int]) -> float:
+        return part.usd_per_replica_hour_in(tier) * sum(prob.weight(h) * bound(h) for h in hours)
+
+    pools = sorted((usd(k, lambda h, k=k: pd.pool_bound(k, h)), k.key, k) for k in pd.pool)
+    best: tuple[float, str, Candidate, PoolCandidate | None] | None = None
+    for c in decode:
+        if not all(c.key in b.capacity for b in pd.buckets) or (c.mode == PrefillMode.POOL and not pools):
+            continue
+        cost = usd(c, lambda h, c=c: pd.replica_bound(c, h))
+        pool = pools[0] if c.mode == PrefillMode.POOL else None
+        total = cost + (pool[0] if pool else 0.0)
+        if best is None or (total, c.key) < best[:2]:
+            best = (total, c.key, c, pool[2] if pool else None)
+    return None if best is None else (best[2], best[3])

@@ -1,5 +1,6 @@
 """Exact reductions of a problem before it is built: dominated decode configurations dropped,
-hours that ask the same of every product merged into one weighted hour. Each returns a problem
+hours that ask the same of every product merged into one weighted hour, a request mix's
+configurations beaten across GPU types dropped. Each returns a problem
 with the same optimum, or the problem itself when the reduction would not be exact; a problem
 built with ``reductions=False`` (benchmarks measure what they save) is never reduced.
 
@@ -9,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from fleetplan.optimizer.candidates import Candidate
-from fleetplan.optimizer.enums import Tier
+from fleetplan.optimizer.candidates import Candidate, PoolCandidate
+from fleetplan.optimizer.enums import PrefillMode, Tier
 from fleetplan.optimizer.problem import FleetProblem, ProductData
 
 
@@ -105,3 +106,44 @@ def reduced(prob: FleetProblem) -> FleetProblem:
     if prob.hours == 1 or not prob.reductions:
         return prob
     return merged(without_dominated(prob))
+
+
+def mix_prices_only(prob: FleetProblem) -> bool:
+    """Whether a mix's configurations differ in the MIP by nothing but their price, capacities and
+    prefill mode: one hourly tier, no reserved replicas, no GPU limits and no whole instances."""
+    return (len(prob.tiers) == 1 and Tier.RESERVED not in prob.tiers and not prob.gpu_availability
+            and not prob.tier_availability and not prob.instance_gpus)
+
+
+def _mix_beats(by: Candidate, c: Candidate, price: dict[str, float], caps: list[dict[str, float]]) -> bool:
+    """Whether ``by`` serves every bucket ``c`` serves at least as fast, at no higher price per
+    replica hour, and without a prefill pool where ``c`` runs without one."""
+    return ((by.mode == c.mode or by.mode != PrefillMode.POOL) and price[by.key] <= price[c.key]
+            and all(by.key in cap and cap[by.key] >= cap[c.key] for cap in caps if c.key in cap))
+
+
+def mix_without_dominated(prob: FleetProblem, pd: ProductData) -> ProductData:
+    """The mix ``pd`` without configurations another one beats whatever the GPU type, when that is
+    exact (:func:`mix_prices_only`): a decode configuration ``c`` is dropped for ``by`` that
+    serves every bucket ``c`` serves at least as fast, costs no more per replica hour and needs no
+    prefill pool where ``c`` needs none (replacing ``c``'s replicas one for one by ``by``'s keeps
+    every bucket served, the cost, and the pool's prefill load no higher); a pool configuration is
+    dropped for one no dearer with at least its usable FLOP/s. Ties keep the first by key."""
+    if not pd.is_mix or pd.single or not mix_prices_only(prob):
+        return pd
+    tier = prob.tiers[0]
+    caps = [b.capacity for b in pd.buckets]
+    price = {c.key: c.usd_per_replica_hour_in(tier) for c in pd.candidates}
+    kept: list[Candidate] = []
+    for c in sorted(pd.candidates, key=lambda c: (price[c.key], c.mode == PrefillMode.POOL, c.key)):
+        if not any(_mix_beats(by, c, price, caps) for by in kept):
+            kept.append(c)
+    pools: list[PoolCandidate] = []
+    for k in sorted(pd.pool, key=lambda k: (k.usd_per_replica_hour_in(tier), -k.usable_flops_per_s, k.key)):
+        if not any(o.usd_per_replica_hour_in(tier) <= k.usd_per_replica_hour_in(tier)
+                   and o.usable_flops_per_s >= k.usable_flops_per_s for o in pools):
+            pools.append(k)
+    if not any(c.mode == PrefillMode.POOL for c in kept):
+        pools = []
+    return replace(pd, candidates=tuple(sorted(kept, key=lambda c: c.key)),
+                   pool=tuple(sorted(pools, key=lambda k: k.key)))

@@ -21,7 +21,7 @@ from fleetplan.optimizer.enums import PrefillMode, Status, Tier
 from fleetplan.optimizer.errors import SolverError
 from fleetplan.optimizer.formulation import build_model
 from fleetplan.optimizer.linear import LinearProblem, to_linear_problem
-from fleetplan.optimizer.mix_hours import separable, solve_mix_by_hour
+from fleetplan.optimizer.mix_hours import cheapest_single_choice, separable, solve_mix_by_hour
 from fleetplan.optimizer.problem import FleetProblem, ProductData
 from fleetplan.optimizer.reductions import reduced
 from fleetplan.optimizer.solvers import Session, Solver, SolveResult, solve_restricted
@@ -161,7 +161,9 @@ def solve_by_configuration(
     whole instead. One-hour problems are small: the whole model is solved once, with the
     configurations ``keep`` rejects switched off. So is a request mix (:mod:`.mix`), which runs
     several configurations at once, so that branching on one of them would not be exact; a mix
-    over several hours that only its pool links is solved hour by hour (:mod:`.mix_hours`).
+    over several hours that only its pool links is solved hour by hour (:mod:`.mix_hours`), and
+    one kept to one configuration is cut to its cheapest choice priced hour by hour where that is
+    exact (:func:`.mix_hours.cheapest_single_choice`).
 
     At the ``deadline`` the best plan found so far is returned with status ``time_limit`` and a
     gap measured against the weakest bound left open. Over several hours, ``incumbent_usd`` (the
@@ -175,6 +177,12 @@ def solve_by_configuration(
     api_alone = pd.has_api and pd.api_max_fraction >= 1.0 and keep is None
     if separable(prob, pd) and base_lp is None:
         return _solve_mix_by_hour(prob, pd, decode, solver, deadline, mip_rel_gap)
+    if base_lp is None and (choice := cheapest_single_choice(prob, pd, decode)) is not None:
+        # a mix kept to one configuration over separable hours: the cheapest choice priced hour
+        # by hour, its model solved alone
+        c, k = choice
+        pd = replace(pd, candidates=(c,), pool=() if k is None else (k,))
+        prob, decode = prob.derive(products={**prob.products, product: pd}), [c]
     if prob.hours == 1 or pd.is_mix:
         return _solve_one_hour(prob, pd, decode, api_alone, solver, deadline, mip_rel_gap, base_lp)
     choices: list[Choice] = []

@@ -14,7 +14,7 @@ from fleetplan.optimizer.linear import to_linear_problem
 from fleetplan.optimizer.mix_hours import best_hour_plans, separable, solve_hour, solve_mix_by_hour
 from fleetplan.optimizer.plan import make_plan
 from fleetplan.optimizer.problem import build_problem
-from fleetplan.optimizer.reductions import reduced
+from fleetplan.optimizer.reductions import mix_without_dominated, reduced
 from fleetplan.optimizer.results import plan_to_dict
 from fleetplan.optimizer.scenario import load_scenario, parse_scenario
 from fleetplan.optimizer.solvers import solve
@@ -62,6 +62,54 @@ def test_hour_by_hour_costs_what_the_whole_mip_costs(catalog, prefill):
     again = solve(full.with_bounds(lower, upper), "highs", mip_rel_gap=1e-9)
     assert again.optimal and again.objective == pytest.approx(res.objective, rel=1e-9)
 
+
+
+@pytest.mark.parametrize("prefill", ["colocated", "auto"])
+def test_configurations_beaten_across_gpu_types_leave_the_optimum_as_it_is(catalog, prefill):
+    prob, pd = problem(catalog, small(prefill, gpus=["l4", "l40s", "a100-sxm-80gb", "h100-sxm"], batch=[16, 64, 128, 256]))
+    cut = mix_without_dominated(prob, pd)
+    assert len(cut.candidates) < len(pd.candidates) and {c.key for c in cut.candidates} < {c.key for c in pd.candidates}
+    whole = solve(to_linear_problem(build_model(prob)), "highs", mip_rel_gap=1e-9)
+    fewer = solve(to_linear_problem(build_model(prob.derive(products={"m": cut}))), "highs", mip_rel_gap=1e-9)
+    assert whole.optimal and fewer.optimal
+    assert fewer.objective == pytest.approx(whole.objective, rel=1e-9)
+    # with a GPU limit the GPU type matters: nothing is dropped
+    limited = prob.derive(gpu_availability={"h100-sxm": 64})
+    assert mix_without_dominated(limited, pd) is pd
+
+
+@pytest.mark.parametrize("pool", [None, "", "first"])
+def test_an_hour_rescaled_from_the_busiest_is_the_model_built_for_it(catalog, pool):
+    from fleetplan.optimizer.mix_hours import HourModels, _hour_problem
+
+    prob, pd = problem(catalog, small("auto", gpus=["l4", "l40s", "h100-sxm"]))
+    pool = pd.pool[0].key if pool == "first" else pool
+    models = HourModels(prob, pd)
+    for h in range(prob.hours):
+        got, built = models.lp(h, pool), to_linear_problem(build_model(_hour_problem(prob, pd, h, pool)))
+        assert got.col_keys == built.col_keys and got.row_names == built.row_names
+        assert got.col_lower == built.col_lower and got.col_upper == built.col_upper
+        assert got.row_index == built.row_index and got.row_lower == built.row_lower
+        for a, b in zip(got.row_value, built.row_value):
+            assert a == pytest.approx(b, rel=1e-12)
+
+
+@pytest.mark.parametrize("prefill", ["colocated", "auto"])
+def test_a_mix_kept_to_one_configuration_is_priced_hour_by_hour_at_the_whole_mips_cost(catalog, prefill):
+    from dataclasses import replace
+
+    from fleetplan.optimizer.mix_hours import cheapest_single_choice
+    from fleetplan.optimizer.search import solve_by_configuration
+
+    prob, pd = problem(catalog, small(prefill, gpus=["l4", "l40s", "a100-sxm-80gb", "h100-sxm"]))
+    every = tuple(c for c in pd.candidates if all(c.key in b.capacity for b in pd.buckets))
+    single = replace(pd, single=True, candidates=every)
+    sub = prob.derive(products={"m": single})
+    assert cheapest_single_choice(sub, single, list(every)) is not None
+    whole = solve(to_linear_problem(build_model(sub)), "highs", mip_rel_gap=1e-9)
+    res, _, _ = solve_by_configuration(sub, "m", "highs", mip_rel_gap=1e-9)
+    assert whole.optimal and res.optimal
+    assert res.objective == pytest.approx(whole.objective, rel=1e-9)
 
 def test_hours_that_disagree_on_the_pool_are_priced_per_pool(catalog):
     prob, pd = problem(catalog, small("pool", gpus=["l4", "l40s", "a100-sxm-80gb", "h100-sxm"]))
@@ -114,15 +162,6 @@ def test_a_spent_deadline_still_plans_every_hour_and_states_its_gap(catalog):
     assert res.objective >= whole.objective * (1 - 1e-7)
     assert res.objective * (1 - res.mip_gap) <= whole.objective * (1 + 1e-7)
     assert res.status in ("optimal", "time_limit") and (res.status == "optimal") == (res.mip_gap <= 1e-9)
-
-
-def test_bisection_order_brackets_every_position():
-    from fleetplan.optimizer.mix_hours import bisection_order
-
-    for n in range(1, 40):
-        order = bisection_order(n)
-        assert sorted(order) == list(range(n))
-        assert order[:2] == [0, n - 1][:n]
 
 
 def test_hours_past_the_deadline_are_bracketed_by_solved_ones(catalog):
