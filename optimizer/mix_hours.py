@@ -41,7 +41,8 @@ from fleetplan.optimizer.solvers import SolveResult, Solver, SolverOptions, solv
 NO_POOL = ""  # the pool option of an hour served without a prefill pool
 # seconds each hour's MIP gets at least: enough for HiGHS to find a plan of a one-hour mix over
 # the whole catalog (0.2-1.1 s to prove one here). Past the deadline no hour is solved any more
-# (see :func:`_free_hours`): the plan covers every hour and its gap says what is unproven.
+# (see :func:`_free_hours`) except those of the first pool option priced, which the plan needs
+# (see :func:`_price_option`): the plan covers every hour and its gap says what is unproven.
 HOUR_MIN_S = 1.0
 Values = dict[tuple[str, tuple[object, ...]], float]
 
@@ -203,7 +204,9 @@ def _price_option(prob: FleetProblem, pd: ProductData, free: list[HourPlan], poo
     another (:func:`hour_optima`), its running lower bound raised by each hour solved for every
     busier hour: (plans, their lower bound), or (None, lower bound reached) when the
     option cannot beat ``best_usd`` by more than ``gap``, has no plan (bound inf) or the
-    deadline cut it short (bound finite, below ``best_usd``)."""
+    deadline cut it short (bound finite, below ``best_usd``). While no option has a plan
+    (``best_usd`` inf) the deadline does not cut it short: its hours past the deadline get
+    :data:`HOUR_MIN_S` each, so that the mix has a plan."""
     weights = _weights(prob)
     plans = list(free)
     lower = _lower(prob, plans)
@@ -224,7 +227,7 @@ def _price_option(prob: FleetProblem, pd: ProductData, free: list[HourPlan], poo
                 bound[h] = found.lower_bound_usd
         if lower >= best_usd * (1.0 - gap):
             return None, math.inf
-        if left and deadline.expired:
+        if left and deadline.expired and best_usd < math.inf:
             return None, lower
     return plans, lower
 
@@ -389,9 +392,6 @@ def best_hour_plans(prob: FleetProblem, pd: ProductData, solver: Solver, deadlin
             best, best_usd = plans, _cost(prob, plans)
         elif plans is None and lower < best_usd * (1.0 - gap):
             open_bounds.append(lower)
-    if best is None and open_bounds:  # the deadline cut every option short: finish the likeliest
-        best, _ = _price_option(prob, pd, free, max(votes, key=lambda k: (votes[k], k)), math.inf, solver,
-                                Deadline(at=None), gap, models)
     if best is None:
         return None
     return best, min([_lower(prob, best), *open_bounds])
