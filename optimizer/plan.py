@@ -11,12 +11,12 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from fleetplan.catalogs.loader import Catalog
 from fleetplan.models.presets import Preset, get_preset
 from fleetplan.optimizer.baselines import first_come_cost, separate_cost
-from fleetplan.optimizer.binding import binding_limits
+from fleetplan.optimizer.binding import Resolve, binding_limits
 from fleetplan.optimizer.budget import check_budget
 from fleetplan.optimizer.components import (
     combined_result,
@@ -37,10 +37,6 @@ from fleetplan.optimizer.solution import (
     instance_report,
 )
 from fleetplan.optimizer.solvers import Solver
-
-# A variant of the scenario planned by a deadline: (monthly cost, proven optimal), or None without a plan.
-Replan = Callable[[Scenario, Deadline], "tuple[float, bool] | None"]
-
 
 def make_plan(
     scenario: Scenario,
@@ -108,7 +104,7 @@ def make_plan(
 
 
 def _replanner(catalog: Catalog, solver: Solver, preset: Preset, folder: Path | None, keywords: dict[str, Any]
-               ) -> Replan:
+               ) -> Resolve:
     """Plans a variant of the scenario (a relaxed limit, a lower speed target) without
     explanations, within a deadline: (monthly cost, proven optimal), or None when it has no plan."""
     def resolve(variant: Scenario, within: Deadline) -> tuple[float, bool] | None:
