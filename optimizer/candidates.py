@@ -393,6 +393,17 @@ def _largest_ok(batches: list[int], n: int, f: Callable[[int], float], limit: fl
     return m + bisect.bisect_left(range(m, n), True, key=lambda i: f(batches[i]) > limit), m
 
 
+@dataclass(frozen=True)
+class Shapes:
+    """The only configuration shapes to generate for a product: decode (GPU, TP, precision,
+    prefill mode) and prefill pool (GPU, TP, precision). Every batch and layout of a shape is
+    searched as without it, so its candidates are the ones generated without it before pruning;
+    a shape another one would have pruned (:func:`prune_dominated`) is kept."""
+
+    decode: frozenset[tuple[str, int, str, str]]
+    pool: frozenset[tuple[str, int, str]] = frozenset()
+
+
 def generate_candidates(
     product: Product,
     llm: LLM,
@@ -401,8 +412,10 @@ def generate_candidates(
     preset: Preset,
     *,
     prune: bool = True,
+    shapes: Shapes | None = None,
 ) -> CandidateSet:
-    """All feasible decode shapes of ``product`` at their largest feasible batch, and its pool shapes."""
+    """All feasible decode shapes of ``product`` at their largest feasible batch, and its pool
+    shapes; with ``shapes``, only those (see :class:`Shapes`)."""
     gpu_ids = sorted(options.gpus) if options.gpus else sorted(catalog.gpus)
     gpus: list[GPU] = [catalog.gpus[g] for g in gpu_ids]
     tps = sorted(set(options.tp or DEFAULT_TP))
@@ -425,16 +438,21 @@ def generate_candidates(
                     result.generated += len(batches) * len(modes)
                     result.invalid_shapes += len(batches) * len(modes)
                     continue
+                wanted = [m for m in modes if shapes is None or (gpu.id, tp, precision, m) in shapes.decode]
+                if not wanted:
+                    continue
                 for layout in replica_layouts(llm, gpu, tp, precision, options, preset):
                     searched = layout_batches(batches, layout, options)
-                    for mode in modes:
+                    for mode in wanted:
                         result.generated += len(searched)
                         cand = _best_decode(product, llm, gpu, layout, precision, mode, searched, preset, price,
                                             work, headroom, max_ttft_s, result)
                         if cand is not None:
                             result.candidates.append(cand)
-    if "pool" in modes:
+    if "pool" in modes and (shapes is None or shapes.pool):
         result.pool = generate_pool_candidates(product, llm, catalog, options, preset, work, result)
+        if shapes is not None:
+            result.pool = [k for k in result.pool if (k.gpu, k.tp, k.precision) in shapes.pool]
         if not result.pool:
             result.candidates = [c for c in result.candidates if c.mode != "pool"]
     if prune:

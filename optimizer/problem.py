@@ -263,12 +263,21 @@ class CandidateMemo:
     def generate(self, product: Product, llm: LLM, catalog: Catalog, scenario: Scenario, preset: Preset
                  ) -> CandidateSet:
         """The product's candidate set, generated once per key; the caller gets its own lists."""
-        key = (product.model_dump_json(exclude=set(_NOT_GENERATION)),
-               scenario.options.model_dump_json(exclude=set(_NOT_GENERATION_OPTIONS)), id(catalog), id(preset))
+        key = candidate_key(product, catalog, scenario, preset)
         if key not in self.sets:
             self.sets[key] = generate_candidates(product, llm, catalog, scenario.options, preset)
-        cs = self.sets[key]
-        return replace(cs, candidates=list(cs.candidates), pool=list(cs.pool), unpriced_gpus=list(cs.unpriced_gpus))
+        return copied(self.sets[key])
+
+
+def candidate_key(product: Product, catalog: Catalog, scenario: Scenario, preset: Preset) -> tuple[Any, ...]:
+    """What tells a product's candidate sets apart within one command (see :class:`CandidateMemo`)."""
+    return (product.model_dump_json(exclude=set(_NOT_GENERATION)),
+            scenario.options.model_dump_json(exclude=set(_NOT_GENERATION_OPTIONS)), id(catalog), id(preset))
+
+
+def copied(cs: CandidateSet) -> CandidateSet:
+    """``cs`` with lists of its own, so that a caller filtering them leaves a memo's set unchanged."""
+    return replace(cs, candidates=list(cs.candidates), pool=list(cs.pool), unpriced_gpus=list(cs.unpriced_gpus))
 
 
 def build_problem(

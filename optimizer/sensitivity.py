@@ -19,11 +19,11 @@ from typing import Any, Callable
 
 from fleetplan.catalogs.loader import Catalog, InputError
 from fleetplan.models.presets import Preset
-from fleetplan.optimizer.candidates import resolve_gpu_price
+from fleetplan.optimizer.candidates import CandidateSet, Shapes, generate_candidates, resolve_gpu_price
 from fleetplan.optimizer.deadline import Deadline
 from fleetplan.optimizer.enums import Tier
 from fleetplan.optimizer.errors import SolverError
-from fleetplan.optimizer.problem import CandidateMemo
+from fleetplan.optimizer.problem import CandidateMemo, candidate_key, copied
 from fleetplan.optimizer.scenario import Product, Scenario
 from fleetplan.optimizer.solution import Plan
 
@@ -109,9 +109,15 @@ class Replanner:
         from fleetplan.optimizer.components import combined_result, solve_components
         from fleetplan.optimizer.problem import build_problem
 
+        preset = self.preset or get_preset(scenario.preset)
         try:
-            prob, _, planned = build_problem(scenario, self.catalog, self.preset or get_preset(scenario.preset), self.folder,
-                                            memo=self.memo)
+            try:
+                # only the kept shapes are generated; where that leaves a product without a plan, the
+                # whole build says why (or finds the kept shape gone, below)
+                prob, _, planned = build_problem(scenario, self.catalog, preset, self.folder,
+                                                 memo=_KeptShapes(plan, scenario, self.memo))
+            except InputError:
+                prob, _, planned = build_problem(scenario, self.catalog, preset, self.folder, memo=self.memo)
             kept = {name: _kept(pd, plan) for name, pd in prob.products.items()}
             empty = [name for name, pd in kept.items() if not pd.candidates and not pd.has_api]
             if empty:
@@ -123,6 +129,34 @@ class Replanner:
             return None, False, str(exc)
         result = combined_result(solved, self.solver, 0.0)  # type: ignore[arg-type]
         return round(float(result.objective or 0.0), 2), result.optimal, None
+
+
+class _KeptShapes(CandidateMemo):
+    """A candidate memo that generates, for each product running a configuration of ``plan``
+    (without pooling), only the shapes :func:`_kept` keeps: a few of the catalog's hundreds. Sets
+    are kept in ``memo`` under a key of their own."""
+
+    def __init__(self, plan: Plan, scenario: Scenario, memo: CandidateMemo | None) -> None:
+        self.memo = memo if memo is not None else CandidateMemo()
+        self.sets = self.memo.sets
+        self.shapes: dict[str, Shapes] = {}
+        if scenario.limits.allow_pooling:
+            return
+        for pp in plan.products:
+            c, k = pp.candidate, pp.pool
+            if c is not None:
+                pool = frozenset({(k.gpu, k.tp, k.precision)}) if k is not None else frozenset()
+                self.shapes[pp.product.name] = Shapes(frozenset({(c.gpu, c.tp, c.precision, c.mode)}), pool)
+
+    def generate(self, product: Product, llm: Any, catalog: Catalog, scenario: Scenario, preset: Preset
+                 ) -> CandidateSet:
+        shapes = self.shapes.get(product.name)
+        if shapes is None:
+            return self.memo.generate(product, llm, catalog, scenario, preset)
+        key = (*candidate_key(product, catalog, scenario, preset), repr(shapes))
+        if key not in self.sets:
+            self.sets[key] = generate_candidates(product, llm, catalog, scenario.options, preset, shapes=shapes)
+        return copied(self.sets[key])
 
 
 def _kept(pd: Any, plan: Plan) -> Any:

@@ -7,8 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from fleetplan.models.presets import get_preset
+from fleetplan.optimizer import sensitivity
+from fleetplan.optimizer.candidates import Shapes, generate_candidates
 from fleetplan.optimizer.deadline import Deadline
 from fleetplan.optimizer.plan import make_plan
+from fleetplan.optimizer.problem import CandidateMemo
 from fleetplan.optimizer.scenario import load_scenario, parse_scenario
 from fleetplan.optimizer.sensitivity import (
     DRIVERS,
@@ -87,3 +91,31 @@ def test_a_gpu_price_swing_of_an_all_gpu_hour_plan_is_the_kept_replan(catalog):
 def test_a_plan_with_an_api_is_not_scaled_by_gpu_price(catalog):
     scenario = parse_scenario(_two_chats(api=True), "s")
     assert scaled_by_gpu_price(make_plan(scenario, catalog, alternatives=False), 1.2) is None
+
+
+def test_generating_only_some_shapes_gives_those_shapes_candidates(catalog):
+    scenario, _ = load_scenario(EXAMPLES / "seed-chat-70b-open.yaml")
+    product, preset = scenario.products[0].model_copy(update={"prefill": "auto"}), get_preset(scenario.preset)
+    llm = catalog.model(product.model, "model")
+    whole = generate_candidates(product, llm, catalog, scenario.options, preset, prune=False)
+    decode = sorted({(c.gpu, c.tp, c.precision, c.mode) for c in whole.candidates})
+    pools = sorted({(k.gpu, k.tp, k.precision) for k in whole.pool})
+    assert len({g for g, *_ in decode}) >= 5 and pools  # a catalog's worth of shapes, and prefill pools
+    shapes = Shapes(frozenset(decode[::7]), frozenset(pools[::3]))
+    some = generate_candidates(product, llm, catalog, scenario.options, preset, prune=False, shapes=shapes)
+    assert [c.key for c in some.candidates] == [c.key for c in whole.candidates
+                                                if (c.gpu, c.tp, c.precision, c.mode) in shapes.decode]
+    assert [k.key for k in some.pool] == [k.key for k in whole.pool if (k.gpu, k.tp, k.precision) in shapes.pool]
+    assert [c.batch for c in some.candidates] == [c.batch for c in whole.candidates
+                                                  if (c.gpu, c.tp, c.precision, c.mode) in shapes.decode]
+
+
+@pytest.mark.parametrize("example", ["seed-chat-70b-open", "portfolio-3", "seed-chat-70b-pool"])
+def test_kept_shapes_generated_alone_price_as_the_whole_catalog_does(catalog, example, monkeypatch):
+    scenario, folder = load_scenario(EXAMPLES / f"{example}.yaml")
+    plan = make_plan(scenario, catalog, folder=folder, alternatives=False)
+    alone = tornado(scenario, Replanner(catalog, None, folder, memo=CandidateMemo()), Deadline.after(120), plan)
+    monkeypatch.setattr(sensitivity, "_KeptShapes", lambda plan, scenario, memo: memo)
+    whole = tornado(scenario, Replanner(catalog, None, folder, memo=CandidateMemo()), Deadline.after(120), plan)
+    assert alone == whole
+    assert any(r["low_monthly_cost_usd"] for r in alone)
