@@ -8,6 +8,7 @@ page loads nothing (no script, no font, no image from anywhere) and prints as it
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from html import escape
 from typing import Any
 
@@ -94,13 +95,32 @@ def configuration(d: dict[str, Any]) -> str:
     return _table(head, rows, {4, 6, 7, 8, 10, 11, 12}) + (f"<ul class=note>{why}</ul>" if why else "")
 
 
-def breakdown(d: dict[str, Any]) -> str:
-    """The cost by kind (reserved, on demand, spot, API, fixed, stranded) and by product."""
+@dataclass(frozen=True)
+class Figures:
+    """The page's charts as inline SVG (None where a chart does not apply). They read the plan's
+    products, hours and GPU usage and the tornado rows, never its binding limits, so they can be
+    drawn while those are still being valued."""
+
+    fleet: str | None
+    usage: str | None
+    cost: str
+    tornado: str | None
+
+
+def figures(d: dict[str, Any], tornado: list[dict[str, Any]] | None) -> Figures:
+    """The charts of plan ``d`` and its tornado rows."""
+    return Figures(charts.fleet_chart(d), charts.usage_chart(d), charts.cost_chart(d),
+                   None if tornado is None else charts.tornado_chart(tornado, d["monthly_cost_usd"]))
+
+
+def breakdown(d: dict[str, Any], chart: str) -> str:
+    """The cost by kind (reserved, on demand, spot, API, fixed, stranded) and by product, and
+    ``chart`` (:func:`figures`)."""
     b = d["monthly_cost_breakdown_usd"]
     rows = [[k.replace("_", " "), _money(v), pct(v / d["monthly_cost_usd"]) if d["monthly_cost_usd"] else "-"]
             for k, v in b.items() if v]
     rows.append(["total", _money(d["monthly_cost_usd"]), "100%"])
-    return _table(["kind", "$/month", "share"], rows, {1, 2}) + charts.cost_chart(d)
+    return _table(["kind", "$/month", "share"], rows, {1, 2}) + chart
 
 
 def runner_ups(d: dict[str, Any]) -> str:
@@ -126,8 +146,9 @@ def binding(d: dict[str, Any]) -> str:
     return _table(["limit", "step", "saving $/month", "cost with the step", "proven", "in words"], rows, {2, 3})
 
 
-def sensitivities(rows: list[dict[str, Any]] | None, base: float) -> str:
-    """The tornado chart and its table; a note when the report was made from a plan file."""
+def sensitivities(rows: list[dict[str, Any]] | None, chart: str | None) -> str:
+    """The tornado ``chart`` (:func:`figures`) and its table; a note when the report was made from
+    a plan file."""
     if rows is None:
         return "<p class=note>Not computed: the report was made from a plan file; give the scenario to re-plan " \
                "with each input moved by ±20%.</p>"
@@ -140,7 +161,7 @@ def sensitivities(rows: list[dict[str, Any]] | None, base: float) -> str:
               "(GPU type, TP, precision and prefill mode per product): batch, replicas, tiers and API share are "
               "chosen again. A full re-plan can only cost less; an empty bar means the kept configurations cannot "
               "serve the moved input.</p>")
-    return method + (charts.tornado_chart(rows, base) or "") + table
+    return method + (chart or "") + table
 
 
 def _tornado_note(r: dict[str, Any]) -> str:
@@ -151,19 +172,20 @@ def _tornado_note(r: dict[str, Any]) -> str:
     return "; ".join(notes)
 
 
-def page(d: dict[str, Any], tornado: list[dict[str, Any]] | None, title: str) -> str:
-    """The whole report for plan ``d`` with its tornado rows (None: not computed)."""
-    fleet = charts.fleet_chart(d) or "<p class=note>A one-hour plan: the fleet is the configuration table.</p>"
-    usage = charts.usage_chart(d) or ""
+def page(d: dict[str, Any], tornado: list[dict[str, Any]] | None, title: str, drawn: Figures | None = None) -> str:
+    """The whole report for plan ``d`` with its tornado rows (None: not computed) and their
+    charts (drawn here unless given: :func:`figures` of the same plan and rows)."""
+    drawn = drawn or figures(d, tornado)
+    fleet = drawn.fleet or "<p class=note>A one-hour plan: the fleet is the configuration table.</p>"
     sections = [
         ("Summary", summary(d)),
         ("Configuration per product", configuration(d)),
-        ("Cost breakdown", breakdown(d)),
+        ("Cost breakdown", breakdown(d, drawn.cost)),
         ("Hourly fleet against demand", fleet),
-        ("GPU usage against availability", usage + _usage_table(d)),
+        ("GPU usage against availability", (drawn.usage or "") + _usage_table(d)),
         ("Runner-ups", runner_ups(d)),
         ("Binding limits", binding(d)),
-        ("Sensitivities (±20%)", sensitivities(tornado, d["monthly_cost_usd"])),
+        ("Sensitivities (±20%)", sensitivities(tornado, drawn.tornado)),
     ]
     body = "".join(f"<section><h2>{escape(h)}</h2>{s}</section>" for h, s in sections)
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetplan.catalogs.loader import InputError
+
+if TYPE_CHECKING:
+    from fleetplan.html import Figures
 
 HTML_SUFFIXES = (".html", ".htm")
 PLAN_SUFFIXES = (".json",)
@@ -35,9 +38,11 @@ def read_plan(path: Path) -> dict[str, Any]:
     return d
 
 
-def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]], Path]:
-    """Plan the scenario, then its tornado, in one deadline; (plan JSON, tornado rows, output)."""
+def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]], Figures, Path]:
+    """Plan the scenario, then its tornado, in one deadline; (plan JSON, tornado rows, their
+    charts, output). The charts are drawn while the binding limits' re-plans finish."""
     from fleetplan import charts
+    from fleetplan.html import figures
     from fleetplan.catalogs import load_catalog
     from fleetplan.catalogs.files import check_output_file
     from fleetplan.io import SCENARIO_PRESET_HINT, resolve_preset, scenario_inputs
@@ -63,8 +68,9 @@ def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dic
     try:
         memo = CandidateMemo()
         # the re-plans valuing the binding limits run in a worker while the plan and its tornado
-        # are solved here; the worker is stopped once they are read (the rest is not wanted)
-        with worker_pool(1, finish=False) as pool:
+        # are solved here; the worker is stopped once they are read (the rest is not wanted). It
+        # is a copy of this process, made before anything is solved here (it needs no imports).
+        with worker_pool(1, finish=False, copy=True) as pool:
             ahead = LimitsAhead(pool, scenario, catalog, args.solver, preset or get_preset(scenario.preset), folder,
                                 deadline.share(0.5).left())
             plan = make_plan(scenario, catalog, solver=args.solver, preset=preset, folder=folder,
@@ -72,12 +78,13 @@ def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dic
             ahead.keep(binding_relaxations(plan, scenario))
             rows = tornado(scenario, Replanner(catalog, preset, folder, args.solver, memo), deadline.share(0.5), plan)
             charts.load()
+            drawn = figures(plan_to_dict(plan), rows)
             seen = len(deadline.stopped)  # the plan's notes are in plan.stopped; add the binding limits'
             plan.binding_limits = binding_limits(plan, scenario, ahead.resolve, deadline.share(EXPLAIN_SHARE))
             plan.stopped += deadline.stopped[seen:]
     finally:
         progress.close()
-    return plan_to_dict(plan), rows, out
+    return plan_to_dict(plan), rows, drawn, out
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -89,10 +96,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     src = Path(args.input)
     if src.suffix.lower() in PLAN_SUFFIXES:
         out = check_output_file(args.out, "--out", [src, *catalog_inputs(args.catalog)], suffixes=HTML_SUFFIXES)
-        d, rows = read_plan(src), None
+        d, rows, drawn = read_plan(src), None, None
     else:
-        d, rows, out = plan_and_tornado(args)
-    write_atomically(out, page(d, rows, f"fleetplan: {src.name}"))
+        d, rows, drawn, out = plan_and_tornado(args)
+    write_atomically(out, page(d, rows, f"fleetplan: {src.name}", drawn))
     print(f"wrote {args.out}: ${d['monthly_cost_usd']:,.2f} a month, {d['totals']['all_gpus']:,} GPUs, status {d['status']}")
     return 0
 

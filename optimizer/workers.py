@@ -1,7 +1,9 @@
 """Worker processes for planning in parallel, stopped cleanly when the parent is interrupted.
 
-Workers are started afresh (``spawn``), so no state of the parent leaks into a plan. They
-ignore SIGINT (a terminal sends Ctrl-C to the whole process group; the parent decides what
+Workers are started afresh (``spawn``), so no state of the parent leaks into a plan, unless the
+caller asks for a copy of itself (``fork``, on Linux only): a worker that only re-plans inputs the
+parent holds, started before the parent has planned anything, skips the second of interpreter
+start and imports a fresh worker costs. They ignore SIGINT (a terminal sends Ctrl-C to the whole process group; the parent decides what
 happens) and end quietly on SIGTERM, releasing their semaphores first. When the parent leaves the pool by an exception (an
 interrupt included), queued work is cancelled and running workers are terminated and joined
 before the exception goes on, so nothing is left running and no semaphore leaks. This module
@@ -14,6 +16,7 @@ import multiprocessing
 import multiprocessing.util
 import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -63,12 +66,22 @@ def stop(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=True)
 
 
+def _start_method(copy: bool) -> str:
+    """``fork`` when a copy of this process is asked for and safe here (Linux), else ``spawn``."""
+    return "fork" if copy and sys.platform.startswith("linux") else "spawn"
+
+
 @contextmanager
-def worker_pool(workers: int, finish: bool = True) -> Iterator[ProcessPoolExecutor]:
-    """A process pool of ``workers`` spawned workers; on an exception in the block it is stopped
-    at once (see the module docstring), otherwise it is shut down after its work finishes, or
-    stopped as on an exception when ``finish`` is False (work still queued is not wanted)."""
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+def worker_pool(workers: int, finish: bool = True, copy: bool = False) -> Iterator[ProcessPoolExecutor]:
+    """A process pool of ``workers`` spawned workers (copies of this process with ``copy``; see
+    the module docstring: the caller must not have started threads or solvers yet); on an
+    exception in the block it is stopped at once, otherwise it is shut down after its work
+    finishes, or stopped as on an exception when ``finish`` is False (work still queued is not
+    wanted)."""
+    if copy:
+        sys.stdout.flush()  # a copy would write out whatever is still buffered a second time
+        sys.stderr.flush()
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(_start_method(copy)),
                                initializer=_leave_signals_to_parent)
     try:
         yield pool

@@ -73,24 +73,25 @@ def test_without_instances_the_step_is_one_gpu_and_a_tier_binds_on_its_own(catal
     assert r.scenario.limits.gpu_availability["h200-sxm"] == {"on_demand": 13, "total": 100}
 
 
-def _values_from_a_worker(s: Any, catalog: Any) -> list[dict[str, Any]]:
+def _values_from_a_worker(s: Any, catalog: Any, copy: bool) -> list[dict[str, Any]]:
     """The binding limits of scenario ``s`` valued as the report values them: the smallest
-    limit's re-plan started in a worker before the plan, the rest once the plan is known."""
+    limit's re-plan started in a worker (a copy of this process, as the report starts it, or a
+    fresh one) before the plan, the rest once the plan is known."""
     from fleetplan.models.presets import get_preset
     from fleetplan.optimizer.ahead import LimitsAhead
     from fleetplan.optimizer.binding import binding_limits
     from fleetplan.optimizer.deadline import Deadline
     from fleetplan.optimizer.workers import worker_pool
 
-    with worker_pool(1, finish=False) as pool:
+    with worker_pool(1, finish=False, copy=copy) as pool:
         ahead = LimitsAhead(pool, s, catalog, "highs", get_preset(s.preset), None, 120)
         plan = make_plan(s, catalog, value_limits=False)
         ahead.keep(binding_relaxations(plan, s))
         return binding_limits(plan, s, ahead.resolve, Deadline.after(120))
 
 
-@pytest.mark.parametrize("guess_binds", [True, False])
-def test_values_from_a_worker_are_those_planned_in_turn(catalog, guess_binds):
+@pytest.mark.parametrize("guess_binds, copy", [(True, True), (False, True), (True, False)])
+def test_values_from_a_worker_are_those_planned_in_turn(catalog, guess_binds, copy):
     # both limits at 16 GPUs: the first listed is the worker's guess; the other type's binds nothing
     free = plan_of(scenario({}), catalog)
     [gpu] = {p["gpu"] for p in free["products"]}
@@ -100,4 +101,4 @@ def test_values_from_a_worker_are_those_planned_in_turn(catalog, guess_binds):
     s = parse_scenario(scenario({g: scarce for g in order}), "s")
     in_turn = make_plan(s, catalog).binding_limits
     assert [b["limit"] for b in in_turn] == [f"limits.gpu_availability.{gpu}"]
-    assert _values_from_a_worker(s, catalog) == in_turn
+    assert _values_from_a_worker(s, catalog, copy) == in_turn

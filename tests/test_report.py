@@ -103,3 +103,15 @@ def test_a_json_that_is_not_a_plan_is_refused_naming_the_file(capsys, tmp_path):
     _, err = capsys.readouterr()
     assert code == 2 and f"{bad}: not a plan file (missing status" in err and err.count("\n") == 1
     assert not (tmp_path / "r.html").exists()
+
+
+def test_charts_drawn_ahead_are_the_pages_own(capsys, tmp_path):
+    from fleetplan.html import figures, page
+
+    _, d = plan_file(capsys, tmp_path, "portfolio-3")
+    rows = [{"input": "demand (peak_qps)", "low_factor": 0.8, "high_factor": 1.2,
+             "low_monthly_cost_usd": d["monthly_cost_usd"] * 0.8, "low_proven": True, "low_error": None,
+             "high_monthly_cost_usd": d["monthly_cost_usd"] * 1.3, "high_proven": True, "high_error": None}]
+    drawn = figures({**d, "binding_limits": []}, rows)  # drawn before the limits are valued
+    assert drawn.usage and drawn.cost and drawn.tornado  # a one-hour plan: no hourly fleet chart
+    assert page(d, rows, "t", drawn) == page(d, rows, "t")
