@@ -17,12 +17,14 @@ from fleetplan.optimizer.linear import LinearProblem
 from fleetplan.optimizer.signals import PENDING_INTERRUPTS
 
 SOLVERS = ("highs", "ortools")
-# Rows HiGHS keeps in its cut pool before it starts evicting old cuts (its default is 10,000).
-# The joint MIPs of coupled products are under 100 columns after presolve, and with the default
-# pool HiGHS spends most of each node on the pool's thousands of cuts: portfolio-20's joint MIP
-# is proven in 2.0 s instead of 2.6 s, its relaxed-H200 re-plan in 3.3 s instead of 4.0 s, the
-# 40-product portfolio in 2.7 s instead of 4.0 s (benchmarks/bench_portfolio.py); one-hour mix
-# MIPs, the stress cases and every example plan the same in the same time.
+# Rows HiGHS keeps in its cut pool before it evicts old cuts (its default is 10,000). Every node's
+# LP carries the pool's upkeep: portfolio-20's joint MIP (1,477 columns, under 100 after presolve)
+# held 4,000-5,000 cuts and spent 3.5 ms a node, 1.6 ms with 250. Medians of 3 on this machine
+# (benchmarks/bench_portfolio.py, 2026-12-02): portfolio-20 2.8 -> 2.2 s, its relaxed-H200 re-plan
+# 4.2 -> 3.4 s, the 40-product portfolio 4.8 -> 3.1 s; the every-hour-distinct portfolio 122 ->
+# 147 s (its search path moves with
+# the pool size: 112-155 s for pools of 962 to 10,000 rows). The stress
+# cases, the trace week's one-hour MIPs and every example plan the same in the same time.
 HIGHS_CUT_POOL_ROWS = 250
 
 
