@@ -42,9 +42,9 @@ def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dic
     """Plan the scenario, then its tornado, in one deadline; (plan JSON, tornado rows, their
     charts, output). The charts are drawn while the binding limits' re-plans finish."""
     from fleetplan import charts
-    from fleetplan.html import figures
     from fleetplan.catalogs import load_catalog
     from fleetplan.catalogs.files import check_output_file
+    from fleetplan.html import figures
     from fleetplan.io import SCENARIO_PRESET_HINT, resolve_preset, scenario_inputs
     from fleetplan.models.presets import get_preset
     from fleetplan.optimizer.ahead import LimitsAhead

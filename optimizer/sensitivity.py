@@ -19,7 +19,12 @@ from typing import Any, Callable
 
 from fleetplan.catalogs.loader import Catalog, InputError
 from fleetplan.models.presets import Preset
-from fleetplan.optimizer.candidates import CandidateSet, Shapes, generate_candidates, resolve_gpu_price
+from fleetplan.optimizer.candidates import (
+    CandidateSet,
+    Shapes,
+    generate_candidates,
+    resolve_gpu_price,
+)
 from fleetplan.optimizer.deadline import Deadline
 from fleetplan.optimizer.enums import Tier
 from fleetplan.optimizer.errors import SolverError
