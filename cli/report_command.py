@@ -78,7 +78,7 @@ def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dic
             ahead.keep(binding_relaxations(plan, scenario))
             rows = tornado(scenario, Replanner(catalog, preset, folder, args.solver, memo), deadline.share(0.5), plan)
             charts.load()
-            drawn = figures(plan_to_dict(plan), rows)
+            drawn = figures(plan_to_dict(plan), rows)  # the JSON again at the end, with the limits' values
             seen = len(deadline.stopped)  # the plan's notes are in plan.stopped; add the binding limits'
             plan.binding_limits = binding_limits(plan, scenario, ahead.resolve, deadline.share(EXPLAIN_SHARE))
             plan.stopped += deadline.stopped[seen:]

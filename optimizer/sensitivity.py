@@ -138,12 +138,11 @@ class Replanner:
 
 class _KeptShapes(CandidateMemo):
     """A candidate memo that generates, for each product running a configuration of ``plan``
-    (without pooling), only the shapes :func:`_kept` keeps: a few of the catalog's hundreds. Sets
-    are kept in ``memo`` under a key of their own."""
+    (without pooling), only the shapes :func:`_kept` keeps: a few of the catalog's hundreds. It
+    shares ``memo``'s sets, keeping its own under a key of their own."""
 
     def __init__(self, plan: Plan, scenario: Scenario, memo: CandidateMemo | None) -> None:
-        self.memo = memo if memo is not None else CandidateMemo()
-        self.sets = self.memo.sets
+        super().__init__(sets=memo.sets if memo is not None else {})
         self.shapes: dict[str, Shapes] = {}
         if scenario.limits.allow_pooling:
             return
@@ -157,7 +156,7 @@ class _KeptShapes(CandidateMemo):
                  ) -> CandidateSet:
         shapes = self.shapes.get(product.name)
         if shapes is None:
-            return self.memo.generate(product, llm, catalog, scenario, preset)
+            return super().generate(product, llm, catalog, scenario, preset)
         key = (*candidate_key(product, catalog, scenario, preset), repr(shapes))
         if key not in self.sets:
             self.sets[key] = generate_candidates(product, llm, catalog, scenario.options, preset, shapes=shapes)

@@ -1,10 +1,10 @@
 """Worker processes for planning in parallel, stopped cleanly when the parent is interrupted.
 
 Workers are started afresh (``spawn``), so no state of the parent leaks into a plan, unless the
-caller asks for a copy of itself (``fork``, on Linux only): a worker that only re-plans inputs the
-parent holds, started before the parent has planned anything, skips the second of interpreter
-start and imports a fresh worker costs. They ignore SIGINT (a terminal sends Ctrl-C to the whole process group; the parent decides what
-happens) and end quietly on SIGTERM, releasing their semaphores first. When the parent leaves the pool by an exception (an
+caller asks for copies of itself (``fork``, on Linux only): a worker that only re-plans inputs the
+parent holds, made before the parent has solved anything, skips the interpreter start and the
+imports (about a second here) of a fresh one. They ignore SIGINT (a terminal sends Ctrl-C to the
+whole process group; the parent decides what happens) and end quietly on SIGTERM, releasing their semaphores first. When the parent leaves the pool by an exception (an
 interrupt included), queued work is cancelled and running workers are terminated and joined
 before the exception goes on, so nothing is left running and no semaphore leaks. This module
 does no planning itself.
@@ -74,7 +74,8 @@ def _start_method(copy: bool) -> str:
 @contextmanager
 def worker_pool(workers: int, finish: bool = True, copy: bool = False) -> Iterator[ProcessPoolExecutor]:
     """A process pool of ``workers`` spawned workers (copies of this process with ``copy``; see
-    the module docstring: the caller must not have started threads or solvers yet); on an
+    the module docstring: no solver may be running yet, nor a thread that could hold a lock the
+    copy needs); on an
     exception in the block it is stopped at once, otherwise it is shut down after its work
     finishes, or stopped as on an exception when ``finish`` is False (work still queued is not
     wanted)."""
