@@ -22,12 +22,12 @@ from fleetplan.optimizer.candidates import (
 )
 from fleetplan.optimizer.components import Solved
 from fleetplan.optimizer.deadline import Deadline
-from fleetplan.optimizer.defaults import CEILING_TOLERANCE, RUNNER_UP_SHARE, SEED_HEADROOM
+from fleetplan.optimizer.defaults import CEILING_TOLERANCE, SEED_HEADROOM
 from fleetplan.optimizer.enums import BatchLimit, Tier
-from fleetplan.optimizer.runner_ups import mode_costs, runner_ups, single_configuration
-from fleetplan.optimizer.tail import ttft_percentiles
+from fleetplan.optimizer.runner_ups import Compared, comparisons, single_configuration
 from fleetplan.optimizer.solution import ProductPlan
 from fleetplan.optimizer.solvers import Solver
+from fleetplan.optimizer.tail import ttft_percentiles
 from fleetplan.optimizer.text import format_ms, pct
 
 
@@ -259,9 +259,10 @@ def ttft_note(pp: ProductPlan) -> str:
 
 
 def explain_products(products: list[ProductPlan], solved: Solved, catalog: Catalog, preset: Preset, options: Any,
-                     solver: Solver, deadline: Deadline, alternatives: bool = True) -> None:
+                     solver: Solver, deadline: Deadline, alternatives: bool = True, jobs: int = 1) -> None:
     """Fill in each product's explanations within ``deadline``: runner-ups on other GPU types (with
-    ``alternatives``) and the cost of each prefill mode for a product solved on its own, then the
+    ``alternatives``) and the cost of each prefill mode for a product solved on its own (in
+    ``jobs`` worker processes at once, see :func:`~.runner_ups.comparisons`), then the
     reason in words, the KV hand-off and the prefill-headroom check."""
     percentiles = any(pp.product.ttft_percentiles_ms is not None for pp in products)  # then every product reports them
     for i, pp in enumerate(products):
@@ -271,11 +272,12 @@ def explain_products(products: list[ProductPlan], solved: Solved, catalog: Catal
             base = float(part.result.objective or 0.0)
             if pp.mix is not None:
                 pp.mix.single = single_configuration(part.whole, pp, base, solver, mine.share(0.5), options.mip_rel_gap)
+            compared = Compared(part.whole, pp, base, solver, part.base_lp, proven=part.result.optimal)
+            alts, pp.mode_costs = comparisons(compared, mine, alternatives, jobs)
             if alternatives:
-                pp.alternatives = runner_ups(part.whole, pp, base, solver, mine.share(RUNNER_UP_SHARE), part.base_lp)
+                pp.alternatives = alts
                 if pp.mix is not None and pp.mix.single is not None:
                     pp.alternatives = [pp.mix.single, *pp.alternatives]
-            pp.mode_costs = mode_costs(part.whole, pp, solver, mine, part.base_lp)
         pp.why = why(pp)
         pp.ttft_percentiles_ms = ttft_percentiles(pp, catalog, preset, always=percentiles)
         pp.kv_transfer = kv_transfer_report(pp, catalog, preset)

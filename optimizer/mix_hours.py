@@ -37,6 +37,7 @@ from fleetplan.optimizer.linear import LinearProblem, to_linear_problem
 from fleetplan.optimizer.problem import PETA, FleetProblem, ProductData
 from fleetplan.optimizer.reductions import hours_separable, mix_prices_only, mix_without_dominated, on_hours
 from fleetplan.optimizer.solvers import SolveResult, Solver, SolverOptions, solve
+from fleetplan.optimizer.workers import fork_available, jobs, worker_pool
 
 NO_POOL = ""  # the pool option of an hour served without a prefill pool
 # seconds each hour's MIP gets at least: enough for HiGHS to find a plan of a one-hour mix over
@@ -44,6 +45,12 @@ NO_POOL = ""  # the pool option of an hour served without a prefill pool
 # (see :func:`_free_hours`) except those of the first pool option priced, which the plan needs
 # (see :func:`_price_option`): the plan covers every hour and its gap says what is unproven.
 HOUR_MIN_S = 1.0
+# A long horizon's hours (past the busiest) are solved in this many runs of rising demand, each on
+# its own from its quietest hour up (:func:`solve_hours`), so that worker processes can take them
+# at once; a fixed number, so that the plan is the same however many run at once. Each run costs
+# a MIP or two more than one run would (its quietest hour is never carried from a quieter one).
+HOUR_RUNS = 4
+HOUR_RUNS_FROM = 48  # hours: fewer are solved in one run
 Values = dict[tuple[str, tuple[object, ...]], float]
 
 
@@ -213,6 +220,14 @@ def _price_option(prob: FleetProblem, pd: ProductData, free: list[HourPlan], poo
     left = {h for h, p in enumerate(free) if p.pool not in (NO_POOL, pool)}
     if left and lower >= best_usd * (1.0 - gap):
         return None, math.inf
+    if left and best_usd == math.inf:
+        # no option has a plan yet: every hour is wanted, whatever the deadline, so the hours go in
+        # runs (:func:`solve_hours`, in worker processes when allowed)
+        found = solve_hours(prob, pd, sorted(left), pool, solver, deadline, gap, models, complete=True)
+        if found is None:
+            return None, math.inf
+        plans = [found.get(h, p) for h, p in enumerate(plans)]
+        return plans, _lower(prob, plans)
     bound = {h: free[h].lower_bound_usd for h in left}  # each hour's bound under the option
     for found, taken in hour_optima(prob, pd, sorted(left), pool, solver, deadline, gap, models):
         if found is None:
@@ -307,38 +322,110 @@ def _carry(prob: FleetProblem, pd: ProductData, plan: HourPlan, hour: int, busie
 
 
 def hour_optima(prob: FleetProblem, pd: ProductData, hours: list[int], pool: str | None, solver: Solver,
-                deadline: Deadline, gap: float, models: HourModels) -> Iterator[tuple[HourPlan | None, list[int]]]:
+                deadline: Deadline, gap: float, models: HourModels, busiest_first: bool = True
+                ) -> Iterator[tuple[HourPlan | None, list[int]]]:
     """The optima of ``hours`` under the pool option ``pool``, one MIP at a time, as (plan, the
     hours it is the optimum of), or (None, [hour]) for an hour without a plan: the busiest first
-    (a plan every hour can run), then from the quietest up, each solved hour's plan taken by the
-    busier hours next to it that it serves (:func:`_carry`), so that a MIP is solved only where
-    the optimum steps up. The next MIP is solved only when asked for."""
+    (a plan every hour can run; unless ``busiest_first`` is False), then from the quietest up,
+    each solved hour's plan taken by the busier hours next to it that it serves (:func:`_carry`),
+    so that a MIP is solved only where the optimum steps up. The next MIP is solved only when
+    asked for."""
     order = sorted(hours, key=lambda h: (pd.demand_tokens_per_s[h], h))
     done: set[int] = set()
-    for i, h in enumerate([order[-1]] + order[:-1] if order else []):
+    first = [order[-1]] + order[:-1] if order and busiest_first else order
+    for i, h in enumerate(first):
         if h in done:
             continue
         found = solve_hour(prob, pd, h, pool, solver, deadline, gap, models)
         if found is None:
             yield None, [h]
             return
-        rest = [g for g in order[order.index(h) + 1:] if g not in done and g != h] if i else []
+        carries = i or not busiest_first
+        rest = [g for g in order[order.index(h) + 1:] if g not in done and g != h] if carries else []
         taken = [h, *_carry(prob, pd, found, h, rest, solver)]
         done.update(taken)
         yield found, taken
 
 
-def solve_hours(prob: FleetProblem, pd: ProductData, hours: list[int], pool: str | None, solver: Solver,
-                deadline: Deadline, gap: float, models: HourModels) -> dict[int, HourPlan] | None:
-    """The optima of ``hours`` under the pool option ``pool`` (:func:`hour_optima`), as far as the
-    deadline allows (at least one hour); None if an hour has no plan."""
+def _runs(order: list[int]) -> list[list[int]]:
+    """``order`` (hours by rising demand) cut into :data:`HOUR_RUNS` runs of about equal length,
+    or one run when it is shorter than :data:`HOUR_RUNS_FROM`."""
+    n = len(order)
+    k = HOUR_RUNS if n >= HOUR_RUNS_FROM else 1
+    return [order[i * n // k:(i + 1) * n // k] for i in range(k)]
+
+
+def _run(prob: FleetProblem, pd: ProductData, hours: list[int], pool: str | None, solver: Solver,
+         deadline: Deadline, gap: float, models: HourModels, complete: bool = False) -> dict[int, HourPlan] | None:
+    """The optima of one run of ``hours``, from its quietest up (:func:`hour_optima`), as far as the
+    deadline allows (every one with ``complete``); None if an hour has no plan."""
     solved: dict[int, HourPlan] = {}
-    for found, taken in hour_optima(prob, pd, hours, pool, solver, deadline, gap, models):
+    if deadline.expired and not complete:
+        return solved
+    for found, taken in hour_optima(prob, pd, hours, pool, solver, deadline, gap, models, busiest_first=False):
         if found is None:
             return None
         solved.update((h, found) for h in taken)
-        if deadline.expired:
+        if deadline.expired and not complete:
             break
+    return solved
+
+
+_SHARED: tuple[FleetProblem, ProductData, str | None, Solver, float, HourModels] | None = None  # for forked workers
+
+
+def _run_in_worker(hours: list[int], at: float | None, complete: bool) -> dict[int, HourPlan] | None:
+    """Worker: :func:`_run` of ``hours`` on the parent's mix (:data:`_SHARED`), ending by ``at``."""
+    assert _SHARED is not None
+    prob, pd, pool, solver, gap, models = _SHARED
+    return _run(prob, pd, hours, pool, solver, Deadline(at=at), gap, models, complete)
+
+
+def _runs_in_workers(prob: FleetProblem, pd: ProductData, runs: list[list[int]], pool: str | None, solver: Solver,
+                     deadline: Deadline, gap: float, models: HourModels, complete: bool
+                     ) -> list[dict[int, HourPlan] | None]:
+    """:func:`_run` of each of ``runs`` in worker processes (copies of this one), at once."""
+    global _SHARED
+    _SHARED = (prob, pd, pool, solver, gap, models)
+    try:
+        with worker_pool(min(jobs(), len(runs)), finish=False, copy=True) as workers:
+            futures = [workers.submit(_run_in_worker, run, deadline.at, complete) for run in runs]
+            out = []
+            for f in futures:
+                out.append(f.result())
+                deadline.progress.update("hours of the mix", sum(g.done() for g in futures), len(futures))
+                if out[-1] is None:
+                    break
+            return out
+    finally:
+        _SHARED = None
+
+
+def solve_hours(prob: FleetProblem, pd: ProductData, hours: list[int], pool: str | None, solver: Solver,
+                deadline: Deadline, gap: float, models: HourModels, complete: bool = False
+                ) -> dict[int, HourPlan] | None:
+    """The optima of ``hours`` under the pool option ``pool``, as far as the deadline allows (at
+    least one hour; every one with ``complete``); None if an hour has no plan. The busiest hour is solved first (a plan every
+    hour can run), then the others in runs of rising demand (:func:`_runs`), each from its
+    quietest hour up (:func:`hour_optima`): in turn, or in worker processes at once when the
+    command allows several (:func:`~.workers.jobs`); the same optima either way."""
+    order = sorted(hours, key=lambda h: (pd.demand_tokens_per_s[h], h))
+    if not order:
+        return {}
+    top = solve_hour(prob, pd, order[-1], pool, solver, deadline, gap, models)
+    if top is None:
+        return None
+    solved = {order[-1]: top}
+    runs = [r for r in _runs(order[:-1]) if r]
+    if (deadline.expired and not complete) or not runs:
+        return solved
+    parallel = jobs() > 1 and len(runs) > 1 and fork_available()
+    outcomes = (_runs_in_workers(prob, pd, runs, pool, solver, deadline, gap, models, complete) if parallel else
+                (_run(prob, pd, r, pool, solver, deadline, gap, models, complete) for r in runs))
+    for found in outcomes:
+        if found is None:
+            return None
+        solved.update(found)
     return solved
 
 

@@ -37,6 +37,8 @@ from fleetplan.optimizer.solution import (
     instance_report,
 )
 from fleetplan.optimizer.solvers import Solver
+from fleetplan.optimizer.workers import allowed
+
 
 def make_plan(
     scenario: Scenario,
@@ -65,7 +67,8 @@ def make_plan(
     building, exporting and solving them. ``preset`` replaces the scenario's named preset (e.g.
     one adjusted by a calibration profile); ``folder`` is where relative paths (demand profiles)
     are resolved; ``with_api=False`` plans as if no product had an API. ``jobs > 1`` solves
-    independent multi-hour components in that many worker processes; ``reductions=False`` solves
+    independent multi-hour components, a long mix's hours and the runner-ups in that many
+    worker processes (the same plan for any ``jobs``); ``reductions=False`` solves
     the problem as built (benchmarks measure what the exact reductions save); ``demand`` is each
     product's queries per second hour by hour when already read (profiles are read once per
     plan); ``start`` is a solution by column key (a plan's ``solution``) to start joint MIPs from;
@@ -88,8 +91,9 @@ def make_plan(
     memo = memo if memo is not None else CandidateMemo()
     keywords = dict(with_api=with_api, reductions=reductions, demand=demand, memo=memo)
     resolve = _replanner(catalog, solver, preset, folder, keywords)
-    plan = _solve_plan(scenario, catalog, solver, alternatives, preset, folder, with_api, jobs, deadline,
-                       dict(reductions=reductions, demand=demand, memo=memo), start)
+    with allowed(jobs):
+        plan = _solve_plan(scenario, catalog, solver, alternatives, preset, folder, with_api, jobs, deadline,
+                           dict(reductions=reductions, demand=demand, memo=memo), start)
     check_budget(plan, scenario, lambda variant, within: _cost(resolve(variant, within)), with_api, deadline)
     prob = plan.problem
     if compare_first_come and (prob.gpu_availability or prob.tier_availability) and len(plan.scenario.products) > 1:
@@ -147,7 +151,7 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: Solver, alternativ
     timings.solve_s = time.perf_counter() - t0 - timings.candidates_s
     plans = [solved.plans[p.name] for p in products]
     result = combined_result(solved, solver, timings.solve_s)
-    explain_products(plans, solved, catalog, preset, opts, solver, own.share(EXPLAIN_SHARE), alternatives)
+    explain_products(plans, solved, catalog, preset, opts, solver, own.share(EXPLAIN_SHARE), alternatives, jobs)
     plan = Plan(scenario=scenario.model_copy(update={"products": products}), preset=preset, solve_result=result,
                 products=plans, candidate_sets=sets, problem=prob, model_size=solved.model_size, timings=timings,
                 components=solved.components, members={u.name: list(u.members) for u in planned},

@@ -1,66 +1,199 @@
 """What the plan is compared with, per product: the cheapest plan on each other GPU type and the
-cost of each prefill mode, each a search restricted to those configurations; for a request mix
-also the best single-configuration plan (every bucket on one configuration), whose cost less the
-mix's is the mix's saving.
+cost of each prefill mode, each a search restricted to those configurations (in turn, or at once
+in worker processes); for a request mix also the best single-configuration plan (every bucket on
+one configuration), whose cost less the mix's is the mix's saving.
 
 Owns these comparisons; it never changes the chosen plan."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
+from fleetplan.optimizer.candidates import Candidate
 from fleetplan.optimizer.deadline import Deadline
-from fleetplan.optimizer.defaults import EXPLANATION_GAP
+from fleetplan.optimizer.defaults import EXPLANATION_GAP, RUNNER_UP_SHARE
+from fleetplan.optimizer.enums import PrefillMode
 from fleetplan.optimizer.errors import SolverError
 from fleetplan.optimizer.linear import LinearProblem
 from fleetplan.optimizer.problem import FleetProblem
 from fleetplan.optimizer.search import solve_by_configuration
 from fleetplan.optimizer.solution import ProductPlan, extract
 from fleetplan.optimizer.solvers import Solver
+from fleetplan.optimizer.workers import fork_available, worker_pool
 
 
-def runner_ups(prob: FleetProblem, pp: ProductPlan, base: float, solver: Solver, deadline: Deadline,
-               base_lp: LinearProblem | None = None) -> list[dict[str, Any]]:
-    """Cheapest plan with the product's decode forced onto each other GPU type (for a request mix,
-    onto each GPU type, its own included); those not reached before the deadline are left out,
-    and the deadline notes it."""
-    if pp.candidate is None:
-        return []
-    alts: list[dict[str, Any]] = []
-    name = pp.product.name
-    # a mix may run several GPU types: its runner-ups are the mix kept to each type in turn
-    own = set() if pp.mix is not None else {pp.candidate.gpu}
-    gpus = sorted({c.gpu for c in prob.products[name].candidates} - own)
-    for i, gpu in enumerate(gpus):
-        if deadline.expired:
-            deadline.note(f"{name}: runner-ups on other GPU types")
-            break
-        each = deadline.share(1.0 / (len(gpus) - i))
+def runs_only(pp: ProductPlan, keep: Callable[[Candidate], bool]) -> bool:
+    """Whether every decode configuration the plan ``pp`` runs satisfies ``keep``: then the plan is
+    a plan of the search restricted to those configurations, and when it is proven optimal it is
+    that search's optimum too (a restriction never costs less)."""
+    running = [f.part for f in pp.fleets if isinstance(f.part, Candidate)
+               and (f.reserved or any(f.on_demand) or any(f.spot))]
+    return bool(running) and all(keep(c) for c in running)
+
+
+Comparison = tuple[str, str]  # ("gpu", a GPU type) or ("mode", a prefill mode): a search restricted to it
+
+
+@dataclass(frozen=True)
+class Compared:
+    """What the comparisons of one product search over: its problem, its plan (costing ``base``,
+    ``proven`` optimal or not), the solver and the exported model of the plan's search."""
+
+    prob: FleetProblem
+    pp: ProductPlan
+    base: float
+    solver: Solver
+    base_lp: LinearProblem | None = None
+    proven: bool = False
+
+    def gpus(self) -> list[Comparison]:
+        """The runner-up searches: the product's decode on each other GPU type (for a request mix,
+        on each GPU type, its own included)."""
+        if self.pp.candidate is None:
+            return []
+        # a mix may run several GPU types: its runner-ups are the mix kept to each type in turn
+        own = set() if self.pp.mix is not None else {self.pp.candidate.gpu}
+        return [("gpu", g) for g in sorted({c.gpu for c in self.prob.products[self.pp.product.name].candidates} - own)]
+
+    def modes(self) -> list[Comparison]:
+        """The prefill-mode searches: each mode the product may use, none when only one is possible."""
+        modes = sorted({c.mode for c in self.prob.products[self.pp.product.name].candidates})
+        return [("mode", m) for m in modes] if len(modes) > 1 else []
+
+    def size(self, task: Comparison) -> int:
+        """How large the search ``task`` is: the decode configurations it keeps, and the pool
+        configurations when some of them run in pool mode."""
+        pd = self.prob.products[self.pp.product.name]
+        kept = [c for c in pd.candidates if _keep(task)(c)]
+        return len(kept) + (len(pd.pool) if any(c.mode == PrefillMode.POOL for c in kept) else 0)
+
+    def known(self, task: Comparison) -> Any:
+        """The outcome of ``task`` without a search, or :data:`UNKNOWN`: with the plan proven
+        optimal, a restriction every configuration of the plan satisfies costs what the plan costs
+        (for a GPU type, only a mix's own plan is a runner-up)."""
+        if not self.proven or not runs_only(self.pp, _keep(task)):
+            return UNKNOWN
+        if task[0] == "mode":
+            return round(self.base, 2)
+        return _entry(self.pp, 0.0, True) if self.pp.mix is not None else UNKNOWN
+
+    def search(self, task: Comparison, deadline: Deadline) -> Any:
+        """The outcome of ``task``: a runner-up entry (None: no plan on that GPU type) or a mode's
+        monthly cost (None: no plan in that mode)."""
+        kind, key = task
+        name = self.pp.product.name
         try:
-            found = solve_by_configuration(prob, name, solver, keep=lambda c, gpu=gpu: c.gpu == gpu,
-                                           deadline=each, mip_rel_gap=EXPLANATION_GAP, base_lp=base_lp,
-                                           stage=f"runner-up on {gpu}")
+            found = solve_by_configuration(self.prob, name, self.solver, keep=_keep(task), deadline=deadline,
+                                           mip_rel_gap=EXPLANATION_GAP, base_lp=self.base_lp,
+                                           stage=f"runner-up on {key}" if kind == "gpu" else f"cost of prefill mode {key}")
         except SolverError:
-            continue
+            return None
         if found is None:
-            continue
+            return None
         res, fixed, sub = found
-        alt = extract(fixed, res, sub, [pp.product])[0]
+        if kind == "mode":
+            return round(float(res.objective or 0.0), 2)
+        alt = extract(fixed, res, sub, [self.pp.product])[0]
         if alt.candidate is None:
-            continue
+            return None
         c = alt.candidate
         if alt.mix is not None:
-            alts.append(_entry(alt, float(res.objective or 0.0) - base, res.optimal))
-            continue
-        alts.append({
+            return _entry(alt, float(res.objective or 0.0) - self.base, res.optimal)
+        return {
             "gpu": c.gpu, "tp": c.tp, "layout": c.layout.label(), "batch": c.batch, "precision": c.precision, "prefill": c.mode,
             "replicas": alt.replicas, "gpus": alt.gpus, "monthly_cost_usd": round(alt.monthly_cost_usd, 2),
-            "cost_difference_usd": round(float(res.objective or 0.0) - base, 2),
+            "cost_difference_usd": round(float(res.objective or 0.0) - self.base, 2),
             "proven_optimal": res.optimal,
-        })
+        }
+
+
+UNKNOWN = object()  # a comparison's outcome not known without a search
+_STOPPED = {"gpu": "runner-ups on other GPU types", "mode": "cost of each prefill mode"}  # as the deadline notes them
+
+
+def _keep(task: Comparison) -> Callable[[Candidate], bool]:
+    """The decode configurations the search ``task`` is restricted to."""
+    kind, key = task
+    return (lambda c: c.gpu == key) if kind == "gpu" else (lambda c: c.mode == key)
+
+
+def _in_turn(cmp: Compared, tasks: list[Comparison], deadline: Deadline) -> dict[Comparison, Any]:
+    """Outcomes of ``tasks`` one after another, each with an equal share of the time left; those
+    not reached before the deadline are left out, and the deadline notes it."""
+    out: dict[Comparison, Any] = {}
+    for i, task in enumerate(tasks):
+        known = cmp.known(task)
+        if known is not UNKNOWN:
+            out[task] = known
+            continue
+        if deadline.expired:
+            deadline.note(f"{cmp.pp.product.name}: {_STOPPED[task[0]]}")
+            break
+        out[task] = cmp.search(task, deadline.share(1.0 / (len(tasks) - i)))
+    return out
+
+
+_SHARED: Compared | None = None  # what forked workers compare (set in the parent before they are made)
+
+
+def _search_in_worker(task: Comparison, at: float | None, seconds: float | None) -> tuple[bool, Any]:
+    """Worker: (reached, outcome) of ``task`` with ``seconds`` of its own, ending by ``at`` at the
+    latest (both None: no limit); not reached when the time was up before it started."""
+    assert _SHARED is not None
+    deadline = Deadline.after(seconds)
+    if at is not None and (deadline.at is None or deadline.at > at):
+        deadline = Deadline(at=at)
+    if deadline.expired:
+        return False, None
+    return True, _SHARED.search(task, deadline)
+
+
+def _in_workers(cmp: Compared, tasks: list[Comparison], deadline: Deadline, jobs: int) -> dict[Comparison, Any]:
+    """Outcomes of ``tasks`` in ``jobs`` copies of this process, each search with the share of the
+    time left that it would get in turn with ``jobs`` at once; the same outcomes as
+    :func:`_in_turn` when the deadline cuts nothing short."""
+    global _SHARED
+    out = {t: cmp.known(t) for t in tasks}
+    todo = sorted((t for t in tasks if out[t] is UNKNOWN), key=lambda t: (-cmp.size(t), t))  # largest first
+    left = deadline.left()
+    each = None if left is None else left * min(jobs, len(todo)) / len(todo)
+    _SHARED = cmp
+    try:
+        with worker_pool(min(jobs, len(todo)), copy=True) as pool:
+            futures = [(t, pool.submit(_search_in_worker, t, deadline.at, each)) for t in todo]
+            for t, f in futures:
+                deadline.progress.update("comparisons", len([g for g in futures if g[1].done()]), len(futures))
+                reached, outcome = f.result()
+                if reached:
+                    out[t] = outcome
+                else:
+                    deadline.note(f"{cmp.pp.product.name}: {_STOPPED[t[0]]}")
+    finally:
+        _SHARED = None
+    return {t: v for t, v in out.items() if v is not UNKNOWN}
+
+
+def comparisons(cmp: Compared, deadline: Deadline, alternatives: bool = True, jobs: int = 1
+                ) -> tuple[list[dict[str, Any]], dict[str, float | None]]:
+    """The product's runner-ups (with ``alternatives``; cheapest first) and the cost of each prefill
+    mode (None where a mode has no plan), searched within ``deadline``: in turn, the runner-ups
+    with :data:`~.defaults.RUNNER_UP_SHARE` of the time and the modes with the rest, or with
+    ``jobs`` > 1 all at once in that many worker processes (copies of this one, on Linux) when
+    more than one search is left to run. The same outcomes either way, unless the deadline cuts
+    a search short."""
+    gpus = cmp.gpus() if alternatives else []
+    modes = cmp.modes()
+    searches = [t for t in gpus + modes if cmp.known(t) is UNKNOWN]
+    if jobs > 1 and len(searches) > 1 and fork_available():
+        out = _in_workers(cmp, gpus + modes, deadline, jobs)
+    else:
+        out = _in_turn(cmp, gpus, deadline.share(RUNNER_UP_SHARE))
+        out.update(_in_turn(cmp, modes, deadline))
+    alts = [v for t, v in out.items() if t[0] == "gpu" and v is not None]
     alts.sort(key=lambda a: (a["cost_difference_usd"], a["gpu"]))
-    return alts
+    return alts, {key: v for (kind, key), v in out.items() if kind == "mode"}
 
 
 def _entry(alt: ProductPlan, difference: float, optimal: bool) -> dict[str, Any]:
@@ -102,27 +235,3 @@ def single_configuration(prob: FleetProblem, pp: ProductPlan, base: float, solve
     if alt.candidate is None:
         return None
     return {**_entry(alt, float(res.objective or 0.0) - base, res.optimal), "single_configuration": True}
-
-
-def mode_costs(prob: FleetProblem, pp: ProductPlan, solver: Solver, deadline: Deadline,
-               base_lp: LinearProblem | None = None) -> dict[str, float | None]:
-    """The cheapest plan's monthly cost with the product's prefill in each mode it may use (None
-    where a mode has no plan); empty when only one mode is possible. Modes not reached before the
-    deadline are left out, and the deadline notes it."""
-    name = pp.product.name
-    modes = sorted({c.mode for c in prob.products[name].candidates})
-    costs: dict[str, float | None] = {}
-    if len(modes) < 2:
-        return costs
-    for j, mode in enumerate(modes):
-        if deadline.expired:
-            deadline.note(f"{name}: cost of each prefill mode")
-            break
-        try:
-            found = solve_by_configuration(prob, name, solver, keep=lambda c, mode=mode: c.mode == mode,
-                                           deadline=deadline.share(1.0 / (len(modes) - j)), mip_rel_gap=EXPLANATION_GAP,
-                                           base_lp=base_lp, stage=f"cost of prefill mode {mode}")
-        except SolverError:
-            found = None
-        costs[mode] = None if found is None else round(float(found[0].objective or 0.0), 2)
-    return costs

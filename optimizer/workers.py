@@ -12,6 +12,7 @@ does no planning itself.
 
 from __future__ import annotations
 
+import contextvars
 import multiprocessing
 import multiprocessing.util
 import os
@@ -44,6 +45,7 @@ def _leave_signals_to_parent() -> None:
     """Initializer of every worker: SIGINT ignored; SIGTERM ends the worker at once, its
     semaphores released (a thread woken through ``signal.set_wakeup_fd`` does it)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _JOBS.set(1)
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
     signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
@@ -66,9 +68,32 @@ def stop(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=True)
 
 
+_JOBS: contextvars.ContextVar[int] = contextvars.ContextVar("fleetplan_jobs", default=1)
+
+
+@contextmanager
+def allowed(jobs: int) -> Iterator[None]:
+    """Within the block, stages that can use worker processes use up to ``jobs`` (see :func:`jobs`)."""
+    token = _JOBS.set(max(1, jobs))
+    try:
+        yield
+    finally:
+        _JOBS.reset(token)
+
+
+def jobs() -> int:
+    """How many worker processes a stage may use at once here (1 in a worker: workers never nest)."""
+    return _JOBS.get()
+
+
+def fork_available() -> bool:
+    """Whether workers may be copies of this process here (Linux)."""
+    return sys.platform.startswith("linux")
+
+
 def _start_method(copy: bool) -> str:
     """``fork`` when a copy of this process is asked for and safe here (Linux), else ``spawn``."""
-    return "fork" if copy and sys.platform.startswith("linux") else "spawn"
+    return "fork" if copy and fork_available() else "spawn"
 
 
 @contextmanager

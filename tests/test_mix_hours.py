@@ -193,3 +193,81 @@ def test_hours_past_the_deadline_are_bracketed_by_solved_ones(catalog):
     assert res.objective >= whole.objective * (1 - 1e-7)
     assert res.objective * (1 - res.mip_gap) <= whole.objective * (1 + 1e-7)
     assert 0 < res.mip_gap < 0.5  # bracketed by quieter hours' bounds, not left at 0
+
+
+def test_a_long_horizon_is_solved_in_runs_the_same_in_turn_and_in_workers(catalog):
+    """Sixty distinct hours go in runs of rising demand (busiest first): every hour gets its own
+    optimum (its one-hour MIP's cost), and worker processes give exactly what solving in turn gives."""
+    from fleetplan.optimizer.mix_hours import HOUR_RUNS, HourModels, _runs, solve_hours
+    from fleetplan.optimizer.workers import allowed
+
+    qps = [3.0 + 1.37 * i for i in range(60)]
+    raw = small("auto", gpus=["l4", "l40s", "h100-sxm"])
+    prob, _, _ = build_problem(parse_scenario(raw, "long"), catalog, get_preset("default"), demand={"m": qps})
+    prob = reduced(prob)
+    pd = mix_without_dominated(prob, prob.products["m"])
+    prob = prob.derive(products={"m": pd})
+    assert prob.hours == 60 and separable(prob, pd)
+    order = sorted(range(60), key=lambda h: pd.demand_tokens_per_s[h])
+    assert len(_runs(order[:-1])) == HOUR_RUNS and sum(map(len, _runs(order[:-1]))) == 59
+    found = {}
+    for jobs in (1, 2):
+        with allowed(jobs):
+            found[jobs] = solve_hours(prob, pd, list(range(60)), None, "highs", Deadline.after(None), 1e-9,
+                                      HourModels(prob, pd))
+    assert found[1] == found[2] and sorted(found[1]) == list(range(60))
+    for h in range(0, 60, 7):
+        own = solve_hour(prob, pd, h, None, "highs", Deadline.after(None), 1e-9)
+        assert found[1][h].usd_per_month == pytest.approx(own.usd_per_month, rel=1e-7)
+    costs = [found[1][h].usd_per_month for h in order]
+    assert costs == sorted(costs)  # a busier hour never costs less
+
+
+def test_runner_ups_and_mode_costs_in_workers_are_those_searched_in_turn(catalog):
+    """A mix over sixty hours: the plan, its runner-ups on each GPU type and its cost in each
+    prefill mode are the same, byte for byte, with two worker processes as in turn; each
+    runner-up costs at least the plan, and a mode the plan runs alone costs what the plan costs."""
+    import json
+
+    from fleetplan.optimizer.scenario import parse_scenario as parse
+
+    qps = [3.0 + 1.37 * i for i in range(60)]
+    raw = small("auto", gpus=["l4", "l40s", "h100-sxm"])
+    scenario = parse(raw, "long")
+    out, plans = {}, {}
+    for jobs in (1, 2):
+        plans[jobs] = make_plan(scenario, catalog, demand={"m": qps}, jobs=jobs)
+        d = plan_to_dict(plans[jobs])
+        d.pop("timings", None)
+        out[jobs] = json.dumps(d, sort_keys=True)
+    assert out[1] == out[2] and plans[1].products[0].mode_costs == plans[2].products[0].mode_costs
+    pp = plans[1].products[0]
+    assert pp.alternatives and all(a["cost_difference_usd"] >= -0.01 for a in pp.alternatives)
+    assert {a["gpu"] for a in pp.alternatives if not a.get("single_configuration")} == {"l40s", "h100-sxm"}  # L4: no plan
+    costs = pp.mode_costs
+    objective = float(plans[1].solve_result.objective)
+    assert set(costs) == {"colocated", "pool"} and min(v for v in costs.values() if v is not None) >= objective - 0.01
+    modes = {f.part.mode for f in pp.fleets if f.part is not None and (f.reserved or any(f.on_demand))}
+    if len(modes) == 1:  # the mode the plan runs alone costs what the plan costs, unsearched
+        assert costs[modes.pop()] == round(objective, 2)
+
+
+def test_the_mode_a_proven_plan_runs_alone_costs_the_plan_without_a_search(catalog, examples):
+    """rag-20k may prefill colocated or in a pool: the cost of the mode its proven plan
+    runs is the plan's, known without a search, and the search restricted to that mode finds the
+    same cost; the other mode is searched, and costs no less."""
+    from fleetplan.optimizer.defaults import EXPLANATION_GAP
+    from fleetplan.optimizer.runner_ups import UNKNOWN, Compared
+
+    scenario, folder = load_scenario(examples / "rag-20k.yaml")
+    plan = make_plan(scenario, catalog, folder=folder, alternatives=False)
+    pp, objective = plan.products[0], float(plan.solve_result.objective)
+    mode = pp.candidate.mode
+    other = next(m for m in pp.mode_costs if m != mode)
+    assert plan.solve_result.optimal and set(pp.mode_costs) == {"colocated", "pool"}
+    assert pp.mode_costs[mode] == round(objective, 2) and pp.mode_costs[other] >= objective - 0.01
+    cmp = Compared(plan.problem, pp, objective, "highs", proven=True)
+    assert cmp.known(("mode", mode)) == round(objective, 2) and cmp.known(("mode", other)) is UNKNOWN
+    assert Compared(plan.problem, pp, objective, "highs", proven=False).known(("mode", mode)) is UNKNOWN
+    searched = cmp.search(("mode", mode), Deadline.after(None))
+    assert searched == pytest.approx(objective, rel=EXPLANATION_GAP)
