@@ -6,9 +6,10 @@ with the trace read afresh each run (the trace cache cleared). Printed: the trac
 the median seconds of each stage (reading the CSV, the hourly profile and size mix, candidate
 generation, the MIPs) and of the whole (scenario load with the trace, and the plan). The plan
 takes the trace's size mix (4 buckets: a request mix over 168 distinct hours, solved hour by
-hour); ``--mean-sizes`` plans the trace's mean sizes instead (``trace_buckets: 1``).
+hour); ``--mean-sizes`` plans the trace's mean sizes instead (``trace_buckets: 1``); ``--jobs``
+is the worker processes, as the CLI's (default: the CPUs here, at most 4).
 
-    python benchmarks/bench_trace.py [--runs 5] [--requests 1000000] [--mean-sizes]
+    python benchmarks/bench_trace.py [--runs 5] [--requests 1000000] [--mean-sizes] [--jobs N]
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from fleetplan.optimizer import trace as T
 from fleetplan.optimizer.plan import make_plan
 from fleetplan.optimizer.scenario import load_scenario
 from fleetplan.optimizer.synthetic import generate, trace_csv
+from fleetplan.optimizer.workers import default_jobs
 
 SCENARIO = """\
 preset: default
@@ -49,13 +51,13 @@ def _stages(path: Path) -> dict[str, float]:
     return {"read_s": t1 - t0, "derive_s": time.perf_counter() - t1}
 
 
-def _plan_once(scenario_path: Path, catalog: object) -> dict[str, float]:
+def _plan_once(scenario_path: Path, catalog: object, jobs: int) -> dict[str, float]:
     """One end-to-end plan from the scenario file (trace read afresh); its stage times."""
     T._fields.cache_clear()
     t0 = time.perf_counter()
     scenario, folder = load_scenario(scenario_path)
     t1 = time.perf_counter()
-    plan = make_plan(scenario, catalog, alternatives=False, folder=folder)
+    plan = make_plan(scenario, catalog, alternatives=False, folder=folder, jobs=jobs)
     t2 = time.perf_counter()
     assert plan.hours == 168, plan.hours
     return {"load_with_trace_s": t1 - t0, "candidates_s": plan.timings.candidates_s, "solve_s": plan.timings.solve_s,
@@ -63,9 +65,9 @@ def _plan_once(scenario_path: Path, catalog: object) -> dict[str, float]:
             "status": f"{plan.solve_result.status} (gap {plan.solve_result.mip_gap or 0.0:.3%})"}
 
 
-def _cli_once(scenario_path: Path) -> float:
-    """Wall seconds of ``fleetplan plan SCENARIO --json`` in a fresh process."""
-    cmd = [str(Path(sys.executable).parent / "fleetplan"), "plan", str(scenario_path), "--json"]
+def _cli_once(scenario_path: Path, jobs: int) -> float:
+    """Wall seconds of ``fleetplan plan SCENARIO --json --jobs N`` in a fresh process."""
+    cmd = [str(Path(sys.executable).parent / "fleetplan"), "plan", str(scenario_path), "--json", "--jobs", str(jobs)]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, capture_output=True)
     return time.perf_counter() - t0
@@ -77,6 +79,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--requests", type=int, default=1_000_000)
     ap.add_argument("--mean-sizes", action="store_true", help="plan the trace's mean sizes (trace_buckets: 1)")
+    ap.add_argument("--jobs", type=int, default=default_jobs(),
+                    help=f"worker processes, as fleetplan plan --jobs (default here: {default_jobs()})")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -88,10 +92,10 @@ def main() -> None:
         (folder / "scenario.yaml").write_text(scenario, encoding="utf-8")
         catalog = load_catalog()
         stages = [_stages(folder / "week.csv") for _ in range(args.runs)]
-        runs = [_plan_once(folder / "scenario.yaml", catalog) for _ in range(args.runs)]
-        walls = [_cli_once(folder / "scenario.yaml") for _ in range(args.runs)]
+        runs = [_plan_once(folder / "scenario.yaml", catalog, args.jobs) for _ in range(args.runs)]
+        walls = [_cli_once(folder / "scenario.yaml", args.jobs) for _ in range(args.runs)]
     med = lambda rows, k: statistics.median(r[k] for r in rows)  # noqa: E731
-    print(f"median of {args.runs} runs (seconds):")
+    print(f"median of {args.runs} runs (seconds), {args.jobs} worker process(es):")
     for k in ("read_s", "derive_s"):
         print(f"  trace {k:<20} {med(stages, k):8.3f}")
     for k in ("load_with_trace_s", "candidates_s", "solve_s", "plan_s", "total_s"):

@@ -23,6 +23,7 @@ from fleetplan.catalogs import fields as F
 from fleetplan.catalogs.files import check_output_file, one_line
 from fleetplan.cluster import SCHEDULER_HELP
 from fleetplan.optimizer.enums import Status
+from fleetplan.optimizer.workers import MAX_DEFAULT_JOBS, default_jobs
 from fleetplan.flags import (
     CALIBRATION_HELP, Parser, add_catalog_flag, add_precision_flags, add_preset_flags, add_solver_flag, number_flag,
 )
@@ -111,7 +112,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if is_batch(args.scenario):
         settings = Settings(catalogs=tuple(args.catalog), solver=args.solver, calibration=args.calibration,
                             alternatives=not args.no_alternatives)
-        return run_batch(args.scenario, settings, args.out, args.json, args.jobs, console(), args.scheduler)
+        return run_batch(args.scenario, settings, args.out, args.json, args.jobs or 1, console(), args.scheduler)
     return _plan_one(args)
 
 
@@ -135,7 +136,7 @@ def _plan_one(args: argparse.Namespace) -> int:
     deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S, progress)
     try:
         plan = make_plan(scenario, catalog, solver=args.solver, alternatives=not args.no_alternatives,
-                         preset=preset, folder=folder, jobs=args.jobs, deadline=deadline)
+                         preset=preset, folder=folder, jobs=args.jobs or default_jobs(), deadline=deadline)
     finally:
         progress.close()
     d = plan_to_dict(plan)
@@ -324,9 +325,11 @@ def _add_plan(sub: Any) -> None:
     add_catalog_flag(pl)
     pl.add_argument("--json", action="store_true", help="print JSON (a batch: the summary)")
     pl.add_argument("--out", help=PLAN_OUT_HELP)
-    pl.add_argument("--jobs", type=number_flag(F.JOBS), default=1,
-                    help="a batch: plan this many scenarios at once in worker processes; one scenario: solve this many "
-                         "independent multi-hour components at once (same results for any value)")
+    pl.add_argument("--jobs", type=number_flag(F.JOBS), default=None,
+                    help="a batch: plan this many scenarios at once in worker processes (default 1); one scenario: "
+                         "use this many worker processes for independent multi-hour components, a long request "
+                         "mix's hours and the runner-ups (default: the CPUs here, at most "
+                         f"{MAX_DEFAULT_JOBS}; the same plan for any value)")
     pl.add_argument("--calibration", help=CALIBRATION_HELP)
     pl.add_argument("--scheduler", help="a batch: " + SCHEDULER_HELP)
     pl.add_argument("--no-alternatives", action="store_true", help="skip the per-GPU-type runner-up solves")

@@ -239,12 +239,12 @@ def solve_components(prob: FleetProblem, products: list[Product], solver: Solver
 
 
 def _in_workers(tasks: list[Any], heavy: list[Any], jobs: int, deadline: Deadline) -> list[Any]:
-    """Outcomes of ``tasks``, the ``heavy`` ones in worker processes (seconds, not the deadline,
-    cross the process boundary)."""
+    """Outcomes of ``tasks``, the ``heavy`` ones in worker processes, copies of this one (seconds,
+    not the deadline, cross the process boundary)."""
     from fleetplan.optimizer.workers import worker_pool
 
     timed = [(w, n, so, deadline.left(), g) for w, n, so, _, g in heavy]
-    with worker_pool(min(len(heavy), jobs)) as pool:
+    with worker_pool(min(len(heavy), jobs), copy=True) as pool:
         done = dict(zip([id(t) for t in heavy], pool.map(solve_component, timed)))
     return [done[id(t)] if id(t) in done else solve_component(t) for t in tasks]
 

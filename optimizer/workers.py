@@ -1,27 +1,31 @@
 """Worker processes for planning in parallel, stopped cleanly when the parent is interrupted.
 
 Workers are started afresh (``spawn``), so no state of the parent leaks into a plan, unless the
-caller asks for copies of itself (``fork``, on Linux only): a worker that only re-plans inputs the
-parent holds, made before the parent has solved anything, skips the interpreter start and the
-imports (about a second here) of a fresh one. They ignore SIGINT (a terminal sends Ctrl-C to the
-whole process group; the parent decides what happens) and end quietly on SIGTERM, releasing their semaphores first. When the parent leaves the pool by an exception (an
-interrupt included), queued work is cancelled and running workers are terminated and joined
-before the exception goes on, so nothing is left running and no semaphore leaks. This module
-does no planning itself.
+caller asks for copies of itself (``fork``, on Linux only): a worker that only solves what the
+parent holds skips the interpreter start and the imports (about a second here) of a fresh one.
+A copy is made between solver calls, never during one: HiGHS runs on one thread
+(``threads=1``) and leaves none behind, and the project starts no threads of its own, so no
+lock can be held in the copy. Workers ignore SIGINT (a terminal sends Ctrl-C to the whole
+process group; the parent decides what happens) and end quietly on SIGTERM, releasing their
+semaphores first. When the parent leaves the pool by an exception (an interrupt included),
+queued work is cancelled and running workers are terminated and joined before the exception
+goes on, so nothing is left running and no semaphore leaks. How many workers a stage may use
+is the command's (:func:`allowed`, :func:`jobs`); inside a worker it is one, so pools never nest.
+This module does no planning itself.
 """
 
 from __future__ import annotations
 
 import contextvars
-import multiprocessing
-import multiprocessing.util
 import os
 import signal
 import sys
-import threading
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the process machinery is imported when a pool is made (not at every command's start)
+    from concurrent.futures import ProcessPoolExecutor
 
 JOIN_TIMEOUT_S = 5.0
 
@@ -37,6 +41,8 @@ def _end_worker(read_fd: int) -> None:
         if not data:
             return
         if data[0] == signal.SIGTERM:
+            import multiprocessing.util
+
             multiprocessing.util._run_finalizers(0)  # what a normal exit runs; no semaphore left behind
             os._exit(128 + signal.SIGTERM)
 
@@ -50,6 +56,8 @@ def _leave_signals_to_parent() -> None:
     os.set_blocking(write_fd, False)
     signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     signal.signal(signal.SIGTERM, lambda signum, frame: None)  # a Python handler, so the wakeup byte is written
+    import threading
+
     threading.Thread(target=_end_worker, args=(read_fd,), daemon=True).start()
 
 
@@ -86,6 +94,19 @@ def jobs() -> int:
     return _JOBS.get()
 
 
+MAX_DEFAULT_JOBS = 4  # worker processes a plan uses by default: the CPUs it may run on, at most this many
+
+
+def default_jobs() -> int:
+    """Worker processes a command uses unless told: the CPUs this process may run on, at most
+    :data:`MAX_DEFAULT_JOBS`."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_DEFAULT_JOBS))
+
+
 def fork_available() -> bool:
     """Whether workers may be copies of this process here (Linux)."""
     return sys.platform.startswith("linux")
@@ -99,14 +120,16 @@ def _start_method(copy: bool) -> str:
 @contextmanager
 def worker_pool(workers: int, finish: bool = True, copy: bool = False) -> Iterator[ProcessPoolExecutor]:
     """A process pool of ``workers`` spawned workers (copies of this process with ``copy``; see
-    the module docstring: no solver may be running yet, nor a thread that could hold a lock the
-    copy needs); on an
-    exception in the block it is stopped at once, otherwise it is shut down after its work
+    the module docstring: no solver call may be running, nor a thread that could hold a lock the
+    copy needs); on an exception in the block it is stopped at once, otherwise it is shut down after its work
     finishes, or stopped as on an exception when ``finish`` is False (work still queued is not
     wanted)."""
     if copy:
         sys.stdout.flush()  # a copy would write out whatever is still buffered a second time
         sys.stderr.flush()
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(_start_method(copy)),
                                initializer=_leave_signals_to_parent)
     try:
