@@ -15,8 +15,9 @@ hour's demand (:class:`HourModels`).
 
 The hours are first solved with every pool allowed: the sum of those optima is a lower bound,
 and it is the optimum when the hours agree on one pool configuration (or none). Otherwise each
-pool option is priced by re-solving, with that option imposed, the hours that chose another,
-largest first, dropped as soon as its running sum reaches the best total found. The plan is then
+pool option is priced by re-solving, with that option imposed, the hours that chose another:
+the option most hours chose first, whole; each other one (in worker processes at once when
+allowed) dropped as soon as its running sum reaches that first total. The plan is then
 read from the whole model of the horizon with every integer decision fixed to the hours'
 choices (an LP in the buckets' shares), so it is a solution of that model and its cost is theirs.
 
@@ -471,17 +472,55 @@ def best_hour_plans(prob: FleetProblem, pd: ProductData, solver: Solver, deadlin
     weights = _weights(prob)
     # an option with a pool allows no pool as well, so only the pool configurations are options
     votes = {k.key: sum(w for w, p in zip(weights, free) if p.pool == k.key) for k in pd.pool}
+    order = sorted(votes, key=lambda k: (-votes[k], k))
     best: list[HourPlan] | None = None
-    best_usd, open_bounds = math.inf, []
-    for key in sorted(votes, key=lambda k: (-votes[k], k)):
-        plans, lower = _price_option(prob, pd, free, key, best_usd, solver, deadline, gap, models)
-        if plans is not None and _cost(prob, plans) < best_usd:
+    best_usd = math.inf
+    while order and best is None:  # until one option has a plan, each is priced whole, in turn
+        plans, _ = _price_option(prob, pd, free, order.pop(0), best_usd, solver, deadline, gap, models)
+        if plans is not None:
             best, best_usd = plans, _cost(prob, plans)
-        elif plans is None and lower < best_usd * (1.0 - gap):
-            open_bounds.append(lower)
     if best is None:
         return None
+    # the others are priced against that plan's cost (the same cutoff in turn and in workers)
+    cutoff, open_bounds = best_usd, []
+    for plans, lower in _price_options(prob, pd, free, order, cutoff, solver, deadline, gap, models):
+        if plans is not None and _cost(prob, plans) < best_usd:
+            best, best_usd = plans, _cost(prob, plans)
+        elif plans is None:
+            open_bounds.append(lower)
+    open_bounds = [b for b in open_bounds if b < best_usd * (1.0 - gap)]
     return best, min([_lower(prob, best), *open_bounds])
+
+
+_SHARED_PRICING: tuple[FleetProblem, ProductData, list[HourPlan], Solver, float, HourModels] | None = None
+
+
+def _price_in_worker(pool: str, cutoff: float, at: float | None) -> tuple[list[HourPlan] | None, float]:
+    """Worker: :func:`_price_option` of ``pool`` on the parent's mix (:data:`_SHARED_PRICING`)."""
+    assert _SHARED_PRICING is not None
+    prob, pd, free, solver, gap, models = _SHARED_PRICING
+    return _price_option(prob, pd, free, pool, cutoff, solver, Deadline(at=at), gap, models)
+
+
+def _price_options(prob: FleetProblem, pd: ProductData, free: list[HourPlan], pools: list[str], cutoff: float,
+                   solver: Solver, deadline: Deadline, gap: float, models: HourModels
+                   ) -> list[tuple[list[HourPlan] | None, float]]:
+    """:func:`_price_option` of each of ``pools`` against ``cutoff``: in turn, or in worker
+    processes at once when the command allows several (:func:`~.workers.jobs`)."""
+    global _SHARED_PRICING
+    if not (jobs() > 1 and len(pools) > 1 and fork_available()):
+        return [_price_option(prob, pd, free, k, cutoff, solver, deadline, gap, models) for k in pools]
+    _SHARED_PRICING = (prob, pd, free, solver, gap, models)
+    try:
+        with worker_pool(min(jobs(), len(pools)), copy=True) as workers:
+            futures = [workers.submit(_price_in_worker, k, cutoff, deadline.at) for k in pools]
+            out = []
+            for f in futures:
+                out.append(f.result())
+                deadline.progress.update("pool options", sum(g.done() for g in futures), len(futures))
+            return out
+    finally:
+        _SHARED_PRICING = None
 
 
 def _running(plans: list[HourPlan]) -> set[str]:

@@ -181,12 +181,14 @@ def comparisons(cmp: Compared, deadline: Deadline, alternatives: bool = True, jo
     mode (None where a mode has no plan), searched within ``deadline``: in turn, the runner-ups
     with :data:`~.defaults.RUNNER_UP_SHARE` of the time and the modes with the rest, or with
     ``jobs`` > 1 all at once in that many worker processes (copies of this one, on Linux) when
-    more than one search is left to run. The same outcomes either way, unless the deadline cuts
-    a search short."""
+    at least two searches per worker are left to run. The same outcomes either way, unless the
+    deadline cuts a search short."""
     gpus = cmp.gpus() if alternatives else []
     modes = cmp.modes()
     searches = [t for t in gpus + modes if cmp.known(t) is UNKNOWN]
-    if jobs > 1 and len(searches) > 1 and fork_available():
+    # workers take whole searches when there are enough to keep them busy; with fewer (a plan's two
+    # prefill modes) the searches go in turn and each may use the workers for its hours
+    if jobs > 1 and len(searches) >= 2 * jobs and fork_available():
         out = _in_workers(cmp, gpus + modes, deadline, jobs)
     else:
         out = _in_turn(cmp, gpus, deadline.share(RUNNER_UP_SHARE))

@@ -120,6 +120,12 @@ def test_hours_that_disagree_on_the_pool_are_priced_per_pool(catalog):
     whole = solve(to_linear_problem(build_model(prob)), "highs", mip_rel_gap=1e-9)
     cost = sum(prob.count(h) / prob.horizon_hours * p.usd_per_month for h, p in enumerate(plans))
     assert cost == pytest.approx(whole.objective, rel=1e-7) and lower <= cost + 1e-6
+    # the options after the first are priced in worker processes at once: the same plans and bound
+    from fleetplan.optimizer.workers import allowed
+
+    assert len(pd.pool) > 2
+    with allowed(2):
+        assert best_hour_plans(prob, pd, "highs", Deadline.after(None), 1e-9) == (plans, lower)
 
 
 @pytest.mark.parametrize("change", [
