@@ -138,22 +138,24 @@ def _in_turn(cmp: Compared, tasks: list[Comparison], deadline: Deadline) -> dict
 _SHARED: Compared | None = None  # what forked workers compare (set in the parent before they are made)
 
 
-def _search_in_worker(task: Comparison, at: float | None, seconds: float | None) -> tuple[bool, Any]:
-    """Worker: (reached, outcome) of ``task`` with ``seconds`` of its own, ending by ``at`` at the
-    latest (both None: no limit); not reached when the time was up before it started."""
+def _search_in_worker(task: Comparison, at: float | None, seconds: float | None) -> tuple[bool, Any, list[str]]:
+    """Worker: (reached, outcome, what the deadline cut short) of ``task`` with ``seconds`` of its
+    own, ending by ``at`` at the latest (both None: no limit); not reached when the time was up
+    before it started."""
     assert _SHARED is not None
     deadline = Deadline.after(seconds)
     if at is not None and (deadline.at is None or deadline.at > at):
         deadline = Deadline(at=at)
     if deadline.expired:
-        return False, None
-    return True, _SHARED.search(task, deadline)
+        return False, None, []
+    return True, _SHARED.search(task, deadline), deadline.stopped
 
 
 def _in_workers(cmp: Compared, tasks: list[Comparison], deadline: Deadline, jobs: int) -> dict[Comparison, Any]:
-    """Outcomes of ``tasks`` in ``jobs`` copies of this process, each search with the share of the
-    time left that it would get in turn with ``jobs`` at once; the same outcomes as
-    :func:`_in_turn` when the deadline cuts nothing short."""
+    """Outcomes of ``tasks`` in ``jobs`` copies of this process, largest first, each search with
+    the share of the time left that it would get in turn with ``jobs`` at once (a fixed share: one
+    long search cannot hold up the rest); the same outcomes as :func:`_in_turn` when the deadline
+    cuts nothing short, and what the deadline cut short in a worker is noted here."""
     global _SHARED
     out = {t: cmp.known(t) for t in tasks}
     todo = sorted((t for t in tasks if out[t] is UNKNOWN), key=lambda t: (-cmp.size(t), t))  # largest first
@@ -165,7 +167,9 @@ def _in_workers(cmp: Compared, tasks: list[Comparison], deadline: Deadline, jobs
             futures = [(t, pool.submit(_search_in_worker, t, deadline.at, each)) for t in todo]
             for t, f in futures:
                 deadline.progress.update("comparisons", len([g for g in futures if g[1].done()]), len(futures))
-                reached, outcome = f.result()
+                reached, outcome, stopped = f.result()
+                for what in stopped:
+                    deadline.note(what)
                 if reached:
                     out[t] = outcome
                 else:

@@ -277,3 +277,29 @@ def test_the_mode_a_proven_plan_runs_alone_costs_the_plan_without_a_search(catal
     assert Compared(plan.problem, pp, objective, "highs", proven=False).known(("mode", mode)) is UNKNOWN
     searched = cmp.search(("mode", mode), Deadline.after(None))
     assert searched == pytest.approx(objective, rel=EXPLANATION_GAP)
+
+
+def test_what_the_deadline_cuts_in_a_worker_is_noted_in_the_command(catalog, examples, monkeypatch):
+    """A search cut short in a worker says so in the plan's notes, as in turn; a search the
+    deadline leaves unstarted is left out and noted."""
+    from fleetplan.optimizer import runner_ups as R
+
+    scenario, folder = load_scenario(examples / "rag-20k.yaml")
+    plan = make_plan(scenario, catalog, folder=folder, alternatives=False)
+    pp, objective = plan.products[0], float(plan.solve_result.objective)
+    cmp = R.Compared(plan.problem, pp, objective, "highs", proven=False)
+    tasks = cmp.gpus() + cmp.modes()
+    assert len(tasks) >= 4
+
+    def cut(self, task, deadline):
+        deadline.note(f"cut in {task[1]}")
+        return None
+
+    monkeypatch.setattr(R.Compared, "search", cut)  # the forked workers are copies: they cut too
+    deadline = Deadline.after(None)
+    assert R._in_workers(cmp, tasks, deadline, 2) == dict.fromkeys(tasks)
+    assert sorted(deadline.stopped) == sorted(f"cut in {t[1]}" for t in tasks)
+    spent = Deadline.after(0.0)
+    assert R._in_workers(cmp, tasks, spent, 2) == {}
+    name = pp.product.name
+    assert sorted(spent.stopped) == [f"{name}: cost of each prefill mode", f"{name}: runner-ups on other GPU types"]
