@@ -38,7 +38,7 @@ from fleetplan.optimizer.linear import LinearProblem, to_linear_problem
 from fleetplan.optimizer.problem import PETA, FleetProblem, ProductData
 from fleetplan.optimizer.reductions import hours_separable, mix_prices_only, mix_without_dominated, on_hours
 from fleetplan.optimizer.solvers import SolveResult, Solver, SolverOptions, solve
-from fleetplan.optimizer.workers import fork_available, jobs, worker_pool
+from fleetplan.optimizer.workers import fork_available, jobs, map_in_copies, shared
 
 NO_POOL = ""  # the pool option of an hour served without a prefill pool
 # seconds each hour's MIP gets at least: enough for HiGHS to find a plan of a one-hour mix over
@@ -372,34 +372,11 @@ def _run(prob: FleetProblem, pd: ProductData, hours: list[int], pool: str | None
     return solved
 
 
-_SHARED: tuple[FleetProblem, ProductData, str | None, Solver, float, HourModels] | None = None  # for forked workers
-
-
 def _run_in_worker(hours: list[int], at: float | None, complete: bool) -> dict[int, HourPlan] | None:
-    """Worker: :func:`_run` of ``hours`` on the parent's mix (:data:`_SHARED`), ending by ``at``."""
-    assert _SHARED is not None
-    prob, pd, pool, solver, gap, models = _SHARED
+    """Worker: :func:`_run` of ``hours`` on the parent's mix (its :func:`~.workers.shared` context),
+    ending by ``at``."""
+    prob, pd, pool, solver, gap, models = shared()
     return _run(prob, pd, hours, pool, solver, Deadline(at=at), gap, models, complete)
-
-
-def _runs_in_workers(prob: FleetProblem, pd: ProductData, runs: list[list[int]], pool: str | None, solver: Solver,
-                     deadline: Deadline, gap: float, models: HourModels, complete: bool
-                     ) -> list[dict[int, HourPlan] | None]:
-    """:func:`_run` of each of ``runs`` in worker processes (copies of this one), at once."""
-    global _SHARED
-    _SHARED = (prob, pd, pool, solver, gap, models)
-    try:
-        with worker_pool(min(jobs(), len(runs)), finish=False, copy=True) as workers:
-            futures = [workers.submit(_run_in_worker, run, deadline.at, complete) for run in runs]
-            out = []
-            for f in futures:
-                out.append(f.result())
-                deadline.progress.update("hours of the mix", sum(g.done() for g in futures), len(futures))
-                if out[-1] is None:
-                    break
-            return out
-    finally:
-        _SHARED = None
 
 
 def solve_hours(prob: FleetProblem, pd: ProductData, hours: list[int], pool: str | None, solver: Solver,
@@ -421,7 +398,10 @@ def solve_hours(prob: FleetProblem, pd: ProductData, hours: list[int], pool: str
     if (deadline.expired and not complete) or not runs:
         return solved
     parallel = jobs() > 1 and len(runs) > 1 and fork_available()
-    outcomes = (_runs_in_workers(prob, pd, runs, pool, solver, deadline, gap, models, complete) if parallel else
+    outcomes = (map_in_copies(_run_in_worker, (prob, pd, pool, solver, gap, models),
+                              [(r, deadline.at, complete) for r in runs], jobs(),
+                              lambda done, total: deadline.progress.update("hours of the mix", done, total),
+                              stop=lambda found: found is None) if parallel else
                 (_run(prob, pd, r, pool, solver, deadline, gap, models, complete) for r in runs))
     for found in outcomes:
         if found is None:
@@ -492,13 +472,10 @@ def best_hour_plans(prob: FleetProblem, pd: ProductData, solver: Solver, deadlin
     return best, min([_lower(prob, best), *open_bounds])
 
 
-_SHARED_PRICING: tuple[FleetProblem, ProductData, list[HourPlan], Solver, float, HourModels] | None = None
-
-
 def _price_in_worker(pool: str, cutoff: float, at: float | None) -> tuple[list[HourPlan] | None, float]:
-    """Worker: :func:`_price_option` of ``pool`` on the parent's mix (:data:`_SHARED_PRICING`)."""
-    assert _SHARED_PRICING is not None
-    prob, pd, free, solver, gap, models = _SHARED_PRICING
+    """Worker: :func:`_price_option` of ``pool`` on the parent's mix (its :func:`~.workers.shared`
+    context)."""
+    prob, pd, free, solver, gap, models = shared()
     return _price_option(prob, pd, free, pool, cutoff, solver, Deadline(at=at), gap, models)
 
 
@@ -507,20 +484,11 @@ def _price_options(prob: FleetProblem, pd: ProductData, free: list[HourPlan], po
                    ) -> list[tuple[list[HourPlan] | None, float]]:
     """:func:`_price_option` of each of ``pools`` against ``cutoff``: in turn, or in worker
     processes at once when the command allows several (:func:`~.workers.jobs`)."""
-    global _SHARED_PRICING
     if not (jobs() > 1 and len(pools) > 1 and fork_available()):
         return [_price_option(prob, pd, free, k, cutoff, solver, deadline, gap, models) for k in pools]
-    _SHARED_PRICING = (prob, pd, free, solver, gap, models)
-    try:
-        with worker_pool(min(jobs(), len(pools)), copy=True) as workers:
-            futures = [workers.submit(_price_in_worker, k, cutoff, deadline.at) for k in pools]
-            out = []
-            for f in futures:
-                out.append(f.result())
-                deadline.progress.update("pool options", sum(g.done() for g in futures), len(futures))
-            return out
-    finally:
-        _SHARED_PRICING = None
+    return map_in_copies(_price_in_worker, (prob, pd, free, solver, gap, models),
+                         [(k, cutoff, deadline.at) for k in pools], jobs(),
+                         lambda done, total: deadline.progress.update("pool options", done, total))
 
 
 def _running(plans: list[HourPlan]) -> set[str]:

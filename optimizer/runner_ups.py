@@ -21,7 +21,7 @@ from fleetplan.optimizer.problem import FleetProblem
 from fleetplan.optimizer.search import solve_by_configuration
 from fleetplan.optimizer.solution import ProductPlan, extract
 from fleetplan.optimizer.solvers import Solver
-from fleetplan.optimizer.workers import fork_available, worker_pool
+from fleetplan.optimizer.workers import fork_available, map_in_copies, shared
 
 
 def runs_only(pp: ProductPlan, keep: Callable[[Candidate], bool]) -> bool:
@@ -135,20 +135,16 @@ def _in_turn(cmp: Compared, tasks: list[Comparison], deadline: Deadline) -> dict
     return out
 
 
-_SHARED: Compared | None = None  # what forked workers compare (set in the parent before they are made)
-
-
 def _search_in_worker(task: Comparison, at: float | None, seconds: float | None) -> tuple[bool, Any, list[str]]:
     """Worker: (reached, outcome, what the deadline cut short) of ``task`` with ``seconds`` of its
     own, ending by ``at`` at the latest (both None: no limit); not reached when the time was up
     before it started."""
-    assert _SHARED is not None
     deadline = Deadline.after(seconds)
     if at is not None and (deadline.at is None or deadline.at > at):
         deadline = Deadline(at=at)
     if deadline.expired:
         return False, None, []
-    return True, _SHARED.search(task, deadline), deadline.stopped
+    return True, shared().search(task, deadline), deadline.stopped
 
 
 def _in_workers(cmp: Compared, tasks: list[Comparison], deadline: Deadline, jobs: int) -> dict[Comparison, Any]:
@@ -156,26 +152,19 @@ def _in_workers(cmp: Compared, tasks: list[Comparison], deadline: Deadline, jobs
     the share of the time left that it would get in turn with ``jobs`` at once (a fixed share: one
     long search cannot hold up the rest); the same outcomes as :func:`_in_turn` when the deadline
     cuts nothing short, and what the deadline cut short in a worker is noted here."""
-    global _SHARED
     out = {t: cmp.known(t) for t in tasks}
     todo = sorted((t for t in tasks if out[t] is UNKNOWN), key=lambda t: (-cmp.size(t), t))  # largest first
     left = deadline.left()
     each = None if left is None else left * min(jobs, len(todo)) / len(todo)
-    _SHARED = cmp
-    try:
-        with worker_pool(min(jobs, len(todo)), copy=True) as pool:
-            futures = [(t, pool.submit(_search_in_worker, t, deadline.at, each)) for t in todo]
-            for t, f in futures:
-                deadline.progress.update("comparisons", len([g for g in futures if g[1].done()]), len(futures))
-                reached, outcome, stopped = f.result()
-                for what in stopped:
-                    deadline.note(what)
-                if reached:
-                    out[t] = outcome
-                else:
-                    deadline.note(f"{cmp.pp.product.name}: {_STOPPED[t[0]]}")
-    finally:
-        _SHARED = None
+    found = map_in_copies(_search_in_worker, cmp, [(t, deadline.at, each) for t in todo], jobs,
+                          lambda done, total: deadline.progress.update("comparisons", done, total))
+    for t, (reached, outcome, stopped) in zip(todo, found):
+        for what in stopped:
+            deadline.note(what)
+        if reached:
+            out[t] = outcome
+        else:
+            deadline.note(f"{cmp.pp.product.name}: {_STOPPED[t[0]]}")
     return {t: v for t, v in out.items() if v is not UNKNOWN}
 
 

@@ -20,9 +20,9 @@ import contextvars
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the process machinery is imported when a pool is made (not at every command's start)
     from concurrent.futures import ProcessPoolExecutor
@@ -141,3 +141,38 @@ def worker_pool(workers: int, finish: bool = True, copy: bool = False) -> Iterat
         pool.shutdown(wait=True)
     else:
         stop(pool)
+
+
+_CONTEXT: Any = None  # what the work of :func:`map_in_copies` reads of its parent (set while it runs)
+
+
+def shared() -> Any:
+    """In a copy made by :func:`map_in_copies`: the context its parent gave it."""
+    return _CONTEXT
+
+
+def map_in_copies(fn: Callable[..., Any], context: Any, calls: Sequence[tuple[Any, ...]], workers: int,
+                  progress: Callable[[int, int], None] | None = None,
+                  stop: Callable[[Any], bool] | None = None) -> list[Any]:
+    """``fn(*call)`` for each of ``calls``, in ``workers`` copies of this process (:func:`worker_pool`
+    with ``copy``), in order; ``fn`` reads ``context`` (large: the copies have it, nothing is sent)
+    through :func:`shared`. ``progress(done, total)`` is called as results come in; with ``stop``,
+    the first result it accepts is the last returned and the work still queued or running is
+    stopped."""
+    global _CONTEXT
+    if not calls:
+        return []
+    _CONTEXT = context
+    try:
+        with worker_pool(min(workers, len(calls)), finish=stop is None, copy=True) as pool:
+            futures = [pool.submit(fn, *call) for call in calls]
+            out = []
+            for f in futures:
+                out.append(f.result())
+                if progress is not None:
+                    progress(sum(g.done() for g in futures), len(futures))
+                if stop is not None and stop(out[-1]):
+                    break
+            return out
+    finally:
+        _CONTEXT = None
