@@ -259,10 +259,10 @@ def ttft_note(pp: ProductPlan) -> str:
 
 
 def explain_products(products: list[ProductPlan], solved: Solved, catalog: Catalog, preset: Preset, options: Any,
-                     solver: Solver, deadline: Deadline, alternatives: bool = True, jobs: int = 1) -> None:
+                     solver: Solver, deadline: Deadline, alternatives: bool = True) -> None:
     """Fill in each product's explanations within ``deadline``: runner-ups on other GPU types (with
     ``alternatives``) and the cost of each prefill mode for a product solved on its own (in
-    ``jobs`` worker processes at once, see :func:`~.runner_ups.comparisons`), then the
+    worker processes at once when allowed, see :func:`~.runner_ups.comparisons`), then the
     reason in words, the KV hand-off and the prefill-headroom check."""
     percentiles = any(pp.product.ttft_percentiles_ms is not None for pp in products)  # then every product reports them
     for i, pp in enumerate(products):
@@ -273,7 +273,7 @@ def explain_products(products: list[ProductPlan], solved: Solved, catalog: Catal
             if pp.mix is not None:
                 pp.mix.single = single_configuration(part.whole, pp, base, solver, mine.share(0.5), options.mip_rel_gap)
             compared = Compared(part.whole, pp, base, solver, part.base_lp, proven=part.result.optimal)
-            alts, pp.mode_costs = comparisons(compared, mine, alternatives, jobs)
+            alts, pp.mode_costs = comparisons(compared, mine, alternatives)
             if alternatives:
                 pp.alternatives = alts
                 if pp.mix is not None and pp.mix.single is not None:

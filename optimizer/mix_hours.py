@@ -38,7 +38,7 @@ from fleetplan.optimizer.linear import LinearProblem, to_linear_problem
 from fleetplan.optimizer.problem import PETA, FleetProblem, ProductData
 from fleetplan.optimizer.reductions import hours_separable, mix_prices_only, mix_without_dominated, on_hours
 from fleetplan.optimizer.solvers import SolveResult, Solver, SolverOptions, solve
-from fleetplan.optimizer.workers import fork_available, jobs, map_in_copies, shared
+from fleetplan.optimizer.workers import jobs, map_in_copies, shared
 
 NO_POOL = ""  # the pool option of an hour served without a prefill pool
 # seconds each hour's MIP gets at least: enough for HiGHS to find a plan of a one-hour mix over
@@ -397,12 +397,10 @@ def solve_hours(prob: FleetProblem, pd: ProductData, hours: list[int], pool: str
     runs = [r for r in _runs(order[:-1]) if r]
     if (deadline.expired and not complete) or not runs:
         return solved
-    parallel = jobs() > 1 and len(runs) > 1 and fork_available()
-    outcomes = (map_in_copies(_run_in_worker, (prob, pd, pool, solver, gap, models),
-                              [(r, deadline.at, complete) for r in runs], jobs(),
-                              lambda done, total: deadline.progress.update("hours of the mix", done, total),
-                              stop=lambda found: found is None) if parallel else
-                (_run(prob, pd, r, pool, solver, deadline, gap, models, complete) for r in runs))
+    outcomes = map_in_copies(_run_in_worker, (prob, pd, pool, solver, gap, models),
+                             [(r, deadline.at, complete) for r in runs], jobs(),
+                             lambda done, total: deadline.progress.update("hours of the mix", done, total),
+                             stop=lambda found: found is None)
     for found in outcomes:
         if found is None:
             return None
@@ -482,10 +480,8 @@ def _price_in_worker(pool: str, cutoff: float, at: float | None) -> tuple[list[H
 def _price_options(prob: FleetProblem, pd: ProductData, free: list[HourPlan], pools: list[str], cutoff: float,
                    solver: Solver, deadline: Deadline, gap: float, models: HourModels
                    ) -> list[tuple[list[HourPlan] | None, float]]:
-    """:func:`_price_option` of each of ``pools`` against ``cutoff``: in turn, or in worker
-    processes at once when the command allows several (:func:`~.workers.jobs`)."""
-    if not (jobs() > 1 and len(pools) > 1 and fork_available()):
-        return [_price_option(prob, pd, free, k, cutoff, solver, deadline, gap, models) for k in pools]
+    """:func:`_price_option` of each of ``pools`` against ``cutoff``, in worker processes at once
+    when the command allows several (:func:`~.workers.jobs`), else in turn."""
     return map_in_copies(_price_in_worker, (prob, pd, free, solver, gap, models),
                          [(k, cutoff, deadline.at) for k in pools], jobs(),
                          lambda done, total: deadline.progress.update("pool options", done, total))

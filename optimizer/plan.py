@@ -151,7 +151,7 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: Solver, alternativ
     timings.solve_s = time.perf_counter() - t0 - timings.candidates_s
     plans = [solved.plans[p.name] for p in products]
     result = combined_result(solved, solver, timings.solve_s)
-    explain_products(plans, solved, catalog, preset, opts, solver, own.share(EXPLAIN_SHARE), alternatives, jobs)
+    explain_products(plans, solved, catalog, preset, opts, solver, own.share(EXPLAIN_SHARE), alternatives)
     plan = Plan(scenario=scenario.model_copy(update={"products": products}), preset=preset, solve_result=result,
                 products=plans, candidate_sets=sets, problem=prob, model_size=solved.model_size, timings=timings,
                 components=solved.components, members={u.name: list(u.members) for u in planned},

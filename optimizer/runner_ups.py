@@ -21,7 +21,7 @@ from fleetplan.optimizer.problem import FleetProblem
 from fleetplan.optimizer.search import solve_by_configuration
 from fleetplan.optimizer.solution import ProductPlan, extract
 from fleetplan.optimizer.solvers import Solver
-from fleetplan.optimizer.workers import fork_available, map_in_copies, shared
+from fleetplan.optimizer.workers import fork_available, jobs, map_in_copies, shared
 
 
 def runs_only(pp: ProductPlan, keep: Callable[[Candidate], bool]) -> bool:
@@ -168,12 +168,12 @@ def _in_workers(cmp: Compared, tasks: list[Comparison], deadline: Deadline, jobs
     return {t: v for t, v in out.items() if v is not UNKNOWN}
 
 
-def comparisons(cmp: Compared, deadline: Deadline, alternatives: bool = True, jobs: int = 1
+def comparisons(cmp: Compared, deadline: Deadline, alternatives: bool = True
                 ) -> tuple[list[dict[str, Any]], dict[str, float | None]]:
     """The product's runner-ups (with ``alternatives``; cheapest first) and the cost of each prefill
     mode (None where a mode has no plan), searched within ``deadline``: in turn, the runner-ups
     with :data:`~.defaults.RUNNER_UP_SHARE` of the time and the modes with the rest, or with
-    ``jobs`` > 1 all at once in that many worker processes (copies of this one, on Linux) when
+    several worker processes allowed (:func:`~.workers.jobs`) all at once in them when
     at least two searches per worker are left to run. The same outcomes either way, unless the
     deadline cuts a search short."""
     gpus = cmp.gpus() if alternatives else []
@@ -181,8 +181,9 @@ def comparisons(cmp: Compared, deadline: Deadline, alternatives: bool = True, jo
     searches = [t for t in gpus + modes if cmp.known(t) is UNKNOWN]
     # workers take whole searches when there are enough to keep them busy; with fewer (a plan's two
     # prefill modes) the searches go in turn and each may use the workers for its hours
-    if jobs > 1 and len(searches) >= 2 * jobs and fork_available():
-        out = _in_workers(cmp, gpus + modes, deadline, jobs)
+    workers = jobs()
+    if workers > 1 and len(searches) >= 2 * workers and fork_available():
+        out = _in_workers(cmp, gpus + modes, deadline, workers)
     else:
         out = _in_turn(cmp, gpus, deadline.share(RUNNER_UP_SHARE))
         out.update(_in_turn(cmp, modes, deadline))

@@ -154,16 +154,24 @@ def shared() -> Any:
 def map_in_copies(fn: Callable[..., Any], context: Any, calls: Sequence[tuple[Any, ...]], workers: int,
                   progress: Callable[[int, int], None] | None = None,
                   stop: Callable[[Any], bool] | None = None) -> list[Any]:
-    """``fn(*call)`` for each of ``calls``, in ``workers`` copies of this process (:func:`worker_pool`
-    with ``copy``), in order; ``fn`` reads ``context`` (large: the copies have it, nothing is sent)
-    through :func:`shared`. ``progress(done, total)`` is called as results come in; with ``stop``,
-    the first result it accepts is the last returned and the work still queued or running is
-    stopped."""
+    """``fn(*call)`` for each of ``calls``, in order, ``fn`` reading ``context`` through
+    :func:`shared`: in ``workers`` copies of this process (:func:`worker_pool` with ``copy``; the
+    copies have the context, nothing large is sent) when there are two calls or more, two workers
+    or more and copies can be made here, else in turn in this process. ``progress(done, total)``
+    is called as results come in; with ``stop``, the first result it accepts is the last returned
+    and the work still queued or running is stopped (or not started)."""
     global _CONTEXT
-    if not calls:
-        return []
-    _CONTEXT = context
+    outer, _CONTEXT = _CONTEXT, context  # a call made in turn inside another's work restores its context
     try:
+        if workers < 2 or len(calls) < 2 or not fork_available():
+            out = []
+            for call in calls:
+                out.append(fn(*call))
+                if progress is not None:
+                    progress(len(out), len(calls))
+                if stop is not None and stop(out[-1]):
+                    break
+            return out
         with worker_pool(min(workers, len(calls)), finish=stop is None, copy=True) as pool:
             futures = [pool.submit(fn, *call) for call in calls]
             out = []
@@ -175,4 +183,4 @@ def map_in_copies(fn: Callable[..., Any], context: Any, calls: Sequence[tuple[An
                     break
             return out
     finally:
-        _CONTEXT = None
+        _CONTEXT = outer
