@@ -332,7 +332,9 @@ def _add_plan(sub: Any) -> None:
                          f"{MAX_DEFAULT_JOBS}; the same plan for any value)")
     pl.add_argument("--calibration", help=CALIBRATION_HELP)
     pl.add_argument("--scheduler", help="a batch: " + SCHEDULER_HELP)
-    pl.add_argument("--no-alternatives", action="store_true", help="skip the per-GPU-type runner-up solves")
+    pl.add_argument("--no-alternatives", action="store_true",
+                    help="skip the per-GPU-type runner-up solves (and, for a request mix, the mix kept to each "
+                         "prefill mode)")
     pl.set_defaults(func=cmd_plan)
 
 

@@ -171,13 +171,16 @@ def _in_workers(cmp: Compared, tasks: list[Comparison], deadline: Deadline, jobs
 def comparisons(cmp: Compared, deadline: Deadline, alternatives: bool = True
                 ) -> tuple[list[dict[str, Any]], dict[str, float | None]]:
     """The product's runner-ups (with ``alternatives``; cheapest first) and the cost of each prefill
-    mode (None where a mode has no plan), searched within ``deadline``: in turn, the runner-ups
+    mode (None where a mode has no plan; for a request mix, the mix kept to that mode, only with
+    ``alternatives``), searched within ``deadline``: in turn, the runner-ups
     with :data:`~.defaults.RUNNER_UP_SHARE` of the time and the modes with the rest, or with
     several worker processes allowed (:func:`~.workers.jobs`) all at once in them when
     at least two searches per worker are left to run. The same outcomes either way, unless the
     deadline cuts a search short."""
     gpus = cmp.gpus() if alternatives else []
-    modes = cmp.modes()
+    # a request mix may run each bucket in its own mode: its mode costs are the mix kept to one
+    # mode, alternatives like its runner-ups (over a long horizon as costly to search)
+    modes = cmp.modes() if alternatives or cmp.pp.mix is None else []
     searches = [t for t in gpus + modes if cmp.known(t) is UNKNOWN]
     # workers take whole searches when there are enough to keep them busy; with fewer (a plan's two
     # prefill modes) the searches go in turn and each may use the workers for its hours

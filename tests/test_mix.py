@@ -20,7 +20,7 @@ from fleetplan.optimizer.percentiles import pool_utilisation_cap
 from fleetplan.optimizer.plan import make_plan
 from fleetplan.optimizer.problem import build_problem
 from fleetplan.optimizer.results import plan_to_dict
-from fleetplan.optimizer.scenario import ScenarioError, parse_scenario
+from fleetplan.optimizer.scenario import ScenarioError, load_scenario, parse_scenario
 
 TWO = [{"input_tokens": 128, "output_tokens": 128, "share": 0.8},
        {"input_tokens": 6000, "output_tokens": 400, "share": 0.2}]
@@ -274,3 +274,19 @@ def test_an_idle_mix_and_a_mix_coupled_by_shared_limits(catalog):
     d = plan_to_dict(plan)
     assert d["products"][0]["mix_saving_usd"] is None
     assert all(u["gpus"] <= 16 for g, u in d["gpu_usage"].items() if g == "h100-sxm")
+
+
+def test_a_mixs_mode_costs_are_alternatives_and_never_undercut_it(catalog, examples):
+    """A mix runs some buckets colocated and others on a pool: with alternatives, the mix kept to
+    each prefill mode is priced (never below the mix, which may run either) and the explanation
+    says the mix uses both; without alternatives neither is searched, and the plan is the same."""
+    scenario, folder = load_scenario(examples / "mix-long-documents.yaml")
+    full = make_plan(scenario, catalog, folder=folder)
+    bare = make_plan(scenario, catalog, folder=folder, alternatives=False)
+    pp, cost = full.products[0], full.monthly_cost_usd
+    modes = {f.part.mode for f in pp.mix.fleets if any(f.on_demand)}
+    assert modes == {"colocated", "pool"}
+    assert set(pp.mode_costs) == modes and all(v >= cost - 0.01 for v in pp.mode_costs.values())
+    assert "prefill colocated and pool by bucket; the mix kept to one prefill mode costs" in pp.why
+    assert bare.products[0].mode_costs == {} and "prefill mode" not in bare.products[0].why
+    assert bare.monthly_cost_usd == cost
