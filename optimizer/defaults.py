@@ -42,6 +42,11 @@ EXPLAIN_SHARE = 0.8
 RUNNER_UP_SHARE = 0.7
 
 # ---- explanations
+# A request mix over a long horizon searches its runner-ups (the mix kept to each GPU type) from the
+# type with the least lower bound up, and leaves out a type whose bound is at least the cost of the
+# RUNNER_UP_TYPES-th cheapest found: the cheapest that many types are still exact, and a type that
+# cannot be among them costs it no 168-hour search.
+RUNNER_UP_TYPES = 3
 # Runner-ups and the cost of each prefill mode are explanations, not the plan: solved to 0.1%
 # (on a $100,000 plan a comparison is exact to $100; at 0.01% one 168-hour runner-up MIP alone
 # took its whole share of the deadline).

@@ -278,9 +278,11 @@ def explain_products(products: list[ProductPlan], solved: Solved, catalog: Catal
             if pp.mix is not None:
                 pp.mix.single = single_configuration(part.whole, pp, base, solver, mine.share(0.5), options.mip_rel_gap)
             compared = Compared(part.whole, pp, base, solver, part.base_lp, proven=part.result.optimal)
-            alts, pp.mode_costs = comparisons(compared, mine, alternatives)
+            alts, pp.mode_costs, left_out = comparisons(compared, mine, alternatives)
             if alternatives:
                 pp.alternatives = alts
+                if pp.mix is not None:
+                    pp.mix.left_out = left_out
                 if pp.mix is not None and pp.mix.single is not None:
                     pp.alternatives = [pp.mix.single, *pp.alternatives]
         pp.why = why(pp)

@@ -581,3 +581,33 @@ def cheapest_single_choice(prob: FleetProblem, pd: ProductData, decode: list[Can
         if best is None or (total, c.key) < best[:2]:
             best = (total, c.key, c, pool[2] if pool else None)
     return None if best is None else (best[2], best[3])
+
+
+def gpu_type_bounds(prob: FleetProblem, pd: ProductData, gpus: list[str], solver: Solver
+                    ) -> dict[str, float] | None:
+    """A lower bound (USD per month) on the mix ``pd`` kept to each GPU type of ``gpus`` (its
+    decode configurations on that type, any pool), without a MIP: the LP relaxation of the
+    busiest hour's model restricted to the type (fractional replicas), times each hour's demand
+    over the busiest's, weighted over the horizon. The relaxation's optimum scales with the
+    demand when every bucket scales alike, so this holds only for a separable mix
+    (:func:`separable`) whose buckets keep their shares in every hour: None otherwise. A type
+    without a plan in that hour is bounded by infinity."""
+    if not separable(prob, pd):
+        return None
+    models = HourModels(prob, pd)
+    ratios = []
+    for h in range(prob.hours):
+        scales = models._scales(h)
+        if scales is None or max(scales) - min(scales) > 1e-9 * max(scales):
+            return None
+        ratios.append(scales[0])
+    lp = models.lp(models.ref, None)
+    decode = {c.key: c.gpu for c in pd.candidates}
+    owner = [next((decode[x] for x in index if isinstance(x, str) and x in decode), None) for _, index in lp.col_keys]
+    weight = sum(w * r for w, r in zip(_weights(prob), ratios))
+    out: dict[str, float] = {}
+    for g in gpus:
+        upper = [0.0 if o is not None and o != g else u for o, u in zip(owner, lp.col_upper)]
+        res = solve(lp.with_bounds(list(lp.col_lower), upper).relaxed(), solver)
+        out[g] = weight * float(res.objective) if res.optimal and res.objective is not None else math.inf
+    return out

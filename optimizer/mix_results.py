@@ -78,6 +78,7 @@ def mix_fields(pp: ProductPlan) -> dict[str, Any]:
         out["mix_saving_usd"] = mix_saving_usd(pp)
         single = pp.mix.single
         out["single_configuration_monthly_cost_usd"] = single["monthly_cost_usd"] if single else None
+        out["runner_ups_left_out"] = pp.mix.left_out
     if pp.ttft_percentiles_ms is not None:
         out["ttft_percentiles_ms"] = pp.ttft_percentiles_ms
     return out

@@ -7,13 +7,14 @@ Owns these comparisons; it never changes the chosen plan."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from fleetplan.optimizer.candidates import Candidate
 from fleetplan.optimizer.deadline import Deadline
-from fleetplan.optimizer.defaults import EXPLANATION_GAP, RUNNER_UP_SHARE
+from fleetplan.optimizer.defaults import EXPLANATION_GAP, RUNNER_UP_SHARE, RUNNER_UP_TYPES
 from fleetplan.optimizer.enums import PrefillMode
 from fleetplan.optimizer.errors import SolverError
 from fleetplan.optimizer.linear import LinearProblem
@@ -61,6 +62,17 @@ class Compared:
         """The prefill-mode searches: each mode the product may use, none when only one is possible."""
         modes = sorted({c.mode for c in self.prob.products[self.pp.product.name].candidates})
         return [("mode", m) for m in modes] if len(modes) > 1 else []
+
+    def bounds(self, tasks: list[Comparison]) -> dict[str, float]:
+        """A lower bound on each GPU type's runner-up of a request mix over a long horizon
+        (:func:`~.mix_hours.gpu_type_bounds`, at least :data:`~.mix_hours.HOUR_RUNS_FROM` hours);
+        empty where there is none (then every type is searched)."""
+        from fleetplan.optimizer.mix_hours import HOUR_RUNS_FROM, gpu_type_bounds
+
+        if self.pp.mix is None or self.prob.hours < HOUR_RUNS_FROM or not tasks:
+            return {}
+        pd = self.prob.products[self.pp.product.name]
+        return gpu_type_bounds(self.prob, pd, [g for _, g in tasks], self.solver) or {}
 
     def size(self, task: Comparison) -> int:
         """How large the search ``task`` is: the decode configurations it keeps, and the pool
@@ -168,15 +180,55 @@ def _in_workers(cmp: Compared, tasks: list[Comparison], deadline: Deadline, jobs
     return {t: v for t, v in out.items() if v is not UNKNOWN}
 
 
+def _kth_cost(found: list[float]) -> float:
+    """The :data:`~.defaults.RUNNER_UP_TYPES`-th least of the costs ``found`` (inf with fewer)."""
+    return sorted(found)[RUNNER_UP_TYPES - 1] if len(found) >= RUNNER_UP_TYPES else math.inf
+
+
+def _by_bound(cmp: Compared, tasks: list[Comparison], bounds: dict[str, float], deadline: Deadline, workers: int
+              ) -> tuple[dict[Comparison, Any], list[dict[str, Any]]]:
+    """The runner-ups ``tasks`` of a mix searched from the least lower bound up, in waves of
+    ``workers`` at once, and those left out: a type is searched and listed only when its bound is
+    below the :data:`~.defaults.RUNNER_UP_TYPES`-th least cost of the types listed before it (in
+    bound order), so no type left out can be among the cheapest that many. The decision is made
+    in bound order whatever the wave, so the outcomes do not depend on ``workers``: a type searched
+    at once with an earlier one that rules it out is not listed. Returns the outcomes and the
+    types left out, each with its bound (``monthly_cost_at_least_usd``)."""
+    order = sorted(tasks, key=lambda t: (bounds[t[1]], t))
+    out: dict[Comparison, Any] = {}
+    costs: list[float] = []
+    i = 0
+    while i < len(order) and bounds[order[i][1]] < _kth_cost(costs):
+        wave = order[i:i + max(1, workers)]
+        share = deadline.share(min(1.0, len(wave) / (len(order) - i)))
+        found = _in_workers(cmp, wave, share, workers) if len(wave) > 1 else _in_turn(cmp, wave, share)
+        for t in wave:
+            if bounds[t[1]] >= _kth_cost(costs):
+                break
+            if t not in found:  # the deadline cut it short (and noted it): the rest are not known
+                deadline.note(f"{cmp.pp.product.name}: {_STOPPED['gpu']}")
+                return out, []
+            out[t] = found[t]
+            if found[t] is not None:
+                costs.append(float(found[t]["monthly_cost_usd"]))
+            i += 1
+    left = [{"gpu": t[1], "monthly_cost_at_least_usd": round(bounds[t[1]], 2),
+             "cost_difference_at_least_usd": round(bounds[t[1]] - cmp.base, 2)}
+            for t in order[i:] if math.isfinite(bounds[t[1]]) and bounds[t[1]] >= _kth_cost(costs)]
+    return out, left
+
+
 def comparisons(cmp: Compared, deadline: Deadline, alternatives: bool = True
-                ) -> tuple[list[dict[str, Any]], dict[str, float | None]]:
+                ) -> tuple[list[dict[str, Any]], dict[str, float | None], list[dict[str, Any]]]:
     """The product's runner-ups (with ``alternatives``; cheapest first) and the cost of each prefill
     mode (None where a mode has no plan; for a request mix, the mix kept to that mode, only with
     ``alternatives``), searched within ``deadline``: in turn, the runner-ups
     with :data:`~.defaults.RUNNER_UP_SHARE` of the time and the modes with the rest, or with
     several worker processes allowed (:func:`~.workers.jobs`) all at once in them when
     at least two searches per worker are left to run. The same outcomes either way, unless the
-    deadline cuts a search short."""
+    deadline cuts a search short. A request mix over a long horizon searches its GPU types from
+    the least lower bound up and leaves out those that cannot be among the cheapest
+    :data:`~.defaults.RUNNER_UP_TYPES` (:func:`_by_bound`), returned third with their bounds."""
     gpus = cmp.gpus() if alternatives else []
     # a request mix may run each bucket in its own mode: its mode costs are the mix kept to one
     # mode, alternatives like its runner-ups (over a long horizon as costly to search)
@@ -185,14 +237,20 @@ def comparisons(cmp: Compared, deadline: Deadline, alternatives: bool = True
     # workers take whole searches when there are enough to keep them busy; with fewer (a plan's two
     # prefill modes) the searches go in turn and each may use the workers for its hours
     workers = jobs()
-    if workers > 1 and len(searches) >= 2 * workers and fork_available():
+    bounds = cmp.bounds(gpus)
+    left: list[dict[str, Any]] = []
+    if bounds:
+        out, left = _by_bound(cmp, gpus, bounds, deadline.share(RUNNER_UP_SHARE),
+                              workers if workers > 1 and fork_available() else 1)
+        out.update(_in_turn(cmp, modes, deadline))
+    elif workers > 1 and len(searches) >= 2 * workers and fork_available():
         out = _in_workers(cmp, gpus + modes, deadline, workers)
     else:
         out = _in_turn(cmp, gpus, deadline.share(RUNNER_UP_SHARE))
         out.update(_in_turn(cmp, modes, deadline))
     alts = [v for t, v in out.items() if t[0] == "gpu" and v is not None]
     alts.sort(key=lambda a: (a["cost_difference_usd"], a["gpu"]))
-    return alts, {key: v for (kind, key), v in out.items() if kind == "mode"}
+    return alts, {key: v for (kind, key), v in out.items() if kind == "mode"}, left
 
 
 def _entry(alt: ProductPlan, difference: float, optimal: bool) -> dict[str, Any]:

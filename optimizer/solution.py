@@ -92,6 +92,8 @@ class MixPlan:
     serve: dict[tuple[int, str], list[float]]  # (bucket, configuration key) -> share of the bucket's demand
     api_share: dict[int, list[float]]  # bucket -> share of its demand sent to the API
     single: dict[str, Any] | None = None  # the best single-configuration plan (a runner-up), when solved
+    # GPU types whose runner-up was not searched: a lower bound shows it cannot be among the cheapest
+    left_out: list[dict[str, Any]] = field(default_factory=list)
 
     def share(self, bucket: int, key: str, h: int) -> float:
         """Share of bucket ``bucket``'s demand configuration ``key`` serves in hour ``h``."""

@@ -303,3 +303,62 @@ def test_what_the_deadline_cuts_in_a_worker_is_noted_in_the_command(catalog, exa
     assert R._in_workers(cmp, tasks, spent, 2) == {}
     name = pp.product.name
     assert sorted(spent.stopped) == [f"{name}: cost of each prefill mode", f"{name}: runner-ups on other GPU types"]
+
+
+def test_a_long_mixs_runner_ups_skip_only_gpu_types_that_cannot_be_among_the_cheapest(catalog):
+    """A mix over fifty hours on five GPU types: each type's lower bound is at most what the mix
+    kept to that type costs (searched here for every type); the runner-ups list the types from
+    the least bound up and leave out only a type whose bound is at least the third cheapest
+    listed cost (here L4), so no type left out is among the three cheapest; the same with two
+    workers as in turn."""
+    import json
+
+    from fleetplan.optimizer.defaults import RUNNER_UP_TYPES
+    from fleetplan.optimizer.mix_hours import gpu_type_bounds
+    from fleetplan.optimizer.runner_ups import Compared
+
+    qps = [3.0 + 1.9 * i for i in range(50)]
+    raw = {"products": [{"name": "m", "model": "llama-3.1-8b", "peak_qps": max(qps), "min_tokens_per_s_per_user": 20,
+                         "precision": "fp8", "prefill": "colocated",
+                         "requests": [{"input_tokens": 96, "output_tokens": 192, "share": 0.7},
+                                      {"input_tokens": 1000, "output_tokens": 300, "share": 0.3}]}],
+           "options": {"gpus": ["l4", "l40s", "a100-sxm-80gb", "h100-sxm", "h200-sxm"], "tp": [1],
+                       "batch": [16, 64, 256]}}
+    scenario = parse_scenario(raw, "long")
+    out, plans = {}, {}
+    for jobs in (1, 2):
+        plans[jobs] = make_plan(scenario, catalog, demand={"m": qps}, jobs=jobs)
+        d = plan_to_dict(plans[jobs])
+        d.pop("timings", None)
+        out[jobs] = json.dumps(d, sort_keys=True)
+    assert out[1] == out[2]
+    pp = plans[1].products[0]
+    listed = {a["gpu"]: a["monthly_cost_usd"] for a in pp.alternatives if not a.get("single_configuration")}
+    left = {a["gpu"]: a["monthly_cost_at_least_usd"] for a in plan_to_dict(plans[1])["products"][0]["runner_ups_left_out"]}
+    assert set(left) == {"l4"} and set(listed) == {"l40s", "a100-sxm-80gb", "h100-sxm", "h200-sxm"}
+    third = sorted(listed.values())[RUNNER_UP_TYPES - 1]
+    assert all(bound >= third for bound in left.values())
+
+    # every type searched: its bound holds, the listed costs are the searches', L4 costs more than the third
+    full, _, _ = build_problem(scenario, catalog, get_preset("default"), demand={"m": qps})
+    pd = full.products["m"]
+    gpus = sorted({c.gpu for c in pd.candidates})
+    bounds = gpu_type_bounds(full, pd, gpus, "highs")
+    cmp = Compared(full, pp, plans[1].monthly_cost_usd, "highs")
+    for g in gpus:
+        found = cmp.search(("gpu", g), Deadline.after(None))
+        assert found is not None
+        assert bounds[g] <= found["monthly_cost_usd"] * (1 + 1e-6), (g, bounds[g], found)
+        assert found["monthly_cost_usd"] == pytest.approx(listed.get(g, found["monthly_cost_usd"]), rel=2e-3)
+        assert g not in left or found["monthly_cost_usd"] >= third
+    # the table says which types were left out, and at least what each costs
+    import io
+
+    from rich.console import Console
+
+    from fleetplan.report import print_plan
+
+    buf = io.StringIO()
+    print_plan(json.loads(out[1]), Console(file=buf, width=200, force_terminal=False))
+    line = next(x for x in buf.getvalue().splitlines() if "not searched" in x)
+    assert f"l4 >= {left['l4']:,.0f}" in line and "3 cheapest GPU types" in line
