@@ -131,8 +131,12 @@ def runner_ups(d: dict[str, Any]) -> str:
     if not rows:
         return "<p class=note>No runner-ups: each product runs on the only GPU type it may use, or products share " \
                "limits and were planned together.</p>"
+    left = [f"{escape(p['name'])}: {escape(a['gpu'])} at least {_money(a['monthly_cost_at_least_usd'])}"
+            for p in d["products"] for a in p.get("runner_ups_left_out") or []]
+    note = ("<p class=note>Not searched, as no plan on them can be among the cheapest GPU types (lower bound, "
+            f"$/month): {'; '.join(left)}.</p>") if left else ""
     return _table(["product", "GPU", "TP", "precision", "batch", "replicas", "GPUs", "$/month", "vs chosen"], rows,
-                  {2, 4, 5, 6, 7, 8})
+                  {2, 4, 5, 6, 7, 8}) + note
 
 
 def binding(d: dict[str, Any]) -> str:

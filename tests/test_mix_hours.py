@@ -362,3 +362,7 @@ def test_a_long_mixs_runner_ups_skip_only_gpu_types_that_cannot_be_among_the_che
     print_plan(json.loads(out[1]), Console(file=buf, width=200, force_terminal=False))
     line = next(x for x in buf.getvalue().splitlines() if "not searched" in x)
     assert f"l4 >= {left['l4']:,.0f}" in line and "3 cheapest GPU types" in line
+    # and so does the HTML report's runner-up section
+    from fleetplan.html import runner_ups
+
+    assert f"m: l4 at least ${left['l4']:,.0f}" in runner_ups(json.loads(out[1]))
