@@ -43,6 +43,20 @@ def problem(catalog, raw: dict):
     return prob, prob.products["m"]
 
 
+def in_turn_and_in_workers(scenario, catalog, qps: list[float]) -> tuple[dict[int, str], dict[int, object]]:
+    """The plan of ``scenario`` over the hours ``qps`` with one and with two worker processes: its
+    JSON (without timings) and the plan, by the number of workers."""
+    import json
+
+    out, plans = {}, {}
+    for jobs in (1, 2):
+        plans[jobs] = make_plan(scenario, catalog, demand={"m": qps}, jobs=jobs)
+        d = plan_to_dict(plans[jobs])
+        d.pop("timings", None)
+        out[jobs] = json.dumps(d, sort_keys=True)
+    return out, plans
+
+
 @pytest.mark.parametrize("prefill", ["colocated", "pool", "auto"])
 def test_hour_by_hour_costs_what_the_whole_mip_costs(catalog, prefill):
     prob, pd = problem(catalog, small(prefill))
@@ -233,19 +247,12 @@ def test_runner_ups_and_mode_costs_in_workers_are_those_searched_in_turn(catalog
     """A mix over sixty hours: the plan, its runner-ups on each GPU type and its cost in each
     prefill mode are the same, byte for byte, with two worker processes as in turn; each
     runner-up costs at least the plan, and a mode the plan runs alone costs what the plan costs."""
-    import json
-
     from fleetplan.optimizer.scenario import parse_scenario as parse
 
     qps = [3.0 + 1.37 * i for i in range(60)]
     raw = small("auto", gpus=["l4", "l40s", "h100-sxm"])
     scenario = parse(raw, "long")
-    out, plans = {}, {}
-    for jobs in (1, 2):
-        plans[jobs] = make_plan(scenario, catalog, demand={"m": qps}, jobs=jobs)
-        d = plan_to_dict(plans[jobs])
-        d.pop("timings", None)
-        out[jobs] = json.dumps(d, sort_keys=True)
+    out, plans = in_turn_and_in_workers(scenario, catalog, qps)
     assert out[1] == out[2] and plans[1].products[0].mode_costs == plans[2].products[0].mode_costs
     pp = plans[1].products[0]
     assert pp.alternatives and all(a["cost_difference_usd"] >= -0.01 for a in pp.alternatives)
@@ -325,12 +332,7 @@ def test_a_long_mixs_runner_ups_skip_only_gpu_types_that_cannot_be_among_the_che
            "options": {"gpus": ["l4", "l40s", "a100-sxm-80gb", "h100-sxm", "h200-sxm"], "tp": [1],
                        "batch": [16, 64, 256]}}
     scenario = parse_scenario(raw, "long")
-    out, plans = {}, {}
-    for jobs in (1, 2):
-        plans[jobs] = make_plan(scenario, catalog, demand={"m": qps}, jobs=jobs)
-        d = plan_to_dict(plans[jobs])
-        d.pop("timings", None)
-        out[jobs] = json.dumps(d, sort_keys=True)
+    out, plans = in_turn_and_in_workers(scenario, catalog, qps)
     assert out[1] == out[2]
     pp = plans[1].products[0]
     listed = {a["gpu"]: a["monthly_cost_usd"] for a in pp.alternatives if not a.get("single_configuration")}
