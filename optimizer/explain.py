@@ -233,8 +233,7 @@ def _mode_note(pp: ProductPlan) -> str:
         return ""
     parts = [f"{m} ${v:,.0f}" if v is not None else f"{m} infeasible" for m, v in sorted(pp.mode_costs.items())]
     if pp.mix is not None:  # each bucket has its own mode: say what one mode for all would cost
-        used = sorted({f.part.mode for f in pp.mix.fleets
-                       if f.part is not None and (f.reserved or any(f.on_demand) or any(f.spot))})
+        used = sorted({f.part.mode for f in pp.mix.fleets if f.part is not None and f.peak})
         return (f"; prefill {' and '.join(used)} by bucket; the mix kept to one prefill mode costs "
                 f"{', '.join(parts)} per month")
     return f"; prefill mode {pp.candidate.mode} chosen by cost ({', '.join(parts)} per month for the whole plan)"

@@ -29,8 +29,7 @@ def runs_only(pp: ProductPlan, keep: Callable[[Candidate], bool]) -> bool:
     """Whether every decode configuration the plan ``pp`` runs satisfies ``keep``: then the plan is
     a plan of the search restricted to those configurations, and when it is proven optimal it is
     that search's optimum too (a restriction never costs less)."""
-    running = [f.part for f in pp.fleets if isinstance(f.part, Candidate)
-               and (f.reserved or any(f.on_demand) or any(f.spot))]
+    running = [f.part for f in pp.fleets if isinstance(f.part, Candidate) and f.peak]
     return bool(running) and all(keep(c) for c in running)
 
 
