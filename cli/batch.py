@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fleetplan.catalogs.loader import InputError
+from fleetplan.optimizer.enums import Alternatives
 from fleetplan.io import (
     EXIT_USER_ERROR, SCENARIO_PRESET_HINT, catalog_inputs, dumps, resolve_preset, scenario_inputs, write_atomically,
 )
@@ -38,7 +39,7 @@ class Settings:
     catalogs: tuple[str, ...] = ()
     solver: str = "highs"
     calibration: str | None = None
-    alternatives: bool = True
+    alternatives: Alternatives = Alternatives.DEFAULT
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Any
 
 from fleetplan import charts
 from fleetplan.optimizer.binding import binding_sentence
+from fleetplan.optimizer.enums import LeftOut
 from fleetplan.optimizer.text import pct
 
 # What the performance model is worth, as measured against published benchmarks: the README's
@@ -133,8 +134,11 @@ def runner_ups(d: dict[str, Any]) -> str:
                "limits and were planned together.</p>"
     left = [f"{escape(p['name'])}: {escape(a['gpu'])} at least {_money(a['monthly_cost_at_least_usd'])}"
             for p in d["products"] for a in p.get("runner_ups_left_out") or []]
-    note = ("<p class=note>Not searched, as no plan on them can be among the cheapest GPU types (lower bound, "
-            f"$/month): {'; '.join(left)}.</p>") if left else ""
+    unsearched = any(a["reason"] == LeftOut.NOT_SEARCHED for p in d["products"] for a in p.get("runner_ups_left_out") or [])
+    why = ("each as long a search as the plan's own (<code>--all-alternatives</code> searches them)" if unsearched
+           else "as no plan on them can be among the cheapest GPU types")
+    note = f"<p class=note>The mix on each GPU type, not searched, {why} (lower bound, $/month): {'; '.join(left)}.</p>" \
+        if left else ""
     return _table(["product", "GPU", "TP", "precision", "batch", "replicas", "GPUs", "$/month", "vs chosen"], rows,
                   {2, 4, 5, 6, 7, 8}) + note
 

@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 from fleetplan.catalogs import fields as F
 from fleetplan.catalogs.files import check_output_file, one_line
 from fleetplan.cluster import SCHEDULER_HELP
-from fleetplan.optimizer.enums import Status
+from fleetplan.optimizer.enums import Alternatives, Status
 from fleetplan.optimizer.workers import MAX_DEFAULT_JOBS, default_jobs
 from fleetplan.flags import (
     CALIBRATION_HELP, Parser, add_catalog_flag, add_precision_flags, add_preset_flags, add_solver_flag, number_flag,
@@ -111,9 +111,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if is_batch(args.scenario):
         settings = Settings(catalogs=tuple(args.catalog), solver=args.solver, calibration=args.calibration,
-                            alternatives=not args.no_alternatives)
+                            alternatives=_alternatives(args))
         return run_batch(args.scenario, settings, args.out, args.json, args.jobs or 1, console(), args.scheduler)
     return _plan_one(args)
+
+
+def _alternatives(args: argparse.Namespace) -> Alternatives:
+    """Which comparisons ``plan`` searches, from its flags."""
+    return (Alternatives.NONE if args.no_alternatives else Alternatives.ALL if args.all_alternatives
+            else Alternatives.DEFAULT)
 
 
 def _plan_one(args: argparse.Namespace) -> int:
@@ -135,7 +141,7 @@ def _plan_one(args: argparse.Namespace) -> int:
     progress = Progress.for_terminal(quiet=args.json)
     deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S, progress)
     try:
-        plan = make_plan(scenario, catalog, solver=args.solver, alternatives=not args.no_alternatives,
+        plan = make_plan(scenario, catalog, solver=args.solver, alternatives=_alternatives(args),
                          preset=preset, folder=folder, jobs=args.jobs or default_jobs(), deadline=deadline)
     finally:
         progress.close()
@@ -332,9 +338,14 @@ def _add_plan(sub: Any) -> None:
                          f"{MAX_DEFAULT_JOBS}; the same plan for any value)")
     pl.add_argument("--calibration", help=CALIBRATION_HELP)
     pl.add_argument("--scheduler", help="a batch: " + SCHEDULER_HELP)
-    pl.add_argument("--no-alternatives", action="store_true",
-                    help="skip the per-GPU-type runner-up solves (and, for a request mix, the mix kept to each "
-                         "prefill mode)")
+    which = pl.add_mutually_exclusive_group()
+    which.add_argument("--no-alternatives", action="store_true",
+                       help="skip the per-GPU-type runner-up solves (and, for a request mix, the mix kept to each "
+                            "prefill mode)")
+    which.add_argument("--all-alternatives", action="store_true",
+                       help="also search the runner-ups and prefill-mode costs of a request mix over 48 distinct "
+                            "hours or more (each as long a search as the plan's own; by default they are listed "
+                            "by lower bound, unsearched)")
     pl.set_defaults(func=cmd_plan)
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleetplan.layout import Col, Row, fit_table
 from fleetplan.optimizer.defaults import RUNNER_UP_TYPES
-from fleetplan.optimizer.enums import PrefillMode, Tier
+from fleetplan.optimizer.enums import LeftOut, PrefillMode, Tier
 from fleetplan.optimizer.text import pct
 
 if TYPE_CHECKING:
@@ -313,12 +313,15 @@ def _print_reasons(p: dict[str, Any], name: str, hours: int, console: Console) -
         title = (f"{name}: the best single configuration, and the mix on each GPU type alone" if p.get("configurations")
                  else f"{name}: cheapest plan on each other GPU type")
         console.print(fit_table(console, title, ALTERNATIVE_COLUMNS, alt_rows, title_justify="left"))
-    left_out = p.get("runner_ups_left_out") or []
-    if left_out:
-        console.print(f"  not searched, as no plan on them can be among the {RUNNER_UP_TYPES} cheapest GPU types "
-                      "(lower bound, USD/month): " + ", ".join(
-                          f"{a['gpu']} >= {a['monthly_cost_at_least_usd']:,.0f} (+{a['cost_difference_at_least_usd']:,.0f})"
-                          for a in left_out))
+    for reason, why in ((LeftOut.OUTRANKED, f"as no plan on them can be among the {RUNNER_UP_TYPES} cheapest GPU "
+                                            "types"),
+                        (LeftOut.NOT_SEARCHED, "each as long a search as the plan's own (--all-alternatives "
+                                               "searches them)")):
+        left_out = [a for a in p.get("runner_ups_left_out") or [] if a["reason"] == reason]
+        if left_out:
+            console.print(f"  the mix on each GPU type, not searched, {why} (lower bound, USD/month): " + ", ".join(
+                f"{a['gpu']} >= {a['monthly_cost_at_least_usd']:,.0f} (+{a['cost_difference_at_least_usd']:,.0f})"
+                for a in left_out))
 
 
 def _print_model_notes(d: dict[str, Any], console: Console) -> None:

@@ -47,6 +47,13 @@ RUNNER_UP_SHARE = 0.7
 # RUNNER_UP_TYPES-th cheapest found: the cheapest that many types are still exact, and a type that
 # cannot be among them costs it no 168-hour search.
 RUNNER_UP_TYPES = 3
+# By default such a mix's runner-ups and prefill-mode costs are searched only when the mix is
+# small: its distinct hours times its configurations (decode and pool) below this. Each search
+# costs about what the plan's own did: 0.1 s for all of them on examples/chat-trace.yaml (168
+# hours x 26 configurations), about 30 s on the 1,000,000-request trace week of
+# benchmarks/bench_trace.py (168 x 293) against 19 s for the plan. Above it they are listed by
+# lower bound, unsearched (``fleetplan plan --all-alternatives`` searches them).
+RUNNER_UP_SEARCH_SIZE = 20_000
 # Runner-ups and the cost of each prefill mode are explanations, not the plan: solved to 0.1%
 # (on a $100,000 plan a comparison is exact to $100; at 0.01% one 168-hour runner-up MIP alone
 # took its whole share of the deadline).

@@ -1,6 +1,7 @@
 """The planner's closed vocabularies, each defined once: pricing tiers, solve statuses, prefill
-modes and what limits a configuration's batch. String enums: they compare equal to, and are
-written to JSON as, their plain values, so scenario files and plan JSON keep their words.
+modes, what limits a configuration's batch and which comparisons a plan searches. String enums:
+they compare equal to, and are written to JSON as, their plain values, so scenario files and plan
+JSON keep their words.
 
 No logic lives here; string literals of these words elsewhere in the package are a defect."""
 
@@ -47,6 +48,25 @@ class PrefillMode(StrEnum):
     COLOCATED = "colocated"
     POOL = "pool"
     AUTO = "auto"
+
+
+class Alternatives(StrEnum):
+    """Which comparisons a plan searches besides its own: ``none``; ``default``, every one but
+    those of a request mix over a long horizon (each as long a search as the plan's own: its GPU
+    types are listed by lower bound, its prefill modes not priced); ``all``, every one."""
+
+    NONE = "none"
+    DEFAULT = "default"
+    ALL = "all"
+
+
+class LeftOut(StrEnum):
+    """Why a GPU type of a long request mix has no runner-up listed, only a lower bound on its cost:
+    its bound is at least the cost of the cheapest types found (``outranked``), or the plan did
+    not search the mix's runner-ups (``not_searched``: :attr:`Alternatives.DEFAULT`)."""
+
+    OUTRANKED = "outranked"
+    NOT_SEARCHED = "not_searched"
 
 
 class BatchLimit(StrEnum):

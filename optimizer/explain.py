@@ -23,7 +23,7 @@ from fleetplan.optimizer.candidates import (
 from fleetplan.optimizer.components import Solved
 from fleetplan.optimizer.deadline import Deadline
 from fleetplan.optimizer.defaults import CEILING_TOLERANCE, SEED_HEADROOM
-from fleetplan.optimizer.enums import BatchLimit, Tier
+from fleetplan.optimizer.enums import Alternatives, BatchLimit, Tier
 from fleetplan.optimizer.runner_ups import Compared, comparisons, single_configuration
 from fleetplan.optimizer.solution import ProductPlan
 from fleetplan.optimizer.solvers import Solver
@@ -263,9 +263,9 @@ def ttft_note(pp: ProductPlan) -> str:
 
 
 def explain_products(products: list[ProductPlan], solved: Solved, catalog: Catalog, preset: Preset, options: Any,
-                     solver: Solver, deadline: Deadline, alternatives: bool = True) -> None:
-    """Fill in each product's explanations within ``deadline``: runner-ups on other GPU types (with
-    ``alternatives``) and the cost of each prefill mode for a product solved on its own (in
+                     solver: Solver, deadline: Deadline, alternatives: Alternatives = Alternatives.DEFAULT) -> None:
+    """Fill in each product's explanations within ``deadline``: runner-ups on other GPU types (as
+    ``alternatives`` asks, see :func:`~.runner_ups.comparisons`) and the cost of each prefill mode for a product solved on its own (in
     worker processes at once when allowed, see :func:`~.runner_ups.comparisons`), then the
     reason in words, the KV hand-off and the prefill-headroom check."""
     percentiles = any(pp.product.ttft_percentiles_ms is not None for pp in products)  # then every product reports them
@@ -278,7 +278,7 @@ def explain_products(products: list[ProductPlan], solved: Solved, catalog: Catal
                 pp.mix.single = single_configuration(part.whole, pp, base, solver, mine.share(0.5), options.mip_rel_gap)
             compared = Compared(part.whole, pp, base, solver, part.base_lp, proven=part.result.optimal)
             alts, pp.mode_costs, left_out = comparisons(compared, mine, alternatives)
-            if alternatives:
+            if alternatives != Alternatives.NONE:
                 pp.alternatives = alts
                 if pp.mix is not None:
                     pp.mix.left_out = left_out

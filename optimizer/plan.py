@@ -26,6 +26,7 @@ from fleetplan.optimizer.components import (
 from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline
 from fleetplan.optimizer.defaults import EXPLAIN_SHARE, MAIN_SOLVE_SHARE, MONEY_TOLERANCE_USD
 from fleetplan.optimizer.demand import hourly_qps
+from fleetplan.optimizer.enums import Alternatives
 from fleetplan.optimizer.errors import InfeasibleError, SolverError
 from fleetplan.optimizer.explain import explain_products
 from fleetplan.optimizer.problem import CandidateMemo, build_problem
@@ -44,7 +45,7 @@ def make_plan(
     scenario: Scenario,
     catalog: Catalog,
     solver: Solver = "highs",
-    alternatives: bool = True,
+    alternatives: bool | Alternatives = True,
     preset: Preset | None = None,
     folder: Path | None = None,
     *,
@@ -63,7 +64,10 @@ def make_plan(
     Products coupled by a shared limit (a scarce GPU type, in total or in a pricing tier, or
     whole instances) are solved together in one MIP; every other product is its own MIP (same
     formulation), solved by :func:`~fleetplan.optimizer.search.solve_by_configuration`;
-    ``model_size`` counts the MIPs whose solutions are used. ``timings.solve_s`` covers
+    ``model_size`` counts the MIPs whose solutions are used. ``alternatives`` says which
+    comparisons are searched (:class:`~.enums.Alternatives`; True: ``default``, every one but a
+    long request mix's runner-ups and mode costs, which it lists by lower bound; False: ``none``;
+    ``all``: every one). ``timings.solve_s`` covers
     building, exporting and solving them. ``preset`` replaces the scenario's named preset (e.g.
     one adjusted by a calibration profile); ``folder`` is where relative paths (demand profiles)
     are resolved; ``with_api=False`` plans as if no product had an API. ``jobs > 1`` solves
@@ -83,6 +87,7 @@ def make_plan(
     found and its proven gap (status ``time_limit``); explanations share what is left and are
     skipped once it is spent. ``plan.stopped`` lists what the deadline cut short.
     """
+    alternatives = _alternatives(alternatives)
     preset = preset or get_preset(scenario.preset)
     demand = demand if demand is not None else hourly_qps(scenario.products, folder or Path("."))
     if deadline is None:
@@ -99,7 +104,7 @@ def make_plan(
     if compare_first_come and (prob.gpu_availability or prob.tier_availability) and len(plan.scenario.products) > 1:
         plan.first_come_monthly_cost_usd = first_come_cost(prob, list(plan.scenario.products), solver,
                                                            plan.scenario.options, deadline)
-    if alternatives and value_limits:
+    if alternatives != Alternatives.NONE and value_limits:
         # a limit relaxed by one step leaves the plan feasible: its re-plan starts from the plan
         warm = _replanner(catalog, solver, preset, folder, {**keywords, "start": plan.solution})
         plan.binding_limits = binding_limits(plan, scenario, warm, deadline.share(EXPLAIN_SHARE))
@@ -128,12 +133,19 @@ def relaxed_cost(variant: Scenario, catalog: Catalog, solver: Solver, preset: Pr
     return _replanner(catalog, solver, preset, folder, {})(variant, Deadline.after(seconds))
 
 
+def _alternatives(value: bool | Alternatives) -> Alternatives:
+    """Which comparisons to search: True is :attr:`~.enums.Alternatives.DEFAULT`, False ``none``."""
+    if isinstance(value, bool):
+        return Alternatives.DEFAULT if value else Alternatives.NONE
+    return Alternatives(value)
+
+
 def _cost(found: tuple[float, bool] | None) -> float:
     """A replan's monthly cost (inf without a plan)."""
     return math.inf if found is None else found[0]
 
 
-def _solve_plan(scenario: Scenario, catalog: Catalog, solver: Solver, alternatives: bool, preset: Preset,
+def _solve_plan(scenario: Scenario, catalog: Catalog, solver: Solver, alternatives: Alternatives, preset: Preset,
                 folder: Path | None, with_api: bool, jobs: int, deadline: Deadline, build: dict[str, Any],
                 start: dict[tuple[str, tuple[Any, ...]], float] | None = None) -> Plan:
     """The cheapest plan of ``scenario`` with its explanations (see :func:`make_plan`); with

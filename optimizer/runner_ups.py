@@ -14,8 +14,8 @@ from typing import Any
 
 from fleetplan.optimizer.candidates import Candidate
 from fleetplan.optimizer.deadline import Deadline
-from fleetplan.optimizer.defaults import EXPLANATION_GAP, RUNNER_UP_SHARE, RUNNER_UP_TYPES
-from fleetplan.optimizer.enums import PrefillMode
+from fleetplan.optimizer.defaults import EXPLANATION_GAP, RUNNER_UP_SEARCH_SIZE, RUNNER_UP_SHARE, RUNNER_UP_TYPES
+from fleetplan.optimizer.enums import Alternatives, LeftOut, PrefillMode
 from fleetplan.optimizer.errors import SolverError
 from fleetplan.optimizer.linear import LinearProblem
 from fleetplan.optimizer.problem import FleetProblem
@@ -72,6 +72,12 @@ class Compared:
             return {}
         pd = self.prob.products[self.pp.product.name]
         return gpu_type_bounds(self.prob, pd, [g for _, g in tasks], self.solver) or {}
+
+    def large(self) -> bool:
+        """Whether the product's search is large: its distinct hours times its configurations
+        (decode and pool) at least :data:`~.defaults.RUNNER_UP_SEARCH_SIZE`."""
+        pd = self.prob.products[self.pp.product.name]
+        return self.prob.hours * (len(pd.candidates) + len(pd.pool)) >= RUNNER_UP_SEARCH_SIZE
 
     def size(self, task: Comparison) -> int:
         """How large the search ``task`` is: the decode configurations it keeps, and the pool
@@ -211,32 +217,46 @@ def _by_bound(cmp: Compared, tasks: list[Comparison], bounds: dict[str, float], 
             if found[t] is not None:
                 costs.append(float(found[t]["monthly_cost_usd"]))
             i += 1
-    left = [{"gpu": t[1], "monthly_cost_at_least_usd": round(bounds[t[1]], 2),
-             "cost_difference_at_least_usd": round(bounds[t[1]] - cmp.base, 2)}
+    left = [_left_out(cmp, t[1], bounds[t[1]], LeftOut.OUTRANKED)
             for t in order[i:] if math.isfinite(bounds[t[1]]) and bounds[t[1]] >= _kth_cost(costs)]
     return out, left
 
 
-def comparisons(cmp: Compared, deadline: Deadline, alternatives: bool = True
+def _left_out(cmp: Compared, gpu: str, bound: float, reason: LeftOut) -> dict[str, Any]:
+    """A GPU type of a long mix listed by a lower bound on the mix kept to it: its LP bound, and
+    at least the plan's own cost when the plan is proven optimal (a restriction never costs less)."""
+    least = max(bound, cmp.base) if cmp.proven else bound
+    return {"gpu": gpu, "monthly_cost_at_least_usd": round(least, 2),
+            "cost_difference_at_least_usd": round(least - cmp.base, 2), "reason": reason}
+
+
+def comparisons(cmp: Compared, deadline: Deadline, alternatives: Alternatives = Alternatives.DEFAULT
                 ) -> tuple[list[dict[str, Any]], dict[str, float | None], list[dict[str, Any]]]:
-    """The product's runner-ups (with ``alternatives``; cheapest first) and the cost of each prefill
-    mode (None where a mode has no plan; for a request mix, the mix kept to that mode, only with
-    ``alternatives``), searched within ``deadline``: in turn, the runner-ups
+    """The product's runner-ups (unless ``alternatives`` is ``none``; cheapest first) and the cost of
+    each prefill mode (None where a mode has no plan; for a request mix, the mix kept to that mode,
+    only with runner-ups), searched within ``deadline``: in turn, the runner-ups
     with :data:`~.defaults.RUNNER_UP_SHARE` of the time and the modes with the rest, or with
     several worker processes allowed (:func:`~.workers.jobs`) all at once in them when
     at least two searches per worker are left to run. The same outcomes either way, unless the
     deadline cuts a search short. A request mix over a long horizon searches its GPU types from
     the least lower bound up and leaves out those that cannot be among the cheapest
-    :data:`~.defaults.RUNNER_UP_TYPES` (:func:`_by_bound`), returned third with their bounds."""
-    gpus = cmp.gpus() if alternatives else []
+    :data:`~.defaults.RUNNER_UP_TYPES` (:func:`_by_bound`), returned third with their bounds;
+    when that mix is large (:meth:`Compared.large`), with ``alternatives`` ``default`` it searches
+    none of them (each is as long a search as the plan's own) and returns every type with its
+    bound, and no mode costs."""
+    searching = alternatives != Alternatives.NONE
+    gpus = cmp.gpus() if searching else []
     # a request mix may run each bucket in its own mode: its mode costs are the mix kept to one
     # mode, alternatives like its runner-ups (over a long horizon as costly to search)
-    modes = cmp.modes() if alternatives or cmp.pp.mix is None else []
+    modes = cmp.modes() if searching or cmp.pp.mix is None else []
+    bounds = cmp.bounds(gpus)
+    if bounds and alternatives == Alternatives.DEFAULT and cmp.large():
+        listed = [_left_out(cmp, g, b, LeftOut.NOT_SEARCHED) for g, b in bounds.items() if math.isfinite(b)]
+        return [], {}, sorted(listed, key=lambda a: (a["monthly_cost_at_least_usd"], a["gpu"]))
     searches = [t for t in gpus + modes if cmp.known(t) is UNKNOWN]
     # workers take whole searches when there are enough to keep them busy; with fewer (a plan's two
     # prefill modes) the searches go in turn and each may use the workers for its hours
     workers = jobs()
-    bounds = cmp.bounds(gpus)
     left: list[dict[str, Any]] = []
     if bounds:
         out, left = _by_bound(cmp, gpus, bounds, deadline.share(RUNNER_UP_SHARE),

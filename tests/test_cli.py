@@ -161,3 +161,27 @@ def test_portfolio_table_shows_shared_limits(capsys):
     assert "components: 1 (1 planned jointly: chat, rag, code)" in out
     saving = d["first_come_monthly_cost_usd"] - d["monthly_cost_usd"]
     assert f"the joint plan saves ${saving:,.0f}" in out
+
+
+def test_all_alternatives_searches_what_the_default_lists_by_bound(capsys, monkeypatch):
+    """``--all-alternatives`` searches a large long mix's runner-ups (here chat-trace, made large
+    by lowering the size threshold): the default lists each GPU type by bound, unsearched, and
+    both give the same plan; with ``--no-alternatives`` it is one line and exit 2."""
+    from fleetplan.optimizer import runner_ups as R
+
+    monkeypatch.setattr(R, "RUNNER_UP_SEARCH_SIZE", 1)
+    path = str(EXAMPLES / "chat-trace.yaml")
+    code, js, _ = run(capsys, ["plan", path, "--json"])
+    default = json.loads(js)["products"][0]
+    code_all, js, _ = run(capsys, ["plan", path, "--json", "--all-alternatives"])
+    every = json.loads(js)["products"][0]
+    assert code == code_all == 0 and default["monthly_cost_usd"] == every["monthly_cost_usd"]
+    assert [a["reason"] for a in default["runner_ups_left_out"]] == ["not_searched"]
+    assert [a.get("single_configuration") for a in default["alternatives"]] == [True]
+    searched = {a["gpu"]: a["monthly_cost_usd"] for a in every["alternatives"] if not a.get("single_configuration")}
+    for a in default["runner_ups_left_out"]:
+        assert a["monthly_cost_at_least_usd"] <= searched[a["gpu"]]
+    with pytest.raises(SystemExit) as stop:
+        main(["plan", path, "--no-alternatives", "--all-alternatives"])
+    out, err = capsys.readouterr()
+    assert stop.value.code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--all-alternatives" in err

@@ -4,11 +4,14 @@ plan of a trace's size mix."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import yaml
 
 from fleetplan.models.presets import get_preset
 from fleetplan.optimizer.deadline import Deadline
+from fleetplan.optimizer.enums import Alternatives, LeftOut
 from fleetplan.optimizer.formulation import build_model
 from fleetplan.optimizer.linear import to_linear_problem
 from fleetplan.optimizer.mix_hours import best_hour_plans, separable, solve_hour, solve_mix_by_hour
@@ -44,13 +47,13 @@ def problem(catalog, raw: dict):
 
 
 def in_turn_and_in_workers(scenario, catalog, qps: list[float]) -> tuple[dict[int, str], dict[int, object]]:
-    """The plan of ``scenario`` over the hours ``qps`` with one and with two worker processes: its
-    JSON (without timings) and the plan, by the number of workers."""
+    """The plan of ``scenario`` over the hours ``qps`` with every comparison searched, with one and
+    with two worker processes: its JSON (without timings) and the plan, by the number of workers."""
     import json
 
     out, plans = {}, {}
     for jobs in (1, 2):
-        plans[jobs] = make_plan(scenario, catalog, demand={"m": qps}, jobs=jobs)
+        plans[jobs] = make_plan(scenario, catalog, alternatives=Alternatives.ALL, demand={"m": qps}, jobs=jobs)
         d = plan_to_dict(plans[jobs])
         d.pop("timings", None)
         out[jobs] = json.dumps(d, sort_keys=True)
@@ -312,14 +315,16 @@ def test_what_the_deadline_cuts_in_a_worker_is_noted_in_the_command(catalog, exa
     assert sorted(spent.stopped) == [f"{name}: cost of each prefill mode", f"{name}: runner-ups on other GPU types"]
 
 
-def test_a_long_mixs_runner_ups_skip_only_gpu_types_that_cannot_be_among_the_cheapest(catalog):
+def test_a_long_mixs_runner_ups_skip_only_gpu_types_that_cannot_be_among_the_cheapest(catalog, monkeypatch):
     """A mix over fifty hours on five GPU types: each type's lower bound is at most what the mix
     kept to that type costs (searched here for every type); the runner-ups list the types from
     the least bound up and leave out only a type whose bound is at least the third cheapest
     listed cost (here L4), so no type left out is among the three cheapest; the same with two
-    workers as in turn."""
+    workers as in turn. By default a mix this small is searched the same way, and a large one
+    lists every type by its bound, unsearched."""
     import json
 
+    from fleetplan.optimizer import runner_ups as R
     from fleetplan.optimizer.defaults import RUNNER_UP_TYPES
     from fleetplan.optimizer.mix_hours import gpu_type_bounds
     from fleetplan.optimizer.runner_ups import Compared
@@ -368,3 +373,33 @@ def test_a_long_mixs_runner_ups_skip_only_gpu_types_that_cannot_be_among_the_che
     from fleetplan.html import runner_ups
 
     assert f"m: l4 at least ${left['l4']:,.0f}" in runner_ups(json.loads(out[1]))
+
+    # a mix this small (50 hours x 8 configurations) is searched by default too, as asked above
+    size = full.hours * (len(pd.candidates) + len(pd.pool))
+    assert size == 50 * 8 < R.RUNNER_UP_SEARCH_SIZE
+    small = plan_to_dict(make_plan(scenario, catalog, demand={"m": qps}))
+    small.pop("timings", None)
+    assert json.dumps(small, sort_keys=True) == out[1]
+    # a large one's runner-ups (here: the size threshold lowered) are not searched by default: every
+    # type with a plan is listed with its bound (at least the proven plan's cost), which the search
+    # above never undercuts; the best single configuration is still searched and no prefill mode
+    # is priced; the same plan
+    monkeypatch.setattr(R, "RUNNER_UP_SEARCH_SIZE", size)
+    default = make_plan(scenario, catalog, demand={"m": qps})
+    d = plan_to_dict(default)["products"][0]
+    assert default.monthly_cost_usd == plans[1].monthly_cost_usd and default.solve_result.optimal
+    unsearched = {a["gpu"]: a for a in d["runner_ups_left_out"]}
+    assert set(unsearched) == set(gpus) and all(a["reason"] == LeftOut.NOT_SEARCHED for a in unsearched.values())
+    assert [a["gpu"] for a in d["runner_ups_left_out"]] == sorted(unsearched, key=lambda g: (unsearched[g]["monthly_cost_at_least_usd"], g))
+    for g, a in unsearched.items():
+        assert a["monthly_cost_at_least_usd"] == round(max(bounds[g], default.monthly_cost_usd), 2)
+        assert a["cost_difference_at_least_usd"] >= 0
+        assert a["monthly_cost_at_least_usd"] <= listed.get(g, math.inf) * (1 + 1e-6)
+    assert [a.get("single_configuration") for a in d["alternatives"]] == [True] and d["mix_saving_usd"] >= 0
+    assert d["alternatives"][0] == next(a for a in pp.alternatives if a.get("single_configuration"))
+    assert default.products[0].mode_costs == {}
+    buf = io.StringIO()
+    print_plan(plan_to_dict(default), Console(file=buf, width=200, force_terminal=False))
+    text = " ".join(buf.getvalue().split())  # the line wraps
+    assert "not searched, each as long a search as the plan's own (--all-alternatives searches them)" in text
+    assert f"l4 >= {unsearched['l4']['monthly_cost_at_least_usd']:,.0f}" in text
