@@ -343,9 +343,9 @@ def _add_plan(sub: Any) -> None:
                        help="skip the per-GPU-type runner-up solves (and, for a request mix, the mix kept to each "
                             "prefill mode)")
     which.add_argument("--all-alternatives", action="store_true",
-                       help="also search the runner-ups and prefill-mode costs of a request mix over 48 distinct "
-                            "hours or more (each as long a search as the plan's own; by default they are listed "
-                            "by lower bound, unsearched)")
+                       help="also search the runner-ups and prefill-mode costs of a large request mix over 48 "
+                            "distinct hours or more (each as long a search as the plan's own; by default they are "
+                            "listed by lower bound, unsearched)")
     pl.set_defaults(func=cmd_plan)
 
 

@@ -52,8 +52,8 @@ class PrefillMode(StrEnum):
 
 class Alternatives(StrEnum):
     """Which comparisons a plan searches besides its own: ``none``; ``default``, every one but
-    those of a request mix over a long horizon (each as long a search as the plan's own: its GPU
-    types are listed by lower bound, its prefill modes not priced); ``all``, every one."""
+    those of a large request mix over a long horizon (each as long a search as the plan's own: its
+    GPU types are listed by lower bound, its prefill modes not priced); ``all``, every one."""
 
     NONE = "none"
     DEFAULT = "default"

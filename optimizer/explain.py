@@ -265,7 +265,7 @@ def ttft_note(pp: ProductPlan) -> str:
 def explain_products(products: list[ProductPlan], solved: Solved, catalog: Catalog, preset: Preset, options: Any,
                      solver: Solver, deadline: Deadline, alternatives: Alternatives = Alternatives.DEFAULT) -> None:
     """Fill in each product's explanations within ``deadline``: runner-ups on other GPU types (as
-    ``alternatives`` asks, see :func:`~.runner_ups.comparisons`) and the cost of each prefill mode for a product solved on its own (in
+    ``alternatives`` asks) and the cost of each prefill mode for a product solved on its own (in
     worker processes at once when allowed, see :func:`~.runner_ups.comparisons`), then the
     reason in words, the KV hand-off and the prefill-headroom check."""
     percentiles = any(pp.product.ttft_percentiles_ms is not None for pp in products)  # then every product reports them
