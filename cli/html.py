@@ -132,13 +132,15 @@ def runner_ups(d: dict[str, Any]) -> str:
     if not rows:
         return "<p class=note>No runner-ups: each product runs on the only GPU type it may use, or products share " \
                "limits and were planned together.</p>"
-    left = [f"{escape(p['name'])}: {escape(a['gpu'])} at least {_money(a['monthly_cost_at_least_usd'])}"
-            for p in d["products"] for a in p.get("runner_ups_left_out") or []]
-    unsearched = any(a["reason"] == LeftOut.NOT_SEARCHED for p in d["products"] for a in p.get("runner_ups_left_out") or [])
-    why = ("each as long a search as the plan's own (<code>--all-alternatives</code> searches them)" if unsearched
-           else "as no plan on them can be among the cheapest GPU types")
-    note = f"<p class=note>The mix on each GPU type, not searched, {why} (lower bound, $/month): {'; '.join(left)}.</p>" \
-        if left else ""
+    note = ""
+    for reason, why in ((LeftOut.OUTRANKED, "as no plan on them can be among the cheapest GPU types"),
+                        (LeftOut.NOT_SEARCHED, "each as long a search as the plan's own (<code>--all-alternatives</code> "
+                                               "searches them)")):
+        left = [f"{escape(p['name'])}: {escape(a['gpu'])} at least {_money(a['monthly_cost_at_least_usd'])}"
+                for p in d["products"] for a in p.get("runner_ups_left_out") or [] if a["reason"] == reason]
+        if left:
+            note += f"<p class=note>The mix on each GPU type, not searched, {why} (lower bound, $/month): " \
+                    f"{'; '.join(left)}.</p>"
     return _table(["product", "GPU", "TP", "precision", "batch", "replicas", "GPUs", "$/month", "vs chosen"], rows,
                   {2, 4, 5, 6, 7, 8}) + note
 
