@@ -51,8 +51,8 @@ PARAMETERS: tuple[tuple[str, float, float], ...] = (
     ("prefill_compute_efficiency", 0.05, 0.9), ("moe_small_group_tokens", 0.0, 20.0),
     ("weight_only_fp4_dequant_factor", 1.0, 4.0), ("admission_latency_s", 0.0, 0.5),
     ("sequence_overhead_s", 0.0, 2e-4), ("busy_share_exponent", 0.0, 8.0),
-    ("comm_bandwidth_efficiency", 0.1, 0.9),
-) + tuple((f"share_{e}", 0.0, 1.0) for e in ENGINES)
+    ("comm_bandwidth_efficiency", 0.1, 0.9), ("hit_rate_vllm_0.12", 0.0, 0.98),
+) + tuple((f"share_{e}", 0.0, 1.0) for e in ENGINES) + tuple((f"admission_{e}", 0.0, 0.5) for e in ENGINES)
 TTFT_WEIGHT = 0.5
 HUBER = 0.25
 
@@ -64,8 +64,10 @@ def current() -> np.ndarray:
     values = [fam.bandwidth_efficiency, fam.step_overhead_s, fam.layer_overhead_s, fam.collective_latency_s,
               p.kv_bandwidth_efficiency, DEFAULT.compute_efficiency, DEFAULT.prefill_compute_efficiency,
               p.moe_small_group_tokens, p.weight_only_fp4_dequant_factor, p.admission_latency_s,
-              p.sequence_overhead_s, p.busy_share_exponent, p.comm_bandwidth_efficiency]
+              p.sequence_overhead_s, p.busy_share_exponent, p.comm_bandwidth_efficiency,
+              p.benchmark_hit_rate("vllm", "0.12")]
     values += [p.engine(e).prefill_before_first_token for e in ENGINES]
+    values += [p.engine(e).admission_latency_s or p.admission_latency_s for e in ENGINES]
     return np.array(values)
 
 
@@ -77,13 +79,15 @@ def preset_of(x: np.ndarray) -> Preset:
                       v["collective_latency_s"], 0.0) if f.family in NVIDIA else f
         for f in DEFAULT_PHYSICS.families
     )
-    engines = tuple(EnginePhysics(e, v[f"share_{e}"], DEFAULT_PHYSICS.engine(e).chunk_tokens) for e in ENGINES)
+    engines = tuple(EnginePhysics(e, v[f"share_{e}"], DEFAULT_PHYSICS.engine(e).chunk_tokens, v[f"admission_{e}"])
+                    for e in ENGINES)
     physics = dataclasses.replace(
         DEFAULT_PHYSICS, families=families, engines=engines, kv_bandwidth_efficiency=v["kv_bandwidth_efficiency"],
         moe_small_group_tokens=v["moe_small_group_tokens"],
         weight_only_fp4_dequant_factor=v["weight_only_fp4_dequant_factor"], admission_latency_s=v["admission_latency_s"],
         sequence_overhead_s=v["sequence_overhead_s"], busy_share_exponent=v["busy_share_exponent"],
         comm_bandwidth_efficiency=v["comm_bandwidth_efficiency"],
+        benchmark_prefix_cache=(("vllm", "0.12", v["hit_rate_vllm_0.12"]),),
     )
     return dataclasses.replace(DEFAULT, physics=physics, compute_efficiency=v["compute_efficiency"],
                                prefill_compute_efficiency=v["prefill_compute_efficiency"])

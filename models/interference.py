@@ -28,7 +28,7 @@ Static-batch benchmarks (all prompts prefilled before decoding starts) carry non
 from __future__ import annotations
 
 from fleetplan.catalogs.schema import LLM
-from fleetplan.models.prefill import prefill_attention_flops, prefill_linear_flops
+from fleetplan.models.prefill import prefill_flops_per_request
 
 
 def prefill_tokens_per_step(batch: float, input_tokens: float, output_tokens: float) -> float:
@@ -36,12 +36,13 @@ def prefill_tokens_per_step(batch: float, input_tokens: float, output_tokens: fl
     return batch * input_tokens / max(output_tokens, 1.0)
 
 
-def prefill_flops_per_step(llm: LLM, batch: float, input_tokens: float, output_tokens: float, share: float = 1.0) -> float:
+def prefill_flops_per_step(llm: LLM, batch: float, input_tokens: float, output_tokens: float, share: float = 1.0,
+                           hit_rate: float = 0.0) -> float:
     """Average prefill FLOPs per decode step: ``share`` of ``batch`` prompts (linear layers plus
-    attention) spread over ``output_tokens`` steps."""
+    attention, the first ``hit_rate`` of each prompt from the prefix cache) spread over
+    ``output_tokens`` steps."""
     requests_per_step = share * batch / max(output_tokens, 1.0)
-    per_request = prefill_linear_flops(llm, input_tokens) + prefill_attention_flops(llm, input_tokens)
-    return requests_per_step * per_request
+    return requests_per_step * prefill_flops_per_request(llm, input_tokens, hit_rate, attention=True)
 
 
 def prefill_busy_share(batch: float, prefill_s: float, output_tokens: float, decode_step_s: float) -> float:

@@ -3,9 +3,12 @@
 Required columns: ``model, gpu, precision, tp, batch, input_tokens, output_tokens, engine,
 measured_tpot_ms``. Optional: ``measured_ttft_ms``, ``ep`` (expert-parallel degree, default 1), ``pp`` and
 ``dp_attention`` (pipeline stages and attention data-parallel ranks, default
-1), ``kv_precision`` (default bf16) and ``batching`` (``continuous``, the default: decode
+1), ``kv_precision`` (default bf16), ``batching`` (``continuous``, the default: decode
 steps carry the prefill of newly admitted requests; or ``static``: every prompt is prefilled
-before decoding starts). Other columns are kept with the row and otherwise ignored.
+before decoding starts), ``engine_version`` (the engine's release, e.g. ``0.12.0``) and
+``prefix_cache_hit_rate`` (share of each prompt the run served from the engine's prefix cache,
+0 to 1; empty: the preset's rule for that engine and release, else 0). Other columns are kept
+with the row and otherwise ignored.
 
 ``precision`` is bf16, fp8 or fp4 (fp16 is read as bf16: same bytes and tensor-core rate;
 nvfp4 and mxfp4 as fp4); ``batch`` is the concurrency; ``engine`` is free text (vllm, sglang,
@@ -25,7 +28,8 @@ from fleetplan.catalogs.fields import Range
 REQUIRED_COLUMNS: tuple[str, ...] = (
     "model", "gpu", "precision", "tp", "batch", "input_tokens", "output_tokens", "engine", "measured_tpot_ms",
 )
-OPTIONAL_COLUMNS: tuple[str, ...] = ("measured_ttft_ms", "ep", "pp", "dp_attention", "kv_precision", "batching")
+OPTIONAL_COLUMNS: tuple[str, ...] = ("measured_ttft_ms", "ep", "pp", "dp_attention", "kv_precision", "batching",
+                                     "engine_version", "prefix_cache_hit_rate")
 PRECISION_ALIASES: dict[str, str] = {
     "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4",
 }
@@ -55,6 +59,8 @@ class Measurement:
     pp: int = 1
     dp_attention: int = 1
     batching: str = "continuous"
+    engine_version: str = ""
+    prefix_cache_hit_rate: float | None = None
     raw: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property
@@ -121,6 +127,7 @@ def parse_measurements(text: str, name: str) -> list[Measurement]:
             ep = cells.get("ep") or ""
             kv = cells.get("kv_precision") or ""
             batching = (cells.get("batching") or "continuous").lower()
+            hits = cells.get("prefix_cache_hit_rate") or ""
             if batching not in ("continuous", "static"):
                 raise MeasurementError(f"{where}: column 'batching': must be continuous or static, got {batching!r}")
             rows.append(
@@ -141,6 +148,9 @@ def parse_measurements(text: str, name: str) -> list[Measurement]:
                     batching=batching,
                     pp=_count(cells, where, "pp"),
                     dp_attention=_count(cells, where, "dp_attention"),
+                    engine_version=cells.get("engine_version") or "",
+                    prefix_cache_hit_rate=(_number(hits, where, "prefix_cache_hit_rate", F.FRACTION)
+                                           if hits else None),
                     raw=cells,
                 )
             )

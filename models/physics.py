@@ -7,7 +7,8 @@ lives in :data:`DEFAULT_PHYSICS`, with the reason for its value next to it. The 
 ``../shared/reference/measurements/silicon-train.csv`` that the planner would run (41
 configuration groups; robust least squares on the relative error of TPOT and on log TTFT,
 script ``benchmarks/fit_physics.py``), and judged by leaving whole configuration groups out
-(``--cv``); no value is per model or per source. The 4 rows left out of the fit report a TPOT
+(``--cv``); no value is per model, and only the engines' scheduling figures and one engine
+release's prefix-cache share are per engine. The 4 rows left out of the fit report a TPOT
 shorter than reading their step's bytes at the datasheet bandwidth (a gpt-oss-120b row at batch
 512, a Qwen3-32B row and two duplicate DeepSeek-R1 rows): those runs did not hold the batch they
 name. `fleetplan calibrate` fits a scale on top of
@@ -61,11 +62,15 @@ class EnginePhysics:
     ``chunk_tokens``: prompt tokens prefilled per engine step (chunked-prefill budget:
     vLLM ``max_num_batched_tokens``, SGLang ``chunked_prefill_size``, TensorRT-LLM
     ``max_num_tokens``; 8,192 is the default of all three on H100-class GPUs).
+    ``admission_latency_s``: the engine's own time from a request's arrival to its admission and
+    from its first token to the client (its HTTP server, tokeniser and scheduler); None: the
+    physics' :attr:`Physics.admission_latency_s`.
     """
 
     engine: str
     prefill_before_first_token: float
     chunk_tokens: int
+    admission_latency_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,17 @@ class Physics:
     sequence_overhead_s: float = 0.0
     prefill_communication: bool = False
     busy_share_exponent: float = 0.0
+    benchmark_prefix_cache: tuple[tuple[str, str, float], ...] = ()
+
+    def benchmark_hit_rate(self, engine: str | None, version: str) -> float:
+        """Share of a closed-loop benchmark's prompt tokens served from the prefix cache in runs
+        of ``engine`` (normalised) at ``version``: the :attr:`benchmark_prefix_cache` entry whose
+        engine matches and whose version is ``version`` or a release it starts (``0.12`` matches
+        ``0.12.0``), 0 for every other run."""
+        for name, release, rate in self.benchmark_prefix_cache:
+            if name == engine and version and (version == release or version.startswith(release + ".")):
+                return rate
+        return 0.0
 
     def family(self, name: str) -> FamilyPhysics:
         """The figures of GPU family ``name``, or the generic fallback for an unknown family."""
@@ -114,13 +130,13 @@ class Physics:
 
 # Fitted NVIDIA figures (hopper, blackwell; ampere shares them): see the module docstring.
 # Bandwidth efficiency reached 0.90, the bound the fit allows (streaming kernels reach 85-90%
-# of datasheet bandwidth in microbenchmarks); the per-layer cost of 62.5 us (kernel ramp and tail
+# of datasheet bandwidth in microbenchmarks); the per-layer cost of 62 us (kernel ramp and tail
 # of a layer's dozen kernels, norms, rotary embedding, routing) and the host's work per sequence
 # (``sequence_overhead_s``; the fixed part per step fitted to zero) explain why small per-GPU
 # shards run far below the roofline; a one-shot all-reduce costs 2 us of latency whatever the
 # TP degree (no per-hop cost; the fit's lower bound, an NVLink round trip and a kernel's
 # launch), its bytes at the link's effective bandwidth on top.
-_NVIDIA = (0.90, 0.0, 62.5e-6, 2.0e-6, 0.0)
+_NVIDIA = (0.90, 0.0, 62e-6, 2.0e-6, 0.0)
 
 DEFAULT_PHYSICS = Physics(
     families=(
@@ -142,8 +158,8 @@ DEFAULT_PHYSICS = Physics(
     # Fitted (all 780 rows above the bandwidth floor, see the module docstring): the all-reduces of
     # a step that carries prompt tokens move 1-50 MB per call, where NCCL reaches about half of the
     # one-direction link bandwidth (70% only for messages of hundreds of MB), and they share the
-    # GPUs' memory and SMs with the step's GEMMs: 0.47 of the scale-up bandwidth.
-    comm_bandwidth_efficiency=0.47,
+    # GPUs' memory and SMs with the step's GEMMs: 0.46 of the scale-up bandwidth.
+    comm_bandwidth_efficiency=0.46,
     # Activations exchanged by tensor-parallel all-reduces are bf16 whatever the weights.
     activation_bytes=2.0,
     # Megatron-style tensor parallelism: one all-reduce after attention, one after the MLP.
@@ -154,45 +170,60 @@ DEFAULT_PHYSICS = Physics(
     # Engines cap concurrent sequences per instance (vLLM max_num_seqs, TensorRT-LLM
     # max_batch_size, SGLang max_running_requests); 1024 is the largest default among them.
     max_num_seqs=1024,
-    # Fitted: share of a wave's other prompts prefilled before a request's first token when
-    # prefill takes little of the cycle (lowered by ``busy_share_exponent`` as it takes more).
-    # SGLang runs prefill batches first (0.45), TensorRT-LLM (0.16) and vLLM (0.082) mix chunks
-    # into the decode batches, so most of that prefill lands in the time per output token.
+    # Fitted, per engine: the share of a wave's other prompts prefilled before a request's first
+    # token (the rest lands in its time per output token), and the engine's fixed latency per
+    # request (its HTTP server, tokeniser, scheduler and detokeniser). SGLang runs prefill
+    # batches first and holds the most before a first token (0.26) and the longest fixed latency
+    # (295 ms: small-batch, short-prompt SGLang TTFTs are 260-610 ms where the prefill is 19-35
+    # ms); TensorRT-LLM (0.11, 107 ms) and vLLM (0.11, 45 ms: its 1,024-token TTFTs at batch 4
+    # are 30-137 ms) mix chunks into the decode batches. One latency shared by the three engines
+    # (81 ms) left vLLM's short TTFTs 1.5-3x over and SGLang's under; per engine, dense TTFT
+    # within 1.5x held out by configuration group rose from 56% to 61%.
     engines=(
-        EnginePhysics("sglang", 0.45, 8192),
-        EnginePhysics("trtllm", 0.16, 8192),
-        EnginePhysics("vllm", 0.082, 8192),
+        EnginePhysics("sglang", 0.26, 8192, 0.295),
+        EnginePhysics("trtllm", 0.11, 8192, 0.107),
+        EnginePhysics("vllm", 0.11, 8192, 0.045),
     ),
-    # An unknown engine (and the planner, which plans no particular one) gets the mean.
-    engine_fallback=EnginePhysics("any", 0.23, 8192),
+    # An unknown engine (and the planner, which plans no particular one) gets the engines' mean.
+    engine_fallback=EnginePhysics("any", 0.16, 8192, 0.149),
     # Fitted, at the bound the fit allows (1 / 0.90: the datasheet bandwidth): paged attention
     # streams the KV cache at full bandwidth, faster than the weight GEMMs at small batch.
     kv_bandwidth_efficiency=1.11,
     # Fitted: a grouped GEMM whose experts each get few tokens does not stream an expert's weights
-    # at full rate; reading a touched expert costs (1 + 0.41 / tokens per touched expert) times
+    # at full rate; reading a touched expert costs (1 + 0.43 / tokens per touched expert) times
     # its bytes (about 1.4x at one token per expert, nothing once experts get dozens).
     moe_small_group_tokens=0.43,
     # Fitted on gpt-oss-120b (MXFP4 weights) on H100/H200, which have no FP4 tensor cores: the
-    # weights are dequantised to bf16 in the GEMM's inner loop, so reading them takes 1.39x the
+    # weights are dequantised to bf16 in the GEMM's inner loop, so reading them takes 1.46x the
     # time of their bytes alone.
     weight_only_fp4_dequant_factor=1.46,
-    # Fitted: time from a request's arrival to its admission and from its first token to the
-    # client (HTTP, tokenisation, scheduling, detokenisation) that every measured TTFT holds:
-    # 81 ms across the three engines.
-    admission_latency_s=0.081,
+    # Time from a request's arrival to its admission and from its first token to the client
+    # (HTTP, tokenisation, scheduling, detokenisation) of an engine without its own figure: the
+    # fallback engine's, the mean of the three fitted ones.
+    admission_latency_s=0.149,
     # Fitted: host work per running sequence per decode step (input preparation, sampling,
-    # detokenisation, the scheduler's bookkeeping): 21.8 us, which no GPU parallelism shortens, so
+    # detokenisation, the scheduler's bookkeeping): 20.3 us, which no GPU parallelism shortens, so
     # TP 8 at batch 128 and more runs well below its roofline.
-    sequence_overhead_s=21.8e-6,
+    sequence_overhead_s=20.3e-6,
     # The prompt tokens a decode step prefills are all-reduced with its decode tokens (one message
     # of batch + prefill tokens per all-reduce), and a prefill's service time pays its own.
     prefill_communication=True,
     # Fitted: the share of a closed-loop benchmark's other prompts ahead of a request falls as
-    # (1 - rho)^0.46 with the share rho of the cycle its engine spends prefilling: where prefill
-    # is most of the cycle, a wave's first tokens spread over it and the requests return staggered
-    # (TensorRT-LLM's implied share falls from 0.28 at rho 0.05-0.1 to 0.12 at rho 0.4-0.7, vLLM's
-    # from 0.15 to 0.02). Held out by configuration group it lifts dense TTFT within 1.5x.
-    busy_share_exponent=0.46,
+    # (1 - rho)^gamma with the share rho of the cycle its engine spends prefilling (where prefill
+    # is most of the cycle, a wave's first tokens spread over it). Fitted alone with one fixed
+    # latency for all engines gamma was 0.46; with each engine's own latency the fit leaves it
+    # almost nothing (0.03): the engines' fixed latencies explained what it did.
+    busy_share_exponent=0.03,
+    # Fitted on the 20 vLLM 0.12.0 rows of silicon-train (Llama-3.1-8B FP8 on H200 at TP 1, 2, 4;
+    # Qwen3-32B FP8 on H100 at TP 2): at 100 output tokens they go through their prompts faster
+    # than the GPUs' peak FLOPs allow (Llama-3.1-8B at TP 1, batch 112, 1,000-token prompts: a
+    # cycle of 1.19 s holds 112 prefills, 1.8 PFLOP, 0.9 s at 100% of an H200's FP8 rate, and 100
+    # decode steps), and both their TPOT and TTFT stay 2-3x below a full prefill's. Those runs served
+    # most of each prompt from vLLM's prefix cache (on by default; the benchmark's prompts repeat).
+    # The other vLLM releases measured (0.11.2, 0.15.1, 0.18.0 and the unversioned Llama-3.1-70B
+    # runs) and every SGLang and TensorRT-LLM run pay their whole prefill. A measurement file can
+    # give each row's share in its own ``prefix_cache_hit_rate`` column instead.
+    benchmark_prefix_cache=(("vllm", "0.12", 0.82),),
 )
 
 

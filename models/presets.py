@@ -149,10 +149,10 @@ SEED = Preset(name="seed")
 DEFAULT = Preset(
     name="default",
     # Fitted with the physics (see fleetplan.models.physics): decode GEMMs at small M reach
-    # 49% of the dense datasheet rate of the weights' precision, prefill GEMMs at large M 90%
-    # (the fit's bound; silicon-train.csv, the 780 rows above the bandwidth floor).
-    compute_efficiency=0.49,
-    prefill_compute_efficiency=0.90,
+    # 42% of the dense datasheet rate of the weights' precision, prefill GEMMs at large M 82%
+    # (silicon-train.csv, the 780 rows above the bandwidth floor).
+    compute_efficiency=0.42,
+    prefill_compute_efficiency=0.82,
     prefill_attention=True,
     decode_context="average",
     compute_precision="weights",

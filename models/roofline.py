@@ -37,7 +37,7 @@ from fleetplan.catalogs.schema import GPU, LLM
 from fleetplan.models.communication import parallel_comm_time_s
 from fleetplan.models.interference import prefill_busy_share, share_before_first_token
 from fleetplan.models.interference import prefill_flops_per_step as aggregated_prefill_flops
-from fleetplan.models.prefill import prefill_attention_flops, prefill_linear_flops
+from fleetplan.models.prefill import prefill_flops_per_request
 from fleetplan.models.memory import bytes_per_value, kv_bytes_per_sequence, kv_replication_factor, weight_bytes
 from fleetplan.models.moe import grouped_params_read_per_step, params_read_per_step
 from fleetplan.models.overhead import host_time_s, layer_time_s
@@ -185,12 +185,12 @@ def benchmark_prefill_share(preset: Preset, engine: str | None, busy_share: floa
 
 def benchmark_busy_share(llm: LLM, gpu: GPU, preset: Preset, *, precision: str, tp: int, batch: int,
                          input_tokens: float, output_tokens: float, decode_step_s: float,
-                         factors: CalibrationFactors) -> float:
+                         factors: CalibrationFactors, hit_rate: float = 0.0) -> float:
     """Busy share of prefill in a closed-loop benchmark
-    (:func:`~fleetplan.models.interference.prefill_busy_share`): each prompt's FLOPs at the
-    replica's prefill rate against ``output_tokens`` decode steps of ``decode_step_s`` (the step
-    without the benchmark's prefill)."""
-    flops = prefill_linear_flops(llm, input_tokens) + prefill_attention_flops(llm, input_tokens)
+    (:func:`~fleetplan.models.interference.prefill_busy_share`): each prompt's FLOPs (the first
+    ``hit_rate`` of it from the prefix cache) at the replica's prefill rate against
+    ``output_tokens`` decode steps of ``decode_step_s`` (the step without the benchmark's prefill)."""
+    flops = prefill_flops_per_request(llm, input_tokens, hit_rate, attention=True)
     prompt_s = flops / usable_flop_rate(preset, gpu, precision, tp, factors, prefill=True)
     return prefill_busy_share(batch, prompt_s, output_tokens, decode_step_s)
 
@@ -214,21 +214,23 @@ def _extra_times(llm: LLM, gpu: GPU, preset: Preset, tp: int, ep: int, batch: in
 
 
 def _benchmark_prefill_flops(llm: LLM, preset: Preset, engine: str | None, batch: int, input_tokens: float,
-                             output_tokens: float, busy_share: float) -> float:
+                             output_tokens: float, busy_share: float, hit_rate: float = 0.0) -> float:
     """Prefill FLOPs per step of a closed-loop continuous-batching benchmark: the engine's share of
     the other ``batch - 1`` requests' prefill (:mod:`fleetplan.models.interference`) at the
-    benchmark's prefill ``busy_share``."""
+    benchmark's prefill ``busy_share``, the first ``hit_rate`` of each prompt from the prefix cache."""
     share = benchmark_prefill_share(preset, engine, busy_share)
-    return aggregated_prefill_flops(llm, max(batch - 1, 0), input_tokens, output_tokens, share)
+    return aggregated_prefill_flops(llm, max(batch - 1, 0), input_tokens, output_tokens, share, hit_rate)
 
 
 def _benchmark_load(
-    llm: LLM, gpu: GPU, preset: Preset, engine: str | None, aggregated: bool, kwargs: dict[str, Any]
+    llm: LLM, gpu: GPU, preset: Preset, engine: str | None, aggregated: bool, kwargs: dict[str, Any],
+    hit_rate: float = 0.0,
 ) -> tuple[float, float]:
     """(prefill FLOPs per step, prefill busy share) of a closed-loop benchmark of the decode step
-    ``kwargs`` describes, zeros unless the step is one of such a benchmark (``aggregated``) and the
-    preset models its prefill; the busy share needs the step without that prefill, computed once
-    more only when the preset's share depends on it."""
+    ``kwargs`` describes, whose prompts come ``hit_rate`` from the prefix cache; zeros unless the
+    step is one of such a benchmark (``aggregated``) and the preset models its prefill; the busy
+    share needs the step without that prefill, computed once more only when the preset's share
+    depends on it."""
     if not (aggregated and preset.prefill_interference):
         return 0.0, 0.0
     physics = preset.physics
@@ -239,9 +241,9 @@ def _benchmark_load(
         busy = benchmark_busy_share(
             llm, gpu, preset, precision=kwargs["precision"], tp=kwargs["tp"], batch=kwargs["batch"],
             input_tokens=kwargs["input_tokens"], output_tokens=kwargs["output_tokens"],
-            decode_step_s=plain.step_time_s, factors=factors)
+            decode_step_s=plain.step_time_s, factors=factors, hit_rate=hit_rate)
     flops = _benchmark_prefill_flops(llm, preset, engine, kwargs["batch"], kwargs["input_tokens"],
-                                     kwargs["output_tokens"], busy)
+                                     kwargs["output_tokens"], busy, hit_rate)
     return flops, busy
 
 
@@ -249,6 +251,7 @@ def decode_step(
     llm: LLM, gpu: GPU, *, precision: str, tp: int, batch: int, input_tokens: float, output_tokens: float,
     preset: Preset, kv_precision: str | None = None, prefill_flops_per_step: float = 0.0, ep: int = 1,
     engine: str | None = None, aggregated: bool = False, layout: Layout | None = None,
+    prefix_cache_hit_rate: float = 0.0,
 ) -> StepEstimate:
     """Estimate of one decode step of a ``tp``-GPU replica running ``batch`` sequences: the one
     function every decode step time comes from (``estimate``, the planner, ``validate``).
@@ -259,16 +262,19 @@ def decode_step(
     the engine's share of the other ``batch - 1`` prompts (:mod:`fleetplan.models.interference`).
     ``ep``: expert-parallel degree; ``engine``: calibration and prefill scheduling; ``layout``
     (pipeline, expert, attention-data parallelism): :func:`fleetplan.models.layout.layout_step`.
+    ``prefix_cache_hit_rate``: share of each benchmark prompt served from the prefix cache (only
+    with ``aggregated``).
     """
     if layout is not None and not layout.is_tensor_parallel_only:
         from fleetplan.models.layout import layout_step
 
         return layout_step(llm, gpu, layout, precision=precision, batch=batch, input_tokens=input_tokens,
                            output_tokens=output_tokens, preset=preset, kv_precision=kv_precision,
-                           prefill_flops_per_step=prefill_flops_per_step, engine=engine, aggregated=aggregated)
+                           prefill_flops_per_step=prefill_flops_per_step, engine=engine, aggregated=aggregated,
+                           prefix_cache_hit_rate=prefix_cache_hit_rate)
     extra, busy = _benchmark_load(llm, gpu, preset, engine, aggregated, dict(
         precision=precision, tp=tp, batch=batch, input_tokens=input_tokens, output_tokens=output_tokens,
-        kv_precision=kv_precision, prefill_flops_per_step=prefill_flops_per_step, ep=ep))
+        kv_precision=kv_precision, prefill_flops_per_step=prefill_flops_per_step, ep=ep), prefix_cache_hit_rate)
     prefill_flops_per_step += extra
     kv_prec = effective_kv_precision(preset, kv_precision)
     kv_read, kv_held = kv_bytes_read_and_held(llm, preset, tp, kv_prec, input_tokens, output_tokens)

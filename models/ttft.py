@@ -90,9 +90,14 @@ def ttft_s(
     return admission_s + work * queue_factor(utilisation) + transfer_s
 
 
-def admission_s(preset: Preset) -> float:
-    """Admission and response latency every request pays (zero without physics: the seed)."""
-    return preset.physics.admission_latency_s if preset.physics is not None else 0.0
+def admission_s(preset: Preset, engine: str | None = None) -> float:
+    """Admission and response latency every request pays on ``engine`` (its own figure, else the
+    physics' shared one; the planner, which names no engine, gets the fallback engine's); zero
+    without physics: the seed."""
+    if preset.physics is None:
+        return 0.0
+    own = preset.physics.engine(normalize_engine(engine)).admission_latency_s
+    return preset.physics.admission_latency_s if own is None else own
 
 
 def prefill_service_s(llm: LLM, gpu: GPU, preset: Preset, *, precision: str, tp: int, flops: float,
@@ -128,7 +133,7 @@ def benchmark_ttft_s(preset: Preset, *, prefill_s: float, step_s: float, batch: 
     ahead = share * max(batch - 1, 0)
     steps = max(1.0, math.ceil((1.0 + ahead) * input_tokens / chunk - 1e-9))
     return ttft_s(prefill_s=prefill_s, requests_ahead=ahead, steps=steps, step_s=step_s, utilisation=0.0,
-                  admission_s=admission_s(preset))
+                  admission_s=admission_s(preset, engine))
 
 
 def colocated_configuration_ttft_s(

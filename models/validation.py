@@ -52,6 +52,7 @@ class Prediction:
     predicted_ttft_ms: float
     decode_step_time_ms: float = 0.0
     prefill_flops_per_request: float = 0.0
+    prefix_cache_hit_rate: float = 0.0
 
     @property
     def ratio(self) -> float:
@@ -87,13 +88,25 @@ def skip_reason(row: Measurement, catalog: Catalog, preset: Preset) -> str | Non
     return None
 
 
-def _step(row: Measurement, catalog: Catalog, preset: Preset, aggregated: bool) -> StepEstimate:
-    """The decode step of ``row``'s configuration (with the benchmark's prefill when ``aggregated``)."""
+def prompt_hit_rate(row: Measurement, preset: Preset) -> float:
+    """Share of each of ``row``'s prompts its run served from the prefix cache: the row's own
+    ``prefix_cache_hit_rate``, else the preset's rule for its engine and release
+    (:meth:`~fleetplan.models.physics.Physics.benchmark_hit_rate`), else 0."""
+    if row.prefix_cache_hit_rate is not None:
+        return row.prefix_cache_hit_rate
+    if preset.physics is None:
+        return 0.0
+    return preset.physics.benchmark_hit_rate(normalize_engine(row.engine), row.engine_version)
+
+
+def _step(row: Measurement, catalog: Catalog, preset: Preset, aggregated: bool, hit_rate: float = 0.0) -> StepEstimate:
+    """The decode step of ``row``'s configuration (with the benchmark's prefill when ``aggregated``,
+    ``hit_rate`` of each prompt from the prefix cache)."""
     return decode_step(
         catalog.models[row.model], catalog.gpus[row.gpu], precision=row.precision, tp=row.tp, batch=row.batch,
         input_tokens=row.input_tokens, output_tokens=row.output_tokens, preset=preset,
         kv_precision=row.kv_precision, ep=row.ep, engine=row.engine, aggregated=aggregated,
-        layout=row_layout(row) if row.pp > 1 or row.dp_attention > 1 else None,
+        layout=row_layout(row) if row.pp > 1 or row.dp_attention > 1 else None, prefix_cache_hit_rate=hit_rate,
     )
 
 
@@ -101,9 +114,10 @@ def predict(row: Measurement, catalog: Catalog, preset: Preset) -> Prediction:
     """The preset's TPOT and TTFT for one measured configuration (model and GPU must be known)."""
     llm, gpu = catalog.models[row.model], catalog.gpus[row.gpu]
     continuous = row.batching == "continuous"
-    est = _step(row, catalog, preset, aggregated=continuous)
+    hits = prompt_hit_rate(row, preset)
+    est = _step(row, catalog, preset, aggregated=continuous, hit_rate=hits)
     decode_only = _step(row, catalog, preset, aggregated=False) if continuous else est
-    work = prefill_flops(llm, preset, row.input_tokens)
+    work = prefill_flops(llm, preset, row.input_tokens, hits)
     prompt_s = prefill_service_s(llm, gpu, preset, precision=row.precision, tp=row.tp, flops=work, engine=row.engine)
     if continuous:
         ttft = benchmark_ttft_s(preset, prefill_s=prompt_s, step_s=decode_only.step_time_s, batch=row.batch,
@@ -113,7 +127,8 @@ def predict(row: Measurement, catalog: Catalog, preset: Preset) -> Prediction:
         ttft = ttft_s(prefill_s=prompt_s, requests_ahead=row.batch - 1, steps=1.0, step_s=est.step_time_s,
                       utilisation=0.0)
     return Prediction(row=row, estimate=est, predicted_tpot_ms=est.step_time_s * 1e3, predicted_ttft_ms=ttft * 1e3,
-                      decode_step_time_ms=decode_only.step_time_s * 1e3, prefill_flops_per_request=work)
+                      decode_step_time_ms=decode_only.step_time_s * 1e3, prefill_flops_per_request=work,
+                      prefix_cache_hit_rate=hits)
 
 
 def predict_all(

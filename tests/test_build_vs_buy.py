@@ -51,7 +51,9 @@ def test_build_vs_buy_three_answers(plans):
     steady = d["summariser"]
     assert steady["gpu"] is not None and steady["monthly_cost_breakdown_usd"]["reserved"] > 0
     assert steady["monthly_cost_breakdown_usd"]["on_demand"] == 0
-    assert steady["api_fraction"] == pytest.approx(0.0, abs=1e-6)
+    # a steady load is self-hosted: at most the remainder of an hour smaller than a replica's worth
+    # goes to the API
+    assert steady["api_fraction"] < 0.01
 
 
 def test_diurnal_bursts_to_api_at_peak(plans):

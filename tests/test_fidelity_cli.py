@@ -247,3 +247,47 @@ def test_public_measurements_fidelity():
         stats[name] = summarize([p.row for p in preds], [p.predicted_tpot_ms for p in preds])["overall"]
     assert stats["default"]["within_1.5x"] >= 0.85 and stats["default"]["mape"] <= 0.25
     assert stats["seed"]["mape"] > 2 * stats["default"]["mape"]
+
+
+# ---------------------------------------------------------------- prompts from the prefix cache
+def test_benchmark_hit_rate_matches_engine_and_release():
+    from fleetplan.models.physics import DEFAULT_PHYSICS as P
+
+    assert P.benchmark_hit_rate("vllm", "0.12.0") == pytest.approx(0.82)
+    assert P.benchmark_hit_rate("vllm", "0.12") == pytest.approx(0.82)
+    for engine, version in (("vllm", "0.120"), ("vllm", "0.11.2"), ("vllm", "0.18.0"), ("vllm", ""),
+                            ("sglang", "0.12.0"), (None, "0.12.0")):
+        assert P.benchmark_hit_rate(engine, version) == 0.0
+
+
+def test_cached_prompts_lower_prefill_work_tpot_and_ttft(catalog):
+    from fleetplan.models.prefill import prefill_attention_flops
+
+    text = (HEADER + ",measured_ttft_ms,engine_version,prefix_cache_hit_rate\n"
+            "llama-3.1-8b,h200-sxm,fp8,1,64,2000,100,vllm,9.7,122,{},{}\n")
+    (plain,) = parse_measurements(text.format("0.18.0", ""), "m")
+    (rule,) = parse_measurements(text.format("0.12.0", ""), "m")
+    (own,) = parse_measurements(text.format("0.18.0", "0.82"), "m")
+    (none,) = parse_measurements(text.format("0.12.0", "0"), "m")
+    assert (rule.engine_version, rule.prefix_cache_hit_rate, own.prefix_cache_hit_rate) == ("0.12.0", None, 0.82)
+    p, r, o, n = (predict(x, catalog, DEFAULT) for x in (plain, rule, own, none))
+    llm = catalog.models["llama-3.1-8b"]
+    # 360 uncached tokens through the linear layers; attention of positions 1,640-2,000
+    assert r.prefill_flops_per_request == pytest.approx(2 * llm.active_params * 360 + prefill_attention_flops(llm, 2000, 1640))
+    assert p.prefill_flops_per_request == pytest.approx(2 * llm.active_params * 2000 + prefill_attention_flops(llm, 2000))
+    assert (r.prefix_cache_hit_rate, p.prefix_cache_hit_rate, n.prefix_cache_hit_rate) == (0.82, 0.0, 0.0)
+    # the release's rule and the row's own column give the same prediction; a 0 in the column wins
+    assert o.predicted_tpot_ms == pytest.approx(r.predicted_tpot_ms) and o.predicted_ttft_ms == pytest.approx(r.predicted_ttft_ms)
+    assert n.predicted_tpot_ms == pytest.approx(p.predicted_tpot_ms) and n.predicted_ttft_ms == pytest.approx(p.predicted_ttft_ms)
+    # the decode step is the same; only the prefill the steps and the first token carry shrinks
+    assert r.decode_step_time_ms == pytest.approx(p.decode_step_time_ms)
+    assert r.estimate.prefill_time_s < 0.3 * p.estimate.prefill_time_s
+    assert r.predicted_tpot_ms < p.predicted_tpot_ms and r.predicted_ttft_ms < p.predicted_ttft_ms
+    # the seed preset has no rule: the column alone counts
+    assert predict(rule, catalog, SEED).prefix_cache_hit_rate == 0.0
+
+
+def test_prefix_cache_column_is_checked():
+    text = HEADER + ",prefix_cache_hit_rate\nllama-3.1-8b,h200-sxm,fp8,1,64,2000,100,vllm,9.7,1.5\n"
+    with pytest.raises(MeasurementError, match="m.csv:2: column 'prefix_cache_hit_rate': must be a number from 0 to 1"):
+        parse_measurements(text, "m.csv")

@@ -280,7 +280,7 @@ def test_a_mixs_mode_costs_are_alternatives_and_never_undercut_it(catalog, examp
     """A mix runs some buckets colocated and others on a pool: with alternatives, the mix kept to
     each prefill mode is priced (never below the mix, which may run either) and the explanation
     says the mix uses both; without alternatives neither is searched, and the plan is the same."""
-    scenario, folder = load_scenario(examples / "mix-long-documents.yaml")
+    scenario, folder = load_scenario(examples / "mix-conversational.yaml")
     full = make_plan(scenario, catalog, folder=folder)
     bare = make_plan(scenario, catalog, folder=folder, alternatives=False)
     pp, cost = full.products[0], full.monthly_cost_usd

@@ -88,22 +88,22 @@ def test_sparse_batch_list_keeps_the_smaller_batch_that_meets_ttft(catalog):
 
 
 def test_headroom_mode_honours_the_target(catalog):
-    raw = small(prefill="headroom", ttft=190)
+    raw = small(prefill="headroom", ttft=250)
     plan = make_plan(parse_scenario(raw, "s"), catalog, alternatives=False)
     d = plan_to_dict(plan)["products"][0]
     assert d["prefill"]["mode"] == "headroom" and d["batch"] == 128 and d["binding_constraint"] == "max_ttft_ms"
-    assert d["ttft_ms"] <= 190
-    # without the target batch 512 wins; at the 70% load the plan may reach its TTFT is 190+ ms
+    assert d["ttft_ms"] <= 250
+    # without the target batch 512 wins; at the 70% load the plan may reach its TTFT is 250+ ms
     without = make_plan(parse_scenario(small(prefill="headroom", ttft=None), "s"), catalog, alternatives=False)
     c = without.products[0].candidate
-    assert c.batch == 512 and c.ttft_s > 0.19 and c.ttft_at(0.7) == pytest.approx(c.ttft_s)
-    with pytest.raises(InfeasibleError, match=r"max_ttft_ms: infeasible: .* best reachable is 156 ms \(headroom mode on "
+    assert c.batch == 512 and c.ttft_s > 0.25 and c.ttft_at(0.7) == pytest.approx(c.ttft_s)
+    with pytest.raises(InfeasibleError, match=r"max_ttft_ms: infeasible: .* best reachable is 227 ms \(headroom mode on "
                                               r"h200-sxm tp1 fp8 batch 128 at 70% utilisation\)"):
-        make_plan(parse_scenario(small(prefill="headroom", ttft=150), "s"), catalog, alternatives=False)
+        make_plan(parse_scenario(small(prefill="headroom", ttft=220), "s"), catalog, alternatives=False)
 
 
 def test_target_below_zero_load_is_one_line_naming_the_best(capsys, tmp_path):
-    for prefill, best in (("headroom", "156 ms (headroom mode on h200-sxm tp1 fp8 batch 128 at 70% utilisation)"),
+    for prefill, best in (("headroom", "227 ms (headroom mode on h200-sxm tp1 fp8 batch 128 at 70% utilisation)"),
                           ("pool", "ms (pool on h200-sxm tp1 fp8 at zero load)")):
         raw = small(prefill=prefill, ttft=1)
         path = tmp_path / f"{prefill}.yaml"
