@@ -148,7 +148,7 @@ def colocated_configuration_ttft_s(
         preset=preset, kv_precision=kv_precision, prefill_flops_per_step=batch / output_tokens * flops_per_request,
         engine=engine,
     )
-    return step, colocated_ttft_s(step.step_time_s, batch, output_tokens, utilisation, admission_s(preset))
+    return step, colocated_ttft_s(step.step_time_s, batch, output_tokens, utilisation, admission_s(preset, engine))
 
 
 def colocated_prefill_steps(batch: float, output_tokens: float) -> float:
