@@ -7,7 +7,7 @@ and GPU: NVIDIA bandwidth efficiency (at most 0.90), per-step, per-layer and per
 overhead and one-shot all-reduce latency (at least 2 us: an NVLink round trip and a launch);
 decode, KV (at most the datasheet bandwidth) and prefill (at most 0.90 of the datasheet rate)
 kernel efficiencies; the MoE grouped-GEMM small-group cost and the weight-only FP4
-dequantisation factor; the all-reduces' share of the scale-up bandwidth; how fast the share of
+dequantisation factor and fixed time per layer; the all-reduces' share of the scale-up bandwidth; how fast the share of
 prompts ahead falls with prefill's busy share; each engine's share of a wave's prefill before a
 request's first token and its fixed latency per request; and the share of each prompt vLLM 0.12
 benchmark runs served from the prefix cache. Nothing is per model or GPU id. (The shared
@@ -51,7 +51,7 @@ PARAMETERS: tuple[tuple[str, float, float], ...] = (
     ("bandwidth_efficiency", 0.3, 0.9), ("step_overhead_s", 0.0, 5e-3), ("layer_overhead_s", 0.0, 2e-4),
     ("collective_latency_s", 2e-6, 1e-4), ("kv_bandwidth_efficiency", 0.2, 1.0 / 0.9), ("compute_efficiency", 0.05, 1.0),
     ("prefill_compute_efficiency", 0.05, 0.9), ("moe_small_group_tokens", 0.0, 20.0),
-    ("weight_only_fp4_dequant_factor", 1.0, 4.0),
+    ("weight_only_fp4_dequant_factor", 1.0, 4.0), ("weight_only_fp4_layer_s", 0.0, 1e-4),
     ("sequence_overhead_s", 0.0, 2e-4), ("busy_share_exponent", 0.0, 8.0),
     ("comm_bandwidth_efficiency", 0.1, 0.9), ("hit_rate_vllm_0.12", 0.0, 0.98),
 ) + tuple((f"share_{e}", 0.0, 1.0) for e in ENGINES) + tuple((f"admission_{e}", 0.0, 0.5) for e in ENGINES)
@@ -65,7 +65,7 @@ def current() -> np.ndarray:
     p = DEFAULT_PHYSICS
     values = [fam.bandwidth_efficiency, fam.step_overhead_s, fam.layer_overhead_s, fam.collective_latency_s,
               p.kv_bandwidth_efficiency, DEFAULT.compute_efficiency, DEFAULT.prefill_compute_efficiency,
-              p.moe_small_group_tokens, p.weight_only_fp4_dequant_factor,
+              p.moe_small_group_tokens, p.weight_only_fp4_dequant_factor, p.weight_only_fp4_layer_s,
               p.sequence_overhead_s, p.busy_share_exponent, p.comm_bandwidth_efficiency,
               p.benchmark_hit_rate("vllm", "0.12")]
     values += [p.engine(e).prefill_before_first_token for e in ENGINES]
@@ -87,6 +87,7 @@ def preset_of(x: np.ndarray) -> Preset:
         DEFAULT_PHYSICS, families=families, engines=engines, kv_bandwidth_efficiency=v["kv_bandwidth_efficiency"],
         moe_small_group_tokens=v["moe_small_group_tokens"],
         weight_only_fp4_dequant_factor=v["weight_only_fp4_dequant_factor"],
+        weight_only_fp4_layer_s=v["weight_only_fp4_layer_s"],
         sequence_overhead_s=v["sequence_overhead_s"], busy_share_exponent=v["busy_share_exponent"],
         comm_bandwidth_efficiency=v["comm_bandwidth_efficiency"],
         benchmark_prefix_cache=(("vllm", "0.12", v["hit_rate_vllm_0.12"]),),

@@ -1,6 +1,7 @@
 """Time per decode step that does not depend on bytes moved or FLOPs done.
 
     overhead = num_layers x layer_overhead                         (GPU: kernel ramp and tail)
+             + num_layers x weight_only_fp4_layer                   (FP4 weights, no FP4 tensor cores)
              + step_overhead + batch x sequence_overhead           (host: scheduling, sampling)
 
 ``layer_overhead`` is the ramp-up and tail of the kernels each layer launches; the host's work
@@ -26,3 +27,12 @@ def host_time_s(gpu: GPU, physics: Physics, batch: float) -> float:
 def layer_time_s(llm: LLM, gpu: GPU, physics: Physics) -> float:
     """Fixed GPU seconds per decode step: ``layer_overhead_s`` for each transformer layer."""
     return llm.num_layers * physics.family(gpu.family).layer_overhead_s
+
+
+def dequant_time_s(llm: LLM, gpu: GPU, physics: Physics, precision: str) -> float:
+    """Fixed GPU seconds per decode step of weight-only FP4 (FP4 weights on a GPU without FP4
+    tensor cores): ``weight_only_fp4_layer_s`` for each layer, whose GEMMs unpack their weights
+    to bf16 in extra kernel work; zero at any other precision or where the GPU has an FP4 rate."""
+    if precision != "fp4" or "fp4" in gpu.dense_flops_per_s:
+        return 0.0
+    return llm.num_layers * physics.weight_only_fp4_layer_s

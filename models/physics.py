@@ -96,6 +96,7 @@ class Physics:
     kv_bandwidth_efficiency: float = 1.0
     moe_small_group_tokens: float = 0.0
     weight_only_fp4_dequant_factor: float = 1.0
+    weight_only_fp4_layer_s: float = 0.0
     admission_latency_s: float = 0.0
     sequence_overhead_s: float = 0.0
     prefill_communication: bool = False
@@ -130,13 +131,13 @@ class Physics:
 
 # Fitted NVIDIA figures (hopper, blackwell; ampere shares them): see the module docstring.
 # Bandwidth efficiency reached 0.90, the bound the fit allows (streaming kernels reach 85-90%
-# of datasheet bandwidth in microbenchmarks); the per-layer cost of 62 us (kernel ramp and tail
+# of datasheet bandwidth in microbenchmarks); the per-layer cost of 60 us (kernel ramp and tail
 # of a layer's dozen kernels, norms, rotary embedding, routing) and the host's work per sequence
 # (``sequence_overhead_s``; the fixed part per step fitted to zero) explain why small per-GPU
 # shards run far below the roofline; a one-shot all-reduce costs 2 us of latency whatever the
 # TP degree (no per-hop cost; the fit's lower bound, an NVLink round trip and a kernel's
 # launch), its bytes at the link's effective bandwidth on top.
-_NVIDIA = (0.90, 0.0, 62e-6, 2.0e-6, 0.0)
+_NVIDIA = (0.90, 0.0, 60e-6, 2.0e-6, 0.0)
 
 DEFAULT_PHYSICS = Physics(
     families=(
@@ -158,8 +159,8 @@ DEFAULT_PHYSICS = Physics(
     # Fitted (all 780 rows above the bandwidth floor, see the module docstring): the all-reduces of
     # a step that carries prompt tokens move 1-50 MB per call, where NCCL reaches about half of the
     # one-direction link bandwidth (70% only for messages of hundreds of MB), and they share the
-    # GPUs' memory and SMs with the step's GEMMs: 0.46 of the scale-up bandwidth.
-    comm_bandwidth_efficiency=0.46,
+    # GPUs' memory and SMs with the step's GEMMs: 0.45 of the scale-up bandwidth.
+    comm_bandwidth_efficiency=0.45,
     # Activations exchanged by tensor-parallel all-reduces are bf16 whatever the weights.
     activation_bytes=2.0,
     # Megatron-style tensor parallelism: one all-reduce after attention, one after the MLP.
@@ -173,14 +174,14 @@ DEFAULT_PHYSICS = Physics(
     # Fitted, per engine: the share of a wave's other prompts prefilled before a request's first
     # token (the rest lands in its time per output token), and the engine's fixed latency per
     # request (its HTTP server, tokeniser, scheduler and detokeniser). SGLang runs prefill
-    # batches first and holds the most before a first token (0.26) and the longest fixed latency
-    # (295 ms: small-batch, short-prompt SGLang TTFTs are 260-610 ms where the prefill is 19-35
+    # batches first and holds the most before a first token (0.25) and the longest fixed latency
+    # (294 ms: small-batch, short-prompt SGLang TTFTs are 260-610 ms where the prefill is 19-35
     # ms); TensorRT-LLM (0.11, 107 ms) and vLLM (0.11, 45 ms: its 1,024-token TTFTs at batch 4
     # are 30-137 ms) mix chunks into the decode batches. One latency shared by the three engines
     # (81 ms) left vLLM's short TTFTs 1.5-3x over and SGLang's under; per engine, dense TTFT
     # within 1.5x held out by configuration group rose from 56% to 61%.
     engines=(
-        EnginePhysics("sglang", 0.26, 8192, 0.295),
+        EnginePhysics("sglang", 0.25, 8192, 0.294),
         EnginePhysics("trtllm", 0.11, 8192, 0.107),
         EnginePhysics("vllm", 0.11, 8192, 0.045),
     ),
@@ -190,21 +191,25 @@ DEFAULT_PHYSICS = Physics(
     # streams the KV cache at full bandwidth, faster than the weight GEMMs at small batch.
     kv_bandwidth_efficiency=1.11,
     # Fitted: a grouped GEMM whose experts each get few tokens does not stream an expert's weights
-    # at full rate; reading a touched expert costs (1 + 0.43 / tokens per touched expert) times
+    # at full rate; reading a touched expert costs (1 + 0.40 / tokens per touched expert) times
     # its bytes (about 1.4x at one token per expert, nothing once experts get dozens).
-    moe_small_group_tokens=0.43,
-    # Fitted on gpt-oss-120b (MXFP4 weights) on H100/H200, which have no FP4 tensor cores: the
-    # weights are dequantised to bf16 in the GEMM's inner loop, so reading them takes 1.46x the
-    # time of their bytes alone.
-    weight_only_fp4_dequant_factor=1.46,
+    moe_small_group_tokens=0.40,
+    # Fitted on gpt-oss-120b (MXFP4 weights) on H100/H200, which have no FP4 tensor cores (6
+    # configuration groups, 118 rows): unpacking the weights to bf16 costs a fixed 48 us per layer
+    # per step (the MoE kernels' dequantising passes and their launches), not a slower read of
+    # the bytes: fitted alone, a read 1.46x slower left gpt-oss on Hopper 1.2-1.7x under at small
+    # batches, where a step reads few experts; with the fixed time the read factor fits to 1 (no
+    # slowdown) and MoE TPOT MAPE held out by configuration group falls from 23.1% to 19.9%.
+    weight_only_fp4_dequant_factor=1.0,
+    weight_only_fp4_layer_s=48e-6,
     # Time from a request's arrival to its admission and from its first token to the client
     # (HTTP, tokenisation, scheduling, detokenisation) of an engine without its own figure: the
     # fallback engine's, the mean of the three fitted ones.
     admission_latency_s=0.149,
     # Fitted: host work per running sequence per decode step (input preparation, sampling,
-    # detokenisation, the scheduler's bookkeeping): 20.3 us, which no GPU parallelism shortens, so
+    # detokenisation, the scheduler's bookkeeping): 21.8 us, which no GPU parallelism shortens, so
     # TP 8 at batch 128 and more runs well below its roofline.
-    sequence_overhead_s=20.3e-6,
+    sequence_overhead_s=21.8e-6,
     # The prompt tokens a decode step prefills are all-reduced with its decode tokens (one message
     # of batch + prefill tokens per all-reduce), and a prefill's service time pays its own.
     prefill_communication=True,
@@ -212,8 +217,8 @@ DEFAULT_PHYSICS = Physics(
     # (1 - rho)^gamma with the share rho of the cycle its engine spends prefilling (where prefill
     # is most of the cycle, a wave's first tokens spread over it). Fitted alone with one fixed
     # latency for all engines gamma was 0.46; with each engine's own latency the fit leaves it
-    # almost nothing (0.03): the engines' fixed latencies explained what it did.
-    busy_share_exponent=0.03,
+    # almost nothing (0.01): the engines' fixed latencies explained what it did.
+    busy_share_exponent=0.01,
     # Fitted on the 20 vLLM 0.12.0 rows of silicon-train (Llama-3.1-8B FP8 on H200 at TP 1, 2, 4;
     # Qwen3-32B FP8 on H100 at TP 2): at 100 output tokens they go through their prompts faster
     # than the GPUs' peak FLOPs allow (Llama-3.1-8B at TP 1, batch 112, 1,000-token prompts: a

@@ -40,7 +40,7 @@ from fleetplan.models.interference import prefill_flops_per_step as aggregated_p
 from fleetplan.models.prefill import prefill_flops_per_request
 from fleetplan.models.memory import bytes_per_value, kv_bytes_per_sequence, kv_replication_factor, weight_bytes
 from fleetplan.models.moe import grouped_params_read_per_step, params_read_per_step
-from fleetplan.models.overhead import host_time_s, layer_time_s
+from fleetplan.models.overhead import dequant_time_s, host_time_s, layer_time_s
 from fleetplan.models.presets import CalibrationFactors, Preset, normalize_engine
 
 if TYPE_CHECKING:
@@ -196,7 +196,7 @@ def benchmark_busy_share(llm: LLM, gpu: GPU, preset: Preset, *, precision: str, 
 
 
 def _extra_times(llm: LLM, gpu: GPU, preset: Preset, tp: int, ep: int, batch: int, factors: CalibrationFactors,
-                 prefill_flops: float = 0.0) -> tuple[float, float]:
+                 prefill_flops: float = 0.0, precision: str = "") -> tuple[float, float]:
     """(communication, overhead) seconds of one step, zero where the preset has neither. With
     ``prefill_communication`` the all-reduces also carry the activations of the prompt tokens
     the step prefills (``prefill_flops`` at 2 x P_active per token); the overhead is the layers'
@@ -210,7 +210,8 @@ def _extra_times(llm: LLM, gpu: GPU, preset: Preset, tp: int, ep: int, batch: in
         comm = parallel_comm_time_s(llm, gpu, physics, tp=tp, ep=ep, tokens=batch + prefill_tokens) * factors.comm_scale
     if not preset.step_overhead:
         return comm, 0.0
-    return comm, (layer_time_s(llm, gpu, physics) + host_time_s(gpu, physics, batch)) * factors.overhead_scale
+    fixed = layer_time_s(llm, gpu, physics) + dequant_time_s(llm, gpu, physics, precision)
+    return comm, (fixed + host_time_s(gpu, physics, batch)) * factors.overhead_scale
 
 
 def _benchmark_prefill_flops(llm: LLM, preset: Preset, engine: str | None, batch: int, input_tokens: float,
@@ -284,7 +285,7 @@ def decode_step(
     bandwidth = tp * gpu.mem_bandwidth_bytes_per_s * bandwidth_efficiency(preset, gpu) * factors.bandwidth_scale
     flop_rate = usable_flop_rate(preset, gpu, precision, tp, factors, prefill=False)
     memory_time = (bytes_per_step := w_read + batch * kv_read) / bandwidth
-    comm, overhead = _extra_times(llm, gpu, preset, tp, ep, batch, factors, prefill_flops_per_step)
+    comm, overhead = _extra_times(llm, gpu, preset, tp, ep, batch, factors, prefill_flops_per_step, precision)
     seed = preset.composition == "roofline"  # prefill carried as FLOPs of the step, else as time
     flops = 2.0 * llm.active_params * batch + (prefill_flops_per_step if seed else 0.0)
     compute_time = flops / flop_rate
