@@ -7,12 +7,13 @@ and GPU: NVIDIA bandwidth efficiency (at most 0.90), per-step, per-layer and per
 overhead and one-shot all-reduce latency (at least 2 us: an NVLink round trip and a launch);
 decode, KV (at most the datasheet bandwidth) and prefill (at most 0.90 of the datasheet rate)
 kernel efficiencies; the MoE grouped-GEMM small-group cost and the weight-only FP4
-dequantisation factor and fixed time per layer; the all-reduces' share of the scale-up bandwidth; how fast the share of
-prompts ahead falls with prefill's busy share; each engine's share of a wave's prefill before a
-request's first token and its fixed latency per request; and the share of each prompt vLLM 0.12
-benchmark runs served from the prefix cache. Nothing is per model or GPU id. (The shared
-``admission_latency_s`` is not fitted: every row names its engine; the physics gives the fallback
-engine the mean of the three.) The loss is robust least squares (Huber at 0.25) on the relative error of TPOT
+dequantisation factor and fixed time per layer; the all-reduces' share of the scale-up
+bandwidth; how fast the share of prompts ahead falls with prefill's busy share; each engine's
+share of a wave's prefill before a request's first token and its fixed latency per request; and
+the share of each prompt vLLM 0.12 benchmark runs served from the prefix cache. Nothing is per
+model or GPU id. (The shared ``admission_latency_s`` is not fitted: every row names its engine;
+the physics gives the fallback engine the mean of the three.) The loss is robust least squares
+(Huber at 0.25) on the relative error of TPOT
 (predicted/measured - 1, the error the MAPE targets count) plus half the weight on log TTFT,
 over the rows the planner would run, less the rows whose measured TPOT is below their step's
 bandwidth floor (:func:`below_bandwidth_floor`: printed, and scored but not fitted); the model is

@@ -179,14 +179,15 @@ DEFAULT_PHYSICS = Physics(
     # ms); TensorRT-LLM (0.11, 107 ms) and vLLM (0.11, 45 ms: its 1,024-token TTFTs at batch 4
     # are 30-137 ms) mix chunks into the decode batches. One latency shared by the three engines
     # (81 ms) left vLLM's short TTFTs 1.5-3x over and SGLang's under; per engine, dense TTFT
-    # within 1.5x held out by configuration group rose from 56% to 61%.
+    # within 1.5x held out by configuration group rose from 56% to 60-61%.
     engines=(
         EnginePhysics("sglang", 0.25, 8192, 0.294),
         EnginePhysics("trtllm", 0.11, 8192, 0.107),
         EnginePhysics("vllm", 0.11, 8192, 0.045),
     ),
-    # An unknown engine (and the planner, which plans no particular one) gets the engines' mean.
-    engine_fallback=EnginePhysics("any", 0.16, 8192, 0.149),
+    # An unknown engine (and the planner, which plans no particular one) gets the engines' mean
+    # share, and their mean latency from ``admission_latency_s`` below.
+    engine_fallback=EnginePhysics("any", 0.16, 8192),
     # Fitted, at the bound the fit allows (1 / 0.90: the datasheet bandwidth): paged attention
     # streams the KV cache at full bandwidth, faster than the weight GEMMs at small batch.
     kv_bandwidth_efficiency=1.11,
@@ -199,12 +200,12 @@ DEFAULT_PHYSICS = Physics(
     # per step (the MoE kernels' dequantising passes and their launches), not a slower read of
     # the bytes: fitted alone, a read 1.46x slower left gpt-oss on Hopper 1.2-1.7x under at small
     # batches, where a step reads few experts; with the fixed time the read factor fits to 1 (no
-    # slowdown) and MoE TPOT MAPE held out by configuration group falls from 23.1% to 19.9%.
+    # slowdown) and MoE TPOT MAPE held out by configuration group falls from 23.1% to 20.2%.
     weight_only_fp4_dequant_factor=1.0,
     weight_only_fp4_layer_s=48e-6,
     # Time from a request's arrival to its admission and from its first token to the client
-    # (HTTP, tokenisation, scheduling, detokenisation) of an engine without its own figure: the
-    # fallback engine's, the mean of the three fitted ones.
+    # (HTTP, tokenisation, scheduling, detokenisation) of an engine without its own figure (the
+    # fallback engine: an unknown one, or the planner's): the mean of the three fitted ones.
     admission_latency_s=0.149,
     # Fitted: host work per running sequence per decode step (input preparation, sampling,
     # detokenisation, the scheduler's bookkeeping): 21.8 us, which no GPU parallelism shortens, so
