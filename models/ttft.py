@@ -91,9 +91,9 @@ def ttft_s(
 
 
 def admission_s(preset: Preset, engine: str | None = None) -> float:
-    """Admission and response latency every request pays on ``engine`` (its own figure, else the
-    physics' shared one; the planner, which names no engine, gets the fallback engine's); zero
-    without physics: the seed."""
+    """Admission and response latency every request pays on ``engine``: its own fitted figure, or
+    for an engine without one (an unknown engine, or None: the planner) the physics' shared
+    ``admission_latency_s``, the engines' mean; zero without physics: the seed."""
     if preset.physics is None:
         return 0.0
     own = preset.physics.engine(normalize_engine(engine)).admission_latency_s
