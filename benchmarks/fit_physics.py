@@ -10,7 +10,8 @@ kernel efficiencies; the MoE grouped-GEMM small-group cost and the weight-only F
 dequantisation factor and fixed time per layer; the all-reduces' share of the scale-up
 bandwidth; how fast the share of prompts ahead falls with prefill's busy share; each engine's
 share of a wave's prefill before a request's first token and its fixed latency per request; and
-the share of each prompt vLLM 0.12 benchmark runs served from the prefix cache. Nothing is per
+the share of each prompt vLLM 0.12 benchmark runs served from the prefix cache; and the tokens
+TensorRT-LLM 1.2.0rc6.post3's speculative DeepSeek runs accept per step. Nothing is per
 model or GPU id. (The shared ``admission_latency_s`` is not fitted: every row names its engine;
 the physics gives the fallback engine the mean of the three.) The loss is robust least squares
 (Huber at 0.25) on the relative error of TPOT
@@ -41,11 +42,14 @@ from fleetplan.models.measurements import Measurement, parse_measurements
 from fleetplan.models.physics import DEFAULT_PHYSICS, EnginePhysics, FamilyPhysics
 from fleetplan.models.presets import DEFAULT, Preset
 from fleetplan.models.roofline import model_kind
-from fleetplan.models.validation import error_stats, predict, skip_reason
+from fleetplan.models.validation import error_stats, predict, skip_reason, speculation
 
 HERE = Path(__file__).resolve().parent
 SILICON = HERE.parent.parent / "shared" / "reference" / "measurements" / "silicon-train.csv"
 NVIDIA = ("ampere", "hopper", "blackwell")
+# The speculative runs' rule (engine, release, model id prefix, drafted tokens); its accepted
+# tokens per step are fitted
+SPECULATION = DEFAULT_PHYSICS.benchmark_speculation[0][:4]
 ENGINES = ("sglang", "trtllm", "vllm")
 # (name, lower bound, upper bound); engines' shares are appended
 PARAMETERS: tuple[tuple[str, float, float], ...] = (
@@ -55,6 +59,7 @@ PARAMETERS: tuple[tuple[str, float, float], ...] = (
     ("weight_only_fp4_dequant_factor", 1.0, 4.0), ("weight_only_fp4_layer_s", 0.0, 1e-4),
     ("sequence_overhead_s", 0.0, 2e-4), ("busy_share_exponent", 0.0, 8.0),
     ("comm_bandwidth_efficiency", 0.1, 0.9), ("hit_rate_vllm_0.12", 0.0, 0.98),
+    ("accepted_trtllm_1.2.0rc6.post3", 1.0, 1.0 + SPECULATION[3]),
 ) + tuple((f"share_{e}", 0.0, 1.0) for e in ENGINES) + tuple((f"admission_{e}", 0.0, 0.5) for e in ENGINES)
 TTFT_WEIGHT = 0.5
 HUBER = 0.25
@@ -68,7 +73,8 @@ def current() -> np.ndarray:
               p.kv_bandwidth_efficiency, DEFAULT.compute_efficiency, DEFAULT.prefill_compute_efficiency,
               p.moe_small_group_tokens, p.weight_only_fp4_dequant_factor, p.weight_only_fp4_layer_s,
               p.sequence_overhead_s, p.busy_share_exponent, p.comm_bandwidth_efficiency,
-              p.benchmark_hit_rate("vllm", "0.12")]
+              p.benchmark_hit_rate("vllm", "0.12"),
+              p.benchmark_speculative(SPECULATION[0], SPECULATION[1], SPECULATION[2])[1]]
     values += [p.engine(e).prefill_before_first_token for e in ENGINES]
     values += [p.engine(e).admission_latency_s or p.admission_latency_s for e in ENGINES]
     return np.array(values)
@@ -92,6 +98,7 @@ def preset_of(x: np.ndarray) -> Preset:
         sequence_overhead_s=v["sequence_overhead_s"], busy_share_exponent=v["busy_share_exponent"],
         comm_bandwidth_efficiency=v["comm_bandwidth_efficiency"],
         benchmark_prefix_cache=(("vllm", "0.12", v["hit_rate_vllm_0.12"]),),
+        benchmark_speculation=(SPECULATION + (v["accepted_trtllm_1.2.0rc6.post3"],),),
     )
     return dataclasses.replace(DEFAULT, physics=physics, compute_efficiency=v["compute_efficiency"],
                                prefill_compute_efficiency=v["prefill_compute_efficiency"])
@@ -151,11 +158,12 @@ def report(label: str, rows: list[Measurement], preds: list[tuple[float, float]]
 
 def below_bandwidth_floor(row: Measurement, catalog: Catalog) -> bool:
     """Whether ``row``'s measured TPOT is shorter than reading the bytes of its step (weights or
-    touched experts, every sequence's KV cache) at the GPUs' datasheet bandwidth: no engine can
+    touched experts, every sequence's KV cache; per accepted token where the run decodes
+    speculatively) at the GPUs' datasheet bandwidth: no engine can
     do that, so the run did not hold the batch it names. Such rows are listed, not fitted."""
     est = predict(row, catalog, DEFAULT).estimate
     gpu = catalog.gpus[row.gpu]
-    floor_ms = est.bytes_per_step / (row.tp * gpu.mem_bandwidth_bytes_per_s) * 1e3
+    floor_ms = est.bytes_per_step / (row.tp * gpu.mem_bandwidth_bytes_per_s) * 1e3 / speculation(row, DEFAULT)[1]
     return row.measured_tpot_ms < floor_ms
 
 

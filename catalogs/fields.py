@@ -156,6 +156,7 @@ BATCH = Range(1, 65536, "concurrent requests",
               "no engine schedules more than 65,536 sequences per replica; the search enumerates batches up to it",
               integer=True)
 TP = Range(1, 1024, "GPUs", "a tensor-parallel group beyond 1,024 GPUs spans no scale-up domain", integer=True)
+DRAFT_TOKENS = Range(0, 16, "tokens", "speculative decoders draft at most a few tokens per step", integer=True)
 EP = Range(1, 1024, "GPUs", "an expert-parallel group beyond 1,024 GPUs exceeds any deployment", integer=True)
 GPU_COUNT = Range(0, 1e7, "GPUs", "ten million GPUs of one type exceeds the world's installed base", integer=True)
 INSTANCE_GPUS = Range(1, 1024, "GPUs", "no instance (node) holds more than 1,024 GPUs", integer=True)

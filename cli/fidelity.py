@@ -103,6 +103,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             d["step_time_ms"] = _r(p.decode_step_time_ms)
             d["prefill_flops_per_request"] = p.prefill_flops_per_request
             d["prefix_cache_hit_rate"] = p.prefix_cache_hit_rate
+            d["draft_tokens"] = p.draft_tokens
+            d["accepted_tokens_per_step"] = p.accepted_tokens_per_step
             d["ratio_measured_to_predicted"] = _r(p.ratio)
             d["bound"] = p.estimate.bound
             d["fits"] = p.estimate.fits

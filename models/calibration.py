@@ -43,7 +43,7 @@ from fleetplan.models.measurements import Measurement
 from fleetplan.models.presets import CalibrationFactors, Preset, normalize_engine
 from fleetplan.models.profile import PROFILE_VERSION, CalibrationProfile, FactorEntry, read_profile
 from fleetplan.models.roofline import model_kind
-from fleetplan.models.validation import predict
+from fleetplan.models.validation import predict, speculation
 
 __all__ = ["PROFILE_VERSION"]
 MAX_LOCO_CONFIGS = 40
@@ -57,7 +57,8 @@ SHRINK_GROUPS = 1.0
 
 @dataclass(frozen=True)
 class Components:
-    """The terms of one row's predicted step time at unit factors (seconds) and its groups."""
+    """The terms of one row's predicted step time at unit factors (seconds), the tokens a step
+    gains each sequence (above 1 with speculative decoding) and the row's groups."""
 
     weights: float
     compute: float
@@ -71,6 +72,8 @@ class Components:
     engine: str
     kind: str = "dense"
     group: str = ""
+    tokens_per_step: float = 1.0
+    draft: float = 0.0
 
 
 def components(row: Measurement, catalog: Catalog, preset: Preset) -> Components:
@@ -82,11 +85,15 @@ def components(row: Measurement, catalog: Catalog, preset: Preset) -> Components
         weights, kv, prefill = e.memory_time_s, 0.0, 0.0
     else:
         weights, kv, prefill = e.weights_time_s, e.kv_time_s, e.prefill_time_s
+    terms = max(weights, e.compute_time_s) + kv + prefill + e.comm_time_s + e.overhead_time_s
+    drafted, accepted = speculation(row, base)
+    draft = e.step_time_s - terms if drafted > 0 else 0.0
     return Components(
         weights=weights, compute=e.compute_time_s, kv=kv, prefill=prefill, comm=e.comm_time_s,
         overhead=e.overhead_time_s, measured=row.measured_tpot_ms / 1e3, family=gpu.family, gpu=gpu.id,
         engine=normalize_engine(row.engine) or "", kind=model_kind(catalog.models[row.model]),
-        group=repr(row.configuration),
+        group=repr(row.configuration), tokens_per_step=accepted,
+        draft=draft,
     )
 
 
@@ -94,8 +101,11 @@ Scope = tuple[str | None, str | None, str | None]  # (GPU id or family, engine, 
 
 
 def _base_s(c: Components) -> float:
-    """The uncalibrated step time of a row (seconds): its terms at unit factors."""
-    return max(c.weights, c.compute) + c.kv + c.prefill + c.comm + c.overhead
+    """The uncalibrated time per output token of a row (seconds): its step's terms at unit
+    factors over the tokens a step gains a sequence. (A speculative step's draft passes are a
+    share of its other terms, so the step is the one the estimate gives, which scales with them.)"""
+    terms = max(c.weights, c.compute) + c.kv + c.prefill + c.comm + c.overhead
+    return (terms + c.draft) / c.tokens_per_step
 
 
 def group_log_ratios(comp: Sequence[Components]) -> dict[str, tuple[float, Components]]:

@@ -7,7 +7,10 @@ measured_tpot_ms``. Optional: ``measured_ttft_ms``, ``ep`` (expert-parallel degr
 steps carry the prefill of newly admitted requests; or ``static``: every prompt is prefilled
 before decoding starts), ``engine_version`` (the engine's release, e.g. ``0.12.0``) and
 ``prefix_cache_hit_rate`` (share of each prompt the run served from the engine's prefix cache,
-0 to 1; empty: the preset's rule for that engine and release, else 0). Other columns are kept
+0 to 1; empty: the preset's rule for that engine and release, else 0), ``draft_tokens`` and
+``accepted_tokens_per_step`` (speculative decoding: tokens drafted per step, and tokens each
+sequence gains per step on average, 1 to draft_tokens + 1; empty: the preset's rule for that
+engine, release and model, else plain decoding). Other columns are kept
 with the row and otherwise ignored.
 
 ``precision`` is bf16, fp8 or fp4 (fp16 is read as bf16: same bytes and tensor-core rate;
@@ -29,7 +32,8 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
     "model", "gpu", "precision", "tp", "batch", "input_tokens", "output_tokens", "engine", "measured_tpot_ms",
 )
 OPTIONAL_COLUMNS: tuple[str, ...] = ("measured_ttft_ms", "ep", "pp", "dp_attention", "kv_precision", "batching",
-                                     "engine_version", "prefix_cache_hit_rate")
+                                     "engine_version", "prefix_cache_hit_rate", "draft_tokens",
+                                     "accepted_tokens_per_step")
 PRECISION_ALIASES: dict[str, str] = {
     "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4",
 }
@@ -61,6 +65,8 @@ class Measurement:
     batching: str = "continuous"
     engine_version: str = ""
     prefix_cache_hit_rate: float | None = None
+    draft_tokens: int | None = None
+    accepted_tokens_per_step: float | None = None
     raw: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property
@@ -84,6 +90,23 @@ def _number(text: str, where: str, column: str, valid: Range) -> float:
         return valid.check(text, f"{where}: column {column!r}")
     except ValueError as exc:
         raise MeasurementError(str(exc)) from None
+
+
+def _speculation(cells: dict[str, str], where: str) -> tuple[int | None, float | None]:
+    """A row's ``draft_tokens`` and ``accepted_tokens_per_step``: both or neither; accepted at
+    least 1 (the verified token) and at most draft_tokens + 1."""
+    draft_text = cells.get("draft_tokens") or ""
+    accepted_text = cells.get("accepted_tokens_per_step") or ""
+    if not draft_text and not accepted_text:
+        return None, None
+    if not (draft_text and accepted_text):
+        missing = "accepted_tokens_per_step" if draft_text else "draft_tokens"
+        raise MeasurementError(f"{where}: column {missing!r}: empty cell (draft_tokens and "
+                               "accepted_tokens_per_step go together)")
+    draft = int(_number(draft_text, where, "draft_tokens", F.DRAFT_TOKENS))
+    accepted = _number(accepted_text, where, "accepted_tokens_per_step",
+                       Range(1.0, draft + 1.0, "tokens", "a step gains the verified token and at most every drafted one"))
+    return draft, accepted
 
 
 def _precision(text: str, where: str, column: str) -> str:
@@ -128,6 +151,7 @@ def parse_measurements(text: str, name: str) -> list[Measurement]:
             kv = cells.get("kv_precision") or ""
             batching = (cells.get("batching") or "continuous").lower()
             hits = cells.get("prefix_cache_hit_rate") or ""
+            draft, accepted = _speculation(cells, where)
             if batching not in ("continuous", "static"):
                 raise MeasurementError(f"{where}: column 'batching': must be continuous or static, got {batching!r}")
             rows.append(
@@ -151,6 +175,8 @@ def parse_measurements(text: str, name: str) -> list[Measurement]:
                     engine_version=cells.get("engine_version") or "",
                     prefix_cache_hit_rate=(_number(hits, where, "prefix_cache_hit_rate", F.FRACTION)
                                            if hits else None),
+                    draft_tokens=draft,
+                    accepted_tokens_per_step=accepted,
                     raw=cells,
                 )
             )

@@ -149,9 +149,9 @@ SEED = Preset(name="seed")
 DEFAULT = Preset(
     name="default",
     # Fitted with the physics (see fleetplan.models.physics): decode GEMMs at small M reach
-    # 46% of the dense datasheet rate of the weights' precision, prefill GEMMs at large M 82%
+    # 42% of the dense datasheet rate of the weights' precision, prefill GEMMs at large M 82%
     # (silicon-train.csv, the 780 rows above the bandwidth floor).
-    compute_efficiency=0.46,
+    compute_efficiency=0.42,
     prefill_compute_efficiency=0.82,
     prefill_attention=True,
     decode_context="average",

@@ -196,18 +196,20 @@ def benchmark_busy_share(llm: LLM, gpu: GPU, preset: Preset, *, precision: str, 
 
 
 def _extra_times(llm: LLM, gpu: GPU, preset: Preset, tp: int, ep: int, batch: int, factors: CalibrationFactors,
-                 prefill_flops: float = 0.0, precision: str = "") -> tuple[float, float]:
-    """(communication, overhead) seconds of one step, zero where the preset has neither. With
-    ``prefill_communication`` the all-reduces also carry the activations of the prompt tokens
-    the step prefills (``prefill_flops`` at 2 x P_active per token); the overhead is the layers'
-    fixed GPU time plus the host's work (:mod:`fleetplan.models.overhead`)."""
+                 prefill_flops: float = 0.0, precision: str = "", tokens: float | None = None) -> tuple[float, float]:
+    """(communication, overhead) seconds of one step, zero where the preset has neither. The
+    all-reduces carry the ``tokens`` the step decodes (``batch`` unless speculative decoding
+    verifies more per sequence) and, with ``prefill_communication``, the activations of the
+    prompt tokens the step prefills (``prefill_flops`` at 2 x P_active per token); the overhead
+    is the layers' fixed GPU time plus the host's work per sequence (:mod:`fleetplan.models.overhead`)."""
     physics = preset.physics
     if physics is None:
         return 0.0, 0.0
     comm = 0.0
     if preset.communication:
         prefill_tokens = prefill_flops / (2.0 * llm.active_params) if physics.prefill_communication else 0.0
-        comm = parallel_comm_time_s(llm, gpu, physics, tp=tp, ep=ep, tokens=batch + prefill_tokens) * factors.comm_scale
+        decoded = batch if tokens is None else tokens
+        comm = parallel_comm_time_s(llm, gpu, physics, tp=tp, ep=ep, tokens=decoded + prefill_tokens) * factors.comm_scale
     if not preset.step_overhead:
         return comm, 0.0
     fixed = layer_time_s(llm, gpu, physics) + dequant_time_s(llm, gpu, physics, precision)
@@ -236,15 +238,16 @@ def _benchmark_load(
         return 0.0, 0.0
     physics = preset.physics
     busy = 0.0
+    steps = kwargs["output_tokens"] / kwargs.get("accepted_tokens_per_step", 1.0)  # decode steps per request
     if physics is not None and physics.busy_share_exponent > 0:
         plain = decode_step(llm, gpu, preset=preset, engine=engine, **kwargs)
         factors = preset.factors_for(gpu.id, gpu.family, engine, model_kind(llm))
         busy = benchmark_busy_share(
             llm, gpu, preset, precision=kwargs["precision"], tp=kwargs["tp"], batch=kwargs["batch"],
-            input_tokens=kwargs["input_tokens"], output_tokens=kwargs["output_tokens"],
+            input_tokens=kwargs["input_tokens"], output_tokens=steps,
             decode_step_s=plain.step_time_s, factors=factors, hit_rate=hit_rate)
     flops = _benchmark_prefill_flops(llm, preset, engine, kwargs["batch"], kwargs["input_tokens"],
-                                     kwargs["output_tokens"], busy, hit_rate)
+                                     steps, busy, hit_rate)
     return flops, busy
 
 
@@ -252,7 +255,7 @@ def decode_step(
     llm: LLM, gpu: GPU, *, precision: str, tp: int, batch: int, input_tokens: float, output_tokens: float,
     preset: Preset, kv_precision: str | None = None, prefill_flops_per_step: float = 0.0, ep: int = 1,
     engine: str | None = None, aggregated: bool = False, layout: Layout | None = None,
-    prefix_cache_hit_rate: float = 0.0,
+    prefix_cache_hit_rate: float = 0.0, draft_tokens: int = 0, accepted_tokens_per_step: float = 1.0,
 ) -> StepEstimate:
     """Estimate of one decode step of a ``tp``-GPU replica running ``batch`` sequences: the one
     function every decode step time comes from (``estimate``, the planner, ``validate``).
@@ -265,6 +268,13 @@ def decode_step(
     (pipeline, expert, attention-data parallelism): :func:`fleetplan.models.layout.layout_step`.
     ``prefix_cache_hit_rate``: share of each benchmark prompt served from the prefix cache (only
     with ``aggregated``).
+
+    Speculative decoding (``draft_tokens`` k > 0): each step verifies k + 1 tokens per sequence
+    (the weights and KV cache read once, k + 1 times the FLOPs, expert routing and all-reduced
+    activations) after k passes of a one-layer draft head (k / num_layers of the step's GPU
+    time), and yields ``accepted_tokens_per_step`` tokens per sequence on average (1 to k + 1):
+    ``step_time_s`` is the time of one such step, ``per_user_tokens_per_s`` its accepted tokens
+    per second, and a request of O output tokens takes O / accepted steps.
     """
     if layout is not None and not layout.is_tensor_parallel_only:
         from fleetplan.models.layout import layout_step
@@ -275,19 +285,21 @@ def decode_step(
                            prefix_cache_hit_rate=prefix_cache_hit_rate)
     extra, busy = _benchmark_load(llm, gpu, preset, engine, aggregated, dict(
         precision=precision, tp=tp, batch=batch, input_tokens=input_tokens, output_tokens=output_tokens,
-        kv_precision=kv_precision, prefill_flops_per_step=prefill_flops_per_step, ep=ep), prefix_cache_hit_rate)
+        kv_precision=kv_precision, prefill_flops_per_step=prefill_flops_per_step, ep=ep, draft_tokens=draft_tokens,
+        accepted_tokens_per_step=accepted_tokens_per_step), prefix_cache_hit_rate)
+    tokens = batch * (1 + draft_tokens)  # tokens decoded (verified) per step
     prefill_flops_per_step += extra
     kv_prec = effective_kv_precision(preset, kv_precision)
     kv_read, kv_held = kv_bytes_read_and_held(llm, preset, tp, kv_prec, input_tokens, output_tokens)
     w = weight_bytes(llm, precision)
-    w_read, w_timed = weight_bytes_read(llm, gpu, preset, precision, batch)
+    w_read, w_timed = weight_bytes_read(llm, gpu, preset, precision, tokens)
     factors = preset.factors_for(gpu.id, gpu.family, engine, model_kind(llm))
     bandwidth = tp * gpu.mem_bandwidth_bytes_per_s * bandwidth_efficiency(preset, gpu) * factors.bandwidth_scale
     flop_rate = usable_flop_rate(preset, gpu, precision, tp, factors, prefill=False)
     memory_time = (bytes_per_step := w_read + batch * kv_read) / bandwidth
-    comm, overhead = _extra_times(llm, gpu, preset, tp, ep, batch, factors, prefill_flops_per_step, precision)
+    comm, overhead = _extra_times(llm, gpu, preset, tp, ep, batch, factors, prefill_flops_per_step, precision, tokens)
     seed = preset.composition == "roofline"  # prefill carried as FLOPs of the step, else as time
-    flops = 2.0 * llm.active_params * batch + (prefill_flops_per_step if seed else 0.0)
+    flops = 2.0 * llm.active_params * tokens + (prefill_flops_per_step if seed else 0.0)
     compute_time = flops / flop_rate
     if seed:
         weights_time, kv_time, prefill_time = memory_time, 0.0, 0.0
@@ -297,7 +309,10 @@ def decode_step(
         kv_eff = preset.physics.kv_bandwidth_efficiency if preset.physics is not None else 1.0
         weights_time, kv_time = w_timed / bandwidth, batch * kv_read / (bandwidth * kv_eff)
         prefill_time = prefill_flops_per_step / usable_flop_rate(preset, gpu, precision, tp, factors, prefill=True)
-        step = max(weights_time, compute_time) + kv_time + prefill_time + comm + overhead
+        gpu_time = max(weights_time, compute_time) + kv_time
+        draft = draft_tokens / llm.num_layers * (gpu_time + layer_time_s(llm, gpu, preset.physics)
+                                                 if preset.physics is not None else gpu_time)
+        step = gpu_time + draft + prefill_time + comm + overhead
         parts = {"memory": weights_time + kv_time if weights_time >= compute_time else kv_time,
                  "compute": compute_time + prefill_time, "communication": comm, "overhead": overhead}
     bound = max(parts, key=lambda k: parts[k])
@@ -305,7 +320,8 @@ def decode_step(
     return StepEstimate(
         weight_bytes=w, kv_bytes_read_per_sequence=kv_read, kv_bytes_held_per_sequence=kv_held,
         bytes_per_step=bytes_per_step, flops_per_step=flops, memory_time_s=memory_time, compute_time_s=compute_time,
-        step_time_s=step, bound=bound, per_user_tokens_per_s=1.0 / step, replica_tokens_per_s=batch / step,
+        step_time_s=step, bound=bound, per_user_tokens_per_s=accepted_tokens_per_step / step,
+        replica_tokens_per_s=batch * accepted_tokens_per_step / step,
         memory_needed_bytes=w + batch * kv_held,
         memory_usable_bytes=tp * gpu.memory_bytes * preset.usable_memory_fraction,
         kv_precision=kv_prec, compute_precision=compute_precision(preset, gpu, precision), weight_bytes_read=w_read,

@@ -53,6 +53,8 @@ class Prediction:
     decode_step_time_ms: float = 0.0
     prefill_flops_per_request: float = 0.0
     prefix_cache_hit_rate: float = 0.0
+    draft_tokens: int = 0
+    accepted_tokens_per_step: float = 1.0
 
     @property
     def ratio(self) -> float:
@@ -75,6 +77,8 @@ def skip_reason(row: Measurement, catalog: Catalog, preset: Preset) -> str | Non
     llm, gpu = catalog.models[row.model], catalog.gpus[row.gpu]
     if row.pp > 1 or row.dp_attention > 1:  # a replica beyond one TP group: the layout's rules
         problem = layout_problem(llm, gpu, row_layout(row))
+        if problem is None and speculation(row, preset)[0] > 0:
+            problem = "speculative decoding is modelled for tensor-parallel replicas only (pp and dp_attention 1)"
     else:
         problem = tp_problem(llm, gpu, row.tp) or ep_problem(llm, row.tp, row.ep)
     if problem:
@@ -99,14 +103,27 @@ def prompt_hit_rate(row: Measurement, preset: Preset) -> float:
     return preset.physics.benchmark_hit_rate(normalize_engine(row.engine), row.engine_version)
 
 
+def speculation(row: Measurement, preset: Preset) -> tuple[int, float]:
+    """(draft tokens, accepted tokens per step) of ``row``'s run: the row's own columns, else the
+    preset's rule for its engine, release and model
+    (:meth:`~fleetplan.models.physics.Physics.benchmark_speculative`), else plain decoding (0, 1)."""
+    if row.draft_tokens is not None and row.accepted_tokens_per_step is not None:
+        return row.draft_tokens, row.accepted_tokens_per_step
+    if preset.physics is None:
+        return 0, 1.0
+    return preset.physics.benchmark_speculative(normalize_engine(row.engine), row.engine_version, row.model)
+
+
 def _step(row: Measurement, catalog: Catalog, preset: Preset, aggregated: bool, hit_rate: float = 0.0) -> StepEstimate:
     """The decode step of ``row``'s configuration (with the benchmark's prefill when ``aggregated``,
-    ``hit_rate`` of each prompt from the prefix cache)."""
+    ``hit_rate`` of each prompt from the prefix cache, speculative decoding as :func:`speculation`)."""
+    draft, accepted = speculation(row, preset)
     return decode_step(
         catalog.models[row.model], catalog.gpus[row.gpu], precision=row.precision, tp=row.tp, batch=row.batch,
         input_tokens=row.input_tokens, output_tokens=row.output_tokens, preset=preset,
         kv_precision=row.kv_precision, ep=row.ep, engine=row.engine, aggregated=aggregated,
         layout=row_layout(row) if row.pp > 1 or row.dp_attention > 1 else None, prefix_cache_hit_rate=hit_rate,
+        draft_tokens=draft, accepted_tokens_per_step=accepted,
     )
 
 
@@ -126,9 +143,11 @@ def predict(row: Measurement, catalog: Catalog, preset: Preset) -> Prediction:
     else:  # static batching: every prompt of the batch is prefilled, then one step
         ttft = ttft_s(prefill_s=prompt_s, requests_ahead=row.batch - 1, steps=1.0, step_s=est.step_time_s,
                       utilisation=0.0)
-    return Prediction(row=row, estimate=est, predicted_tpot_ms=est.step_time_s * 1e3, predicted_ttft_ms=ttft * 1e3,
+    draft, accepted = speculation(row, preset)
+    tpot = est.step_time_s / accepted  # the step over the tokens it gains a sequence
+    return Prediction(row=row, estimate=est, predicted_tpot_ms=tpot * 1e3, predicted_ttft_ms=ttft * 1e3,
                       decode_step_time_ms=decode_only.step_time_s * 1e3, prefill_flops_per_request=work,
-                      prefix_cache_hit_rate=hits)
+                      prefix_cache_hit_rate=hits, draft_tokens=draft, accepted_tokens_per_step=accepted)
 
 
 def predict_all(

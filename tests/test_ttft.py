@@ -97,13 +97,13 @@ def test_headroom_mode_honours_the_target(catalog):
     without = make_plan(parse_scenario(small(prefill="headroom", ttft=None), "s"), catalog, alternatives=False)
     c = without.products[0].candidate
     assert c.batch == 512 and c.ttft_s > 0.25 and c.ttft_at(0.7) == pytest.approx(c.ttft_s)
-    with pytest.raises(InfeasibleError, match=r"max_ttft_ms: infeasible: .* best reachable is 227 ms \(headroom mode on "
+    with pytest.raises(InfeasibleError, match=r"max_ttft_ms: infeasible: .* best reachable is 225 ms \(headroom mode on "
                                               r"h200-sxm tp1 fp8 batch 128 at 70% utilisation\)"):
         make_plan(parse_scenario(small(prefill="headroom", ttft=220), "s"), catalog, alternatives=False)
 
 
 def test_target_below_zero_load_is_one_line_naming_the_best(capsys, tmp_path):
-    for prefill, best in (("headroom", "227 ms (headroom mode on h200-sxm tp1 fp8 batch 128 at 70% utilisation)"),
+    for prefill, best in (("headroom", "225 ms (headroom mode on h200-sxm tp1 fp8 batch 128 at 70% utilisation)"),
                           ("pool", "ms (pool on h200-sxm tp1 fp8 at zero load)")):
         raw = small(prefill=prefill, ttft=1)
         path = tmp_path / f"{prefill}.yaml"
