@@ -109,3 +109,33 @@ def test_search_finds_the_whole_models_optimum(catalog, examples, case):
     for lo, hi, idx, val in zip(lp.row_lower, lp.row_upper, lp.row_index, lp.row_value):
         a = sum(v * res.values[j] for j, v in zip(idx, val))
         assert lo - 1e-6 * max(1, abs(lo)) <= a <= hi + 1e-6 * max(1, abs(hi))
+
+
+@pytest.mark.parametrize("short_usd, status", [(0.5, "optimal"), (5.0, "time_limit")])
+def test_a_bound_stalled_within_a_dollar_of_the_gap_counts_as_proven(catalog, examples, monkeypatch, short_usd, status):
+    """Every MIP of the search ends at its time slice with its bound ``short_usd`` a month below
+    what ``mip_rel_gap`` asks: half a dollar short is proven (optimal, the gap reported as proven),
+    five dollars short is left open (time_limit)."""
+    from dataclasses import replace
+
+    from fleetplan.optimizer import search
+    from fleetplan.optimizer.solvers import Status
+
+    product, options, limits = CASES["api-tiers-spot"]
+    prob = _problem(catalog, examples, product, options, limits)
+    exact, _, _ = solve_by_configuration(prob, "chat", "highs", mip_rel_gap=1e-4)
+    assert exact.optimal and search.ABS_GAP_USD == 1.0
+    real = search.solve_restricted
+
+    def stalled(lp, lower, upper, solver, **kw):
+        res = real(lp, lower, upper, solver, **{**kw, "cutoff": None})
+        if kw.get("relax") or not res.values:
+            return res
+        short = (1e-4 * res.objective + short_usd) / res.objective
+        return replace(res, status=Status.TIME_LIMIT, mip_gap=short)
+
+    monkeypatch.setattr(search, "solve_restricted", stalled)
+    res, _, _ = solve_by_configuration(prob, "chat", "highs", mip_rel_gap=1e-4)
+    assert res.status == status
+    assert res.objective == pytest.approx(exact.objective, rel=1e-6)
+    assert res.objective * res.mip_gap == pytest.approx(1e-4 * res.objective + short_usd, rel=1e-6)
