@@ -279,6 +279,9 @@ def decode_step(
     if layout is not None and not layout.is_tensor_parallel_only:
         from fleetplan.models.layout import layout_step
 
+        if draft_tokens:  # validate skips such rows (models.validation.skip_reason)
+            raise ValueError("speculative decoding is modelled for tensor-parallel replicas only")
+
         return layout_step(llm, gpu, layout, precision=precision, batch=batch, input_tokens=input_tokens,
                            output_tokens=output_tokens, preset=preset, kv_precision=kv_precision,
                            prefill_flops_per_step=prefill_flops_per_step, engine=engine, aggregated=aggregated,
