@@ -43,7 +43,7 @@ from fleetplan.models.measurements import Measurement
 from fleetplan.models.presets import CalibrationFactors, Preset, normalize_engine
 from fleetplan.models.profile import PROFILE_VERSION, CalibrationProfile, FactorEntry, read_profile
 from fleetplan.models.roofline import model_kind
-from fleetplan.models.validation import predict, speculation
+from fleetplan.models.validation import predict
 
 __all__ = ["PROFILE_VERSION"]
 MAX_LOCO_CONFIGS = 40
@@ -85,15 +85,11 @@ def components(row: Measurement, catalog: Catalog, preset: Preset) -> Components
         weights, kv, prefill = e.memory_time_s, 0.0, 0.0
     else:
         weights, kv, prefill = e.weights_time_s, e.kv_time_s, e.prefill_time_s
-    terms = max(weights, e.compute_time_s) + kv + prefill + e.comm_time_s + e.overhead_time_s
-    drafted, accepted = speculation(row, base)
-    draft = e.step_time_s - terms if drafted > 0 else 0.0
     return Components(
         weights=weights, compute=e.compute_time_s, kv=kv, prefill=prefill, comm=e.comm_time_s,
         overhead=e.overhead_time_s, measured=row.measured_tpot_ms / 1e3, family=gpu.family, gpu=gpu.id,
         engine=normalize_engine(row.engine) or "", kind=model_kind(catalog.models[row.model]),
-        group=repr(row.configuration), tokens_per_step=accepted,
-        draft=draft,
+        group=repr(row.configuration), tokens_per_step=e.accepted_tokens_per_step, draft=e.draft_time_s,
     )
 
 
@@ -102,8 +98,7 @@ Scope = tuple[str | None, str | None, str | None]  # (GPU id or family, engine, 
 
 def _base_s(c: Components) -> float:
     """The uncalibrated time per output token of a row (seconds): its step's terms at unit
-    factors over the tokens a step gains a sequence. (A speculative step's draft passes are a
-    share of its other terms, so the step is the one the estimate gives, which scales with them.)"""
+    factors (a speculative step's draft passes included) over the tokens a step gains a sequence."""
     terms = max(c.weights, c.compute) + c.kv + c.prefill + c.comm + c.overhead
     return (terms + c.draft) / c.tokens_per_step
 

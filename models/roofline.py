@@ -76,6 +76,8 @@ class StepEstimate:
     batch_cap: int | None = None
     ep: int = 1
     prefill_busy_share: float = 0.0
+    draft_time_s: float = 0.0
+    accepted_tokens_per_step: float = 1.0
 
     @property
     def fits(self) -> bool:
@@ -90,7 +92,7 @@ class StepEstimate:
         d["memory_time_ms"] = self.memory_time_s * 1e3
         d["compute_time_ms"] = self.compute_time_s * 1e3
         d["step_time_ms"] = self.step_time_s * 1e3
-        for key in ("weights_time", "kv_time", "prefill_time", "comm_time", "overhead_time"):
+        for key in ("weights_time", "kv_time", "prefill_time", "comm_time", "overhead_time", "draft_time"):
             d[f"{key}_ms"] = float(d[f"{key}_s"]) * 1e3
         d["fits_in_memory"] = self.fits
         return d
@@ -302,6 +304,7 @@ def decode_step(
     memory_time = (bytes_per_step := w_read + batch * kv_read) / bandwidth
     comm, overhead = _extra_times(llm, gpu, preset, tp, ep, batch, factors, prefill_flops_per_step, precision, tokens)
     seed = preset.composition == "roofline"  # prefill carried as FLOPs of the step, else as time
+    draft = 0.0
     flops = 2.0 * llm.active_params * tokens + (prefill_flops_per_step if seed else 0.0)
     compute_time = flops / flop_rate
     if seed:
@@ -313,8 +316,9 @@ def decode_step(
         weights_time, kv_time = w_timed / bandwidth, batch * kv_read / (bandwidth * kv_eff)
         prefill_time = prefill_flops_per_step / usable_flop_rate(preset, gpu, precision, tp, factors, prefill=True)
         gpu_time = max(weights_time, compute_time) + kv_time
-        draft = draft_tokens / llm.num_layers * (gpu_time + layer_time_s(llm, gpu, preset.physics)
-                                                 if preset.physics is not None else gpu_time)
+        if draft_tokens:  # k passes of a one-layer draft head
+            layer = layer_time_s(llm, gpu, preset.physics) if preset.physics is not None else 0.0
+            draft = draft_tokens / llm.num_layers * (gpu_time + layer)
         step = gpu_time + draft + prefill_time + comm + overhead
         parts = {"memory": weights_time + kv_time if weights_time >= compute_time else kv_time,
                  "compute": compute_time + prefill_time, "communication": comm, "overhead": overhead}
@@ -330,4 +334,5 @@ def decode_step(
         kv_precision=kv_prec, compute_precision=compute_precision(preset, gpu, precision), weight_bytes_read=w_read,
         weights_time_s=weights_time, kv_time_s=kv_time, prefill_time_s=prefill_time, comm_time_s=comm,
         overhead_time_s=overhead, batch=batch, batch_cap=cap, ep=ep, prefill_busy_share=busy,
+        draft_time_s=draft, accepted_tokens_per_step=accepted_tokens_per_step,
     )

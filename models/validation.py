@@ -144,7 +144,7 @@ def predict(row: Measurement, catalog: Catalog, preset: Preset) -> Prediction:
         ttft = ttft_s(prefill_s=prompt_s, requests_ahead=row.batch - 1, steps=1.0, step_s=est.step_time_s,
                       utilisation=0.0)
     draft, accepted = speculation(row, preset)
-    tpot = est.step_time_s / accepted  # the step over the tokens it gains a sequence
+    tpot = est.step_time_s / est.accepted_tokens_per_step  # the step over the tokens it gains a sequence
     return Prediction(row=row, estimate=est, predicted_tpot_ms=tpot * 1e3, predicted_ttft_ms=ttft * 1e3,
                       decode_step_time_ms=decode_only.step_time_s * 1e3, prefill_flops_per_request=work,
                       prefix_cache_hit_rate=hits, draft_tokens=draft, accepted_tokens_per_step=accepted)
