@@ -10,8 +10,10 @@ kernel efficiencies; the MoE grouped-GEMM small-group cost and the weight-only F
 dequantisation factor and fixed time per layer; the all-reduces' share of the scale-up
 bandwidth; how fast the share of prompts ahead falls with prefill's busy share; each engine's
 share of a wave's prefill before a request's first token and its fixed latency per request; and
-the share of each prompt vLLM 0.12 benchmark runs served from the prefix cache; and the tokens
-TensorRT-LLM 1.2.0rc6.post3's speculative DeepSeek runs accept per step. Nothing is per
+the share of each prompt vLLM 0.12 benchmark runs served from the prefix cache; the tokens
+TensorRT-LLM 1.2.0rc6.post3's speculative DeepSeek runs accept per step; and the share of a
+wave's prefill before a first token of each engine release in
+``Physics.benchmark_release_shares`` (SGLang 0.5.1). Nothing is per
 model or GPU id. (The shared ``admission_latency_s`` is not fitted: every row names its engine;
 the physics gives the fallback engine the mean of the three.) The loss is robust least squares
 (Huber at 0.25) on the relative error of TPOT
@@ -23,7 +25,9 @@ use.
 
 ``--cv`` refits leaving out one configuration group (model, GPU, engine, TP, precision) at a time
 (warm-started from the full fit) and prints the held-out error by dense / MoE model: the error a
-user sees on a configuration no fit has seen. It takes a few minutes.
+user sees on a configuration no fit has seen. A release's share that no remaining row measures
+falls back to its engine's share, as it would for a release the fit never saw. It takes a few
+minutes.
 """
 
 from __future__ import annotations
@@ -39,8 +43,8 @@ import numpy as np
 from fleetplan.catalogs import load_catalog
 from fleetplan.catalogs.loader import Catalog
 from fleetplan.models.measurements import Measurement, parse_measurements
-from fleetplan.models.physics import DEFAULT_PHYSICS, EnginePhysics, FamilyPhysics
-from fleetplan.models.presets import DEFAULT, Preset
+from fleetplan.models.physics import DEFAULT_PHYSICS, EnginePhysics, FamilyPhysics, release_matches
+from fleetplan.models.presets import DEFAULT, Preset, normalize_engine
 from fleetplan.models.roofline import model_kind
 from fleetplan.models.validation import error_stats, predict, skip_reason, speculation
 
@@ -51,6 +55,8 @@ NVIDIA = ("ampere", "hopper", "blackwell")
 # tokens per step are fitted
 SPECULATION = DEFAULT_PHYSICS.benchmark_speculation[0][:4]
 ENGINES = ("sglang", "trtllm", "vllm")
+# Engine releases with their own share of a wave's prefill before a first token (fitted)
+RELEASES = tuple((e, r) for e, r, _ in DEFAULT_PHYSICS.benchmark_release_shares)
 # (name, lower bound, upper bound); engines' shares are appended
 PARAMETERS: tuple[tuple[str, float, float], ...] = (
     ("bandwidth_efficiency", 0.3, 0.9), ("step_overhead_s", 0.0, 5e-3), ("layer_overhead_s", 0.0, 2e-4),
@@ -60,7 +66,8 @@ PARAMETERS: tuple[tuple[str, float, float], ...] = (
     ("sequence_overhead_s", 0.0, 2e-4), ("busy_share_exponent", 0.0, 8.0),
     ("comm_bandwidth_efficiency", 0.1, 0.9), ("hit_rate_vllm_0.12", 0.0, 0.98),
     ("accepted_trtllm_1.2.0rc6.post3", 1.0, 1.0 + SPECULATION[3]),
-) + tuple((f"share_{e}", 0.0, 1.0) for e in ENGINES) + tuple((f"admission_{e}", 0.0, 0.5) for e in ENGINES)
+) + tuple((f"share_{e}", 0.0, 1.0) for e in ENGINES) + tuple((f"admission_{e}", 0.0, 0.5) for e in ENGINES) + tuple(
+    (f"share_{e}_{r}", 0.0, 1.0) for e, r in RELEASES)
 TTFT_WEIGHT = 0.5
 HUBER = 0.25
 
@@ -77,6 +84,7 @@ def current() -> np.ndarray:
               p.benchmark_speculative(SPECULATION[0], SPECULATION[1], SPECULATION[2])[1]]
     values += [p.engine(e).prefill_before_first_token for e in ENGINES]
     values += [p.engine(e).admission_latency_s or p.admission_latency_s for e in ENGINES]
+    values += [p.prefill_before_first_token(e, r) for e, r in RELEASES]
     return np.array(values)
 
 
@@ -99,6 +107,7 @@ def preset_of(x: np.ndarray) -> Preset:
         comm_bandwidth_efficiency=v["comm_bandwidth_efficiency"],
         benchmark_prefix_cache=(("vllm", "0.12", v["hit_rate_vllm_0.12"]),),
         benchmark_speculation=(SPECULATION + (v["accepted_trtllm_1.2.0rc6.post3"],),),
+        benchmark_release_shares=tuple((e, r, v[f"share_{e}_{r}"]) for e, r in RELEASES),
     )
     return dataclasses.replace(DEFAULT, physics=physics, compute_efficiency=v["compute_efficiency"],
                                prefill_compute_efficiency=v["prefill_compute_efficiency"])
@@ -167,13 +176,24 @@ def below_bandwidth_floor(row: Measurement, catalog: Catalog) -> bool:
     return row.measured_tpot_ms < floor_ms
 
 
+def unmeasured_releases(x: np.ndarray, rows: list[Measurement]) -> np.ndarray:
+    """``x`` with the share of each release in :data:`RELEASES` that no row of ``rows`` measures set
+    to its engine's share (a fit without such rows cannot know it)."""
+    names = [name for name, _, _ in PARAMETERS]
+    x = x.copy()
+    for e, r in RELEASES:
+        if not any(normalize_engine(m.engine) == e and release_matches(m.engine_version, r) for m in rows):
+            x[names.index(f"share_{e}_{r}")] = x[names.index(f"share_{e}")]
+    return x
+
+
 def held_out(rows: list[Measurement], fitted_rows: list[Measurement], catalog: Catalog, x: np.ndarray,
              iterations: int) -> list[tuple[float, float]]:
     """(TPOT, TTFT) of every row predicted by a fit on the other configuration groups' ``fitted_rows``."""
     held: list[tuple[float, float]] = [(0.0, 0.0)] * len(rows)
     for g in sorted({r.configuration for r in rows}, key=repr):
         train = [r for r in fitted_rows if r.configuration != g]
-        preset = preset_of(fit(train, catalog, x, max(3, iterations // 5)))
+        preset = preset_of(unmeasured_releases(fit(train, catalog, x, max(3, iterations // 5)), train))
         for i, r in enumerate(rows):
             if r.configuration == g:
                 p = predict(r, catalog, preset)

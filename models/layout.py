@@ -280,7 +280,7 @@ def layout_step(
     llm: LLM, gpu: GPU, layout: Layout, *, precision: str, batch: int, input_tokens: float, output_tokens: float,
     preset: Preset, kv_precision: str | None = None, prefill_flops_per_step: float = 0.0,
     engine: str | None = None, aggregated: bool = False, lp: LayoutPhysics = LAYOUT_PHYSICS,
-    prefix_cache_hit_rate: float = 0.0,
+    prefix_cache_hit_rate: float = 0.0, engine_version: str = "",
 ) -> StepEstimate:
     """One decode step (one token of every sequence) of a replica laid out as ``layout``.
 
@@ -295,7 +295,7 @@ def layout_step(
         llm, gpu, precision=precision, tp=layout.tp, batch=r, input_tokens=input_tokens,
         output_tokens=output_tokens, preset=preset, kv_precision=kv_precision,
         prefill_flops_per_step=prefill_flops_per_step * r / batch, engine=engine, aggregated=aggregated,
-        prefix_cache_hit_rate=prefix_cache_hit_rate,
+        prefix_cache_hit_rate=prefix_cache_hit_rate, engine_version=engine_version,
     )
     per_byte = rank.memory_time_s / rank.bytes_per_step
     weights_read = (rank.weight_bytes_read - expert_bytes_read(llm, preset, precision, r)

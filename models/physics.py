@@ -73,7 +73,7 @@ class EnginePhysics:
     admission_latency_s: float | None = None
 
 
-def _release_matches(version: str, release: str) -> bool:
+def release_matches(version: str, release: str) -> bool:
     """Whether engine ``version`` is ``release`` or a release it starts (``0.12`` matches ``0.12.0``)."""
     return bool(version) and (version == release or version.startswith(release + "."))
 
@@ -89,8 +89,11 @@ class Physics:
     :func:`fleetplan.models.interference.share_before_first_token`); 0 keeps each engine's share.
     ``benchmark_prefix_cache``: (engine, release, share of each prompt served from the prefix
     cache) of measured benchmark runs; ``benchmark_speculation``: (engine, release, model id
-    prefix, drafted tokens per step, accepted tokens per step) of runs that decode speculatively.
-    Both describe how measurements were taken, for ``validate``; the planner uses neither.
+    prefix, drafted tokens per step, accepted tokens per step) of runs that decode speculatively;
+    ``benchmark_release_shares``: (engine, release, share) of releases whose scheduler prefilled
+    another share of a benchmark's other prompts before a request's first token than the
+    engine's :attr:`EnginePhysics.prefill_before_first_token`. All three describe how
+    measurements were taken, for ``validate``; the planner uses none of them.
     """
 
     families: tuple[FamilyPhysics, ...]
@@ -112,6 +115,7 @@ class Physics:
     busy_share_exponent: float = 0.0
     benchmark_prefix_cache: tuple[tuple[str, str, float], ...] = ()
     benchmark_speculation: tuple[tuple[str, str, str, int, float], ...] = ()
+    benchmark_release_shares: tuple[tuple[str, str, float], ...] = ()
 
     def benchmark_hit_rate(self, engine: str | None, version: str) -> float:
         """Share of a closed-loop benchmark's prompt tokens served from the prefix cache in runs
@@ -119,7 +123,7 @@ class Physics:
         engine matches and whose version is ``version`` or a release it starts (``0.12`` matches
         ``0.12.0``), 0 for every other run."""
         for name, release, rate in self.benchmark_prefix_cache:
-            if name == engine and _release_matches(version, release):
+            if name == engine and release_matches(version, release):
                 return rate
         return 0.0
 
@@ -129,9 +133,19 @@ class Physics:
         release, model family prefix, draft tokens, accepted tokens) that matches, else (0, 1.0),
         plain decoding."""
         for name, release, family, draft, accepted in self.benchmark_speculation:
-            if name == engine and _release_matches(version, release) and model.startswith(family):
+            if name == engine and release_matches(version, release) and model.startswith(family):
                 return draft, accepted
         return 0, 1.0
+
+    def prefill_before_first_token(self, engine: str | None, version: str = "") -> float:
+        """Share of a closed-loop benchmark's other prompts that ``engine`` (normalised) at
+        ``version`` prefills before a request's first token: the :attr:`benchmark_release_shares`
+        entry whose engine matches and whose version is ``version`` or a release it starts, else
+        the engine's own share (the fallback's for None or an unknown engine)."""
+        for name, release, share in self.benchmark_release_shares:
+            if name == engine and release_matches(version, release):
+                return share
+        return self.engine(engine).prefill_before_first_token
 
     def family(self, name: str) -> FamilyPhysics:
         """The figures of GPU family ``name``, or the generic fallback for an unknown family."""
@@ -151,13 +165,13 @@ class Physics:
 
 # Fitted NVIDIA figures (hopper, blackwell; ampere shares them): see the module docstring.
 # Bandwidth efficiency reached 0.90, the bound the fit allows (streaming kernels reach 85-90%
-# of datasheet bandwidth in microbenchmarks); the per-layer cost of 61 us (kernel ramp and tail
+# of datasheet bandwidth in microbenchmarks); the per-layer cost of 60.8 us (kernel ramp and tail
 # of a layer's dozen kernels, norms, rotary embedding, routing) and the host's work per sequence
 # (``sequence_overhead_s``; the fixed part per step fitted to zero) explain why small per-GPU
 # shards run far below the roofline; a one-shot all-reduce costs 2 us of latency whatever the
 # TP degree (no per-hop cost; the fit's lower bound, an NVLink round trip and a kernel's
 # launch), its bytes at the link's effective bandwidth on top.
-_NVIDIA = (0.90, 0.0, 61e-6, 2.0e-6, 0.0)
+_NVIDIA = (0.90, 0.0, 60.8e-6, 2.0e-6, 0.0)
 
 DEFAULT_PHYSICS = Physics(
     families=(
@@ -179,8 +193,8 @@ DEFAULT_PHYSICS = Physics(
     # Fitted (all 780 rows above the bandwidth floor, see the module docstring): the all-reduces of
     # a step that carries prompt tokens move 1-50 MB per call, where NCCL reaches about half of the
     # one-direction link bandwidth (70% only for messages of hundreds of MB), and they share the
-    # GPUs' memory and SMs with the step's GEMMs: 0.44 of the scale-up bandwidth.
-    comm_bandwidth_efficiency=0.44,
+    # GPUs' memory and SMs with the step's GEMMs: 0.462 of the scale-up bandwidth.
+    comm_bandwidth_efficiency=0.462,
     # Activations exchanged by tensor-parallel all-reduces are bf16 whatever the weights.
     activation_bytes=2.0,
     # Megatron-style tensor parallelism: one all-reduce after attention, one after the MLP.
@@ -193,55 +207,56 @@ DEFAULT_PHYSICS = Physics(
     max_num_seqs=1024,
     # Fitted, per engine: the share of a wave's other prompts prefilled before a request's first
     # token (the rest lands in its time per output token), and the engine's fixed latency per
-    # request (its HTTP server, tokeniser, scheduler and detokeniser). SGLang runs prefill
-    # batches first and holds the most before a first token (0.26) and the longest fixed latency
-    # (290 ms: small-batch, short-prompt SGLang TTFTs are 260-610 ms where the prefill is 19-35
-    # ms); TensorRT-LLM (0.11, 106 ms) and vLLM (0.11, 45 ms: its 1,024-token TTFTs at batch 4
-    # are 30-137 ms) mix chunks into the decode batches. One latency shared by the three engines
-    # (81 ms) left vLLM's short TTFTs 1.5-3x over and SGLang's under; per engine, dense TTFT
-    # within 1.5x held out by configuration group rose from 56% to 60-61%.
+    # request (its HTTP server, tokeniser, scheduler and detokeniser). The three engines' current
+    # releases hold about the same share (SGLang 0.117, TensorRT-LLM 0.125, vLLM 0.116); SGLang
+    # has the longest fixed latency (323 ms: small-batch, short-prompt SGLang TTFTs are 260-610 ms
+    # where the prefill is 19-35 ms), TensorRT-LLM 101 ms and vLLM 44 ms (its 1,024-token TTFTs at
+    # batch 4 are 30-137 ms). One latency shared by the three engines (81 ms) left vLLM's short
+    # TTFTs 1.5-3x over and SGLang's under; per engine, dense TTFT within 1.5x held out by
+    # configuration group rose from 56% to 60-61%. SGLang 0.5.1 held far more of a wave before a
+    # first token (``benchmark_release_shares`` below).
     engines=(
-        EnginePhysics("sglang", 0.26, 8192, 0.290),
-        EnginePhysics("trtllm", 0.11, 8192, 0.106),
-        EnginePhysics("vllm", 0.11, 8192, 0.045),
+        EnginePhysics("sglang", 0.117, 8192, 0.323),
+        EnginePhysics("trtllm", 0.125, 8192, 0.101),
+        EnginePhysics("vllm", 0.116, 8192, 0.044),
     ),
     # An unknown engine (and the planner, which plans no particular one) gets the engines' mean
     # share, and their mean latency from ``admission_latency_s`` below.
-    engine_fallback=EnginePhysics("any", 0.16, 8192),
+    engine_fallback=EnginePhysics("any", 0.119, 8192),
     # Fitted, at the bound the fit allows (1 / 0.90: the datasheet bandwidth): paged attention
     # streams the KV cache at full bandwidth, faster than the weight GEMMs at small batch.
     kv_bandwidth_efficiency=1.11,
     # Fitted: a grouped GEMM whose experts each get few tokens does not stream an expert's weights
-    # at full rate; reading a touched expert costs (1 + 0.79 / tokens per touched expert) times
+    # at full rate; reading a touched expert costs (1 + 0.792 / tokens per touched expert) times
     # its bytes (about 1.8x at one token per expert, nothing once experts get dozens). It was
     # 0.40 while the speculative DeepSeek runs (below) were read as plain steps and pulled it down.
-    moe_small_group_tokens=0.79,
+    moe_small_group_tokens=0.792,
     # Fitted on gpt-oss-120b (MXFP4 weights) on H100/H200, which have no FP4 tensor cores (6
-    # configuration groups, 118 rows): unpacking the weights to bf16 costs a fixed 39 us per layer
+    # configuration groups, 118 rows): unpacking the weights to bf16 costs a fixed 37.4 us per layer
     # per step (the MoE kernels' dequantising passes and their launches), not a slower read of
     # the bytes: fitted alone, a read 1.46x slower left gpt-oss on Hopper 1.2-1.7x under at small
     # batches, where a step reads few experts; with the fixed time the read factor fits to 1 (no
     # slowdown) and MoE TPOT MAPE held out by configuration group falls from 23.1% to 20.2%.
     weight_only_fp4_dequant_factor=1.0,
-    weight_only_fp4_layer_s=39e-6,
+    weight_only_fp4_layer_s=37.4e-6,
     # Time from a request's arrival to its admission and from its first token to the client
     # (HTTP, tokenisation, scheduling, detokenisation) of an engine without its own figure (the
     # fallback engine: an unknown one, or the planner's): the mean of the three fitted ones.
-    admission_latency_s=0.147,
+    admission_latency_s=0.156,
     # Fitted: host work per running sequence per decode step (input preparation, sampling,
-    # detokenisation, the scheduler's bookkeeping): 19.9 us, which no GPU parallelism shortens, so
+    # detokenisation, the scheduler's bookkeeping): 20.5 us, which no GPU parallelism shortens, so
     # TP 8 at batch 128 and more runs well below its roofline.
-    sequence_overhead_s=19.9e-6,
+    sequence_overhead_s=20.5e-6,
     # The prompt tokens a decode step prefills are all-reduced with its decode tokens (one message
     # of batch + prefill tokens per all-reduce), and a prefill's service time pays its own.
     prefill_communication=True,
     # Fitted: the share of a closed-loop benchmark's other prompts ahead of a request falls as
     # (1 - rho)^gamma with the share rho of the cycle its engine spends prefilling (where prefill
     # is most of the cycle, a wave's first tokens spread over it). Fitted alone with one fixed
-    # latency for all engines gamma was 0.46; with each engine's own latency the fit leaves it
-    # nothing (0.01, then 0 with speculative decoding modelled): the engines' fixed latencies
-    # explained what it did.
-    busy_share_exponent=0.0,
+    # latency for all engines gamma was 0.46; with each engine's own latency the fit left it
+    # nothing (0.01, then 0) while SGLang 0.5.1's runs pulled SGLang's share up to 0.26; with that
+    # release's own share it is 0.383.
+    busy_share_exponent=0.383,
     # Fitted on the 20 vLLM 0.12.0 rows of silicon-train (Llama-3.1-8B FP8 on H200 at TP 1, 2, 4;
     # Qwen3-32B FP8 on H100 at TP 2): at 100 output tokens they go through their prompts faster
     # than the GPUs' peak FLOPs allow (Llama-3.1-8B at TP 1, batch 112, 1,000-token prompts: a
@@ -251,19 +266,29 @@ DEFAULT_PHYSICS = Physics(
     # The other vLLM releases measured (0.11.2, 0.15.1, 0.18.0 and the unversioned Llama-3.1-70B
     # runs) and every SGLang and TensorRT-LLM run pay their whole prefill. A measurement file can
     # give each row's share in its own ``prefix_cache_hit_rate`` column instead.
-    benchmark_prefix_cache=(("vllm", "0.12", 0.82),),
+    benchmark_prefix_cache=(("vllm", "0.12", 0.827),),
     # DeepSeek-V3/R1 runs of TensorRT-LLM 1.2.0rc6.post3 decode speculatively with the models'
     # multi-token-prediction (MTP) layer. The same configurations measured with 1.2.0rc6.post2 run
     # 1.3-2.3x slower per token, most at small batch (FP8, 8 B200, batch 4, 1,024/8,192 tokens:
     # 10.1 ms against 4.4 ms) and least at batch 128 (27.0 against 20.5 ms), where the steps turn
     # compute-bound, as speculative decoding predicts (verifying a drafted token costs little
     # while a step reads weights and nearly doubles a compute-bound one). One drafted token (the MTP
-    # layer run once) fits 1.91 accepted tokens per step, what DeepSeek-V3's report gives for its
+    # layer run once) fits 1.92 accepted tokens per step, what DeepSeek-V3's report gives for its
     # MTP (85-90% of second tokens accepted; arXiv 2412.19437, sec. 5.4.3); two or three drafted
     # tokens fit 2.19 and 2.41 with a slightly worse fit. MoE TPOT MAPE held out by configuration
     # group falls from 20.2% to 14.4%. A measurement file can give each row's own
     # ``draft_tokens`` and ``accepted_tokens_per_step`` instead.
-    benchmark_speculation=(("trtllm", "1.2.0rc6.post3", "deepseek", 1, 1.91),),
+    benchmark_speculation=(("trtllm", "1.2.0rc6.post3", "deepseek", 1, 1.92),),
+    # SGLang 0.5.1 (Qwen3-32B BF16 on 4 H100s, 1,024-4,096-token prompts, 128-512 output tokens, 27
+    # rows: the only 0.5.1 runs of silicon-train) prefilled most of a wave before a request's first
+    # token: fitted 0.617 of the other prompts, five times the 0.117 of SGLang 0.5.6 and 0.5.9.
+    # With SGLang's one share its TPOT was over-predicted (0.76-0.95x) and its TTFT under-predicted
+    # (1.4-1.8x) on every row, the two errors pointing the same way; and the 0.5.1 rows pulled
+    # SGLang's share to 0.26, under-predicting 0.5.6's TPOT at 100 output tokens (1.5-1.7x) and
+    # over-predicting its TTFT (2x). Fitted with this rule: dense TPOT MAPE held out by configuration
+    # group 11.4% -> 11.1% (within 1.5x 96.6% -> 97.4%), TTFT within 1.5x 61.4% -> 65.1%, the
+    # 0.5.1 rows held out at SGLang's share.
+    benchmark_release_shares=(("sglang", "0.5.1", 0.617),),
 )
 
 

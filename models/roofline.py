@@ -168,21 +168,24 @@ def weight_bytes_read(llm: LLM, gpu: GPU, preset: Preset, precision: str, batch:
     return read, timed
 
 
-def benchmark_share_ahead(preset: Preset, engine: str | None, busy_share: float = 0.0) -> float:
+def benchmark_share_ahead(preset: Preset, engine: str | None, busy_share: float = 0.0,
+                          engine_version: str = "") -> float:
     """Share of the other requests' prompts a closed-loop benchmark prefills before a request's
-    first token: the engine's ``prefill_before_first_token``, lowered as prefill takes a larger
-    ``busy_share`` of the cycle (:func:`~fleetplan.models.interference.share_before_first_token`);
-    none without physics."""
+    first token: the share of the engine at ``engine_version``
+    (:meth:`~fleetplan.models.physics.Physics.prefill_before_first_token`), lowered as prefill
+    takes a larger ``busy_share`` of the cycle
+    (:func:`~fleetplan.models.interference.share_before_first_token`); none without physics."""
     if preset.physics is None:
         return 0.0
-    base = preset.physics.engine(normalize_engine(engine)).prefill_before_first_token
+    base = preset.physics.prefill_before_first_token(normalize_engine(engine), engine_version)
     return share_before_first_token(base, busy_share, preset.physics.busy_share_exponent)
 
 
-def benchmark_prefill_share(preset: Preset, engine: str | None, busy_share: float = 0.0) -> float:
+def benchmark_prefill_share(preset: Preset, engine: str | None, busy_share: float = 0.0,
+                            engine_version: str = "") -> float:
     """Share of the other requests' prompts a closed-loop benchmark's decode steps carry:
     1 - :func:`benchmark_share_ahead` (all of them without physics)."""
-    return 1.0 - benchmark_share_ahead(preset, engine, busy_share)
+    return 1.0 - benchmark_share_ahead(preset, engine, busy_share, engine_version)
 
 
 def benchmark_busy_share(llm: LLM, gpu: GPU, preset: Preset, *, precision: str, tp: int, batch: int,
@@ -219,20 +222,22 @@ def _extra_times(llm: LLM, gpu: GPU, preset: Preset, tp: int, ep: int, batch: in
 
 
 def _benchmark_prefill_flops(llm: LLM, preset: Preset, engine: str | None, batch: int, input_tokens: float,
-                             output_tokens: float, busy_share: float, hit_rate: float = 0.0) -> float:
+                             output_tokens: float, busy_share: float, hit_rate: float = 0.0,
+                             engine_version: str = "") -> float:
     """Prefill FLOPs per step of a closed-loop continuous-batching benchmark: the engine's share of
     the other ``batch - 1`` requests' prefill (:mod:`fleetplan.models.interference`) at the
     benchmark's prefill ``busy_share``, the first ``hit_rate`` of each prompt from the prefix cache."""
-    share = benchmark_prefill_share(preset, engine, busy_share)
+    share = benchmark_prefill_share(preset, engine, busy_share, engine_version)
     return aggregated_prefill_flops(llm, max(batch - 1, 0), input_tokens, output_tokens, share, hit_rate)
 
 
 def _benchmark_load(
     llm: LLM, gpu: GPU, preset: Preset, engine: str | None, aggregated: bool, kwargs: dict[str, Any],
-    hit_rate: float = 0.0,
+    hit_rate: float = 0.0, engine_version: str = "",
 ) -> tuple[float, float]:
     """(prefill FLOPs per step, prefill busy share) of a closed-loop benchmark of the decode step
-    ``kwargs`` describes, whose prompts come ``hit_rate`` from the prefix cache; zeros unless the
+    ``kwargs`` describes (its engine at ``engine_version``), whose prompts come ``hit_rate`` from
+    the prefix cache; zeros unless the
     step is one of such a benchmark (``aggregated``) and the preset models its prefill; the busy
     share needs the step without that prefill, computed once more only when the preset's share
     depends on it."""
@@ -249,7 +254,7 @@ def _benchmark_load(
             input_tokens=kwargs["input_tokens"], output_tokens=steps,
             decode_step_s=plain.step_time_s, factors=factors, hit_rate=hit_rate)
     flops = _benchmark_prefill_flops(llm, preset, engine, kwargs["batch"], kwargs["input_tokens"],
-                                     steps, busy, hit_rate)
+                                     steps, busy, hit_rate, engine_version)
     return flops, busy
 
 
@@ -258,6 +263,7 @@ def decode_step(
     preset: Preset, kv_precision: str | None = None, prefill_flops_per_step: float = 0.0, ep: int = 1,
     engine: str | None = None, aggregated: bool = False, layout: Layout | None = None,
     prefix_cache_hit_rate: float = 0.0, draft_tokens: int = 0, accepted_tokens_per_step: float = 1.0,
+    engine_version: str = "",
 ) -> StepEstimate:
     """Estimate of one decode step of a ``tp``-GPU replica running ``batch`` sequences: the one
     function every decode step time comes from (``estimate``, the planner, ``validate``).
@@ -268,8 +274,8 @@ def decode_step(
     the engine's share of the other ``batch - 1`` prompts (:mod:`fleetplan.models.interference`).
     ``ep``: expert-parallel degree; ``engine``: calibration and prefill scheduling; ``layout``
     (pipeline, expert, attention-data parallelism): :func:`fleetplan.models.layout.layout_step`.
-    ``prefix_cache_hit_rate``: share of each benchmark prompt served from the prefix cache (only
-    with ``aggregated``).
+    ``prefix_cache_hit_rate``: share of each benchmark prompt served from the prefix cache and
+    ``engine_version``: the benchmark's engine release (both only with ``aggregated``).
 
     Speculative decoding (``draft_tokens`` k > 0): each step verifies k + 1 tokens per sequence
     (the weights and KV cache read once, k + 1 times the FLOPs, expert routing and all-reduced
@@ -287,11 +293,11 @@ def decode_step(
         return layout_step(llm, gpu, layout, precision=precision, batch=batch, input_tokens=input_tokens,
                            output_tokens=output_tokens, preset=preset, kv_precision=kv_precision,
                            prefill_flops_per_step=prefill_flops_per_step, engine=engine, aggregated=aggregated,
-                           prefix_cache_hit_rate=prefix_cache_hit_rate)
+                           prefix_cache_hit_rate=prefix_cache_hit_rate, engine_version=engine_version)
     extra, busy = _benchmark_load(llm, gpu, preset, engine, aggregated, dict(
         precision=precision, tp=tp, batch=batch, input_tokens=input_tokens, output_tokens=output_tokens,
         kv_precision=kv_precision, prefill_flops_per_step=prefill_flops_per_step, ep=ep, draft_tokens=draft_tokens,
-        accepted_tokens_per_step=accepted_tokens_per_step), prefix_cache_hit_rate)
+        accepted_tokens_per_step=accepted_tokens_per_step), prefix_cache_hit_rate, engine_version)
     tokens = batch * (1 + draft_tokens)  # tokens decoded (verified) per step
     prefill_flops_per_step += extra
     kv_prec = effective_kv_precision(preset, kv_precision)

@@ -120,15 +120,15 @@ def prefill_service_s(llm: LLM, gpu: GPU, preset: Preset, *, precision: str, tp:
 
 
 def benchmark_ttft_s(preset: Preset, *, prefill_s: float, step_s: float, batch: int, input_tokens: float,
-                     engine: str | None, busy_share: float = 0.0) -> float:
+                     engine: str | None, busy_share: float = 0.0, engine_version: str = "") -> float:
     """TTFT of a request in a closed-loop continuous-batching benchmark at concurrency ``batch``:
-    the engine's share of the other prompts (at the benchmark's prefill ``busy_share``, the
-    decode step's :attr:`~fleetplan.models.roofline.StepEstimate.prefill_busy_share`) is
-    prefilled before it, in chunks, with decode steps interleaved (no queue: the concurrency is
-    the load)."""
+    the share of the other prompts its engine at ``engine_version`` prefills first (at the
+    benchmark's prefill ``busy_share``, the decode step's
+    :attr:`~fleetplan.models.roofline.StepEstimate.prefill_busy_share`) is prefilled before it,
+    in chunks, with decode steps interleaved (no queue: the concurrency is the load)."""
     share, chunk = 1.0, math.inf
     if preset.physics is not None:
-        share = benchmark_share_ahead(preset, engine, busy_share)
+        share = benchmark_share_ahead(preset, engine, busy_share, engine_version)
         chunk = float(preset.physics.engine(normalize_engine(engine)).chunk_tokens)
     ahead = share * max(batch - 1, 0)
     steps = max(1.0, math.ceil((1.0 + ahead) * input_tokens / chunk - 1e-9))

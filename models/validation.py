@@ -123,7 +123,7 @@ def _step(row: Measurement, catalog: Catalog, preset: Preset, aggregated: bool, 
         input_tokens=row.input_tokens, output_tokens=row.output_tokens, preset=preset,
         kv_precision=row.kv_precision, ep=row.ep, engine=row.engine, aggregated=aggregated,
         layout=row_layout(row) if row.pp > 1 or row.dp_attention > 1 else None, prefix_cache_hit_rate=hit_rate,
-        draft_tokens=draft, accepted_tokens_per_step=accepted,
+        draft_tokens=draft, accepted_tokens_per_step=accepted, engine_version=row.engine_version,
     )
 
 
@@ -139,7 +139,7 @@ def predict(row: Measurement, catalog: Catalog, preset: Preset) -> Prediction:
     if continuous:
         ttft = benchmark_ttft_s(preset, prefill_s=prompt_s, step_s=decode_only.step_time_s, batch=row.batch,
                                 input_tokens=row.input_tokens, engine=row.engine,
-                                busy_share=est.prefill_busy_share)
+                                busy_share=est.prefill_busy_share, engine_version=row.engine_version)
     else:  # static batching: every prompt of the batch is prefilled, then one step
         ttft = ttft_s(prefill_s=prompt_s, requests_ahead=row.batch - 1, steps=1.0, step_s=est.step_time_s,
                       utilisation=0.0)

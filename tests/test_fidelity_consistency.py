@@ -73,10 +73,10 @@ def test_estimate_plan_and_validate_agree(capsys, tmp_path, catalog):
     assert row["prefill_flops_per_request"] == pytest.approx(work, rel=1e-12)
     assert prow["prefill"]["pflops_per_s_needed"] * 1e15 / qps == pytest.approx(work, rel=1e-3)
     # TTFT: the colocated TTFT estimate gives is the one the planner checks, with vLLM's fixed
-    # latency (45 ms) where the planner, which names no engine, pays the engines' mean (147 ms);
+    # latency (44 ms) where the planner, which names no engine, pays the engines' mean (156 ms);
     # the benchmark one is validate's
     cand = plan.products[0].candidate
-    assert (admission_s(DEFAULT, "vllm"), admission_s(DEFAULT)) == pytest.approx((0.045, 0.147))
+    assert (admission_s(DEFAULT, "vllm"), admission_s(DEFAULT)) == pytest.approx((0.044, 0.156))
     shift = admission_s(DEFAULT) - admission_s(DEFAULT, "vllm")
     assert est["ttft_ms"] + shift * 1e3 == pytest.approx(cand.ttft_at(0.0) * 1e3, rel=1e-9)
     assert est["benchmark_ttft_ms"] == pytest.approx(row["predicted_ttft_ms"], rel=1e-5)
@@ -88,33 +88,43 @@ def test_estimate_plan_and_validate_agree(capsys, tmp_path, catalog):
 
 
 def test_benchmark_ttft_hand_value(catalog):
-    """vLLM at concurrency 64: 11% of the other 63 prompts (at busy share 0) are prefilled ahead
-    of a request, in chunks of 8,192 tokens with a decode step each, plus vLLM's 45 ms fixed latency."""
+    """vLLM at concurrency 64: 11.6% of the other 63 prompts (at busy share 0) are prefilled ahead
+    of a request, in chunks of 8,192 tokens with a decode step each, plus vLLM's 44 ms fixed latency."""
     llm, gpu = catalog.models["llama-3.1-70b"], catalog.gpus["h100-sxm"]
     prompt = 2 * 70.55e9 * 2000 + 2 * 64 * 128 * 2000**2 * 80
     service = prefill_service_s(llm, gpu, DEFAULT, precision="fp8", tp=2, flops=prompt)
     # the prompt's GEMMs at the prefill efficiency, then its activations all-reduced over TP 2
     comm = parallel_comm_time_s(llm, gpu, DEFAULT.physics, tp=2, ep=1, tokens=prompt / (2 * 70.55e9))
     assert comm > 0.0
-    assert service == pytest.approx(prompt / (2 * 1978.9e12 * 0.82) + comm)
-    ahead = 0.11 * 63
-    steps = 2  # ceil((1 + 6.93) x 2000 / 8192)
+    assert service == pytest.approx(prompt / (2 * 1978.9e12 * 0.776) + comm)
+    ahead = 0.116 * 63
+    steps = 3  # ceil((1 + 7.308) x 2000 / 8192) = ceil(2.03)
     got = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="vLLM 0.11")
-    assert got == pytest.approx(0.045 + (1 + ahead) * service + steps * 0.03)
+    assert got == pytest.approx(0.044 + (1 + ahead) * service + steps * 0.03)
     assert got == pytest.approx(ttft_s(prefill_s=service, requests_ahead=ahead, steps=steps, step_s=0.03,
-                                       utilisation=0.0, admission_s=0.045))
-    # with a busy-share exponent of 0.46, where prefill takes 60% of the cycle, 0.4^0.46 of that share is ahead
-    gamma = dataclasses.replace(DEFAULT, physics=dataclasses.replace(DEFAULT.physics, busy_share_exponent=0.46))
-    busy = benchmark_ttft_s(gamma, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="vllm",
+                                       utilisation=0.0, admission_s=0.044))
+    # with the fitted busy-share exponent (0.383), where prefill takes 60% of the cycle, 0.4^0.383
+    # of that share is ahead
+    assert DEFAULT.physics.busy_share_exponent == 0.383
+    busy = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="vllm",
                             busy_share=0.6)
-    ahead = 0.11 * 0.4**0.46 * 63
-    assert busy == pytest.approx(0.045 + (1 + ahead) * service + 2 * 0.03) and busy < got
-    # SGLang prefills more of the wave first and answers later: longer TTFT
+    ahead = 0.116 * 0.4**0.383 * 63  # 5.14
+    assert busy == pytest.approx(0.044 + (1 + ahead) * service + 2 * 0.03) and busy < got
+    # SGLang prefills about as much of the wave first and answers later: longer TTFT
     sglang = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="sglang")
-    assert sglang == pytest.approx(0.290 + (1 + 0.26 * 63) * service + 5 * 0.03) and sglang > 2 * got
+    assert sglang == pytest.approx(0.323 + (1 + 0.117 * 63) * service + 3 * 0.03) and sglang > got + 0.25
+    # SGLang 0.5.1 (its own release share) prefilled most of the wave first; 0.5.10 is another release
+    old = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="sglang",
+                           engine_version="0.5.1.post1")
+    assert old == pytest.approx(0.323 + (1 + 0.617 * 63) * service + 10 * 0.03)  # ceil(39.87 x 2000 / 8192)
+    for version in ("0.5.10", "0.5.6.post2", ""):
+        assert benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000,
+                                engine="sglang", engine_version=version) == pytest.approx(sglang)
+    assert benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="vllm",
+                            engine_version="0.5.1") == pytest.approx(got)
     # an engine without figures (and the planner) gets the engines' mean
     assert benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000,
-                            engine=None) == pytest.approx(0.147 + (1 + 0.16 * 63) * service + 3 * 0.03)
+                            engine=None) == pytest.approx(0.156 + (1 + 0.119 * 63) * service + 3 * 0.03)
 
 
 def test_validate_skips_what_the_planner_refuses(capsys, tmp_path):

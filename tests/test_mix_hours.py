@@ -131,7 +131,8 @@ def test_a_mix_kept_to_one_configuration_is_priced_hour_by_hour_at_the_whole_mip
 def test_hours_that_disagree_on_the_pool_are_priced_per_pool(catalog):
     prob, pd = problem(catalog, small("pool", gpus=["l4", "l40s", "a100-sxm-80gb", "h100-sxm"]))
     free = [solve_hour(prob, pd, h, None, "highs", Deadline.after(None), 1e-9) for h in range(prob.hours)]
-    assert len({p.pool for p in free}) == 2  # L4 pool in the small hours, L40S in the large ones
+    # L4 pool in the three small hours, L40S in the next two, H100 in the largest
+    assert [p.pool.split("/")[2] for p in free] == ["l4", "l4", "l4", "l40s", "l40s", "h100-sxm"]
     plans, lower = best_hour_plans(prob, pd, "highs", Deadline.after(None), 1e-9)
     assert len({p.pool for p in plans} - {""}) <= 1
     whole = solve(to_linear_problem(build_model(prob)), "highs", mip_rel_gap=1e-9)
@@ -243,7 +244,7 @@ def test_a_long_horizon_is_solved_in_runs_the_same_in_turn_and_in_workers(catalo
         own = solve_hour(prob, pd, h, None, "highs", Deadline.after(None), 1e-9)
         assert found[1][h].usd_per_month == pytest.approx(own.usd_per_month, rel=1e-7)
     costs = [found[1][h].usd_per_month for h in order]
-    assert costs == sorted(costs)  # a busier hour never costs less
+    assert all(b >= a - 1e-6 for a, b in zip(costs, costs[1:]))  # a busier hour never costs less (to rounding)
 
 
 def test_runner_ups_and_mode_costs_in_workers_are_those_searched_in_turn(catalog):
