@@ -11,7 +11,7 @@ import yaml
 from fleetplan.catalogs import load_catalog
 from fleetplan.catalogs.loader import InputError
 from fleetplan.main import main
-from fleetplan.models.calibration import apply_profile
+from fleetplan.models.calibration import SHRINK_GROUPS, apply_profile
 from fleetplan.models.measurements import MeasurementError, parse_measurements
 from fleetplan.models.presets import DEFAULT, SEED, CalibrationFactors
 from fleetplan.models.validation import error_stats, predict
@@ -159,18 +159,20 @@ def test_calibrate_recovers_known_factors_and_cross_validates(tmp_path, capsys, 
     d = json.loads(out)
     cv = d["error"]["cross_validated"]
     assert cv["method"] == "leave-one-configuration-group-out" and cv["folds"] == 8
-    # four groups per GPU: each held-out group is predicted from the other three, 1.3^(3/4) slower
-    assert cv["overall"]["mape"] == pytest.approx(1 - 1.3 ** (3 / 4) / 1.3, abs=2e-3)
+    # four groups per GPU: each held-out group is predicted from the other three, shrunk by three
+    # groups' worth of no change (SHRINK_GROUPS): 1.3^(3 / (3 + 3)) slower
+    assert SHRINK_GROUPS == 3.0
+    assert cv["overall"]["mape"] == pytest.approx(1 - 1.3 ** (3 / 6) / 1.3, abs=2e-3)
     assert d["error"]["uncalibrated"]["overall"]["mape"] == pytest.approx(1 - 1 / 1.3, abs=2e-3)
     preset = apply_profile(DEFAULT, out_file)
     assert preset.calibration == "profile.yaml"
     got = preset.factors_for("h100-sxm", "hopper", "vllm", "dense")
-    # recovered, shrunk toward no change by one group's worth: 1.3^(4 / (4 + 1))
-    assert got.overhead_scale == pytest.approx(1.3**0.8, rel=1e-5)
-    assert got.bandwidth_scale == pytest.approx(1.3**-0.8, rel=1e-5) and got.compute_scale == got.bandwidth_scale
+    # recovered, shrunk toward no change by three groups' worth: 1.3^(4 / (4 + 3))
+    assert got.overhead_scale == pytest.approx(1.3 ** (4 / 7), rel=1e-5)
+    assert got.bandwidth_scale == pytest.approx(1.3 ** (-4 / 7), rel=1e-5) and got.compute_scale == got.bandwidth_scale
     # the planner's lookup without an engine gets the GPU's factors pooled over engines; an engine
     # never measured on the GPU gets none
-    assert preset.factors_for("h100-sxm", "hopper", None, "dense").overhead_scale == pytest.approx(1.3**0.8, rel=1e-5)
+    assert preset.factors_for("h100-sxm", "hopper", None, "dense").overhead_scale == pytest.approx(1.3 ** (4 / 7), rel=1e-5)
     assert preset.factors_for("h100-sxm", "hopper", "sglang", "dense").overhead_scale == 1.0
     assert preset.factors_for("b200", "blackwell", "vllm", "dense").overhead_scale == 1.0
     doc = yaml.safe_load(out_file.read_text())
@@ -184,12 +186,12 @@ def test_calibration_flag_on_validate_estimate_and_plan(tmp_path, capsys, catalo
     code, out, _ = run(capsys, ["validate", str(f), "--calibration", str(prof), "--json"])
     d = json.loads(out)
     assert code == 0 and d["calibration"] == "p.yaml"
-    assert d["summary"]["overall"]["mape"] == pytest.approx(1 - 1.3**0.8 / 1.3, abs=2e-3)
+    assert d["summary"]["overall"]["mape"] == pytest.approx(1 - 1.3 ** (4 / 7) / 1.3, abs=2e-3)
     est = ["estimate", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "2", "--batch", "64",
            "--precision", "fp8", "--input-tokens", "2000", "--output-tokens", "400", "--json"]
     plain = json.loads(run(capsys, est)[1])
     code, out, _ = run(capsys, [*est, "--calibration", str(prof)])
-    assert code == 0 and json.loads(out)["step_time_ms"] == pytest.approx(plain["step_time_ms"] * 1.3**0.8, rel=1e-4)
+    assert code == 0 and json.loads(out)["step_time_ms"] == pytest.approx(plain["step_time_ms"] * 1.3 ** (4 / 7), rel=1e-4)
     # a profile fitted for one preset is refused for another
     code, _, err = run(capsys, [*est[:-1], "--preset", "seed", "--json", "--calibration", str(prof)])
     assert code == 2 and "fitted for preset 'default'" in err
