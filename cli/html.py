@@ -26,8 +26,8 @@ FIDELITY = {
     "seed": "the seed document's first-order roofline: TPOT within 1.5x on 42% of 784 measured "
             "configurations (MAPE 48.3%) and 54% of 37 public measurements (MAPE 34.1%)",
     "default": "roofline with communication, overheads and prefill interference, fitted to measurements: "
-               "TPOT within 1.5x on 97% of 784 measured configurations it was not fitted on (MAPE 12.6%) "
-               "and 95% of 42 public measurements (MAPE 15.6%)",
+               "TPOT within 1.5x on 97% of 784 measured configurations it was not fitted on (MAPE 12.5%) "
+               "and 95% of 42 public measurements (MAPE 15.2%)",
 }
 FIDELITY_SOURCE = "README, Fidelity on measured configurations (benchmarks/bench_fidelity.py)"
 
