@@ -293,3 +293,22 @@ def test_prefix_cache_column_is_checked():
     text = HEADER + ",prefix_cache_hit_rate\nllama-3.1-8b,h200-sxm,fp8,1,64,2000,100,vllm,9.7,1.5\n"
     with pytest.raises(MeasurementError, match="m.csv:2: column 'prefix_cache_hit_rate': must be a number from 0 to 1"):
         parse_measurements(text, "m.csv")
+
+
+# ---------------------------------------------------------------- a release's own share of prefill ahead
+def test_validate_reads_the_release_share_of_sglang_0_5_1(tmp_path, capsys):
+    """SGLang 0.5.1 prefilled most of a wave before a request's first token (0.617 of the other
+    prompts against SGLang's 0.117): its row predicts a shorter TPOT and a longer TTFT than the
+    same configuration under 0.5.6, and an unversioned row gets SGLang's share."""
+    f = tmp_path / "m.csv"
+    row = "qwen3-32b,h100-sxm,bf16,4,64,2048,128,sglang,25,2500,{}\n"
+    f.write_text(HEADER + ",measured_ttft_ms,engine_version\n" + row.format("0.5.1.post1") + row.format("0.5.6.post2")
+                 + row.format(""), encoding="utf-8")
+    code, out, _ = run(capsys, ["validate", str(f), "--json"])
+    assert code == 0
+    old, new, plain = json.loads(out)["rows"]
+    assert old["predicted_tpot_ms"] < 0.85 * new["predicted_tpot_ms"]
+    assert old["predicted_ttft_ms"] > 2 * new["predicted_ttft_ms"]
+    assert plain["predicted_tpot_ms"] == new["predicted_tpot_ms"] and plain["predicted_ttft_ms"] == new["predicted_ttft_ms"]
+    # the decode step without the benchmark's prefill is the same: only the share differs
+    assert old["step_time_ms"] == new["step_time_ms"]
