@@ -131,12 +131,15 @@ def on_demand_plan(lp: LinearProblem, prob: FleetProblem, pd: ProductData,
                        objective=cost, values=x, mip_gap=None)
 
 
-# First time slice of one configuration's MIP in a multi-hour search (s); a MIP not finished in
-# its slice goes back in the queue and gets four times as long when it comes round again.
-MIP_SLICE_S = 1.0
+# First slice of one configuration's MIP in a multi-hour search, in branch-and-bound nodes: a
+# count, so where a slice ends (and so which plan the search keeps) is the same on every machine
+# and at any load, where a slice of seconds ended wherever the clock said (about a second of
+# HiGHS on these MIPs here). A MIP not finished in its slice goes back in the queue and gets four
+# times as many nodes when it comes round again.
+MIP_SLICE_NODES = 2000
 
 
-# Slices a MIP gets at most (1 + 4 + ... + 4^5 s = 22.75 min without a deadline) before its bound is left open.
+# Slices a MIP gets at most (500 x (1 + 4 + ... + 4^5) = 682,500 nodes) before its bound is left open.
 MIP_MAX_TRIES = 6
 
 
@@ -321,8 +324,8 @@ class _BestFirst:
     """The open choice with the lowest bound is taken next; a choice known only by its quick bound
     gets its LP bound and goes back, one with an LP bound gets its MIP, which only looks for plans
     cheaper than the best so far (``incumbent_value`` to start with). Each LP and MIP holds only
-    the columns of its own choice. A MIP gets a time slice that grows each time it comes back, so
-    one hard choice cannot hold up the others."""
+    the columns of its own choice. A MIP gets a slice of nodes that grows each time it comes back,
+    so one hard choice cannot hold up the others."""
 
     def __init__(self, lp: LinearProblem, prob: FleetProblem, pd: ProductData, solver: Solver, deadline: Deadline,
                  mip_rel_gap: float, incumbent_value: float) -> None:
@@ -380,16 +383,13 @@ class _BestFirst:
                 heapq.heappush(heap, (again, n, tries + 1, choice))
 
     def mip(self, choice: Choice, bound: float, tries: int) -> float | None:
-        """Solve the MIP of ``choice`` in its time slice, keeping a cheaper plan; returns the bound to
-        queue it again with when the slice ran out, else None (done, pruned or left open)."""
+        """Solve the MIP of ``choice`` in its slice of nodes, keeping a cheaper plan; returns the bound
+        to queue it again with when the slice ran out, else None (done, pruned or left open)."""
         lower, upper = self.fix(choice)
         incumbent = self.incumbent()
         cutoff = incumbent * (1 - self.gap) if not math.isinf(incumbent) else None
-        limit = MIP_SLICE_S * 4 ** (tries - 1)
-        left = self.deadline.solver_limit()
-        res = solve_restricted(self.lp, lower, upper, self.solver,
-                               time_limit_s=limit if left is None else min(limit, left),
-                               mip_rel_gap=self.gap, cutoff=cutoff)
+        res = solve_restricted(self.lp, lower, upper, self.solver, time_limit_s=self.deadline.solver_limit(),
+                               mip_rel_gap=self.gap, cutoff=cutoff, node_limit=MIP_SLICE_NODES * 4 ** (tries - 1))
         if res.status in (Status.INFEASIBLE, Status.CUTOFF):
             return None
         if res.values and float(res.objective or 0.0) < incumbent - 1e-7:

@@ -83,23 +83,25 @@ HIGHS_NODE_LIMIT = 2000
 
 
 def solve(lp: LinearProblem, solver: Solver = "highs", time_limit_s: float | None = None, mip_rel_gap: float = 1e-6,
-          cutoff: float | None = None, handover: bool = True, start: list[float] | None = None) -> SolveResult:
+          cutoff: float | None = None, handover: bool = True, start: list[float] | None = None,
+          node_limit: int | None = None) -> SolveResult:
     """Solve ``lp`` with ``solver`` (``highs`` or ``ortools``). With ``highs`` and ``handover`` a
     MIP not proven within :data:`HIGHS_NODE_LIMIT` nodes is handed to SCIP (OR-Tools) for the rest
-    of the time; the result names both. With ``cutoff``, see :meth:`Session.solve`; ``start`` is a
-    solution HiGHS may start its MIP search from (ignored where it is not feasible)."""
+    of the time; the result names both. With ``cutoff`` and ``node_limit``, see
+    :meth:`Session.solve`; ``start`` is a solution HiGHS may start its MIP search from (ignored
+    where it is not feasible)."""
     return Session(lp, solver).solve(lp.col_lower, lp.col_upper, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap,
-                                     cutoff=cutoff, handover=handover, start=start)
+                                     cutoff=cutoff, handover=handover, start=start, node_limit=node_limit)
 
 
 def solve_restricted(lp: LinearProblem, lower: list[float], upper: list[float], solver: Solver = "highs", *,
                      relax: bool = False, time_limit_s: float | None = None, mip_rel_gap: float = 1e-6,
-                     cutoff: float | None = None) -> SolveResult:
+                     cutoff: float | None = None, node_limit: int | None = None) -> SolveResult:
     """Solve ``lp`` under column bounds ``lower``/``upper`` (the MIP, or its LP relaxation with
     ``relax``) by giving the solver only the columns not fixed at zero
     (:meth:`LinearProblem.restricted`); the values come back for every column of ``lp``. The same
     optimum as solving the whole problem under those bounds, at the size of what is left free.
-    With ``cutoff``, see :meth:`Session.solve`."""
+    With ``cutoff`` and ``node_limit``, see :meth:`Session.solve`."""
     part = lp.restricted(lower, upper)
     if part is None:
         return SolveResult(solver=str(solver), status=Status.INFEASIBLE,
@@ -110,7 +112,7 @@ def solve_restricted(lp: LinearProblem, lower: list[float], upper: list[float], 
         return SolveResult(solver=str(solver), status=Status.OPTIMAL, termination="nothing left to choose",
                            objective=lp.objective_constant, values=values, mip_gap=0.0)
     res = solve(sub.relaxed() if relax else sub, solver, time_limit_s=time_limit_s, mip_rel_gap=mip_rel_gap,
-                cutoff=cutoff)
+                cutoff=cutoff, node_limit=node_limit)
     if res.values:
         values = [0.0] * lp.num_cols
         for j, x in zip(kept, res.values):
@@ -155,31 +157,41 @@ class Session:
 
     def solve(self, lower: list[float], upper: list[float], *, relax: bool = False, time_limit_s: float | None = None,
               mip_rel_gap: float = 1e-6, cutoff: float | None = None, handover: bool = True,
-              start: list[float] | None = None) -> SolveResult:
+              start: list[float] | None = None, node_limit: int | None = None) -> SolveResult:
         """Solve under column bounds ``lower``/``upper`` (the MIP, or its LP relaxation with ``relax``);
         ``handover=False`` keeps a MIP on HiGHS to the end (no hand-over to SCIP).
 
         With ``cutoff`` only a solution costing less is wanted: a MIP stops as soon as its bound
         reaches the cutoff (status ``cutoff``: no such solution). HiGHS is interrupted from its
-        MIP callback, leaving the model as it is; SCIP gets the objective as a row."""
-        cutoff = None if cutoff is None or math.isinf(cutoff) or relax else cutoff
+        MIP callback, leaving the model as it is; SCIP gets the objective as a row.
 
-        def scip(limit: float | None) -> SolveResult:
+        ``node_limit`` bounds a MIP's work in branch-and-bound nodes, HiGHS's and then SCIP's
+        together: a MIP that reaches it stops with its best solution and bound (status
+        ``time_limit``), the same on any machine at any load, where a time limit stops it wherever
+        the clock says."""
+        cutoff = None if cutoff is None or math.isinf(cutoff) or relax else cutoff
+        nodes = None if relax else node_limit
+
+        def scip(limit: float | None, scip_nodes: int | None) -> SolveResult:
             lp = self.lp.with_bounds(list(lower), list(upper))
             lp = lp.relaxed() if relax else lp
-            res = _solve_ortools(lp if cutoff is None else with_cutoff_row(lp, cutoff), limit, mip_rel_gap)
+            res = _solve_ortools(lp if cutoff is None else with_cutoff_row(lp, cutoff), limit, mip_rel_gap, scip_nodes)
             if cutoff is not None and res.status == "infeasible":
                 return replace(res, status="cutoff", termination=f"no solution below {cutoff:,.2f}")
             return res
 
         if self.solver == "ortools":
-            return scip(time_limit_s)
+            return scip(time_limit_s, nodes)
+        highs_nodes = None if relax else min(HIGHS_NODE_LIMIT if handover else 2**31 - 1, nodes or 2**31 - 1)
         first = self._run_highs(lower, upper, relax, time_limit_s, mip_rel_gap,
-                                None if relax or not handover else HIGHS_NODE_LIMIT, cutoff, start)
+                                None if highs_nodes == 2**31 - 1 else highs_nodes, cutoff, start)
         if first.status != "node_limit":
             return first
+        if not handover or (nodes is not None and nodes <= HIGHS_NODE_LIMIT):  # its nodes spent on HiGHS
+            return replace(first, status="time_limit", termination=f"stopped after {highs_nodes} nodes "
+                                                                  f"(gap {first.mip_gap or 0:.3%})")
         left = None if time_limit_s is None else max(0.05, time_limit_s - first.solve_time_s)
-        second = scip(left)
+        second = scip(left, None if nodes is None else nodes - HIGHS_NODE_LIMIT)
         if second.status == "cutoff":
             return replace(second, solver="highs+ortools")
         if not second.values and first.values:  # SCIP found nothing better to report
@@ -337,7 +349,8 @@ def _run(h: Any, highspy: Any, integer: bool) -> SolveResult:
     )
 
 
-def _solve_ortools(lp: LinearProblem, time_limit_s: float | None, mip_rel_gap: float) -> SolveResult:
+def _solve_ortools(lp: LinearProblem, time_limit_s: float | None, mip_rel_gap: float,
+                   node_limit: int | None = None) -> SolveResult:
     from ortools.linear_solver import pywraplp
 
     s = pywraplp.Solver.CreateSolver("SCIP")
@@ -348,6 +361,8 @@ def _solve_ortools(lp: LinearProblem, time_limit_s: float | None, mip_rel_gap: f
     s.SetSolverSpecificParametersAsString("misc/catchctrlc = FALSE\n")
     if time_limit_s is not None:
         s.SetTimeLimit(max(1, int(time_limit_s * 1000)))
+    if node_limit is not None:  # a count: where it stops is the same on any machine
+        s.SetSolverSpecificParametersAsString(f"misc/catchctrlc = FALSE\nlimits/nodes = {max(1, int(node_limit))}\n")
     inf = s.infinity()
     xs = []
     for j in range(lp.num_cols):

@@ -113,7 +113,7 @@ def test_search_finds_the_whole_models_optimum(catalog, examples, case):
 
 @pytest.mark.parametrize("short_usd, status", [(0.5, "optimal"), (5.0, "time_limit")])
 def test_a_bound_stalled_within_a_dollar_of_the_gap_counts_as_proven(catalog, examples, monkeypatch, short_usd, status):
-    """Every MIP of the search ends at its time slice with its bound ``short_usd`` a month below
+    """Every MIP of the search ends at its slice with its bound ``short_usd`` a month below
     what ``mip_rel_gap`` asks: half a dollar short is proven (optimal, the gap reported as proven),
     five dollars short is left open (time_limit)."""
     from dataclasses import replace
@@ -139,3 +139,45 @@ def test_a_bound_stalled_within_a_dollar_of_the_gap_counts_as_proven(catalog, ex
     assert res.status == status
     assert res.objective == pytest.approx(exact.objective, rel=1e-6)
     assert res.objective * res.mip_gap == pytest.approx(1e-4 * res.objective + short_usd, rel=1e-6)
+
+
+def test_mip_slices_are_counted_in_nodes_not_seconds(catalog, examples, monkeypatch):
+    """Where a MIP's slice ends decides which plan the search keeps, so it must not depend on the
+    machine or its load: each MIP gets a node count (2,000, four times more each time it comes
+    back) and no time limit of its own (none here, without a deadline)."""
+    from fleetplan.optimizer import search
+
+    product, options, limits = CASES["api-tiers-spot"]
+    prob = _problem(catalog, examples, product, options, limits)
+    seen = []
+    real = search.solve_restricted
+
+    def spy(lp, lower, upper, solver, **kw):
+        if not kw.get("relax"):
+            seen.append((kw.get("node_limit"), kw.get("time_limit_s")))
+        return real(lp, lower, upper, solver, **kw)
+
+    monkeypatch.setattr(search, "solve_restricted", spy)
+    res, _, _ = solve_by_configuration(prob, "chat", "highs", mip_rel_gap=1e-4)
+    assert res.optimal and seen
+    assert all(n in [search.MIP_SLICE_NODES * 4**k for k in range(search.MIP_MAX_TRIES)] and t is None for n, t in seen)
+    assert search.MIP_SLICE_NODES == 2000
+
+
+def test_a_node_limit_stops_highs_and_scip_at_a_count(catalog, examples):
+    """A node limit stops a MIP with its best plan and bound (``time_limit``), on HiGHS alone up to
+    its hand-over count and on SCIP after it; the same result every time."""
+    from fleetplan.optimizer.solvers import HIGHS_NODE_LIMIT, solve
+
+    product, options, limits = CASES["api-tiers-spot"]
+    prob = _problem(catalog, examples, product, options, limits)
+    lp = to_linear_problem(build_model(prob))
+    full = solve(lp, "highs", mip_rel_gap=1e-9)
+    assert full.optimal
+    for nodes in (1, HIGHS_NODE_LIMIT + 1):
+        runs = [solve(lp, "highs", mip_rel_gap=1e-9, node_limit=nodes) for _ in range(2)]
+        assert runs[0].status in ("optimal", "time_limit") and runs[0].values
+        assert (runs[0].status, runs[0].objective, runs[0].values) == (runs[1].status, runs[1].objective, runs[1].values)
+        assert runs[0].objective >= full.objective - 1e-6
+    one = solve(lp, "highs", mip_rel_gap=1e-9, node_limit=1)  # the root leaves a 21% gap here
+    assert one.status == "time_limit" and one.termination.startswith("stopped after 1 nodes (gap ")
