@@ -182,12 +182,13 @@ class Session:
 
         if self.solver == "ortools":
             return scip(time_limit_s, nodes)
-        highs_nodes = None if relax else min(HIGHS_NODE_LIMIT if handover else 2**31 - 1, nodes or 2**31 - 1)
-        first = self._run_highs(lower, upper, relax, time_limit_s, mip_rel_gap,
-                                None if highs_nodes == 2**31 - 1 else highs_nodes, cutoff, start)
+        # HiGHS stops at the hand-over count or at the MIP's own nodes, whichever comes first
+        caps = [n for n in (HIGHS_NODE_LIMIT if handover and not relax else None, nodes) if n is not None]
+        highs_nodes = min(caps) if caps else None
+        first = self._run_highs(lower, upper, relax, time_limit_s, mip_rel_gap, highs_nodes, cutoff, start)
         if first.status != "node_limit":
             return first
-        if not handover or (nodes is not None and nodes <= HIGHS_NODE_LIMIT):  # its nodes spent on HiGHS
+        if highs_nodes == nodes:  # the MIP's nodes are spent: no hand-over
             return replace(first, status="time_limit", termination=f"stopped after {highs_nodes} nodes "
                                                                   f"(gap {first.mip_gap or 0:.3%})")
         left = None if time_limit_s is None else max(0.05, time_limit_s - first.solve_time_s)
@@ -357,12 +358,14 @@ def _solve_ortools(lp: LinearProblem, time_limit_s: float | None, mip_rel_gap: f
     if s is None:  # pragma: no cover - SCIP ships with ortools wheels
         return SolveResult(solver="ortools", status="error", termination="SCIP backend not available")
     s.SetNumThreads(1)
-    # SCIP would catch Ctrl-C itself and return its best plan; leave the signal to fleetplan
-    s.SetSolverSpecificParametersAsString("misc/catchctrlc = FALSE\n")
+    # SCIP would catch Ctrl-C itself and return its best plan; leave the signal to fleetplan. A node
+    # limit is a count: where it stops is the same on any machine.
+    settings = "misc/catchctrlc = FALSE\n"
+    if node_limit is not None:
+        settings += f"limits/nodes = {max(1, int(node_limit))}\n"
+    s.SetSolverSpecificParametersAsString(settings)
     if time_limit_s is not None:
         s.SetTimeLimit(max(1, int(time_limit_s * 1000)))
-    if node_limit is not None:  # a count: where it stops is the same on any machine
-        s.SetSolverSpecificParametersAsString(f"misc/catchctrlc = FALSE\nlimits/nodes = {max(1, int(node_limit))}\n")
     inf = s.infinity()
     xs = []
     for j in range(lp.num_cols):
