@@ -268,6 +268,13 @@ def print_plan(d: dict[str, Any], console: Console) -> None:
     if hours > 1 or any(v for k, v in d["monthly_cost_breakdown_usd"].items() if k != Tier.ON_DEMAND):
         b = d["monthly_cost_breakdown_usd"]
         console.print("cost breakdown per month: " + ", ".join(f"{k} ${v:,.0f}" for k, v in b.items()))
+    gb = d.get("gap_breakdown_usd")
+    if gb and d.get("mip_gap"):
+        console.print(
+            f"gap {pct(d['mip_gap'])}: lower bound ${gb['lower_bound']:,.0f} per month; each product planned alone "
+            f"${gb['products_alone']:,.0f}; GPU types chosen to share instances +${gb['gpu_types_shared']:,.0f}; "
+            f"idle instance GPUs and spot replicas on them +${gb['idle_instance_gpus']:,.0f} (no lower bound prices "
+            f"whole instances)")
     explained: set[str] = set()
     for p in d["products"]:
         name = p["name"]

@@ -15,6 +15,7 @@ from fleetplan.optimizer.enums import Status, Tier
 from fleetplan.optimizer.errors import InfeasibleError, SolverError
 from fleetplan.optimizer.formulation import build_model
 from fleetplan.optimizer.linear import LinearProblem, to_linear_problem
+from fleetplan.optimizer.portfolio import GroupBound
 from fleetplan.optimizer.problem import FleetProblem
 from fleetplan.optimizer.reductions import reduced
 from fleetplan.optimizer.scenario import Product
@@ -51,7 +52,7 @@ class Solved:
 
     components: list[list[str]]
     decomposed: list[list[str]]
-    bounds: list[float] = field(default_factory=list)  # a lower bound of each decomposed group
+    bounds: list[GroupBound] = field(default_factory=list)  # each decomposed group's bound and costs
     parts: dict[str, Part] = field(default_factory=dict)
     models: dict[int, LinearProblem] = field(default_factory=dict)
     plans: dict[str, ProductPlan] = field(default_factory=dict)
@@ -124,10 +125,10 @@ def solve_one_by_one(whole: FleetProblem, names: list[str], solver: Solver, dead
 
 
 def one_by_one_result(plan: Plan, groups: list[list[str]], parts: dict[str, Part], solver: Solver,
-                       mip_rel_gap: float, bounds: list[float]) -> SolveResult:
+                       mip_rel_gap: float, bounds: list[GroupBound]) -> SolveResult:
     """The plan's result when some coupled groups were planned product by product: within the shared
     limits or an error naming them, and its gap against the groups' lower ``bounds`` plus the
-    other products' own bounds."""
+    other products' own bounds; where the gap lies (:func:`gap_breakdown`) is in its termination."""
     prob = plan.problem
     members = {n for g in groups for n in g}
     mine = [pp for pp in plan.products if pp.product.name in members]
@@ -143,15 +144,42 @@ def one_by_one_result(plan: Plan, groups: list[list[str]], parts: dict[str, Part
             raise SolverError(
                 f"limits.gpu_availability: planned one by one the coupled products need {max(row)} {gpu} {tier} GPUs "
                 f"of the {limit} available; no plan within the limits was found")
-    unique = {id(p.result): p.result for n, p in parts.items() if n not in members}
-    bound = sum(bounds) + sum(float(r.objective or 0.0) * (1 - (r.mip_gap or 0.0)) for r in unique.values())
+    parts_usd = gap_breakdown(plan, groups, parts, bounds)
     total = plan.monthly_cost_usd
-    gap = max(0.0, (total - bound) / total) if total else 0.0
+    gap = max(0.0, (total - parts_usd["lower_bound"]) / total) if total else 0.0
     if gap <= mip_rel_gap:
         return replace(plan.solve_result, status=Status.OPTIMAL, mip_gap=gap)
     return replace(plan.solve_result, status=Status.TIME_LIMIT, mip_gap=gap,
                    termination=f"planned product by product within the shared limits (gap {gap:.3%} against a "
-                               f"lower bound of the group)")
+                               f"lower bound of the group; {gap_text(parts_usd)})")
+
+
+def gap_breakdown(plan: Plan, groups: list[list[str]], parts: dict[str, Part], bounds: list[GroupBound]
+                  ) -> dict[str, float]:
+    """Where a plan with groups planned product by product stands, USD per month: ``lower_bound``
+    (the groups' bounds plus the other MIPs' proven bounds); ``products_alone`` (each product of
+    those groups on its cheapest plan found alone, plus the other MIPs' plans); ``gpu_types_shared``
+    (what the GPU types chosen together, so that products share whole instances, add to that);
+    ``idle_instance_gpus`` (the rest of the plan's cost: idle GPUs of whole instances and the
+    spot replicas run on them). The last three add up to the plan's cost. No lower bound of a
+    group prices its whole instances, so the last two are the part of the gap a longer search
+    cannot close."""
+    members = {n for g in groups for n in g}
+    unique = {id(p.result): p.result for n, p in parts.items() if n not in members}
+    others = sum(float(r.objective or 0.0) for r in unique.values())
+    lower = sum(b.lower_usd for b in bounds) + sum(
+        float(r.objective or 0.0) * (1 - (r.mip_gap or 0.0)) for r in unique.values())
+    alone = sum(b.alone_usd for b in bounds) + others
+    shared = sum(b.chosen_usd - b.alone_usd for b in bounds)
+    return {"lower_bound": lower, "products_alone": alone, "gpu_types_shared": shared,
+            "idle_instance_gpus": plan.monthly_cost_usd - alone - shared}
+
+
+def gap_text(parts_usd: dict[str, float]) -> str:
+    """One clause on what :func:`gap_breakdown` found above the products planned alone."""
+    return (f"each product planned alone ${parts_usd['products_alone']:,.0f}, GPU types chosen to share "
+            f"instances +${parts_usd['gpu_types_shared']:,.0f}, idle instance GPUs and spot replicas on them "
+            f"+${parts_usd['idle_instance_gpus']:,.0f}, which no lower bound prices")
 
 
 def coupled_components(prob: FleetProblem) -> list[list[str]]:

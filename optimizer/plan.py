@@ -20,6 +20,7 @@ from fleetplan.optimizer.binding import Resolve, binding_limits
 from fleetplan.optimizer.budget import check_budget
 from fleetplan.optimizer.components import (
     combined_result,
+    gap_breakdown,
     one_by_one_result,
     solve_components,
 )
@@ -173,6 +174,7 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: Solver, alternativ
     if solved.decomposed:
         plan.solve_result = one_by_one_result(plan, solved.decomposed, solved.parts, solver, opts.mip_rel_gap,
                                               solved.bounds)
+        plan.gap_breakdown_usd = gap_breakdown(plan, solved.decomposed, solved.parts, solved.bounds)
     if not pooled:
         return plan
     for name, pd in prob.products.items():

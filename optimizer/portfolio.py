@@ -50,6 +50,18 @@ API_ONLY = "api"
 
 
 @dataclass(frozen=True)
+class GroupBound:
+    """What planning a group product by product proves and costs, USD per month: a lower bound on
+    the group's joint optimum; the products' cheapest plans found alone, summed; and the plans
+    chosen together (GPU types that share instances) before idle instance GPUs were filled. The
+    plan costs ``chosen_usd`` plus its idle instance GPUs and the spot replicas run on them."""
+
+    lower_usd: float
+    alone_usd: float
+    chosen_usd: float
+
+
+@dataclass(frozen=True)
 class Option:
     """One way a product can run in a master problem: its decode GPU type (``API_ONLY`` for
     none), a cost in USD per month and the GPUs it runs per GPU type in each hour of the horizon."""
@@ -428,11 +440,11 @@ MASTER_GAP = 1e-3
 
 
 def plan_group(whole: FleetProblem, names: list[str], solver: str, deadline: Deadline, gap: float
-               ) -> tuple[list[Any], float]:
+               ) -> tuple[list[Any], GroupBound]:
     """Plan a coupled group too large for one MIP (see the module's docstring): returns each
-    product's :func:`~fleetplan.optimizer.components.solve_component` outcome, in order, and a lower bound on the group's
-    joint optimum (the larger of the sum of each product's own lower bound and
-    :func:`instance_bound`).
+    product's :func:`~fleetplan.optimizer.components.solve_component` outcome, in order, and a
+    :class:`GroupBound`: a lower bound on the group's joint optimum (the larger of the sum of each
+    product's own lower bound and :func:`instance_bound`) and what the plan's cost is made of.
 
     Every product first gets a plan without a solver on every decode GPU type
     (:func:`rule_plans_by_type`), so a plan exists whatever the deadline leaves; each product's own
@@ -445,10 +457,17 @@ def plan_group(whole: FleetProblem, names: list[str], solver: str, deadline: Dea
     own = _own_plans(whole, known, solver, deadline.share(OWN_SHARE), product_gap)
     alone = {n: whole.restrict([n], limits=False) for n in names}
     if any(not known[n] for n in names):
-        return [(alone[n], None, None, None, None) for n in names], 0.0
+        return [(alone[n], None, None, None, None) for n in names], GroupBound(0.0, 0.0, 0.0)
     bound = max(sum(own.values()), instance_bound(whole, names, solver, deadline.share(BOUND_SHARE), MASTER_GAP))
-    plans = _plans_on_chosen_types(whole, known, solver, deadline, product_gap)
-    return [(alone[n], plans[n][1], None, plans[n][0], plans[n][2]) for n in names], bound
+    plans, chosen_usd = _plans_on_chosen_types(whole, known, solver, deadline, product_gap)
+    alone_usd = sum(min(_cost(f) for f in known[n].values()) for n in names)
+    return ([(alone[n], plans[n][1], None, plans[n][0], plans[n][2]) for n in names],
+            GroupBound(bound, alone_usd, chosen_usd))
+
+
+def _cost(found: Found) -> float:
+    """USD per month of a product plan (its search's objective)."""
+    return float(found[0].objective or 0.0)
 
 
 def _keep(known: dict[str, Found], found: Found, name: str) -> None:
@@ -476,29 +495,32 @@ def idle_prices(whole: FleetProblem) -> list[dict[str, float]]:
 
 
 def _cheapest_choice(whole: FleetProblem, known: dict[str, dict[str, Found]], start: dict[str, str],
-                     seen: dict[int, Any]) -> dict[str, Found]:
+                     seen: dict[int, Any]) -> tuple[dict[str, Found], float]:
     """The plans :func:`_choose` picks with each of :func:`idle_prices`, and each product's own
     cheapest plan, idle GPUs filled: the cheapest of those within availability (the first among
-    equals), so the group never costs more than its products planned alone."""
-    best: tuple[bool, float, dict[str, Found]] | None = None
-    own = {n: min(plans, key=lambda g: (float(plans[g][0].objective or 0.0), g)) for n, plans in known.items()}
+    equals), so the group never costs more than its products planned alone; with the cost of the
+    plans chosen before their idle GPUs were filled."""
+    best: tuple[bool, float, dict[str, Found], float] | None = None
+    own = {n: min(plans, key=lambda g: (_cost(plans[g]), g)) for n, plans in known.items()}
     for idle in [None, *idle_prices(whole)]:  # None: each product's cheapest plan, as planned alone
         types = own if idle is None else _choose(whole, known, start, idle, seen)
-        plans = fill_idle_gpus(whole, {n: known[n][types[n]] for n in known})
+        chosen = {n: known[n][types[n]] for n in known}
+        plans = fill_idle_gpus(whole, chosen)
         key = (not within_availability(whole, [plan_gpus(f, n) for n, f in plans.items()]), group_cost(whole, plans))
         if best is None or key < best[:2]:
-            best = (*key, plans)
+            best = (*key, plans, sum(_cost(f) for f in chosen.values()))
     assert best is not None
-    return best[2]
+    return best[2], best[3]
 
 
 def _plans_on_chosen_types(whole: FleetProblem, known: dict[str, dict[str, Found]], solver: str,
-                           deadline: Deadline, gap: float) -> dict[str, Found]:
+                           deadline: Deadline, gap: float) -> tuple[dict[str, Found], float]:
     """GPU types chosen together over the plans in ``known`` (from each product's cheapest), then
     each product whose chosen plan came without a solver is searched on its type, cheapest
     first, and the types are chosen again; at most :data:`MAX_ROUNDS` rounds, or to the deadline.
     A product whose rule plans are exact is never searched: its rule plan on a decode type is its
-    optimum there (the cheapest decode split on that type with the cheapest pool split)."""
+    optimum there (the cheapest decode split on that type with the cheapest pool split).
+    Returns the plans, idle GPUs filled, and their cost before filling (:func:`_cheapest_choice`)."""
     from fleetplan.optimizer.product_optimum import exact_by_rule
 
     start = {n: min(plans, key=lambda g: (float(plans[g][0].objective or 0.0), g)) for n, plans in known.items()}

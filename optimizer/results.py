@@ -287,6 +287,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "monthly_cost_usd": sum(total_cents.values()) / 100,
         "objective_usd": _r(res.objective or 0.0, 2),
         "mip_gap": _r(res.mip_gap, 8),
+        "gap_breakdown_usd": ({k: _r(v, 2) for k, v in plan.gap_breakdown_usd.items()}
+                              if plan.gap_breakdown_usd is not None else None),
         "time_limit_s": plan.scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S,
         "stopped_by_time_limit": list(plan.stopped),
         "monthly_cost_breakdown_usd": {k: v / 100 for k, v in total_cents.items()},

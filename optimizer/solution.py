@@ -382,6 +382,8 @@ class Plan:
     pooling: dict[str, Any] | None = None
     stopped: list[str] = field(default_factory=list)  # stages cut short by the deadline
     binding_limits: list[dict[str, Any]] = field(default_factory=list)  # see :mod:`.binding`
+    # where the gap lies when groups were planned product by product (:func:`.components.gap_breakdown`)
+    gap_breakdown_usd: dict[str, float] | None = None
     # the solvers' values by column key (not in the plan's JSON): a start for re-plans of variants
     solution: dict[tuple[str, tuple[Any, ...]], float] = field(default_factory=dict)
 

@@ -70,9 +70,15 @@ def test_bounds_are_below_the_joint_optimum_and_the_plan_above(catalog, examples
     bound = portfolio.instance_bound(prob, names, "highs", Deadline.after(60), 1e-7)
     assert 0 < bound <= joint * (1 + 1e-9)
     outcomes, group_bound = portfolio.plan_group(prob, names, "highs", Deadline.after(120), 1e-6)
-    assert group_bound <= joint * (1 + 1e-9)
+    assert group_bound.lower_usd <= joint * (1 + 1e-9)
     plans = {n: (o[3], o[1], o[4]) for n, o in zip(names, outcomes)}
     cost = portfolio.group_cost(prob, plans)
+    # the products alone cost no more than the plans chosen together, and those, idle instance GPUs
+    # left out, no more than the plan
+    rules = sum(min(float(portfolio.rule_found(prob, r)[0].objective) for r in portfolio.rule_plans_by_type(prob, n).values())
+                for n in names)
+    assert group_bound.alone_usd <= rules * (1 + 1e-9)
+    assert group_bound.alone_usd <= group_bound.chosen_usd * (1 + 1e-9) <= cost * (1 + 1e-9)
     # a plan of the joint problem costs at least its optimum (idle instance GPUs are in its cost),
     # and not much more: idle GPUs run spot replicas, as the joint optimum runs them
     assert joint * (1 - 1e-9) <= cost <= joint * (1 + WITHIN[case])
@@ -95,6 +101,16 @@ def test_decomposed_plan_keeps_instances_and_availability(catalog, examples, mon
     assert joint * (1 - 1e-9) <= plan.monthly_cost_usd
     gap = plan.solve_result.mip_gap
     assert gap is not None and 0 <= gap < 1
+    # where the gap lies: the parts add up to the plan's cost, the bound gives the gap, and the idle
+    # instance GPUs cost at least the stranded GPUs left idle (plus the spot replicas run on the others)
+    parts = plan.gap_breakdown_usd
+    assert parts is not None
+    assert parts["products_alone"] + parts["gpu_types_shared"] + parts["idle_instance_gpus"] == pytest.approx(
+        plan.monthly_cost_usd, rel=1e-9)
+    assert gap == pytest.approx(max(0.0, 1 - parts["lower_bound"] / plan.monthly_cost_usd), abs=1e-9)
+    assert parts["gpu_types_shared"] >= -1e-6
+    assert parts["idle_instance_gpus"] >= sum(pp.stranded_usd for pp in plan.products) - 1e-6
+    assert parts["lower_bound"] <= joint * (1 + 1e-9)
     assert plan.solve_result.status == ("optimal" if gap <= scenario.options.mip_rel_gap else "time_limit")
 
 

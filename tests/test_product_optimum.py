@@ -89,10 +89,12 @@ def test_bounds_with_pools_are_below_the_joint_optimum(prob):
     bound = portfolio.instance_bound(prob, names, "highs", Deadline.after(60), 1e-7)
     assert 0 < bound <= joint * (1 + 1e-9)
     outcomes, group_bound = portfolio.plan_group(prob, names, "highs", Deadline.after(120), 1e-6)
-    assert group_bound <= joint * (1 + 1e-9)
-    # each product's own optimum is proven without a solver, so the bound is at least their sum
+    assert group_bound.lower_usd <= joint * (1 + 1e-9)
+    # each product's own optimum is proven without a solver, so the bound is at least their sum,
+    # and the products alone cost exactly that
     own = sum(own_optimum(prob.restrict([n], limits=False), n).cost_usd for n in names)
-    assert group_bound >= own * (1 - 1e-9)
+    assert group_bound.lower_usd >= own * (1 - 1e-9)
+    assert group_bound.alone_usd == pytest.approx(own, rel=1e-9)
     cost = portfolio.group_cost(prob, {n: (o[3], o[1], o[4]) for n, o in zip(names, outcomes)})
     assert joint * (1 - 1e-9) <= cost and not math.isinf(cost)
 
