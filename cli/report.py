@@ -272,9 +272,9 @@ def print_plan(d: dict[str, Any], console: Console) -> None:
     if gb and d.get("mip_gap"):
         console.print(
             f"gap {pct(d['mip_gap'])}: lower bound ${gb['lower_bound']:,.0f} per month; each product planned alone "
-            f"${gb['products_alone']:,.0f}; GPU types chosen to share instances +${gb['gpu_types_shared']:,.0f}; "
-            f"idle instance GPUs and spot replicas on them +${gb['idle_instance_gpus']:,.0f} (no lower bound prices "
-            f"whole instances)")
+            f"${gb['products_alone']:,.0f}; sharing whole instances (GPU types chosen together, spot replicas and "
+            f"API shares on idle GPUs) +${gb['sharing_instances']:,.0f}; idle instance GPUs "
+            f"+${gb['idle_instance_gpus']:,.0f} (no lower bound prices whole instances)")
     explained: set[str] = set()
     for p in d["products"]:
         name = p["name"]

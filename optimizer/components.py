@@ -158,28 +158,28 @@ def gap_breakdown(plan: Plan, groups: list[list[str]], parts: dict[str, Part], b
                   ) -> dict[str, float]:
     """Where a plan with groups planned product by product stands, USD per month: ``lower_bound``
     (the groups' bounds plus the other MIPs' proven bounds); ``products_alone`` (each product of
-    those groups on its cheapest plan found alone, plus the other MIPs' plans); ``gpu_types_shared``
-    (what the GPU types chosen together, so that products share whole instances, add to that);
-    ``idle_instance_gpus`` (the rest of the plan's cost: idle GPUs of whole instances and the
-    spot replicas run on them). The last three add up to the plan's cost. No lower bound of a
-    group prices its whole instances, so the last two are the part of the gap a longer search
-    cannot close."""
+    those groups on its cheapest plan found alone, plus the other MIPs' plans without their idle
+    instance GPUs); ``sharing_instances`` (what the products' plans cost above that so that they
+    share whole instances: GPU types chosen together, spot replicas on idle GPUs, API shares served
+    there); ``idle_instance_gpus`` (GPUs of whole instances left idle). The last three add up to
+    the plan's cost. No lower bound of a group prices its whole instances: the last two stay in
+    the gap however long the search runs."""
     members = {n for g in groups for n in g}
     unique = {id(p.result): p.result for n, p in parts.items() if n not in members}
-    others = sum(float(r.objective or 0.0) for r in unique.values())
+    idle = sum(pp.stranded_usd for pp in plan.products)
     lower = sum(b.lower_usd for b in bounds) + sum(
         float(r.objective or 0.0) * (1 - (r.mip_gap or 0.0)) for r in unique.values())
-    alone = sum(b.alone_usd for b in bounds) + others
-    shared = sum(b.chosen_usd - b.alone_usd for b in bounds)
-    return {"lower_bound": lower, "products_alone": alone, "gpu_types_shared": shared,
-            "idle_instance_gpus": plan.monthly_cost_usd - alone - shared}
+    alone = sum(b.alone_usd for b in bounds) + sum(float(r.objective or 0.0) for r in unique.values()) - sum(
+        pp.stranded_usd for pp in plan.products if pp.product.name not in members)
+    return {"lower_bound": lower, "products_alone": alone,
+            "sharing_instances": plan.monthly_cost_usd - alone - idle, "idle_instance_gpus": idle}
 
 
 def gap_text(parts_usd: dict[str, float]) -> str:
     """One clause on what :func:`gap_breakdown` found above the products planned alone."""
-    return (f"each product planned alone ${parts_usd['products_alone']:,.0f}, GPU types chosen to share "
-            f"instances +${parts_usd['gpu_types_shared']:,.0f}, idle instance GPUs and spot replicas on them "
-            f"+${parts_usd['idle_instance_gpus']:,.0f}, which no lower bound prices")
+    return (f"each product planned alone ${parts_usd['products_alone']:,.0f}, sharing whole instances "
+            f"+${parts_usd['sharing_instances']:,.0f}, idle instance GPUs +${parts_usd['idle_instance_gpus']:,.0f}, "
+            f"which no lower bound prices")
 
 
 def coupled_components(prob: FleetProblem) -> list[list[str]]:

@@ -492,8 +492,10 @@ def define_mix_prefill_pool_meets_demand(m: ConcreteModel, prob: FleetProblem) -
 
 
 def gpus_in_hour(m: ConcreteModel, prob: FleetProblem, gpu: str, h: int) -> object:
-    """Expression: GPUs of type ``gpu`` running in hour ``h`` (decode and prefill pools)."""
-    return sum(c.gpus_per_replica * replicas_in_hour(m, prob, c.key, h) for c in prob.all_candidates() if c.gpu == gpu) + sum(
+    """Expression: GPUs of type ``gpu`` running in hour ``h`` (decode and prefill pools), with
+    those products outside the problem run in the same instances (``prob.gpus_elsewhere``)."""
+    elsewhere = prob.gpus_elsewhere[gpu][1][h] if gpu in prob.gpus_elsewhere else 0
+    return elsewhere + sum(c.gpus_per_replica * replicas_in_hour(m, prob, c.key, h) for c in prob.all_candidates() if c.gpu == gpu) + sum(
         k.gpus_per_replica * pool_replicas_in_hour(m, prob, k.key, h) for k in prob.all_pool() if k.gpu == gpu
     )
 
@@ -535,16 +537,26 @@ def define_gpu_availability(m: ConcreteModel, prob: FleetProblem) -> None:
 def stranded_gpu_cost(m: ConcreteModel, prob: FleetProblem) -> object:
     """USD per month of GPUs bought with instances but left idle, at the plain GPU-hour price."""
     if not hasattr(m, "instances"):
-        return 0
+        return idle_elsewhere_usd(prob, set())
     price = {}
     for c in prob.all_candidates():
         price.setdefault(c.gpu, c.price.usd_per_gpu_hour)
     for k in prob.all_pool():
         price.setdefault(k.gpu, k.price.usd_per_gpu_hour)
+    declared = {g for g, _ in m.instances.index_set()}
     return sum(
         price[g] * prob.weight(h) * (prob.instance_gpus[g] * m.instances[g, h] - gpus_in_hour(m, prob, g, h))
         for (g, h) in m.instances.index_set()
-    )
+    ) + idle_elsewhere_usd(prob, declared)
+
+
+def idle_elsewhere_usd(prob: FleetProblem, declared: set[str]) -> float:
+    """USD per month of the idle GPUs in the instances of GPU types that only products outside
+    the problem run (``prob.gpus_elsewhere`` on a type not in ``declared``): a constant, so that
+    plans that leave different GPU types to the others cost what the whole group pays."""
+    return sum(price * prob.weight(h) * (math.ceil(n / prob.instance_gpus[g] - 1e-9) * prob.instance_gpus[g] - n)
+               for g, (price, row) in sorted(prob.gpus_elsewhere.items()) if g not in declared
+               for h, n in enumerate(row))
 
 
 def monthly_cost_expression(m: ConcreteModel, prob: FleetProblem) -> object:

@@ -51,14 +51,12 @@ API_ONLY = "api"
 
 @dataclass(frozen=True)
 class GroupBound:
-    """What planning a group product by product proves and costs, USD per month: a lower bound on
-    the group's joint optimum; the products' cheapest plans found alone, summed; and the plans
-    chosen together (GPU types that share instances) before idle instance GPUs were filled. The
-    plan costs ``chosen_usd`` plus its idle instance GPUs and the spot replicas run on them."""
+    """What planning a group product by product proves, USD per month: a lower bound on the group's
+    joint optimum, and the products' cheapest plans found alone, summed (what the group would cost
+    if whole instances cost nothing)."""
 
     lower_usd: float
     alone_usd: float
-    chosen_usd: float
 
 
 @dataclass(frozen=True)
@@ -457,12 +455,11 @@ def plan_group(whole: FleetProblem, names: list[str], solver: str, deadline: Dea
     own = _own_plans(whole, known, solver, deadline.share(OWN_SHARE), product_gap)
     alone = {n: whole.restrict([n], limits=False) for n in names}
     if any(not known[n] for n in names):
-        return [(alone[n], None, None, None, None) for n in names], GroupBound(0.0, 0.0, 0.0)
+        return [(alone[n], None, None, None, None) for n in names], GroupBound(0.0, 0.0)
     bound = max(sum(own.values()), instance_bound(whole, names, solver, deadline.share(BOUND_SHARE), MASTER_GAP))
-    plans, chosen_usd = _plans_on_chosen_types(whole, known, solver, deadline, product_gap)
+    plans = _plans_on_chosen_types(whole, known, solver, deadline, product_gap)
     alone_usd = sum(min(_cost(f) for f in known[n].values()) for n in names)
-    return ([(alone[n], plans[n][1], None, plans[n][0], plans[n][2]) for n in names],
-            GroupBound(bound, alone_usd, chosen_usd))
+    return [(alone[n], plans[n][1], None, plans[n][0], plans[n][2]) for n in names], GroupBound(bound, alone_usd)
 
 
 def _cost(found: Found) -> float:
@@ -495,38 +492,37 @@ def idle_prices(whole: FleetProblem) -> list[dict[str, float]]:
 
 
 def _cheapest_choice(whole: FleetProblem, known: dict[str, dict[str, Found]], start: dict[str, str],
-                     seen: dict[int, Any]) -> tuple[dict[str, Found], float]:
+                     seen: dict[int, Any]) -> dict[str, Found]:
     """The plans :func:`_choose` picks with each of :func:`idle_prices`, and each product's own
     cheapest plan, idle GPUs filled: the cheapest of those within availability (the first among
-    equals), so the group never costs more than its products planned alone; with the cost of the
-    plans chosen before their idle GPUs were filled."""
-    best: tuple[bool, float, dict[str, Found], float] | None = None
+    equals), so the group never costs more than its products planned alone."""
+    best: tuple[bool, float, dict[str, Found]] | None = None
     own = {n: min(plans, key=lambda g: (_cost(plans[g]), g)) for n, plans in known.items()}
     for idle in [None, *idle_prices(whole)]:  # None: each product's cheapest plan, as planned alone
         types = own if idle is None else _choose(whole, known, start, idle, seen)
-        chosen = {n: known[n][types[n]] for n in known}
-        plans = fill_idle_gpus(whole, chosen)
+        plans = fill_idle_gpus(whole, {n: known[n][types[n]] for n in known})
         key = (not within_availability(whole, [plan_gpus(f, n) for n, f in plans.items()]), group_cost(whole, plans))
         if best is None or key < best[:2]:
-            best = (*key, plans, sum(_cost(f) for f in chosen.values()))
+            best = (*key, plans)
     assert best is not None
-    return best[2], best[3]
+    return best[2]
 
 
 def _plans_on_chosen_types(whole: FleetProblem, known: dict[str, dict[str, Found]], solver: str,
-                           deadline: Deadline, gap: float) -> tuple[dict[str, Found], float]:
+                           deadline: Deadline, gap: float) -> dict[str, Found]:
     """GPU types chosen together over the plans in ``known`` (from each product's cheapest), then
     each product whose chosen plan came without a solver is searched on its type, cheapest
     first, and the types are chosen again; at most :data:`MAX_ROUNDS` rounds, or to the deadline.
     A product whose rule plans are exact is never searched: its rule plan on a decode type is its
     optimum there (the cheapest decode split on that type with the cheapest pool split).
-    Returns the plans, idle GPUs filled, and their cost before filling (:func:`_cheapest_choice`)."""
+    Last, each product is planned again with the others' GPUs in its instances
+    (:func:`best_responses`)."""
     from fleetplan.optimizer.product_optimum import exact_by_rule
 
     start = {n: min(plans, key=lambda g: (float(plans[g][0].objective or 0.0), g)) for n, plans in known.items()}
     idle, seen = idle_prices(whole)[1], {}
     types = _choose(whole, known, start, idle, seen)
-    left = deadline.left()
+    left, outer = deadline.left(), deadline
     # the searches stop in time for the final choice
     deadline = deadline.share(max(0.0, 1.0 - FINAL_CHOICE_S / left)) if left else deadline
     searched = {(n, g) for n in known if exact_by_rule(whole, whole.products[n]) for g in known[n]}
@@ -544,7 +540,78 @@ def _plans_on_chosen_types(whole: FleetProblem, known: dict[str, dict[str, Found
         if not todo or deadline.expired:
             break
         types = _choose(whole, known, types, idle, seen)
-    return _cheapest_choice(whole, known, types, seen)
+    chosen = _cheapest_choice(whole, known, types, seen)
+    return best_responses(whole, known, chosen, solver, outer, gap)
+
+
+# Rounds of :func:`best_responses` (each product once per round; a round that changes nothing ends them).
+BEST_RESPONSE_ROUNDS = 2
+# A product's plan is replaced only when the group saves more than this, USD per month.
+BEST_RESPONSE_SAVING_USD = 1.0
+
+
+def best_responses(whole: FleetProblem, known: dict[str, dict[str, Found]], plans: dict[str, Found], solver: str,
+                   deadline: Deadline, gap: float) -> dict[str, Found]:
+    """``plans`` with each product in turn planned again, the others fixed: its configuration
+    search (:func:`~fleetplan.optimizer.search.solve_by_configuration`) runs on the product with
+    whole instances, availability and the GPUs the other products run in each hour
+    (``FleetProblem.gpus_elsewhere``), so its objective is its own cost plus every idle instance
+    GPU of the group. A plan that lowers the group's cost replaces the product's (it may fill
+    idle GPUs, serve its API share on them, or move to a GPU type whose instances have room).
+    The group never costs more than ``plans``. Products in order, :data:`BEST_RESPONSE_ROUNDS`
+    rounds, each product's search a share of ``deadline``; skipped where GPUs are limited per
+    tier (the others' tiers are not tracked) or hours were merged. A plan found is also kept in
+    ``known`` at its own cost (a plan of the product alone)."""
+    from fleetplan.optimizer.errors import SolverError
+    from fleetplan.optimizer.search import solve_by_configuration
+
+    if not whole.instance_gpus or whole.tier_availability or any(f[2].hour_of for f in plans.values()):
+        return plans
+    plain = plain_prices(whole)
+    plans = dict(plans)
+    names = list(plans)
+    for _ in range(BEST_RESPONSE_ROUNDS):
+        changed = False
+        for i, name in enumerate(names):
+            if deadline.expired:
+                deadline.note("products planned again with the others' GPUs in their instances")
+                return plans
+            deadline.progress.update("planning products again with the others' instances", i, len(names))
+            usage = {n: plan_gpus(f, n) for n, f in plans.items()}
+            others: dict[str, Any] = {}
+            for n, rows in usage.items():
+                for g, row in rows.items():
+                    if n != name and g in whole.instance_gpus:
+                        others[g] = others.get(g, np.zeros(whole.hours)) + np.asarray(row)
+            before = group_cost(whole, plans)
+            sub = whole.restrict([name]).derive(
+                gpus_elsewhere={g: (plain[g], tuple(int(v) for v in row)) for g, row in sorted(others.items())})
+            gpu = plan_gpu_type(plans[name], name)
+            try:
+                found = solve_by_configuration(sub, name, solver, keep=lambda c, gpu=gpu: c.gpu == gpu,
+                                               deadline=deadline.share(1.0 / (len(names) - i)),
+                                               mip_rel_gap=gap, incumbent_usd=before - _others_cost(plans, name),
+                                               stage="planned again with the others' instances")
+            except SolverError:
+                continue
+            if found is None:
+                continue
+            rows = plan_gpus(found, name)
+            idle = stranded_usd(whole, [r for n, r in usage.items() if n != name] + [rows])
+            mine = (replace(found[0], objective=float(found[0].objective or 0.0) - idle), found[1], found[2])
+            trial = {**plans, name: mine}
+            if (within_availability(whole, [plan_gpus(f, n) for n, f in trial.items()])
+                    and group_cost(whole, trial) < before - BEST_RESPONSE_SAVING_USD):
+                plans, changed = trial, True
+                _keep(known[name], mine, name)
+        if not changed:
+            break
+    return plans
+
+
+def _others_cost(plans: dict[str, Found], name: str) -> float:
+    """USD per month of every plan in ``plans`` but ``name``'s."""
+    return sum(_cost(f) for n, f in plans.items() if n != name)
 
 
 # Rounds of planning products on the GPU types chosen together (the plans of one round can move

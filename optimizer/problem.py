@@ -141,6 +141,9 @@ class FleetProblem:
     hour_counts: tuple[int, ...] = ()
     hour_of: tuple[int, ...] = ()
     full_demand: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    # GPUs that products outside this problem run in the same whole instances, per GPU type sold
+    # in instances: (plain USD per GPU-hour, GPUs in each hour); see :func:`.formulation.gpus_in_hour`
+    gpus_elsewhere: dict[str, tuple[float, tuple[int, ...]]] = field(default_factory=dict)
     cand: dict[str, Candidate] = field(default_factory=dict)
     pools: dict[str, PoolCandidate] = field(default_factory=dict)
 
@@ -162,6 +165,7 @@ class FleetProblem:
             gpu_availability=dict(self.gpu_availability) if limits else {},
             tier_availability=dict(self.tier_availability) if limits else {},
             instance_gpus=dict(self.instance_gpus) if limits else {},
+            gpus_elsewhere=dict(self.gpus_elsewhere) if limits else {},
             monthly_budget_usd=self.monthly_budget_usd if limits else None,
             full_demand={n: self.full_demand[n] for n in names if n in self.full_demand},
         )

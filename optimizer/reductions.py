@@ -70,7 +70,7 @@ def merged(prob: FleetProblem) -> FleetProblem:
     merged into one weighted hour, when that is exact (:attr:`hours_separable`) and saves hours;
     else itself. A daily profile tiled over a week, for one, leaves at most 24 distinct hours;
     small products whose replica counts change only a few times a day leave fewer."""
-    if prob.hour_of or prob.hours == 1 or not hours_separable(prob):
+    if prob.hour_of or prob.hours == 1 or not hours_separable(prob) or prob.gpus_elsewhere:
         return prob
     classes: dict[tuple[float, ...], int] = {}  # numbered in order of first appearance
     rep_hours: list[int] = []

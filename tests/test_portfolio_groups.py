@@ -40,12 +40,11 @@ CASES = {
 }
 
 
-# How far above the joint optimum the plan may be: the API product of "with-api" is planned on
-# its own with much of its demand on the API, where the joint optimum serves it on idle GPUs.
-# how far above the joint optimum the group search may land on each small case (measured on the
-# model fitted to silicon-train.csv with per-sequence host work: 15.9% and 31.8%; 0.1% and 16.0%
-# on the model before)
-WITHIN = {"three-small": 0.17, "with-api": 0.33}
+# How far above the joint optimum the group search may land on each small case. Measured
+# 2026-12-03: 3.6% and 11.7% with each product planned again with the others' GPUs in its
+# instances (15.9% and 31.8% before: the API product of "with-api" was planned on its own with
+# much of its demand on the API, where the joint optimum serves it on idle GPUs).
+WITHIN = {"three-small": 0.04, "with-api": 0.12}
 
 
 def _problem(catalog, examples, case: str):
@@ -73,12 +72,11 @@ def test_bounds_are_below_the_joint_optimum_and_the_plan_above(catalog, examples
     assert group_bound.lower_usd <= joint * (1 + 1e-9)
     plans = {n: (o[3], o[1], o[4]) for n, o in zip(names, outcomes)}
     cost = portfolio.group_cost(prob, plans)
-    # the products alone cost no more than the plans chosen together, and those, idle instance GPUs
-    # left out, no more than the plan
+    # the products alone cost no more than their rule plans, nor than their plans in the group
     rules = sum(min(float(portfolio.rule_found(prob, r)[0].objective) for r in portfolio.rule_plans_by_type(prob, n).values())
                 for n in names)
     assert group_bound.alone_usd <= rules * (1 + 1e-9)
-    assert group_bound.alone_usd <= group_bound.chosen_usd * (1 + 1e-9) <= cost * (1 + 1e-9)
+    assert group_bound.alone_usd <= sum(float(p[0].objective) for p in plans.values()) * (1 + 1e-9)
     # a plan of the joint problem costs at least its optimum (idle instance GPUs are in its cost),
     # and not much more: idle GPUs run spot replicas, as the joint optimum runs them
     assert joint * (1 - 1e-9) <= cost <= joint * (1 + WITHIN[case])
@@ -101,15 +99,15 @@ def test_decomposed_plan_keeps_instances_and_availability(catalog, examples, mon
     assert joint * (1 - 1e-9) <= plan.monthly_cost_usd
     gap = plan.solve_result.mip_gap
     assert gap is not None and 0 <= gap < 1
-    # where the gap lies: the parts add up to the plan's cost, the bound gives the gap, and the idle
-    # instance GPUs cost at least the stranded GPUs left idle (plus the spot replicas run on the others)
+    # where the gap lies: the parts add up to the plan's cost, the bound gives the gap, the idle
+    # instance GPUs are the stranded ones recomputed above, and sharing instances costs >= 0
     parts = plan.gap_breakdown_usd
     assert parts is not None
-    assert parts["products_alone"] + parts["gpu_types_shared"] + parts["idle_instance_gpus"] == pytest.approx(
+    assert parts["products_alone"] + parts["sharing_instances"] + parts["idle_instance_gpus"] == pytest.approx(
         plan.monthly_cost_usd, rel=1e-9)
     assert gap == pytest.approx(max(0.0, 1 - parts["lower_bound"] / plan.monthly_cost_usd), abs=1e-9)
-    assert parts["gpu_types_shared"] >= -1e-6
-    assert parts["idle_instance_gpus"] >= sum(pp.stranded_usd for pp in plan.products) - 1e-6
+    assert parts["idle_instance_gpus"] == pytest.approx(idle, rel=1e-9)
+    assert parts["sharing_instances"] >= -1e-6
     assert parts["lower_bound"] <= joint * (1 + 1e-9)
     assert plan.solve_result.status == ("optimal" if gap <= scenario.options.mip_rel_gap else "time_limit")
 
@@ -188,3 +186,75 @@ def test_rule_plans_read_back_as_plans_that_meet_demand(catalog, examples, case)
             assert sum(pp.spot) <= prob.spot_max_share * running + 1e-9
     if case == "with-api":  # the API takes some hours' last replica on some GPU type
         assert any(any(r.api_tokens_per_s) for r in portfolio.rule_plans_by_type(prob, "a").values())
+
+
+def _joint_lp_start(prob, plans):
+    """The joint MIP of ``prob`` (every configuration) and the group's plans as its columns' values."""
+    from fleetplan.optimizer.formulation import build_model
+    from fleetplan.optimizer.linear import to_linear_problem
+
+    lp = to_linear_problem(build_model(prob))
+    start = {k: v for res, sub_lp, _ in plans.values() for k, v in zip(sub_lp.col_keys, res.values)}
+    usage = {}
+    for n, f in plans.items():
+        for g, row in portfolio.plan_gpus(f, n).items():
+            usage[g] = usage.get(g, np.zeros(prob.hours)) + np.asarray(row, dtype=float)
+    for g, row in usage.items():
+        for h, n in enumerate(row):
+            start[("instances", (g, h))] = math.ceil(n / prob.instance_gpus[g] - 1e-9)
+    return lp, [start.get(k, 0.0) for k in lp.col_keys]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_no_product_alone_can_lower_the_groups_cost(catalog, examples, case):
+    """Each product was planned again with the others' GPUs in its instances: in the joint MIP with
+    every other product's columns fixed at its plan (brute force over the product's configurations,
+    every GPU type), the product finds nothing cheaper for the group, and the group's plan, read in
+    the joint MIP, costs what :func:`group_cost` says."""
+    from fleetplan.optimizer.solvers import solve
+
+    _, prob = _problem(catalog, examples, case)
+    names = list(prob.products)
+    outcomes, _ = portfolio.plan_group(prob, names, "highs", Deadline.after(120), 1e-6)
+    plans = {n: (o[3], o[1], o[4]) for n, o in zip(names, outcomes)}
+    cost = portfolio.group_cost(prob, plans)
+    lp, x = _joint_lp_start(prob, plans)
+    assert lp.objective_constant + float(np.dot(lp.objective, x)) == pytest.approx(cost, rel=1e-9)
+
+    def owner(key):
+        first = key[1][0] if key[1] else None
+        if isinstance(first, str) and "/" in first:
+            return first.split("/")[0]
+        return first if first in names else None
+
+    owners = [owner(k) for k in lp.col_keys]
+    for name in names:
+        lower = [v if o is not None and o != name else lo for v, o, lo in zip(x, owners, lp.col_lower)]
+        upper = [v if o is not None and o != name else up for v, o, up in zip(x, owners, lp.col_upper)]
+        res = solve(lp.with_bounds(lower, upper), "highs", time_limit_s=60, mip_rel_gap=1e-7, handover=False, start=x)
+        assert res.optimal
+        assert float(res.objective) >= cost - portfolio.BEST_RESPONSE_SAVING_USD - 1e-6, name
+
+
+def test_gpus_elsewhere_share_instances_and_their_idle_gpus_are_priced(catalog, examples):
+    """A product planned with other products' GPUs in its instances: on a GPU type the product
+    cannot use, the others' idle instance GPUs are a constant of its objective (plain price x idle
+    GPUs x hour weight, by hand); on H100s, scarce at 8, the 5 the others run leave it 3 in every
+    hour."""
+    from fleetplan.optimizer.search import solve_by_configuration
+
+    _, prob = _problem(catalog, examples, "three-small")
+    one = prob.restrict(["a"])
+    res, _, _ = solve_by_configuration(one, "a", "highs", mip_rel_gap=1e-9)
+    # 13 B200 GPUs elsewhere in the first hour (two instances, 3 idle), 2 in the others (6 idle)
+    row = tuple(13 if h == 0 else 2 for h in range(one.hours))
+    far = one.derive(gpus_elsewhere={"b200": (10.0, row)}, instance_gpus={**one.instance_gpus, "b200": 8})
+    idle = sum(10.0 * one.weight(h) * (3 if h == 0 else 6) for h in range(one.hours))
+    far_res, _, _ = solve_by_configuration(far, "a", "highs", mip_rel_gap=1e-9)
+    assert float(far_res.objective) == pytest.approx(float(res.objective) + idle, rel=1e-9)
+    # 5 H100s elsewhere in every hour
+    plain = portfolio.plain_prices(one)
+    near = one.derive(gpus_elsewhere={"h100-sxm": (plain["h100-sxm"], (5,) * one.hours)})
+    found = solve_by_configuration(near, "a", "highs", mip_rel_gap=1e-9)
+    mine = portfolio.plan_gpus(found, "a")
+    assert all(5 + n <= 8 for n in mine.get("h100-sxm", (0,) * one.hours))
