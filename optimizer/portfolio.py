@@ -544,8 +544,9 @@ def _plans_on_chosen_types(whole: FleetProblem, known: dict[str, dict[str, Found
     return best_responses(whole, known, chosen, solver, outer, gap)
 
 
-# Rounds of :func:`best_responses` (each product once per round; a round that changes nothing ends them).
-BEST_RESPONSE_ROUNDS = 2
+# Rounds of :func:`best_responses`, each product once per round: False keeps it to the
+# configurations it runs (one MIP, fast), True widens to every configuration on its decode GPU type.
+BEST_RESPONSE_ROUNDS = (False, True, False)
 # A product's plan is replaced only when the group saves more than this, USD per month.
 BEST_RESPONSE_SAVING_USD = 1.0
 
@@ -570,7 +571,7 @@ def best_responses(whole: FleetProblem, known: dict[str, dict[str, Found]], plan
     plain = plain_prices(whole)
     plans = dict(plans)
     names = list(plans)
-    for _ in range(BEST_RESPONSE_ROUNDS):
+    for widen in BEST_RESPONSE_ROUNDS:
         changed = False
         for i, name in enumerate(names):
             if deadline.expired:
@@ -584,12 +585,10 @@ def best_responses(whole: FleetProblem, known: dict[str, dict[str, Found]], plan
                     if n != name and g in whole.instance_gpus:
                         others[g] = others.get(g, np.zeros(whole.hours)) + np.asarray(row)
             before = group_cost(whole, plans)
-            sub = whole.restrict([name]).derive(
+            sub = _on_its_configuration(whole, plans[name], name, widen).derive(
                 gpus_elsewhere={g: (plain[g], tuple(int(v) for v in row)) for g, row in sorted(others.items())})
-            gpu = plan_gpu_type(plans[name], name)
             try:
-                found = solve_by_configuration(sub, name, solver, keep=lambda c, gpu=gpu: c.gpu == gpu,
-                                               deadline=deadline.share(1.0 / (len(names) - i)),
+                found = solve_by_configuration(sub, name, solver, deadline=deadline.share(1.0 / (len(names) - i)),
                                                mip_rel_gap=gap, incumbent_usd=before - _others_cost(plans, name),
                                                stage="planned again with the others' instances")
             except SolverError:
@@ -604,9 +603,26 @@ def best_responses(whole: FleetProblem, known: dict[str, dict[str, Found]], plan
                     and group_cost(whole, trial) < before - BEST_RESPONSE_SAVING_USD):
                 plans, changed = trial, True
                 _keep(known[name], mine, name)
-        if not changed:
+        if not changed and widen:  # a fixed round that changes nothing is followed by a wider one
             break
     return plans
+
+
+def _on_its_configuration(whole: FleetProblem, found: Found, name: str, widen: bool) -> FleetProblem:
+    """The product alone with the shared limits, kept to the decode and pool configurations its
+    plan ``found`` runs, or with ``widen`` to every configuration on its decode GPU type (with every
+    pool); all of them when it runs none (the product is all-API)."""
+    res, lp, sub = found
+    pd = sub.products[name]
+    decode = tuple(c for c in pd.candidates if (j := lp.find("use", c.key)) is not None and res.values[j] > 0.5)
+    pool = tuple(k for k in pd.pool if (j := lp.find("pool_use", k.key)) is not None and res.values[j] > 0.5)
+    alone = whole.restrict([name])
+    if not decode:
+        return alone
+    mine = alone.products[name]
+    if widen:
+        decode, pool = tuple(c for c in mine.candidates if c.gpu == decode[0].gpu), mine.pool
+    return alone.derive(products={name: replace(mine, candidates=decode, pool=pool)})
 
 
 def _others_cost(plans: dict[str, Found], name: str) -> float:

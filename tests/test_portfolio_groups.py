@@ -41,10 +41,10 @@ CASES = {
 
 
 # How far above the joint optimum the group search may land on each small case. Measured
-# 2026-12-03: 3.6% and 11.7% with each product planned again with the others' GPUs in its
+# 2026-12-03: 3.6% and 6.7% with each product planned again with the others' GPUs in its
 # instances (15.9% and 31.8% before: the API product of "with-api" was planned on its own with
 # much of its demand on the API, where the joint optimum serves it on idle GPUs).
-WITHIN = {"three-small": 0.04, "with-api": 0.12}
+WITHIN = {"three-small": 0.04, "with-api": 0.07}
 
 
 def _problem(catalog, examples, case: str):
