@@ -51,6 +51,9 @@ def main() -> None:
                       f"status {d['status']} gap {d['mip_gap'] or 0:.3%} cost ${d['monthly_cost_usd']:,.0f} "
                       f"stopped {len(d['stopped_by_time_limit'])}" if "error" not in d else f"error {d['error']}"),
                   flush=True)
+            if len(rows) > 1 and all("error" not in r[2] for r in rows):
+                print(" " * 33 + "each run: " + ", ".join(
+                    f"${r[2]['monthly_cost_usd']:,.0f} ({r[2]['mip_gap'] or 0:.2%})" for r in rows), flush=True)
 
 
 if __name__ == "__main__":
