@@ -124,11 +124,12 @@ def solve_one_by_one(whole: FleetProblem, names: list[str], solver: Solver, dead
     return plan_group(whole, names, solver, deadline, gap)
 
 
-def one_by_one_result(plan: Plan, groups: list[list[str]], parts: dict[str, Part], solver: Solver,
-                       mip_rel_gap: float, bounds: list[GroupBound]) -> SolveResult:
+def one_by_one_result(plan: Plan, groups: list[list[str]], mip_rel_gap: float, parts_usd: dict[str, float]
+                      ) -> SolveResult:
     """The plan's result when some coupled groups were planned product by product: within the shared
-    limits or an error naming them, and its gap against the groups' lower ``bounds`` plus the
-    other products' own bounds; where the gap lies (:func:`gap_breakdown`) is in its termination."""
+    limits or an error naming them, and its gap against the lower bound of :func:`gap_breakdown`
+    (``parts_usd``: the groups' bounds plus the other MIPs' proven bounds), with where the gap
+    lies in its termination."""
     prob = plan.problem
     members = {n for g in groups for n in g}
     mine = [pp for pp in plan.products if pp.product.name in members]
@@ -144,7 +145,6 @@ def one_by_one_result(plan: Plan, groups: list[list[str]], parts: dict[str, Part
             raise SolverError(
                 f"limits.gpu_availability: planned one by one the coupled products need {max(row)} {gpu} {tier} GPUs "
                 f"of the {limit} available; no plan within the limits was found")
-    parts_usd = gap_breakdown(plan, groups, parts, bounds)
     total = plan.monthly_cost_usd
     gap = max(0.0, (total - parts_usd["lower_bound"]) / total) if total else 0.0
     if gap <= mip_rel_gap:

@@ -172,9 +172,8 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: Solver, alternativ
     plan.instances = instance_report(plan)
     allocate_stranded(plan)
     if solved.decomposed:
-        plan.solve_result = one_by_one_result(plan, solved.decomposed, solved.parts, solver, opts.mip_rel_gap,
-                                              solved.bounds)
         plan.gap_breakdown_usd = gap_breakdown(plan, solved.decomposed, solved.parts, solved.bounds)
+        plan.solve_result = one_by_one_result(plan, solved.decomposed, opts.mip_rel_gap, plan.gap_breakdown_usd)
     if not pooled:
         return plan
     for name, pd in prob.products.items():

@@ -132,12 +132,16 @@ def plan_gpus(found: Found, name: str) -> dict[str, tuple[int, ...]]:
 
 def plan_gpu_type(found: Found, name: str) -> str:
     """The decode GPU type of a search's plan for ``name`` (``API_ONLY`` when it self-hosts nothing)."""
+    decode, _ = running(found, name)
+    return decode[0].gpu if decode else API_ONLY
+
+
+def running(found: Found, name: str) -> tuple[tuple[Candidate, ...], tuple[PoolCandidate, ...]]:
+    """The decode and pool configurations product ``name`` runs in a search's plan."""
     res, lp, sub = found
-    for c in sub.products[name].candidates:
-        j = lp.find("use", c.key)
-        if j is not None and res.values[j] > 0.5:
-            return c.gpu
-    return API_ONLY
+    pd = sub.products[name]
+    return (tuple(c for c in pd.candidates if (j := lp.find("use", c.key)) is not None and res.values[j] > 0.5),
+            tuple(k for k in pd.pool if (j := lp.find("pool_use", k.key)) is not None and res.values[j] > 0.5))
 
 
 def fewest_gpus(prob: FleetProblem, pd: ProductData, gpu: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -242,10 +246,12 @@ def solve_master(prob: FleetProblem, options: list[Option], idle_usd_per_gpu_hou
     return chosen, bound
 
 
-def stranded_usd(prob: FleetProblem, usage: list[dict[str, tuple[int, ...]]]) -> float:
+def stranded_usd(prob: FleetProblem, usage: list[dict[str, tuple[int, ...]]],
+                 price: dict[str, float] | None = None) -> float:
     """USD per month of idle instance GPUs when products run ``usage`` (GPUs per type and hour,
-    one dict per product), priced as :func:`formulation.stranded_gpu_cost` prices them."""
-    price = plain_prices(prob)
+    one dict per product), priced as :func:`formulation.stranded_gpu_cost` prices them (``price``:
+    :func:`plain_prices` of ``prob``, when known)."""
+    price = price if price is not None else plain_prices(prob)
     total = 0.0
     for g, n in sorted(prob.instance_gpus.items()):
         rows = [u[g] for u in usage if g in u]
@@ -571,6 +577,7 @@ def best_responses(whole: FleetProblem, known: dict[str, dict[str, Found]], plan
     plain = plain_prices(whole)
     plans = dict(plans)
     names = list(plans)
+    usage = {n: plan_gpus(f, n) for n, f in plans.items()}
     for widen in BEST_RESPONSE_ROUNDS:
         changed = False
         for i, name in enumerate(names):
@@ -578,31 +585,31 @@ def best_responses(whole: FleetProblem, known: dict[str, dict[str, Found]], plan
                 deadline.note("products planned again with the others' GPUs in their instances")
                 return plans
             deadline.progress.update("planning products again with the others' instances", i, len(names))
-            usage = {n: plan_gpus(f, n) for n, f in plans.items()}
-            others: dict[str, Any] = {}
+            others_usd = sum(_cost(f) for n, f in plans.items() if n != name)
+            before = others_usd + _cost(plans[name]) + stranded_usd(whole, list(usage.values()), plain)
+            elsewhere: dict[str, Any] = {}
             for n, rows in usage.items():
                 for g, row in rows.items():
                     if n != name and g in whole.instance_gpus:
-                        others[g] = others.get(g, np.zeros(whole.hours)) + np.asarray(row)
-            before = group_cost(whole, plans)
+                        elsewhere[g] = elsewhere.get(g, np.zeros(whole.hours)) + np.asarray(row)
             sub = _on_its_configuration(whole, plans[name], name, widen).derive(
-                gpus_elsewhere={g: (plain[g], tuple(int(v) for v in row)) for g, row in sorted(others.items())})
+                gpus_elsewhere={g: (plain[g], tuple(int(v) for v in row)) for g, row in sorted(elsewhere.items())})
             try:
                 found = solve_by_configuration(sub, name, solver, deadline=deadline.share(1.0 / (len(names) - i)),
-                                               mip_rel_gap=gap, incumbent_usd=before - _others_cost(plans, name),
+                                               mip_rel_gap=gap, incumbent_usd=before - others_usd,
                                                stage="planned again with the others' instances")
             except SolverError:
                 continue
             if found is None:
                 continue
-            rows = plan_gpus(found, name)
-            idle = stranded_usd(whole, [r for n, r in usage.items() if n != name] + [rows])
-            mine = (replace(found[0], objective=float(found[0].objective or 0.0) - idle), found[1], found[2])
-            trial = {**plans, name: mine}
-            if (within_availability(whole, [plan_gpus(f, n) for n, f in trial.items()])
-                    and group_cost(whole, trial) < before - BEST_RESPONSE_SAVING_USD):
-                plans, changed = trial, True
-                _keep(known[name], mine, name)
+            # the search's objective is the product's cost plus every idle instance GPU of the group
+            trial = {**usage, name: plan_gpus(found, name)}
+            if others_usd + _cost(found) < before - BEST_RESPONSE_SAVING_USD and within_availability(
+                    whole, list(trial.values())):
+                idle = stranded_usd(whole, list(trial.values()), plain)
+                plans[name] = (replace(found[0], objective=_cost(found) - idle), found[1], found[2])
+                usage, changed = trial, True
+                _keep(known[name], plans[name], name)
         if not changed and widen:  # a fixed round that changes nothing is followed by a wider one
             break
     return plans
@@ -612,10 +619,7 @@ def _on_its_configuration(whole: FleetProblem, found: Found, name: str, widen: b
     """The product alone with the shared limits, kept to the decode and pool configurations its
     plan ``found`` runs, or with ``widen`` to every configuration on its decode GPU type (with every
     pool); all of them when it runs none (the product is all-API)."""
-    res, lp, sub = found
-    pd = sub.products[name]
-    decode = tuple(c for c in pd.candidates if (j := lp.find("use", c.key)) is not None and res.values[j] > 0.5)
-    pool = tuple(k for k in pd.pool if (j := lp.find("pool_use", k.key)) is not None and res.values[j] > 0.5)
+    decode, pool = running(found, name)
     alone = whole.restrict([name])
     if not decode:
         return alone
@@ -623,11 +627,6 @@ def _on_its_configuration(whole: FleetProblem, found: Found, name: str, widen: b
     if widen:
         decode, pool = tuple(c for c in mine.candidates if c.gpu == decode[0].gpu), mine.pool
     return alone.derive(products={name: replace(mine, candidates=decode, pool=pool)})
-
-
-def _others_cost(plans: dict[str, Found], name: str) -> float:
-    """USD per month of every plan in ``plans`` but ``name``'s."""
-    return sum(_cost(f) for n, f in plans.items() if n != name)
 
 
 # Rounds of planning products on the GPU types chosen together (the plans of one round can move
@@ -944,15 +943,8 @@ def rule_found(prob: FleetProblem, plan: RulePlan) -> Found:
 def _spot_slots(whole: FleetProblem, name: str, found: Found) -> list[tuple[str, Any, bool]]:
     """The parts of a product's plan that can take more spot replicas: (column prefix, the
     configuration, whether the spot share cap applies), decode first."""
-    res, lp, sub = found
-    pd = sub.products[name]
-    out = []
-    for prefix, parts, capped in (("", pd.candidates, True), ("pool_", pd.pool, False)):
-        for x in parts:
-            j = lp.find(f"{prefix}use", x.key)
-            if j is not None and res.values[j] > 0.5:
-                out.append((prefix, x, capped))
-    return out
+    decode, pool = running(found, name)
+    return [("", c, True) for c in decode] + [("pool_", k, False) for k in pool]
 
 
 class _SpotShare:
