@@ -15,7 +15,7 @@ from typing import Any
 from fleetplan import charts
 from fleetplan.optimizer.binding import binding_sentence
 from fleetplan.optimizer.enums import LeftOut
-from fleetplan.optimizer.text import pct
+from fleetplan.optimizer.text import gap_split, pct
 
 # What the performance model is worth, as measured: python benchmarks/bench_fidelity.py on the
 # measured configurations of silicon-train.csv (784 rows the planner would run; default: the
@@ -81,9 +81,11 @@ def summary(d: dict[str, Any]) -> str:
     preset = d["preset"]
     fidelity = FIDELITY.get(preset, "")
     calib = escape(d["calibration"]) if d.get("calibration") else "none"
+    split = (f'<p class=note id="gap-split">gap {gap}: {escape(gap_split(d["gap_breakdown_usd"]))}.</p>'
+             if d.get("gap_breakdown_usd") and d.get("mip_gap") else "")
     return (f'<div class=cards>{"".join(cards)}</div><p class=note>preset <b>{escape(preset)}</b>, calibration '
             f'{calib}; {d["hours"]} hour(s) modelled, tiers {escape(", ".join(d["tiers"]))}. Model fidelity: '
-            f'{escape(fidelity)} ({escape(FIDELITY_SOURCE)}).</p>')
+            f'{escape(fidelity)} ({escape(FIDELITY_SOURCE)}).</p>{split}')
 
 
 def configuration(d: dict[str, Any]) -> str:

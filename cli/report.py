@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from fleetplan.layout import Col, Row, fit_table
 from fleetplan.optimizer.defaults import RUNNER_UP_TYPES
 from fleetplan.optimizer.enums import LeftOut, PrefillMode, Tier
-from fleetplan.optimizer.text import pct
+from fleetplan.optimizer.text import gap_split, pct
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -268,13 +268,8 @@ def print_plan(d: dict[str, Any], console: Console) -> None:
     if hours > 1 or any(v for k, v in d["monthly_cost_breakdown_usd"].items() if k != Tier.ON_DEMAND):
         b = d["monthly_cost_breakdown_usd"]
         console.print("cost breakdown per month: " + ", ".join(f"{k} ${v:,.0f}" for k, v in b.items()))
-    gb = d.get("gap_breakdown_usd")
-    if gb and d.get("mip_gap"):
-        console.print(
-            f"gap {pct(d['mip_gap'])}: lower bound ${gb['lower_bound']:,.0f} per month; each product planned alone "
-            f"${gb['products_alone']:,.0f}; sharing whole instances (GPU types chosen together, spot replicas and "
-            f"API shares on idle GPUs) +${gb['sharing_instances']:,.0f}; idle instance GPUs "
-            f"+${gb['idle_instance_gpus']:,.0f} (no lower bound prices whole instances)")
+    if d.get("gap_breakdown_usd") and d.get("mip_gap"):
+        console.print(f"gap {pct(d['mip_gap'])}: {gap_split(d['gap_breakdown_usd'])}")
     explained: set[str] = set()
     for p in d["products"]:
         name = p["name"]

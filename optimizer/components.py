@@ -28,7 +28,7 @@ from fleetplan.optimizer.solution import (
     tier_gpu_hours,
 )
 from fleetplan.optimizer.solvers import Solver, SolveResult, solve
-from fleetplan.optimizer.text import pct
+from fleetplan.optimizer.text import gap_split, pct
 
 # What solving one group gives: (problem, MIP solved, the product's whole model or None, result or
 # None if infeasible, problem to read the solution from)
@@ -151,7 +151,7 @@ def one_by_one_result(plan: Plan, groups: list[list[str]], mip_rel_gap: float, p
         return replace(plan.solve_result, status=Status.OPTIMAL, mip_gap=gap)
     return replace(plan.solve_result, status=Status.TIME_LIMIT, mip_gap=gap,
                    termination=f"planned product by product within the shared limits (gap {gap:.3%} against a "
-                               f"lower bound of the group; {gap_text(parts_usd)})")
+                               f"lower bound of the group; {gap_split(parts_usd)})")
 
 
 def gap_breakdown(plan: Plan, groups: list[list[str]], parts: dict[str, Part], bounds: list[GroupBound]
@@ -173,13 +173,6 @@ def gap_breakdown(plan: Plan, groups: list[list[str]], parts: dict[str, Part], b
         pp.stranded_usd for pp in plan.products if pp.product.name not in members)
     return {"lower_bound": lower, "products_alone": alone,
             "sharing_instances": plan.monthly_cost_usd - alone - idle, "idle_instance_gpus": idle}
-
-
-def gap_text(parts_usd: dict[str, float]) -> str:
-    """One clause on what :func:`gap_breakdown` found above the products planned alone."""
-    return (f"each product planned alone ${parts_usd['products_alone']:,.0f}, sharing whole instances "
-            f"+${parts_usd['sharing_instances']:,.0f}, idle instance GPUs +${parts_usd['idle_instance_gpus']:,.0f}, "
-            f"which no lower bound prices")
 
 
 def coupled_components(prob: FleetProblem) -> list[list[str]]:

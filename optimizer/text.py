@@ -25,3 +25,12 @@ def format_ms(seconds: float) -> str:
     """Milliseconds for a message: whole above 10 ms, two significant digits below (never "0")."""
     ms = seconds * 1e3
     return f"{ms:,.0f}" if ms >= 10 else f"{ms:.2g}"
+
+
+def gap_split(parts_usd: dict[str, float]) -> str:
+    """Where a gap lies (``gap_breakdown_usd`` of a plan), in one clause: the lower bound, the
+    products planned alone and what sharing whole instances and idle instance GPUs add."""
+    return (f"lower bound ${parts_usd['lower_bound']:,.0f} per month; each product planned alone "
+            f"${parts_usd['products_alone']:,.0f}; sharing whole instances (GPU types chosen together, spot "
+            f"replicas and API shares on idle GPUs) +${parts_usd['sharing_instances']:,.0f}; idle instance GPUs "
+            f"+${parts_usd['idle_instance_gpus']:,.0f} (no lower bound prices whole instances)")

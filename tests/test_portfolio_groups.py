@@ -109,6 +109,21 @@ def test_decomposed_plan_keeps_instances_and_availability(catalog, examples, mon
     assert parts["idle_instance_gpus"] == pytest.approx(idle, rel=1e-9)
     assert parts["sharing_instances"] >= -1e-6
     assert parts["lower_bound"] <= joint * (1 + 1e-9)
+    # the table and the report's summary say the same, in dollars a user can add up
+    import io
+
+    from rich.console import Console
+
+    from fleetplan.html import summary
+    from fleetplan.report import print_plan
+
+    d = plan_to_dict(plan)
+    console = Console(width=400, record=True, highlight=False, file=io.StringIO())
+    print_plan(d, console)
+    said = f"lower bound ${d['gap_breakdown_usd']['lower_bound']:,.0f} per month; each product planned alone " \
+           f"${d['gap_breakdown_usd']['products_alone']:,.0f}"
+    assert gap > 0 and said in console.export_text()
+    assert 'id="gap-split"' in summary(d) and said in summary(d)
     assert plan.solve_result.status == ("optimal" if gap <= scenario.options.mip_rel_gap else "time_limit")
 
 
