@@ -552,11 +552,11 @@ def stranded_gpu_cost(m: ConcreteModel, prob: FleetProblem) -> object:
 
 def idle_elsewhere_usd(prob: FleetProblem, declared: set[str]) -> float:
     """USD per month of the idle GPUs in the instances of GPU types that only products outside
-    the problem run (``prob.gpus_elsewhere`` on a type not in ``declared``): a constant, so that
-    plans that leave different GPU types to the others cost what the whole group pays."""
-    return sum(price * prob.weight(h) * (math.ceil(n / prob.instance_gpus[g] - 1e-9) * prob.instance_gpus[g] - n)
-               for g, (price, row) in sorted(prob.gpus_elsewhere.items()) if g not in declared
-               for h, n in enumerate(row))
+    the problem run (``prob.gpus_elsewhere`` on a type not in ``declared``; its hours are never
+    merged): a constant, so that plans that leave different GPU types to the others cost what the
+    whole group pays."""
+    return sum(prob.idle_instance_usd(g, price, row)
+               for g, (price, row) in sorted(prob.gpus_elsewhere.items()) if g not in declared)
 
 
 def monthly_cost_expression(m: ConcreteModel, prob: FleetProblem) -> object:

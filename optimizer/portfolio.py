@@ -253,13 +253,10 @@ def stranded_usd(prob: FleetProblem, usage: list[dict[str, tuple[int, ...]]],
     :func:`plain_prices` of ``prob``, when known)."""
     price = price if price is not None else plain_prices(prob)
     total = 0.0
-    for g, n in sorted(prob.instance_gpus.items()):
+    for g in sorted(prob.instance_gpus):
         rows = [u[g] for u in usage if g in u]
-        if not rows or g not in price:
-            continue
-        for h in range(prob.horizon_hours):
-            used = sum(r[h] for r in rows)
-            total += price[g] * prob.hour_weight * (math.ceil(used / n) * n - used)
+        if rows and g in price:
+            total += prob.idle_instance_usd(g, price[g], [sum(col) for col in zip(*rows)])
     return total
 
 

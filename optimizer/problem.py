@@ -8,6 +8,7 @@ Owns what the MIP is asked; it does not build the MIP (:mod:`.formulation`), red
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -169,6 +170,12 @@ class FleetProblem:
             monthly_budget_usd=self.monthly_budget_usd if limits else None,
             full_demand={n: self.full_demand[n] for n in names if n in self.full_demand},
         )
+
+    def idle_instance_usd(self, gpu: str, usd_per_gpu_hour: float, row: Sequence[float]) -> float:
+        """USD per month of the idle GPUs of the whole instances of ``gpu`` that running ``row``
+        (GPUs in each hour of the horizon) needs, at ``usd_per_gpu_hour``."""
+        n = self.instance_gpus[gpu]
+        return sum(usd_per_gpu_hour * self.hour_weight * (math.ceil(used / n - 1e-9) * n - used) for used in row)
 
     @property
     def horizon_hours(self) -> int:

@@ -139,7 +139,7 @@ def on_demand_plan(lp: LinearProblem, prob: FleetProblem, pd: ProductData,
 MIP_SLICE_NODES = 2000
 
 
-# Slices a MIP gets at most (500 x (1 + 4 + ... + 4^5) = 682,500 nodes) before its bound is left open.
+# Slices a MIP gets at most (2,000 x (1 + 4 + ... + 4^5) = 2,730,000 nodes) before its bound is left open.
 MIP_MAX_TRIES = 6
 
 
