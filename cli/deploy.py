@@ -22,18 +22,27 @@ reads the node's rank and the first node's address from the shell variables ``NO
 ``LWS_WORKER_INDEX`` and ``LWS_LEADER_ADDRESS``, a SkyPilot service from ``SKYPILOT_NODE_RANK``
 and ``SKYPILOT_NODE_IPS``. TensorRT-LLM starts a multi-node replica as one MPI job (``mpirun``
 or ``srun`` over the nodes, running ``trtllm-llmapi-launch trtllm-serve``); its commands say so.
+
+Names and values come from catalogs and plan files the user (or a download) wrote, so every
+output is written by the rule of its kind (:mod:`fleetplan.escape`): each command word
+single-quoted but the rendezvous variables this module builds, names in comments with control
+characters escaped, YAML by the YAML emitter, Kubernetes names and the SkyPilot file names
+derived to RFC 1123 labels (a hash when changed; the original in the ``fleetplan/name``
+annotation), and each file written only directly inside ``--out``.
 Owns this command; it computes nothing the plan does not hold."""
 
 from __future__ import annotations
 
 import argparse
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 from fleetplan.catalogs.loader import InputError
+from fleetplan.escape import (
+    ShellExpansion, confined, dns_label, label_value, printable, shell_comment, shell_join, unique_names,
+)
 from fleetplan.models.layout import Layout
 
 ENGINE_NAMES = ("vllm", "sglang", "trtllm")
@@ -42,8 +51,11 @@ PORT = 8000
 NODE_GPUS = 8
 # Kubernetes device-plugin resource names per GPU vendor (NVIDIA and AMD device plugins).
 GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
-# The node label the manifests select on: set it on each node to the catalog id of its GPU.
+# The node label the manifests select on: set it on each node to the catalog id of its GPU (as a
+# label value: the id itself when it is a valid one, as every shipped id is; see the manifest).
 GPU_LABEL = "fleetplan/gpu"
+# Annotations that keep the plan's own names of a set and of its GPU where the manifest had to derive them.
+NAME_ANNOTATION, GPU_ANNOTATION = "fleetplan/name", "fleetplan/gpu"
 # Each engine's published serving image (pin a release tag in production).
 IMAGES = {"vllm": "vllm/vllm-openai:latest", "sglang": "lmsysorg/sglang:latest",
           "trtllm": "nvcr.io/nvidia/tensorrt-llm/release:latest"}
@@ -53,7 +65,7 @@ RENDEZVOUS_PORT = 20000
 NODE_RANK, LEADER = "NODE_RANK", "LEADER_ADDRESS"
 LWS_ENV = f"{NODE_RANK}=$LWS_WORKER_INDEX; {LEADER}=$LWS_LEADER_ADDRESS;"
 SKYPILOT_ENV = f'{NODE_RANK}=$SKYPILOT_NODE_RANK; {LEADER}=$(echo "$SKYPILOT_NODE_IPS" | head -n1);'
-PRE_QUANTIZED = "# weights: give a checkpoint already quantized to {precision} (the engine reads it from the checkpoint)"
+PRE_QUANTIZED = "weights: give a checkpoint already quantized to {precision} (the engine reads it from the checkpoint)"
 
 
 @dataclass(frozen=True)
@@ -88,11 +100,21 @@ class ReplicaSet:
         return -(-self.gpus // self.node_gpus)
 
 
+def _repo(model: Any) -> str:
+    """The checkpoint an engine loads for ``model``: its ``hf_repo`` (else its id), refused when an
+    engine would read it as a flag."""
+    repo = model.hf_repo or model.id
+    if str(repo).startswith("-"):
+        raise InputError(f"model {printable(model.id)}: hf_repo {printable(repo)!r} begins with '-', which an engine "
+                         "reads as a flag; give the checkpoint's repository id (org/name)")
+    return repo
+
+
 def _set(p: dict[str, Any], name: str, part: dict[str, Any], replicas: int, catalog: Any, node: dict[str, int],
          role: str) -> ReplicaSet:
     """A replica set named ``name`` of ``p``'s model on ``part``'s configuration, in ``role``."""
     model, gpu = catalog.models[p["model"]], catalog.gpus[part["gpu"]]
-    return ReplicaSet(name=name, model=model.id, repo=model.hf_repo or model.id, gpu=gpu.id, vendor=gpu.vendor,
+    return ReplicaSet(name=name, model=model.id, repo=_repo(model), gpu=gpu.id, vendor=gpu.vendor,
                       tp=part["tp"], batch=part.get("batch"), precision=part["precision"],
                       kv_precision=p.get("kv_precision") or "bf16", context_tokens=p["context_tokens"],
                       replicas=replicas, node_gpus=node.get(gpu.id) or gpu.node_gpus or NODE_GPUS, role=role,
@@ -133,9 +155,9 @@ def replica_sets(d: dict[str, Any], catalog: Any) -> list[ReplicaSet]:
     return out
 
 
-def _var(name: str) -> str:
-    """A shell variable, expanded where the command runs (see :func:`shell_join`)."""
-    return "$" + name
+def _var(name: str) -> ShellExpansion:
+    """A shell variable, expanded where the command runs (:func:`fleetplan.escape.shell_join`)."""
+    return ShellExpansion("$" + name)
 
 
 def vllm_nodes(r: ReplicaSet, worker: bool) -> list[str]:
@@ -145,7 +167,7 @@ def vllm_nodes(r: ReplicaSet, worker: bool) -> list[str]:
     rank, leader = _var(NODE_RANK), _var(LEADER)
     if r.dp_attention > 1:  # data-parallel ranks spread over the nodes, the same number on each
         local = r.dp_attention // r.nodes
-        out = ["--data-parallel-size-local", str(local), "--data-parallel-start-rank", f"$(({rank} * {local}))",
+        out = ["--data-parallel-size-local", str(local), "--data-parallel-start-rank", ShellExpansion(f"$(({rank} * {local}))"),
                "--data-parallel-address", leader, "--data-parallel-rpc-port", str(RENDEZVOUS_PORT)]
     else:
         out = ["--nnodes", str(r.nodes), "--node-rank", rank, "--master-addr", leader]
@@ -180,7 +202,7 @@ def sglang_command(r: ReplicaSet, worker: bool = False) -> list[str]:
             "decode-only": ["--disaggregation-mode", "decode"]}.get(r.role, [])
     if r.nodes > 1:  # every node runs the same command; its rank tells it apart
         cmd += ["--nnodes", str(r.nodes), "--node-rank", _var(NODE_RANK),
-                "--dist-init-addr", f"{_var(LEADER)}:{RENDEZVOUS_PORT}"]
+                "--dist-init-addr", ShellExpansion(f"{_var(LEADER)}:{RENDEZVOUS_PORT}")]
     return cmd + ["--kv-cache-dtype", "fp8_e4m3" if r.kv_precision == "fp8" else "auto"]
 
 
@@ -211,10 +233,17 @@ def pre_quantized(engine: str, r: ReplicaSet) -> bool:
     return r.precision == "fp4" or (engine == "trtllm" and r.precision == "fp8")
 
 
-def shell_join(cmd: list[str]) -> str:
-    """``cmd`` as one shell line: words quoted, the rendezvous variables left to the shell."""
-    return " ".join(f'"{w}"' if "$" in w and "'" not in w and '"' not in w.replace('\\"', "") else shlex.quote(w)
-                    for w in cmd)
+def command(engine: str, r: ReplicaSet, worker: bool = False) -> list[str]:
+    """The engine's launch command for ``r`` (``worker``: a multi-node replica's other nodes),
+    refused when a word holds a control character: none of a checkpoint id or a number has one,
+    and a script or terminal would show it raw."""
+    cmd = ENGINES[engine](r, worker)
+    for word in cmd:
+        if printable(word) != word:
+            raise InputError(f"deploy: replica set {printable(r.name)}: the launch command would hold "
+                             f"{printable(word)!r}, with a control character (from the model's hf_repo or the plan "
+                             "file); correct it there")
+    return cmd
 
 
 def node_note(engine: str, r: ReplicaSet) -> list[str]:
@@ -222,38 +251,40 @@ def node_note(engine: str, r: ReplicaSet) -> list[str]:
     if r.nodes == 1:
         return []
     if engine == "trtllm":
-        return [f"# one replica spans {r.nodes} nodes of {r.node_gpus} GPUs: run on its first node, with HOSTS its "
+        return [f"one replica spans {r.nodes} nodes of {r.node_gpus} GPUs: run on its first node, with HOSTS its "
                 f"{r.nodes} node addresses (comma-separated); the other nodes only accept the MPI job"]
-    lines = [f"# one replica spans {r.nodes} nodes of {r.node_gpus} GPUs: on each node set {NODE_RANK} (0 to "
+    lines = [f"one replica spans {r.nodes} nodes of {r.node_gpus} GPUs: on each node set {NODE_RANK} (0 to "
              f"{r.nodes - 1}) and {LEADER} (node 0's address), then run"]
     if engine == "vllm":
-        lines.append("# the first command on node 0 and the second (--headless) on the others")
+        lines.append("the first command on node 0 and the second (--headless) on the others")
     return lines
 
 
 def launch_script(engine: str, sets: list[ReplicaSet]) -> str:
     """One commented launch command per replica set (and a second for the other nodes of a
-    vLLM replica that spans several)."""
-    lines = ["#!/bin/sh", f"# launch commands for {engine}: one per replica set; run each on as many replicas as it says"]
+    vLLM replica that spans several). Comments show names with control characters escaped
+    (:func:`fleetplan.escape.shell_comment`); commands quote every word."""
+    lines = ["#!/bin/sh", shell_comment(f"launch commands for {engine}: one per replica set; run each on as many "
+                                        "replicas as it says")]
     for r in sets:
-        lines.append(f"\n# {r.name}: {r.replicas} replicas of {r.gpus} x {r.gpu} ({r.precision}, KV {r.kv_precision})")
+        notes = [f"{r.name}: {r.replicas} replicas of {r.gpus} x {r.gpu} ({r.precision}, KV {r.kv_precision})"]
         if engine == "trtllm" and r.dp_attention > 1:
-            lines.append("# attention data parallelism: set enable_attention_dp: true in --extra_llm_api_options")
+            notes.append("attention data parallelism: set enable_attention_dp: true in --extra_llm_api_options")
         if r.role != "decode" and engine != "sglang":
-            lines.append(f"# {r.role}: pair the prefill and decode sets with {engine}'s disaggregated-serving setup")
+            notes.append(f"{r.role}: pair the prefill and decode sets with {engine}'s disaggregated-serving setup")
         if pre_quantized(engine, r):
-            lines.append(PRE_QUANTIZED.format(precision=r.precision.upper()))
-        lines += node_note(engine, r)
-        lines.append(shell_join(ENGINES[engine](r)))
+            notes.append(PRE_QUANTIZED.format(precision=str(r.precision).upper()))
+        notes += node_note(engine, r)
+        lines += ["", *(shell_comment(n) for n in notes), shell_join(command(engine, r))]
         if r.nodes > 1 and engine == "vllm":
-            lines.append(shell_join(ENGINES[engine](r, worker=True)))
+            lines.append(shell_join(command(engine, r, worker=True)))
     return "\n".join(lines) + "\n"
 
 
 def node_command(engine: str, r: ReplicaSet, env: str, worker: bool = False) -> list[str]:
     """The command of one node's process: the launch command itself for a one-node replica; for a
     multi-node one, a shell that sets the rendezvous variables from ``env`` and runs it."""
-    cmd = ENGINES[engine](r, worker)
+    cmd = command(engine, r, worker)
     return cmd if r.nodes == 1 else ["sh", "-c", f"{env} exec {shell_join(cmd)}"]
 
 
@@ -264,29 +295,40 @@ def _container(engine: str, r: ReplicaSet, gpus: int, worker: bool = False) -> d
             "ports": [{"containerPort": PORT}], "resources": {"limits": {resource: gpus}}}
 
 
-def _pod(engine: str, r: ReplicaSet, gpus: int, worker: bool = False) -> dict[str, Any]:
-    """A pod template on nodes of the set's GPU type."""
-    return {"metadata": {"labels": {"app": r.name}},
-            "spec": {"nodeSelector": {GPU_LABEL: r.gpu}, "containers": [_container(engine, r, gpus, worker)]}}
+def object_names(sets: list[ReplicaSet]) -> list[str]:
+    """Each set's Kubernetes object and SkyPilot service name: an RFC 1123 label
+    (:func:`fleetplan.escape.dns_label`), different for every set."""
+    return unique_names([r.name for r in sets], dns_label)
 
 
-def manifest(engine: str, r: ReplicaSet) -> dict[str, Any]:
+def _pod(engine: str, r: ReplicaSet, name: str, gpus: int, worker: bool = False) -> dict[str, Any]:
+    """A pod template labelled ``app: name`` on nodes of the set's GPU type."""
+    return {"metadata": {"labels": {"app": name}},
+            "spec": {"nodeSelector": {GPU_LABEL: label_value(r.gpu)}, "containers": [_container(engine, r, gpus, worker)]}}
+
+
+def manifest(engine: str, r: ReplicaSet, name: str | None = None) -> dict[str, Any]:
     """A Deployment of ``r.replicas`` pods, or a LeaderWorkerSet of ``r.replicas`` groups of
-    ``r.nodes`` pods when one replica spans several nodes."""
-    meta = {"name": r.name, "labels": {"app": r.name, "fleetplan/gpu": r.gpu}}
+    ``r.nodes`` pods when one replica spans several nodes, named ``name`` (default: the set's
+    name as an RFC 1123 label); the plan's names of the set and its GPU are kept as annotations."""
+    name = name or dns_label(r.name)
+    meta = {"name": name, "labels": {"app": name, GPU_LABEL: label_value(r.gpu)},
+            "annotations": {NAME_ANNOTATION: r.name, GPU_ANNOTATION: r.gpu}}
     if r.nodes == 1:
         return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
-                "spec": {"replicas": r.replicas, "selector": {"matchLabels": {"app": r.name}},
-                         "template": _pod(engine, r, r.gpus)}}
+                "spec": {"replicas": r.replicas, "selector": {"matchLabels": {"app": name}},
+                         "template": _pod(engine, r, name, r.gpus)}}
     group = {"size": r.nodes, "restartPolicy": "RecreateGroupOnPodRestart",
-             "leaderTemplate": _pod(engine, r, r.node_gpus), "workerTemplate": _pod(engine, r, r.node_gpus, True)}
+             "leaderTemplate": _pod(engine, r, name, r.node_gpus),
+             "workerTemplate": _pod(engine, r, name, r.node_gpus, True)}
     return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": meta,
             "spec": {"replicas": r.replicas, "leaderWorkerTemplate": group}}
 
 
-def skypilot_service(engine: str, r: ReplicaSet) -> dict[str, Any]:
-    """A SkyPilot service: ``r.replicas`` replicas of ``r.gpus`` GPUs running the launch command."""
-    return {"name": r.name,
+def skypilot_service(engine: str, r: ReplicaSet, name: str | None = None) -> dict[str, Any]:
+    """A SkyPilot service named ``name`` (default: the set's name as an RFC 1123 label):
+    ``r.replicas`` replicas of ``r.gpus`` GPUs running the launch command."""
+    return {"name": name or dns_label(r.name),
             "service": {"readiness_probe": "/v1/models", "replicas": r.replicas},
             "resources": {"accelerators": f"{r.gpu}:{min(r.gpus, r.node_gpus)}", "ports": PORT},
             "num_nodes": r.nodes,
@@ -297,27 +339,40 @@ def skypilot_run(engine: str, r: ReplicaSet) -> str:
     """The service's run script: the launch command, on every node of a multi-node replica with
     its rank and the first node's address (vLLM's other nodes headless)."""
     if r.nodes == 1:
-        return shlex.join(ENGINES[engine](r))
-    lead, rest = shell_join(ENGINES[engine](r)), shell_join(ENGINES[engine](r, worker=True))
+        return shell_join(command(engine, r))
+    lead, rest = shell_join(command(engine, r)), shell_join(command(engine, r, worker=True))
     pick = lead if lead == rest else f'if [ "${NODE_RANK}" = 0 ]; then {lead}; else {rest}; fi'
     return f"{SKYPILOT_ENV}\n{pick}\n"
 
 
 def documents(args: argparse.Namespace, sets: list[ReplicaSet]) -> dict[str, str]:
-    """File name -> text: the launch script, and the manifests or services asked for."""
+    """File name -> text: the launch script, and the manifests or services asked for (a SkyPilot
+    file is named by its service's name, so no set name can make it leave ``--out``)."""
     dump = lambda docs: yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False)  # noqa: E731
+    names = object_names(sets)
     out = {"launch.sh": launch_script(args.engine, sets)}
     if args.k8s:
-        out["k8s.yaml"] = dump([manifest(args.engine, r) for r in sets])
+        out["k8s.yaml"] = dump([manifest(args.engine, r, name) for r, name in zip(sets, names)])
     if args.skypilot:
-        out.update({f"skypilot-{r.name}.yaml": dump([skypilot_service(args.engine, r)]) for r in sets})
+        out.update({f"skypilot-{name}.yaml": dump([skypilot_service(args.engine, r, name)])
+                    for r, name in zip(sets, names)})
     return out
+
+
+def _output_path(out: Path, name: str, inputs: list[Path]) -> Path:
+    """The checked path of output file ``name``: directly inside ``out`` (a link there that points
+    elsewhere is refused, so no file outside ``out`` is overwritten), not an input."""
+    from fleetplan.catalogs.files import check_output_file
+
+    if confined(out, name) is None:
+        raise InputError(f"--out: {printable(out / name)} would be written outside {printable(out)} (a link or a "
+                         "separator in the name); remove it or choose another directory")
+    return check_output_file(out / name, "--out", inputs)
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
     """Write (or print) the launch commands and manifests of a plan file."""
     from fleetplan.catalogs import load_catalog
-    from fleetplan.catalogs.files import check_output_file
     from fleetplan.io import catalog_inputs, write_atomically
     from fleetplan.report_command import read_plan
 
@@ -332,12 +387,11 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if not out.is_dir():
         raise InputError(f"--out: {out} is not a directory; create it first")
-    paths = {name: check_output_file(out / name, "--out", [Path(args.plan), *catalog_inputs(args.catalog)])
-             for name in docs}
+    paths = {name: _output_path(out, name, [Path(args.plan), *catalog_inputs(args.catalog)]) for name in docs}
     for name, text in docs.items():
         write_atomically(paths[name], text)
-    print(f"wrote {', '.join(str(p) for p in paths.values())}: {len(sets)} replica sets, "
-          f"{sum(r.replicas for r in sets):,} replicas")
+    print(printable(f"wrote {', '.join(str(p) for p in paths.values())}: {len(sets)} replica sets, "
+                    f"{sum(r.replicas for r in sets):,} replicas"))
     return 0
 
 
