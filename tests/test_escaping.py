@@ -1,0 +1,275 @@
+"""Hostile names and values reach every output as text: the launch script, a LeaderWorkerSet's
+``sh -c`` command and a SkyPilot run script are run by ``sh`` with stub engines that record
+their arguments (no injected command runs; every argument arrives as written); Kubernetes and
+file names are valid and confined; HTML, CSV, terminal and chart text are escaped by their rule."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleetplan.deploy import ENGINE_NAMES, ReplicaSet, launch_script, manifest, skypilot_run
+from fleetplan.escape import (
+    DNS_LABEL_MAX_CHARS, ShellExpansion, chart_text, confined, csv_cell, dns_label, label_value, printable,
+    shell_join, unique_names,
+)
+from fleetplan.main import main
+
+SH = shutil.which("sh")
+PLANS = Path(__file__).resolve().parent / "data" / "plans"
+# Values that run a command, end a word or a line if a writer interpolates them into shell text.
+HOSTILE = (
+    "meta-llama/x$(touch PWNED)",
+    "x`touch PWNED`",
+    'x"; touch PWNED; "',
+    "x'; touch PWNED; '",
+    'x\\"$(touch PWNED)\\"',
+    "x ; touch PWNED #",
+    "$HOME/${PATH}",
+)
+# Names that end a comment line, forge a line or escape a directory when written carelessly.
+HOSTILE_NAMES = ("chat\ntouch PWNED", "x/../../victim", "a$(touch PWNED)`touch PWNED`;b", "q'\"\r\x1b[2J")
+# The engines' executables the commands start; each stub writes its arguments, NUL-separated.
+STUBS = ("vllm", "python", "trtllm-serve", "mpirun")
+RANK, LEADER, HOSTS = "1", "10.0.0.7", "10.0.0.7,10.0.0.8"
+
+
+@pytest.fixture()
+def stubs(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A working directory and an environment whose PATH starts with the stub engines."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    calls.mkdir()
+    for name in STUBS:
+        stub = bin_dir / name
+        stub.write_text(f'#!/bin/sh\nprintf "%s\\0" "{name}" "$@" > "{calls}/$$"\n', encoding="utf-8")
+        stub.chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    return work, {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)}
+
+
+def _calls(work: Path) -> list[list[str]]:
+    """Every recorded call of a stub engine (its name and arguments), in a stable order."""
+    calls = work.parent / "calls"
+    return sorted(f.read_bytes().decode("utf-8").split("\0")[:-1] for f in calls.iterdir())
+
+
+def _run(work: Path, env: dict[str, str], argv: list[str]) -> None:
+    """Run ``argv`` in ``work``; it must succeed and create no file there."""
+    subprocess.run(argv, cwd=work, env=env, check=True, capture_output=True, timeout=30)
+    assert not list(work.iterdir()), "an injected command ran"
+
+
+def _expected(cmd: list[str]) -> list[str]:
+    """``cmd`` as the stub receives it on node ``RANK``: the rendezvous expansions evaluated."""
+    out = []
+    for w in cmd:
+        if isinstance(w, ShellExpansion):
+            w = re.sub(r"\$\(\(\$NODE_RANK \* (\d+)\)\)", lambda m: str(int(RANK) * int(m.group(1))), w)
+            w = w.replace("$NODE_RANK", RANK).replace("$LEADER_ADDRESS", LEADER).replace("$HOSTS", HOSTS)
+        out.append(w)
+    return out
+
+
+def hostile_set(repo: str, name: str, nodes: int, dp: int = 1, context: object = 4096) -> ReplicaSet:
+    """A replica set of one node or of ``nodes`` nodes of 4 GPUs, with hostile text."""
+    return ReplicaSet(name=name, model="m", repo=repo, gpu="g$(touch PWNED)", vendor="nvidia",
+                      tp=4 * nodes // dp, batch=64, precision="fp8", kv_precision="bf16",
+                      context_tokens=context, replicas=2, node_gpus=4, ep=dp, dp_attention=dp)  # type: ignore[arg-type]
+
+
+def _engine_calls(engine: str, r: ReplicaSet) -> list[list[str]]:
+    """The calls a node should make: the engine command (vLLM's headless one too), evaluated."""
+    from fleetplan.deploy import command
+
+    cmds = [command(engine, r)] + ([command(engine, r, worker=True)] if r.nodes > 1 and engine == "vllm" else [])
+    return sorted(_expected(c) for c in cmds)
+
+
+CASES = [(engine, repo, name, nodes, dp) for engine in ENGINE_NAMES for repo in HOSTILE
+         for name, nodes, dp in ((HOSTILE_NAMES[len(repo) % len(HOSTILE_NAMES)], 1, 1),
+                                 (HOSTILE_NAMES[0], 2, 1), (HOSTILE_NAMES[2], 2, 8))]
+
+
+@pytest.mark.skipif(SH is None, reason="needs a POSIX sh")
+@pytest.mark.parametrize("engine,repo,name,nodes,dp", CASES)
+def test_launch_script_runs_only_the_engine_with_the_arguments_as_written(stubs, engine, repo, name, nodes, dp):
+    work, env = stubs
+    r = hostile_set(repo, name, nodes, dp, context="4096$(touch PWNED)" if nodes == 1 else 4096)
+    script = work.parent / "launch.sh"
+    script.write_text(launch_script(engine, [r]), encoding="utf-8")
+    subprocess.run([SH, "-n", str(script)], check=True, timeout=30)
+    _run(work, {**env, "NODE_RANK": RANK, "LEADER_ADDRESS": LEADER, "HOSTS": HOSTS}, [SH, str(script)])
+    calls = _calls(work)
+    assert calls == _engine_calls(engine, r)
+    assert repo in calls[0]  # the checkpoint id arrives byte for byte
+
+
+@pytest.mark.skipif(SH is None, reason="needs a POSIX sh")
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
+@pytest.mark.parametrize("repo", HOSTILE)
+def test_leader_worker_set_and_skypilot_commands_run_only_the_engine(stubs, engine, repo):
+    work, env = stubs
+    r = hostile_set(repo, HOSTILE_NAMES[2], 2)
+    group = manifest(engine, r)["spec"]["leaderWorkerTemplate"]
+    lws_env = {**env, "LWS_WORKER_INDEX": RANK, "LWS_LEADER_ADDRESS": LEADER, "HOSTS": HOSTS}
+    worker = group["workerTemplate"]["spec"]["containers"][0]["command"]
+    assert worker[:2] == ["sh", "-c"]
+    _run(work, lws_env, [SH, "-c", worker[2]])
+    headless = engine == "vllm"
+    from fleetplan.deploy import command
+
+    assert _calls(work) == [_expected(command(engine, r, worker=headless))]
+    run = skypilot_run(engine, r)
+    subprocess.run([SH, "-n", "-c", run], check=True, timeout=30)
+    for f in (work.parent / "calls").iterdir():
+        f.unlink()
+    _run(work, {**env, "SKYPILOT_NODE_RANK": RANK, "SKYPILOT_NODE_IPS": f"{LEADER}\n10.0.0.8", "HOSTS": HOSTS},
+         [SH, "-c", run])
+    assert _calls(work) == [_expected(command(engine, r, worker=headless))]
+
+
+def test_a_name_with_a_line_break_stays_in_its_comment():
+    r = hostile_set("org/m", "chat\ntouch PWNED\r\x1b[2J", 1)
+    script = launch_script("vllm", [r])
+    assert "touch PWNED" not in "".join(line for line in script.splitlines() if not line.startswith("#"))
+    assert "# chat\\ntouch PWNED\\r\\x1b[2J: 2 replicas" in script
+    assert "\x1b" not in script and "\r" not in script
+
+
+def test_a_word_with_a_control_character_or_a_flag_for_a_repo_is_refused():
+    from fleetplan.catalogs.loader import InputError
+    from fleetplan.deploy import _repo, command
+
+    with pytest.raises(InputError, match=r"control character"):
+        command("vllm", hostile_set("org/m\x1b[2J", "chat", 1))
+    with pytest.raises(InputError, match=r"hf_repo '--trust-remote-code' begins with '-'"):
+        _repo(type("M", (), {"id": "m", "hf_repo": "--trust-remote-code"})())
+
+
+def test_a_shell_expansion_accepts_only_what_the_code_builds():
+    assert shell_join(["a b", ShellExpansion("$NODE_RANK"), "$(x)"]) == "'a b' \"$NODE_RANK\" '$(x)'"
+    for bad in ('$(touch PWNED)"', "`id`", "$x;y", "a\nb"):
+        with pytest.raises(ValueError):
+            ShellExpansion(bad)
+
+
+# ---------------------------------------------------------------- names
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+
+
+@pytest.mark.parametrize("text", ["chat-decode", "Chat Decode", "x/../../victim", "ünïcode-名前", "-a-", "..", "",
+                                  "a" * 200, "A" * 70 + "-" * 10, "$(touch PWNED)", "chat\ndecode"])
+def test_names_are_valid_rfc_1123_labels_and_label_values(text):
+    name, value = dns_label(text), label_value(text)
+    assert DNS_LABEL.fullmatch(name) and len(name) <= DNS_LABEL_MAX_CHARS
+    assert LABEL_VALUE.fullmatch(value) and 0 < len(value) <= DNS_LABEL_MAX_CHARS
+    if DNS_LABEL.fullmatch(text):
+        assert name == text  # a valid name is kept as it is
+    else:
+        assert name.endswith(dns_label.__globals__["hash_suffix"](text))  # a changed one names its original
+
+
+def test_derived_names_are_stable_and_unique():
+    assert dns_label("Chat") == dns_label("Chat") == "chat-" + __import__("hashlib").sha256(b"Chat").hexdigest()[:8]
+    names = unique_names(["chat", "Chat", "CHAT", "chat", "a" * 100, "a" * 100 + "b"], dns_label)
+    assert len(set(names)) == 6 and names[0] == "chat"
+    forged = dns_label("Chat")  # a name chosen to equal another's derived name is told apart
+    assert len(set(unique_names(["Chat", forged], dns_label))) == 2
+
+
+def test_confined_refuses_separators_dot_dot_and_links_out(tmp_path):
+    out = tmp_path / "o"
+    out.mkdir()
+    assert confined(out, "launch.sh") == out.resolve() / "launch.sh"
+    for bad in ("../victim", "a/b", "..", ".", ""):
+        assert confined(out, bad) is None
+    (out / "link.yaml").symlink_to(tmp_path / "victim.yaml")
+    assert confined(out, "link.yaml") is None
+
+
+def _hostile_plan(tmp_path: Path, name: str, repo: str) -> tuple[Path, Path]:
+    """The pool example's plan with its product renamed ``name`` on a model whose hf_repo is
+    ``repo`` (a user catalog), and that catalog."""
+    models = yaml.safe_load((Path(__file__).resolve().parents[1] / "catalogs" / "data" / "models.yaml")
+                            .read_text(encoding="utf-8"))["models"]
+    entry = {**next(m for m in models if m["id"] == "llama-3.1-70b"), "id": "evil-70b", "hf_repo": repo}
+    catalog = tmp_path / "evil.yaml"
+    catalog.write_text(yaml.safe_dump({"models": [entry]}), encoding="utf-8")
+    d = json.loads((PLANS / "seed-chat-70b-pool.json").read_text(encoding="utf-8"))
+    for p in d["products"]:
+        p["name"], p["model"] = name, "evil-70b"
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(d), encoding="utf-8")
+    return plan, catalog
+
+
+def test_deploy_keeps_every_file_inside_out_and_names_valid(capsys, tmp_path):
+    plan, catalog = _hostile_plan(tmp_path / "", "x/../../victim", "meta-llama/x$(touch PWNED)")
+    victim = tmp_path / "victim-decode.yaml"
+    victim.write_text("mine\n", encoding="utf-8")
+    out = tmp_path / "a" / "b" / "o"
+    out.mkdir(parents=True)
+    assert main(["deploy", str(plan), "--engine", "vllm", "--skypilot", "--out", str(out), "--catalog", str(catalog)]) == 0
+    assert victim.read_text(encoding="utf-8") == "mine\n"
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["launch.sh", f"skypilot-{dns_label('x/../../victim-decode')}.yaml",
+                     f"skypilot-{dns_label('x/../../victim-prefill')}.yaml"]
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == sorted([*files, "evil.yaml", "plan.json",
+                                                                                 "victim-decode.yaml"])
+    service = yaml.safe_load((out / files[1]).read_text(encoding="utf-8"))
+    assert service["name"] == files[1][len("skypilot-"):-len(".yaml")]
+    assert "'meta-llama/x$(touch PWNED)'" in service["run"]
+    capsys.readouterr()
+    k = tmp_path / "k"
+    k.mkdir()
+    assert main(["deploy", str(plan), "--engine", "sglang", "--k8s", "--out", str(k), "--catalog", str(catalog)]) == 0
+    docs = list(yaml.safe_load_all((k / "k8s.yaml").read_text(encoding="utf-8")))
+    assert [doc["metadata"]["annotations"]["fleetplan/name"] for doc in docs] == ["x/../../victim-decode",
+                                                                                 "x/../../victim-prefill"]
+    for doc in docs:
+        assert DNS_LABEL.fullmatch(doc["metadata"]["name"]) and doc["metadata"]["labels"]["app"] == doc["metadata"]["name"]
+        assert doc["spec"]["selector"]["matchLabels"]["app"] == doc["metadata"]["name"]
+
+
+def test_deploy_refuses_an_output_that_links_outside_out(capsys, tmp_path):
+    plan = PLANS / "seed-chat-70b.json"
+    out = tmp_path / "o"
+    out.mkdir()
+    victim = tmp_path / "victim.sh"
+    victim.write_text("mine\n", encoding="utf-8")
+    (out / "launch.sh").symlink_to(victim)
+    assert main(["deploy", str(plan), "--engine", "vllm", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fleetplan: error: --out:") and "outside" in err and err.count("\n") == 1
+    assert victim.read_text(encoding="utf-8") == "mine\n"
+
+
+# ---------------------------------------------------------------- text rules
+def test_printable_escapes_every_control_character_and_keeps_the_rest():
+    assert printable("a\nb\r\tc\x1b[31m\x9b\x00\u202e\u2028é名") == "a\\nb\\r\\tc\\x1b[31m\\x9b\\x00\\u202e\\u2028é名"
+    assert printable(12.5) == "12.5"
+
+
+@pytest.mark.parametrize("value,cell", [("=HYPERLINK(\"http://x\",\"y\")", "'=HYPERLINK(\"http://x\",\"y\")"),
+                                        ("+cmd", "'+cmd"), ("-2+3", "'-2+3"), ("@SUM(A1)", "'@SUM(A1)"),
+                                        ("\tx", "'\tx"), ("\rx", "'\rx"), ("chat", "chat"), ("", ""), (None, ""),
+                                        (-5, -5), (-0.25, -0.25), (0, 0)])
+def test_csv_cells_that_a_spreadsheet_would_evaluate_are_text(value, cell):
+    assert csv_cell(value) == cell
+
+
+def test_chart_text_is_drawn_as_written():
+    from fleetplan.charts import _hbar
+
+    svg = _hbar([chart_text("premium $\\foo$ tier"), chart_text("a$b")], {"x": [1.0, 2.0]}, "usd", ["#000000"])
+    assert "premium $\\foo$ tier" in svg and "a$b" in svg
