@@ -3,13 +3,16 @@
 Owns the pictures only: every number drawn is read from the plan JSON (or the tornado rows)
 it is given; nothing is computed that the plan does not hold. Text stays text in the SVG (no
 embedded font files), ids and hashes are fixed and the file carries no date, so the same plan
-draws the same bytes."""
+draws the same bytes. Every label from the plan (product names, GPU ids, tornado inputs) is
+drawn as written (:func:`fleetplan.escape.chart_text`: no mathtext, no control characters)."""
 
 from __future__ import annotations
 
 import io
 import re
 from typing import Any
+
+from fleetplan.escape import chart_text
 
 # Tier colours, in stacking order (bottom first), and the demand line's.
 TIER_COLOURS = {"reserved": "#1b6ca8", "on_demand": "#5fa8d3", "spot": "#f4a259", "api": "#8cb369"}
@@ -92,7 +95,7 @@ def _hbar(labels: list[str], series: dict[str, list[float]], xlabel: str, colour
     for i, ((name, values), colour) in enumerate(zip(series.items(), colours)):
         ys = [y + i * height for y in range(len(labels))]
         ax.barh(ys, values, height=height, label=name, color=colour)
-    ax.set_yticks([y + (n - 1) * height / 2 for y in range(len(labels))], labels)
+    ax.set_yticks([y + (n - 1) * height / 2 for y in range(len(labels))], [chart_text(t) for t in labels])
     ax.invert_yaxis()
     ax.set_xlabel(xlabel)
     if n > 1:
@@ -143,7 +146,7 @@ def tornado_chart(rows: list[dict[str, Any]], base: float) -> str | None:
             labelled.add(side)
             ax.barh(y, d, left=base, color=colour, label=label)
     ax.axvline(base, color=DEMAND_COLOUR, linewidth=1)
-    ax.set_yticks(range(len(rows)), [r["input"] for r in rows])
+    ax.set_yticks(range(len(rows)), [chart_text(r["input"]) for r in rows])
     ax.invert_yaxis()
     ax.set_xlabel("USD per month (line: this plan)")
     ax.legend(frameon=False, fontsize=8)

@@ -4,15 +4,17 @@ GPU usage, runner-ups, binding limits and sensitivities.
 Owns the page's markup; charts come from :mod:`fleetplan.charts`, every figure from the plan
 JSON (:mod:`fleetplan.optimizer.results`) and the tornado rows
 (:mod:`fleetplan.optimizer.sensitivity`). Styles are inlined and charts are inline SVG: the
-page loads nothing (no script, no font, no image from anywhere) and prints as it reads."""
+page loads nothing (no script, no font, no image from anywhere) and prints as it reads. Every
+value, a number read from a plan file included, enters the page through
+:func:`fleetplan.escape.render`, which escapes it unless it is markup this module wrote."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from html import escape
 from typing import Any
 
 from fleetplan import charts
+from fleetplan.escape import Markup, render
 from fleetplan.optimizer.binding import binding_sentence
 from fleetplan.optimizer.enums import LeftOut
 from fleetplan.optimizer.text import gap_split, pct
@@ -44,18 +46,27 @@ th{text-align:left;background:#f4f4f4}td.n{text-align:right;font-variant-numeric
 """
 
 
+def _fmt(x: Any, spec: str) -> str:
+    """``x`` formatted by ``spec``; a value that is not a number (a hand-edited plan) as it is
+    written, to be escaped like every other value."""
+    try:
+        return format(x, spec)
+    except (TypeError, ValueError):
+        return str(x)
+
+
 def _money(x: float | None) -> str:
-    return "-" if x is None else f"${x:,.0f}"
+    return "-" if x is None else "$" + _fmt(x, ",.0f")
 
 
-def _table(head: list[str], rows: list[list[Any]], numeric: set[int] = frozenset()) -> str:  # type: ignore[assignment]
-    """An HTML table; cells escaped, columns in ``numeric`` right-aligned."""
-    th = "".join(f"<th>{escape(h)}</th>" for h in head)
+def _table(head: list[str], rows: list[list[Any]], numeric: set[int] = frozenset()) -> Markup:  # type: ignore[assignment]
+    """An HTML table; every cell escaped (:func:`fleetplan.escape.render`), columns in ``numeric`` right-aligned."""
+    th = "".join(render("<th>{}</th>", h) for h in head)
     body = "".join(
-        "<tr>" + "".join(f"<td class=n>{escape(str(c))}</td>" if i in numeric else f"<td>{escape(str(c))}</td>"
-                         for i, c in enumerate(r)) + "</tr>"
+        "<tr>" + "".join(render("<td class=n>{}</td>" if i in numeric else "<td>{}</td>", c) for i, c in enumerate(r))
+        + "</tr>"
         for r in rows)
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+    return Markup(f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>")
 
 
 def cost_per_million(d: dict[str, Any]) -> float | None:
@@ -66,40 +77,39 @@ def cost_per_million(d: dict[str, Any]) -> float | None:
     return d["monthly_cost_usd"] / tokens if tokens else None
 
 
-def summary(d: dict[str, Any]) -> str:
+def summary(d: dict[str, Any]) -> Markup:
     """The cards: monthly cost, GPUs, cost per million tokens, status and gap; preset,
     calibration and the model's stated fidelity."""
     cpm = cost_per_million(d)
-    gap = "-" if d.get("mip_gap") is None else f"{d['mip_gap']:.4%}"
+    gap = "-" if d.get("mip_gap") is None else _fmt(d["mip_gap"], ".4%")
     cards = [
-        f'<div class=card>monthly cost<b id="total-cost" data-usd="{d["monthly_cost_usd"]:.2f}">'
-        f'{_money(d["monthly_cost_usd"])}</b></div>',
-        f'<div class=card>GPUs<b id="total-gpus">{d["totals"]["all_gpus"]:,}</b></div>',
-        f'<div class=card>$ per million output tokens<b>{"-" if cpm is None else f"${cpm:,.3f}"}</b></div>',
-        f'<div class=card>status<b>{escape(d["status"])}</b>gap {gap}</div>',
+        render('<div class=card>monthly cost<b id="total-cost" data-usd="{}">{}</b></div>',
+               _fmt(d["monthly_cost_usd"], ".2f"), _money(d["monthly_cost_usd"])),
+        render('<div class=card>GPUs<b id="total-gpus">{}</b></div>', _fmt(d["totals"]["all_gpus"], ",")),
+        render("<div class=card>$ per million output tokens<b>{}</b></div>", "-" if cpm is None else "$" + _fmt(cpm, ",.3f")),
+        render("<div class=card>status<b>{}</b>gap {}</div>", d["status"], gap),
     ]
     preset = d["preset"]
-    fidelity = FIDELITY.get(preset, "")
-    calib = escape(d["calibration"]) if d.get("calibration") else "none"
-    split = (f'<p class=note id="gap-split">gap {gap}: {escape(gap_split(d["gap_breakdown_usd"]))}.</p>'
+    split = (render('<p class=note id="gap-split">gap {}: {}.</p>', gap, gap_split(d["gap_breakdown_usd"]))
              if d.get("gap_breakdown_usd") and d.get("mip_gap") else "")
-    return (f'<div class=cards>{"".join(cards)}</div><p class=note>preset <b>{escape(preset)}</b>, calibration '
-            f'{calib}; {d["hours"]} hour(s) modelled, tiers {escape(", ".join(d["tiers"]))}. Model fidelity: '
-            f'{escape(fidelity)} ({escape(FIDELITY_SOURCE)}).</p>{split}')
+    note = render("<p class=note>preset <b>{}</b>, calibration {}; {} hour(s) modelled, tiers {}. Model fidelity: {} ({}).</p>",
+                  preset, d.get("calibration") or "none", d["hours"], ", ".join(map(str, d["tiers"])),
+                  FIDELITY.get(preset, ""), FIDELITY_SOURCE)
+    return Markup(f'<div class=cards>{"".join(cards)}</div>{note}{split}')
 
 
-def configuration(d: dict[str, Any]) -> str:
+def configuration(d: dict[str, Any]) -> Markup:
     """One row per product (configuration, replicas, GPUs, speed, TTFT, cost), then why each runs it."""
     rows = [[p["name"], p["model"], p.get("pooled_in") or "", p["gpu"] or "API", p["tp"] or "", p["precision"] or "",
              p["batch"] or "", p["replicas"], p["gpus"], p["prefill"]["mode"] or "",
-             "-" if p["per_user_tokens_per_s"] is None else f"{p['per_user_tokens_per_s']:,.1f}",
-             "-" if p["ttft_ms"] is None else f"{p['ttft_ms']:,.0f}", _money(p["monthly_cost_usd"]),
+             "-" if p["per_user_tokens_per_s"] is None else _fmt(p["per_user_tokens_per_s"], ",.1f"),
+             "-" if p["ttft_ms"] is None else _fmt(p["ttft_ms"], ",.0f"), _money(p["monthly_cost_usd"]),
              pct(p["api_fraction"])]
             for p in d["products"]]
     head = ["product", "model", "pooled in", "GPU", "TP", "precision", "batch", "replicas", "GPUs", "prefill",
             "tokens/s per user", "TTFT ms", "$/month", "API share"]
-    why = "".join(f"<li><b>{escape(p['name'])}</b>: {escape(p['why'])}</li>" for p in d["products"] if p.get("why"))
-    return _table(head, rows, {4, 6, 7, 8, 10, 11, 12}) + (f"<ul class=note>{why}</ul>" if why else "")
+    why = "".join(render("<li><b>{}</b>: {}</li>", p["name"], p["why"]) for p in d["products"] if p.get("why"))
+    return Markup(_table(head, rows, {4, 6, 7, 8, 10, 11, 12}) + (f"<ul class=note>{why}</ul>" if why else ""))
 
 
 @dataclass(frozen=True)
@@ -120,54 +130,54 @@ def figures(d: dict[str, Any], tornado: list[dict[str, Any]] | None) -> Figures:
                    None if tornado is None else charts.tornado_chart(tornado, d["monthly_cost_usd"]))
 
 
-def breakdown(d: dict[str, Any], chart: str) -> str:
+def breakdown(d: dict[str, Any], chart: str) -> Markup:
     """The cost by kind (reserved, on demand, spot, API, fixed, stranded) and by product, and
     ``chart`` (:func:`figures`)."""
     b = d["monthly_cost_breakdown_usd"]
     rows = [[k.replace("_", " "), _money(v), pct(v / d["monthly_cost_usd"]) if d["monthly_cost_usd"] else "-"]
             for k, v in b.items() if v]
     rows.append(["total", _money(d["monthly_cost_usd"]), "100%"])
-    return _table(["kind", "$/month", "share"], rows, {1, 2}) + chart
+    return Markup(_table(["kind", "$/month", "share"], rows, {1, 2}) + chart)
 
 
-def runner_ups(d: dict[str, Any]) -> str:
+def runner_ups(d: dict[str, Any]) -> Markup:
     """The cheapest plan on each other GPU type, per product."""
     rows = [[p["name"], a["gpu"], a["tp"], a["precision"], a["batch"], a["replicas"], a["gpus"],
              _money(a["monthly_cost_usd"]), f"+{_money(a['cost_difference_usd'])}"]
             for p in d["products"] for a in p.get("alternatives") or []]
     if not rows:
-        return "<p class=note>No runner-ups: each product runs on the only GPU type it may use, or products share " \
-               "limits and were planned together.</p>"
+        return Markup("<p class=note>No runner-ups: each product runs on the only GPU type it may use, or products "
+                      "share limits and were planned together.</p>")
     note = ""
     for reason, why in ((LeftOut.OUTRANKED, "as no plan on them can be among the cheapest GPU types"),
                         (LeftOut.NOT_SEARCHED, "each as long a search as the plan's own (<code>--all-alternatives</code> "
                                                "searches them)")):
-        left = [f"{escape(p['name'])}: {escape(a['gpu'])} at least {_money(a['monthly_cost_at_least_usd'])}"
+        left = [f"{p['name']}: {a['gpu']} at least {_money(a['monthly_cost_at_least_usd'])}"
                 for p in d["products"] for a in p.get("runner_ups_left_out") or [] if a["reason"] == reason]
         if left:
-            note += f"<p class=note>The mix on each GPU type, not searched, {why} (lower bound, $/month): " \
-                    f"{'; '.join(left)}.</p>"
-    return _table(["product", "GPU", "TP", "precision", "batch", "replicas", "GPUs", "$/month", "vs chosen"], rows,
-                  {2, 4, 5, 6, 7, 8}) + note
+            note += render("<p class=note>The mix on each GPU type, not searched, {} (lower bound, $/month): {}.</p>",
+                           Markup(why), "; ".join(left))
+    return Markup(_table(["product", "GPU", "TP", "precision", "batch", "replicas", "GPUs", "$/month", "vs chosen"],
+                         rows, {2, 4, 5, 6, 7, 8}) + note)
 
 
-def binding(d: dict[str, Any]) -> str:
+def binding(d: dict[str, Any]) -> Markup:
     """Each binding limit and what one more step of it is worth."""
     rows = [[b["limit"], f"+{b['step']} {b['step_unit']}", _money(b["value_usd_per_month"]),
              _money(b["relaxed_monthly_cost_usd"]), "yes" if b["proven"] else "no", binding_sentence(b)]
             for b in d.get("binding_limits") or []]
     if not rows:
-        return "<p class=note>No shared limit binds: every availability limit leaves at least one instance free " \
-               "(a budget never binds a plan that exists: the plan is already the cheapest).</p>"
+        return Markup("<p class=note>No shared limit binds: every availability limit leaves at least one instance "
+                      "free (a budget never binds a plan that exists: the plan is already the cheapest).</p>")
     return _table(["limit", "step", "saving $/month", "cost with the step", "proven", "in words"], rows, {2, 3})
 
 
-def sensitivities(rows: list[dict[str, Any]] | None, chart: str | None) -> str:
+def sensitivities(rows: list[dict[str, Any]] | None, chart: str | None) -> Markup:
     """The tornado ``chart`` (:func:`figures`) and its table; a note when the report was made from
     a plan file."""
     if rows is None:
-        return "<p class=note>Not computed: the report was made from a plan file; give the scenario to re-plan " \
-               "with each input moved by ±20%.</p>"
+        return Markup("<p class=note>Not computed: the report was made from a plan file; give the scenario to "
+                      "re-plan with each input moved by ±20%.</p>")
     table = _table(["input", "-20% $/month", "+20% $/month", "swing", "note"], [
         [r["input"], _money(r["low_monthly_cost_usd"]), _money(r["high_monthly_cost_usd"]),
          "-" if None in (r["low_monthly_cost_usd"], r["high_monthly_cost_usd"])
@@ -177,7 +187,7 @@ def sensitivities(rows: list[dict[str, Any]] | None, chart: str | None) -> str:
               "(GPU type, TP, precision and prefill mode per product): batch, replicas, tiers and API share are "
               "chosen again. A full re-plan can only cost less; an empty bar means the kept configurations cannot "
               "serve the moved input.</p>")
-    return method + (chart or "") + table
+    return Markup(method + (chart or "") + table)
 
 
 def _tornado_note(r: dict[str, Any]) -> str:
@@ -203,15 +213,15 @@ def page(d: dict[str, Any], tornado: list[dict[str, Any]] | None, title: str, dr
         ("Binding limits", binding(d)),
         ("Sensitivities (±20%)", sensitivities(tornado, drawn.tornado)),
     ]
-    body = "".join(f"<section><h2>{escape(h)}</h2>{s}</section>" for h, s in sections)
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head>'
-            f"<body><h1>{escape(title)}</h1>{body}</body></html>\n")
+    body = "".join(render("<section><h2>{}</h2>{}</section>", h, Markup(s)) for h, s in sections)
+    return render('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
+                  '<meta name="viewport" content="width=device-width, initial-scale=1"><style>{style}</style></head>'
+                  "<body><h1>{title}</h1>{body}</body></html>\n", title=title, style=Markup(STYLE), body=Markup(body))
 
 
-def _usage_table(d: dict[str, Any]) -> str:
+def _usage_table(d: dict[str, Any]) -> Markup:
     """GPUs per type at the busiest hour, instances, stranded GPUs and availability."""
     rows = [[g, u["gpus"], "-" if u["instances"] is None else u["instances"], u["stranded_gpus"],
              "no limit" if u["available"] is None else u["available"]]
             for g, u in sorted((d.get("gpu_usage") or {}).items())]
-    return _table(["GPU", "GPUs", "instances", "stranded GPUs", "available"], rows, {1, 2, 3, 4}) if rows else ""
+    return _table(["GPU", "GPUs", "instances", "stranded GPUs", "available"], rows, {1, 2, 3, 4}) if rows else Markup()

@@ -268,8 +268,79 @@ def test_csv_cells_that_a_spreadsheet_would_evaluate_are_text(value, cell):
     assert csv_cell(value) == cell
 
 
-def test_chart_text_is_drawn_as_written():
-    from fleetplan.charts import _hbar
+def test_chart_text_escapes_every_dollar_and_control_character():
+    assert chart_text("premium $\\foo$ tier\n") == "premium \\$\\foo\\$ tier\\n"
 
-    svg = _hbar([chart_text("premium $\\foo$ tier"), chart_text("a$b")], {"x": [1.0, 2.0]}, "usd", ["#000000"])
-    assert "premium $\\foo$ tier" in svg and "a$b" in svg
+
+# ---------------------------------------------------------------- HTML
+PAYLOAD = "<script>alert(1)</script>\"onerror=alert(2) '><img src=x onerror=alert(3)>&amp;"
+# Numbers the report writes as they are (no arithmetic on them): a hand-edited plan may hold a string there.
+NUMBER_FIELDS = ("tp", "batch", "replicas", "gpus", "ttft_ms", "per_user_tokens_per_s")
+
+
+def _poisoned(data: object) -> object:
+    """``data`` with the payload appended to every string value and to the GPU ids keying ``gpu_usage``."""
+    if isinstance(data, str):
+        return data + PAYLOAD
+    if isinstance(data, dict):
+        return {k: ({_poisoned(g): _poisoned(u) for g, u in v.items()} if k == "gpu_usage" and v else _poisoned(v))
+                for k, v in data.items()}
+    if isinstance(data, list):
+        return [_poisoned(v) for v in data]
+    return data
+
+
+def _poison_numbers(d: dict) -> dict:
+    """Plan ``d`` with the payload in place of the numbers it shows as they are."""
+    d["hours"], d["totals"]["all_gpus"], d["mip_gap"] = PAYLOAD, PAYLOAD, None
+    for p in d["products"]:
+        p.update({k: PAYLOAD for k in NUMBER_FIELDS})
+        for a in p.get("alternatives") or []:
+            a.update({k: PAYLOAD for k in ("tp", "batch", "replicas", "gpus")})
+    for u in (d.get("gpu_usage") or {}).values():
+        u.update({k: PAYLOAD for k in ("gpus", "instances", "stranded_gpus", "available")})
+    for b in d.get("binding_limits") or []:
+        b["step_unit"] = PAYLOAD
+    return d
+
+
+def _structure(page: str) -> list[tuple[str, tuple[str, ...]]]:
+    """Every element of ``page``, in order, with its attribute names (not their values)."""
+    from html.parser import HTMLParser
+
+    found: list[tuple[str, tuple[str, ...]]] = []
+
+    class Tags(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: list) -> None:
+            found.append((tag, tuple(name for name, _ in attrs)))
+
+    Tags().feed(page)
+    return found
+
+
+@pytest.mark.parametrize("plan", sorted(PLANS.glob("*.json")), ids=lambda p: p.stem)
+def test_no_value_of_a_plan_file_becomes_markup(plan):
+    from fleetplan.html import Figures, page
+
+    clean = json.loads(plan.read_text(encoding="utf-8"))
+    hostile = _poison_numbers(_poisoned(clean))
+    no_charts = Figures(None, None, "", None)
+    expected = _structure(page(clean, None, "fleetplan: plan.json", no_charts))
+    text = page(hostile, None, "fleetplan: " + PAYLOAD, no_charts)
+    assert _structure(text) == expected  # the same elements and attributes: none came from the plan
+    assert "<script" not in text.lower() and "<img" not in text.lower()
+    assert text.count("&lt;script&gt;alert(1)&lt;/script&gt;&quot;onerror=alert(2)") >= 10
+
+
+def test_chart_labels_are_text_in_the_svg():
+    from fleetplan.charts import cost_chart, tornado_chart
+
+    names = ["premium $\\foo$ tier", "a$b", PAYLOAD, "x\x1by"]
+    d = {"products": [{"name": n, "monthly_cost_usd": 100.0 * (i + 1)} for i, n in enumerate(names)]}
+    svg = cost_chart(d)
+    assert "premium $\\foo$ tier" in svg and "a$b" in svg and "x\\x1by" in svg
+    assert "<script" not in svg and "&lt;script&gt;" in svg
+    rows = [{"input": n, "low_monthly_cost_usd": 90.0, "high_monthly_cost_usd": 120.0, "low_factor": 0.8,
+             "high_factor": 1.2} for n in names]
+    svg = tornado_chart(rows, 100.0)
+    assert "premium $\\foo$ tier" in svg and "<script" not in svg
