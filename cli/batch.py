@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fleetplan.catalogs.loader import InputError
+from fleetplan.escape import rich_text, terminal
 from fleetplan.optimizer.enums import Alternatives
 from fleetplan.io import (
     EXIT_USER_ERROR, SCENARIO_PRESET_HINT, catalog_inputs, dumps, resolve_preset, scenario_inputs, write_atomically,
@@ -255,12 +256,15 @@ def own_count(p: dict[str, Any], key: str) -> int:
 
 
 def summary_csv(rows: list[dict[str, Any]]) -> str:
-    """The summary as CSV with a header line (``\\n`` line ends; a null is an empty field)."""
+    """The summary as CSV with a header line (``\\n`` line ends; a null is an empty field; a text
+    cell a spreadsheet would read as a formula starts with ``'``: :func:`fleetplan.escape.csv_cell`)."""
+    from fleetplan.escape import csv_cell
+
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
     w.writeheader()
     for r in rows:
-        w.writerow({k: "" if v is None else v for k, v in r.items()})
+        w.writerow({k: csv_cell(v) for k, v in r.items()})
     return buf.getvalue()
 
 
@@ -326,6 +330,7 @@ def check_outputs(out: str, files: list[str], settings: Settings) -> Path:
     directory or read-only.
     """
     from fleetplan.catalogs.files import check_output_dir, check_output_file
+    from fleetplan.escape import confined, printable
 
     clash = [f for f in files if Path(f).stem == SUMMARY_STEM]
     if clash:
@@ -334,6 +339,9 @@ def check_outputs(out: str, files: list[str], settings: Settings) -> Path:
     out_dir = check_output_dir(out, "--out", inputs)
     if out_dir.is_dir():
         for name in [f"{Path(f).stem}.json" for f in files] + [f"{SUMMARY_STEM}.csv", f"{SUMMARY_STEM}.json"]:
+            if confined(out_dir, name) is None:  # a link there pointing elsewhere: the file is not ours to replace
+                raise InputError(printable(f"--out: {out_dir / name} would be written outside {out}; remove it or "
+                                           "choose another directory"))
             check_output_file(out_dir / name, "--out", inputs)
     return out_dir
 
@@ -365,7 +373,7 @@ def run_batch(paths: list[str], settings: Settings, out: str | None, as_json: bo
         check_reachable(scheduler)  # before the output directory is made
     earlier = {f for f in files if out_dir is not None and (out_dir / f"{Path(f).stem}.json").exists()}
     for note in skipped:
-        print(f"fleetplan: note: skipped {note}", file=sys.stderr)
+        print(terminal(f"fleetplan: note: skipped {note}"), file=sys.stderr)
     if out_dir is not None:
         make_output_dir(out_dir)
     written = _BatchFiles(files, out_dir)
@@ -386,7 +394,7 @@ def run_batch(paths: list[str], settings: Settings, out: str | None, as_json: bo
         print_summary(summary_rows(outcomes), console)
         if out_dir is not None:
             ok = sum(1 for o in outcomes if o.plan is not None)
-            console.print(f"wrote {ok} plan files and {SUMMARY_STEM}.csv, {SUMMARY_STEM}.json to {out_dir}")
+            console.print(f"wrote {ok} plan files and {SUMMARY_STEM}.csv, {SUMMARY_STEM}.json to {rich_text(out_dir)}")
     sys.stdout.flush()
     return _report_failures(outcomes, earlier, out)
 
@@ -431,7 +439,8 @@ def _report_failures(outcomes: list[Outcome], earlier: set[str], out: str | None
     for o in failed:
         error = o.error or ""
         kept = f" ({out}/{o.stem}.json, from before this run, was left as it was)" if o.path in earlier else ""
-        print(f"fleetplan: error: {error if error.startswith(o.path) else f'{o.path}: {error}'}{kept}", file=sys.stderr)
+        print(terminal(f"fleetplan: error: {error if error.startswith(o.path) else f'{o.path}: {error}'}{kept}"),
+              file=sys.stderr)
     return EXIT_USER_ERROR if failed else 0
 
 
@@ -460,9 +469,9 @@ def _solve_with_progress(files: list[str], settings: Settings, jobs: int, save: 
 
         def advance(o: Outcome) -> None:
             save(o)
-            bar.update(task, advance=1, description=f"{o.stem}: {'error' if o.error else 'done'}")
+            bar.update(task, advance=1, description=f"{rich_text(o.stem)}: {'error' if o.error else 'done'}")
 
         def start(f: str) -> None:
-            bar.update(task, description=f"{Path(f).stem} ...")
+            bar.update(task, description=f"{rich_text(Path(f).stem)} ...")
 
         return solve_all(files, settings, jobs, advance, start, client)

@@ -4,7 +4,9 @@ Owns: strict deterministic JSON (:func:`dumps`), the atomic write every output g
 (:func:`write_atomically`, from :mod:`fleetplan.catalogs.files`), the files a command reads
 (so no output is one of them), the preset a command plans with, the console tables are printed
 on, printing a result as JSON or as a table (:func:`emit`) and the wrapper that turns an error
-into one line on stderr and an exit code (:func:`run_command`). ``main``, ``batch`` and
+into one line on stderr and an exit code (:func:`run_command`); a message's control characters
+are shown escaped (:func:`fleetplan.escape.terminal`), so no value in it can forge a line or
+send an escape sequence. ``main``, ``batch`` and
 ``fidelity`` import this module and never each other. It holds no planning rule and no table
 layout.
 """
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetplan.catalogs.files import one_line, write_atomically
+from fleetplan.escape import terminal
 
 __all__ = [
     "EXIT_SOLVER_ERROR", "EXIT_USER_ERROR", "SCENARIO_PRESET_HINT", "catalog_inputs", "console", "dumps", "emit",
@@ -101,7 +104,7 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args))
     except InputError as exc:
-        print(f"fleetplan: error: {one_line(str(exc))}", file=sys.stderr)
+        print(f"fleetplan: error: {terminal(one_line(str(exc)))}", file=sys.stderr)
         return EXIT_USER_ERROR
     except BrokenPipeError:  # pragma: no cover - e.g. piped into head
         return 0
@@ -111,8 +114,8 @@ def run_command(args: argparse.Namespace) -> int:
         from fleetplan.optimizer.errors import SolverError
 
         if isinstance(exc, SolverError):
-            print(f"fleetplan: error: {one_line(str(exc))}", file=sys.stderr)
+            print(f"fleetplan: error: {terminal(one_line(str(exc)))}", file=sys.stderr)
             return EXIT_SOLVER_ERROR
-        print(f"fleetplan: internal error: {type(exc).__name__}: {one_line(str(exc))} (FLEETPLAN_DEBUG=1 shows details)",
-              file=sys.stderr)
+        print(f"fleetplan: internal error: {type(exc).__name__}: {terminal(one_line(str(exc)))} "
+              "(FLEETPLAN_DEBUG=1 shows details)", file=sys.stderr)
         return 1

@@ -22,6 +22,7 @@ from typing import Any, NoReturn
 from fleetplan.catalogs import fields as F
 from fleetplan.catalogs.files import check_output_file, one_line
 from fleetplan.cluster import SCHEDULER_HELP
+from fleetplan.escape import chart_text, terminal
 from fleetplan.optimizer.enums import Alternatives, Status
 from fleetplan.optimizer.workers import MAX_DEFAULT_JOBS, default_jobs
 from fleetplan.flags import (
@@ -156,9 +157,9 @@ def _plan_one(args: argparse.Namespace) -> int:
 def _plan_notes(d: dict[str, Any]) -> None:
     """A warning on stderr when the plan is not proven optimal, a note per stage the time limit cut."""
     if d["status"] != Status.OPTIMAL:
-        print(f"fleetplan: warning: {d['termination']}: not proven optimal", file=sys.stderr)
+        print(terminal(f"fleetplan: warning: {d['termination']}: not proven optimal"), file=sys.stderr)
     for what in d.get("stopped_by_time_limit", []):
-        print(f"fleetplan: note: time limit ({d['time_limit_s']:g} s): {what} cut short", file=sys.stderr)
+        print(terminal(f"fleetplan: note: time limit ({d['time_limit_s']:g} s): {what} cut short"), file=sys.stderr)
 
 
 # ---------------------------------------------------------------- breakeven
@@ -184,9 +185,9 @@ def cmd_breakeven(args: argparse.Namespace) -> int:
 
     result = breakeven(scenario, catalog, folder, scales, solver=args.solver, on_point=show)
     for what in result.stopped:
-        print(f"fleetplan: note: time limit reached: {what} not computed", file=sys.stderr)
+        print(terminal(f"fleetplan: note: time limit reached: {what} not computed"), file=sys.stderr)
     if plot_path is not None:
-        plot(result, plot_path, f"build vs buy: {Path(args.scenario).name}")
+        plot(result, plot_path, chart_text(f"build vs buy: {Path(args.scenario).name}"))
     if args.json:
         sys.stdout.write(dumps(result.as_dict()))
     else:
@@ -412,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run_command(build_parser().parse_args(argv))
     except KeyboardInterrupt as exc:  # SIGTERM too (Terminated); cleanup ran in the finally blocks on the way
-        detail = f": {one_line(str(exc))}" if str(exc) else ""
+        detail = f": {terminal(one_line(str(exc)))}" if str(exc) else ""
         print(f"{message(exit_code(exc))}{detail}", file=sys.stderr)
         return exit_code(exc)
     finally:

@@ -60,17 +60,12 @@ USAGE_COLUMNS: tuple[Col, ...] = (
 
 
 def escaped(data: Any) -> Any:
-    """``data`` with every string escaped for rich markup: names and sources from the user's files
-    print as written (a product called ``chat[/b]`` is not a closing tag)."""
-    from rich.markup import escape
+    """``data`` with every string escaped for a rich console (:func:`fleetplan.escape.for_terminal`):
+    names and sources from the user's files print as written (a product called ``chat[/b]`` is
+    not a closing tag) and their control characters show escaped (no line break, no escape sequence)."""
+    from fleetplan.escape import for_terminal
 
-    if isinstance(data, str):
-        return escape(data)
-    if isinstance(data, dict):
-        return {escaped(k): escaped(v) for k, v in data.items()}
-    if isinstance(data, (list, tuple)):
-        return type(data)(escaped(v) for v in data)
-    return data
+    return for_terminal(data)
 
 
 def _gb(x: float) -> str:
@@ -418,8 +413,7 @@ def breakeven_line(p: BreakevenPoint) -> str:
 
 def print_breakeven(result: BreakevenResult, scenario: str, plot: str | None, console: Console) -> None:
     """The costs per scale with the cheapest strategy, the crossovers and where the plot went."""
-    from rich.markup import escape
-
+    from fleetplan.escape import rich_text as escape
     from fleetplan.optimizer.breakeven import ALL_API, BLEND, SELF_HOST
 
     rows: list[Row] = []

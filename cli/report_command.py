@@ -100,7 +100,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         d, rows, drawn, out = plan_and_tornado(args)
     write_atomically(out, page(d, rows, f"fleetplan: {src.name}", drawn))
-    print(f"wrote {args.out}: ${d['monthly_cost_usd']:,.2f} a month, {d['totals']['all_gpus']:,} GPUs, status {d['status']}")
+    from fleetplan.escape import terminal
+
+    print(terminal(f"wrote {args.out}: ${d['monthly_cost_usd']:,.2f} a month, {d['totals']['all_gpus']:,} GPUs, "
+                   f"status {d['status']}"))
     return 0
 
 

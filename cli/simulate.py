@@ -16,6 +16,7 @@ from typing import Any
 
 from fleetplan.catalogs.fields import Range
 from fleetplan.catalogs.loader import InputError
+from fleetplan.escape import for_terminal, terminal
 
 REQUESTS = Range(1, 1e7, "requests", "ten million requests take hours in an event loop", integer=True)
 HOUR = Range(0, 167, "", "a plan has at most 168 hours (0 to 167)", integer=True)
@@ -53,6 +54,7 @@ def _progress_hook(progress: Any, deadline: Any, limit: float) -> Any:
 
 def _print(d: dict[str, Any], con: Any) -> None:
     """One block per product: percentiles, targets, utilisation, misses, verdict."""
+    d = for_terminal(d)
     for p in d["products"]:
         t, s = p["ttft_ms"], p["tpot_ms"]
         con.print(f"{p['name']}: hour {p['hour']}, {p['requests']:,} requests at {p['qps']:g}/s on "
@@ -84,11 +86,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         progress.close()
     for p in result["products"]:
         if p["short_run"]:
-            print(f"fleetplan: note: {p['name']}: {p['simulated_s']:g} simulated s is under three request lifetimes "
-                  f"({p['mean_request_s']:g} s each): a queue may not have built up yet; give more --requests",
+            print(terminal(f"fleetplan: note: {p['name']}: {p['simulated_s']:g} simulated s is under three request lifetimes "
+                  f"({p['mean_request_s']:g} s each): a queue may not have built up yet; give more --requests"),
                   file=sys.stderr)
     if result["skipped"]:
-        print(f"fleetplan: note: not simulated (API only or pooled replicas): {', '.join(result['skipped'])}",
+        print(terminal(f"fleetplan: note: not simulated (API only or pooled replicas): {', '.join(result['skipped'])}"),
               file=sys.stderr)
     return emit(result, args.json, _print)
 

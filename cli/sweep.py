@@ -19,17 +19,21 @@ from pathlib import Path
 from typing import Any
 
 from fleetplan.catalogs.loader import InputError
+from fleetplan.escape import terminal
 
 FILES = ("sweep.csv", "sweep.parquet", "sweep.svg")
 
 
 def table_csv(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    """The rows as CSV (empty cells for None), in ``columns`` order."""
+    """The rows as CSV (empty cells for None), in ``columns`` order; a text cell (or a swept path in
+    the header) a spreadsheet would read as a formula starts with ``'`` (:func:`fleetplan.escape.csv_cell`)."""
+    from fleetplan.escape import csv_cell
+
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(columns)
+    w.writerow([csv_cell(c) for c in columns])
     for r in rows:
-        w.writerow(["" if r.get(c) is None else r[c] for c in columns])
+        w.writerow([csv_cell(r.get(c)) for c in columns])
     return buf.getvalue()
 
 
@@ -54,14 +58,15 @@ def table_parquet(rows: list[dict[str, Any]], columns: list[str]) -> bytes:
 def plot_svg(rows: list[dict[str, Any]], x: str) -> str:
     """Cost against the swept field ``x``, one colour per winning GPU type (failed points left out)."""
     from fleetplan.charts import _pyplot, to_svg
+    from fleetplan.escape import chart_text
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8.0, 3.6))
     ok = [r for r in rows if r["monthly_cost_usd"] is not None and isinstance(r[x], (int, float))]
     for gpu in sorted({r["main_gpu"] for r in ok}):
         pts = sorted((r[x], r["monthly_cost_usd"]) for r in ok if r["main_gpu"] == gpu)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", markersize=4, label=gpu)
-    ax.set_xlabel(x)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", markersize=4, label=chart_text(gpu))
+    ax.set_xlabel(chart_text(x))
     ax.set_ylabel("USD per month")
     ax.set_title("cost against the swept value; colour: the GPU type with most GPUs", fontsize=9)
     if ok:
@@ -119,10 +124,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     write_atomically(paths[1], table_parquet(rows, columns))
     write_atomically(paths[2], plot_svg(rows, axes[0].path))
     failed = sum(r["error"] is not None for r in rows)
-    print(f"wrote {', '.join(str(p) for p in paths)}: {len(rows)} points, {failed} failed")
+    print(terminal(f"wrote {', '.join(str(p) for p in paths)}: {len(rows)} points, {failed} failed"))
     for r in rows:
         if r["error"]:
-            print(f"fleetplan: note: point {r['point']}: {r['error']}", file=sys.stderr)
+            print(terminal(f"fleetplan: note: point {r['point']}: {r['error']}"), file=sys.stderr)
     return 0
 
 

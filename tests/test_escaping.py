@@ -344,3 +344,74 @@ def test_chart_labels_are_text_in_the_svg():
              "high_factor": 1.2} for n in names]
     svg = tornado_chart(rows, 100.0)
     assert "premium $\\foo$ tier" in svg and "<script" not in svg
+
+
+# ---------------------------------------------------------------- CSV and terminal
+FORMULAS = ("=HYPERLINK(\"evil.example\",\"x\")", "+cmd|' /C calc'!A0", "-2+3", "@SUM(A1:A9)", "\t=1", "\r=1")
+
+
+def test_summary_csv_writes_formulas_as_text_and_numbers_as_numbers():
+    import csv
+    import io
+
+    from fleetplan.batch import Outcome, summary_csv, summary_rows
+
+    d = json.loads((PLANS / "portfolio-3.json").read_text(encoding="utf-8"))
+    for p, name in zip(d["products"], FORMULAS):
+        p["name"] = name
+    outcomes = [Outcome(f"{FORMULAS[0]}.yaml", d, None), Outcome("@x.yaml", None, "-bad input")]
+    rows = list(csv.DictReader(io.StringIO(summary_csv(summary_rows(outcomes)))))
+    assert rows[0]["scenario"] == "'" + FORMULAS[0] and rows[-1]["scenario"] == "'@x"
+    assert rows[-1]["error"] == "'-bad input"
+    assert [r["product"] for r in rows[1:4]] == ["'" + n for n in FORMULAS[:3]]
+    assert float(rows[0]["monthly_cost_usd"]) == pytest.approx(d["monthly_cost_usd"], abs=0.01)
+    assert not any(v.startswith(("=", "+", "-", "@", "\t", "\r")) for r in rows for v in r.values())
+
+
+def test_sweep_csv_keeps_negative_numbers_and_quotes_formula_text():
+    from fleetplan.sweep import table_csv
+
+    text = table_csv([{"point": 0, "x": -1.5, "main_gpu": "=cmd", "error": None},
+                      {"point": 1, "x": "+2", "main_gpu": "h100-sxm", "error": "@bad"}],
+                     ["point", "x", "main_gpu", "error"])
+    assert text == "point,x,main_gpu,error\n0,-1.5,'=cmd,\n1,'+2,h100-sxm,'@bad\n"
+
+
+def test_an_error_line_stays_one_line_without_escape_sequences(capsys):
+    import argparse
+
+    from fleetplan.catalogs.loader import InputError
+    from fleetplan.io import run_command
+
+    def fail(args: argparse.Namespace) -> int:
+        raise InputError("products[chat\nfleetplan: error: forged\x1b[2J\x1b]8;;http://x\x07]: unknown model")
+
+    assert run_command(argparse.Namespace(func=fail)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.count("fleetplan: error:") == 2 and err.startswith("fleetplan: error: ")
+    assert "\x1b" not in err and "\x07" not in err and "\\x1b[2J\\x1b]8;;http://x\\x07" in err
+
+
+def test_a_failed_scenario_with_a_line_break_in_its_file_name_prints_one_line(capsys):
+    from fleetplan.batch import Outcome, _report_failures
+
+    assert _report_failures([Outcome("a\nfleetplan: error: forged\x1b[31m.yaml", None, "bad")], set(), None) == 2
+    err = capsys.readouterr().err
+    assert err == "fleetplan: error: a\\nfleetplan: error: forged\\x1b[31m.yaml: bad\n"
+
+
+def test_plan_tables_show_names_escaped_and_never_as_markup():
+    import io
+
+    from rich.console import Console
+
+    from fleetplan.report import print_plan
+
+    d = json.loads((PLANS / "portfolio-3.json").read_text(encoding="utf-8"))
+    d["products"][0]["name"] = "chat\nfleetplan: error: forged\x1b]8;;http://x\x07[bold red]x[/]\x9b"
+    buf = io.StringIO()
+    print_plan(d, Console(file=buf, width=200, highlight=False, force_terminal=False))
+    text = buf.getvalue()
+    assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text
+    assert "chat\\nfleetplan: error: forged\\x1b]8;;http://x\\x07[bold red]x[/]\\x9b" in text
+    assert not any(line.startswith("fleetplan: error") for line in text.splitlines())
