@@ -329,8 +329,8 @@ def check_outputs(out: str, files: list[str], settings: Settings) -> Path:
     named like the summary, and a plan or summary file that is one of the batch's inputs, a
     directory or read-only.
     """
-    from fleetplan.catalogs.files import check_output_dir, check_output_file
-    from fleetplan.escape import confined, printable
+    from fleetplan.catalogs.files import check_output_dir
+    from fleetplan.io import output_in
 
     clash = [f for f in files if Path(f).stem == SUMMARY_STEM]
     if clash:
@@ -339,10 +339,7 @@ def check_outputs(out: str, files: list[str], settings: Settings) -> Path:
     out_dir = check_output_dir(out, "--out", inputs)
     if out_dir.is_dir():
         for name in [f"{Path(f).stem}.json" for f in files] + [f"{SUMMARY_STEM}.csv", f"{SUMMARY_STEM}.json"]:
-            if confined(out_dir, name) is None:  # a link there pointing elsewhere: the file is not ours to replace
-                raise InputError(printable(f"--out: {out_dir / name} would be written outside {out}; remove it or "
-                                           "choose another directory"))
-            check_output_file(out_dir / name, "--out", inputs)
+            output_in(out_dir, name, "--out", inputs)
     return out_dir
 
 

@@ -41,7 +41,7 @@ from typing import Any, Callable
 import yaml
 from fleetplan.catalogs.loader import InputError
 from fleetplan.escape import (
-    ShellExpansion, confined, dns_label, label_value, printable, shell_comment, shell_join, unique_names,
+    ShellExpansion, dns_label, label_value, printable, shell_comment, shell_join, unique_names,
 )
 from fleetplan.models.layout import Layout
 
@@ -105,7 +105,7 @@ def _repo(model: Any) -> str:
     engine would read it as a flag."""
     repo = model.hf_repo or model.id
     if str(repo).startswith("-"):
-        raise InputError(f"model {printable(model.id)}: hf_repo {printable(repo)!r} begins with '-', which an engine "
+        raise InputError(f"model {printable(model.id)}: hf_repo '{printable(repo)}' begins with '-', which an engine "
                          "reads as a flag; give the checkpoint's repository id (org/name)")
     return repo
 
@@ -241,7 +241,7 @@ def command(engine: str, r: ReplicaSet, worker: bool = False) -> list[str]:
     for word in cmd:
         if printable(word) != word:
             raise InputError(f"deploy: replica set {printable(r.name)}: the launch command would hold "
-                             f"{printable(word)!r}, with a control character (from the model's hf_repo or the plan "
+                             f"'{printable(word)}', with a control character (from the model's hf_repo or the plan "
                              "file); correct it there")
     return cmd
 
@@ -359,21 +359,10 @@ def documents(args: argparse.Namespace, sets: list[ReplicaSet]) -> dict[str, str
     return out
 
 
-def _output_path(out: Path, name: str, inputs: list[Path]) -> Path:
-    """The checked path of output file ``name``: directly inside ``out`` (a link there that points
-    elsewhere is refused, so no file outside ``out`` is overwritten), not an input."""
-    from fleetplan.catalogs.files import check_output_file
-
-    if confined(out, name) is None:
-        raise InputError(f"--out: {printable(out / name)} would be written outside {printable(out)} (a link or a "
-                         "separator in the name); remove it or choose another directory")
-    return check_output_file(out / name, "--out", inputs)
-
-
 def cmd_deploy(args: argparse.Namespace) -> int:
     """Write (or print) the launch commands and manifests of a plan file."""
     from fleetplan.catalogs import load_catalog
-    from fleetplan.io import catalog_inputs, write_atomically
+    from fleetplan.io import catalog_inputs, output_in, write_atomically
     from fleetplan.report_command import read_plan
 
     plan = read_plan(Path(args.plan))
@@ -387,7 +376,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if not out.is_dir():
         raise InputError(f"--out: {out} is not a directory; create it first")
-    paths = {name: _output_path(out, name, [Path(args.plan), *catalog_inputs(args.catalog)]) for name in docs}
+    paths = {name: output_in(out, name, "--out", [Path(args.plan), *catalog_inputs(args.catalog)]) for name in docs}
     for name, text in docs.items():
         write_atomically(paths[name], text)
     print(printable(f"wrote {', '.join(str(p) for p in paths.values())}: {len(sets)} replica sets, "

@@ -26,7 +26,7 @@ from fleetplan.escape import terminal
 
 __all__ = [
     "EXIT_SOLVER_ERROR", "EXIT_USER_ERROR", "SCENARIO_PRESET_HINT", "catalog_inputs", "console", "dumps", "emit",
-    "resolve_preset", "run_command", "scenario_inputs", "write_atomically",
+    "output_in", "resolve_preset", "run_command", "scenario_inputs", "write_atomically",
 ]
 
 EXIT_USER_ERROR = 2
@@ -79,6 +79,20 @@ def scenario_inputs(path: str | Path, scenario: Any, folder: Path, catalogs: Seq
     files += [folder / p.demand_profile for p in scenario.products if p.demand_profile]
     files += [folder / p.trace for p in scenario.products if getattr(p, "trace", None)]
     return files + ([Path(calibration)] if calibration else [])
+
+
+def output_in(directory: Path, name: str, flag: str, inputs: Sequence[Path | str] = ()) -> Path:
+    """The checked path of output file ``name`` in ``directory`` (:func:`check_output_file`), which
+    must be a file directly inside it: a name with a separator or ``..``, or a link there that
+    points elsewhere, is refused, so a command never replaces a file outside its output directory."""
+    from fleetplan.catalogs.files import check_output_file
+    from fleetplan.catalogs.loader import InputError
+    from fleetplan.escape import confined
+
+    if confined(directory, name) is None:
+        raise InputError(f"{flag}: {directory / name} would be written outside {directory} (a link or a separator "
+                         "in the name); remove it or choose another directory")
+    return check_output_file(directory / name, flag, inputs)
 
 
 def resolve_preset(name: str, calibration: str | None, preset_hint: str = "use --preset {fitted}") -> Any:

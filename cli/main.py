@@ -279,10 +279,10 @@ def cmd_catalog_add_model(args: argparse.Namespace) -> int:
     doc = parse_yaml(read_text(out, "catalog file", CatalogError, "--out: "), args.out, CatalogError) if out.exists() else None
     merged = merge_model(doc, entry, args.replace, str(args.out))
     write_atomically(out, yaml.safe_dump(merged, sort_keys=False, allow_unicode=True))
-    print(
+    print(terminal(
         f"added {args.id} to {args.out}: {entry['total_params'] / 1e9:.2f}B parameters "
         f"({entry['active_params'] / 1e9:.2f}B active), use it with --catalog {args.out}"
-    )
+    ))
     return 0
 
 

@@ -101,8 +101,7 @@ def _out_dir(path: str) -> Path:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Plan every point, then write the table, the Parquet file and the plot."""
-    from fleetplan.catalogs.files import check_output_file
-    from fleetplan.io import scenario_inputs, write_atomically
+    from fleetplan.io import output_in, scenario_inputs, write_atomically
     from fleetplan.optimizer.scenario import load_scenario
     from fleetplan.cluster import check_reachable
     from fleetplan.optimizer.sweep import OUTPUTS, Sweep, check_axes, check_points, grid_points, parse_axis, sampled_points
@@ -117,7 +116,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         check_reachable(args.scheduler)  # before the output directory is made
     out = _out_dir(args.out)
     inputs = scenario_inputs(args.scenario, scenario, folder, args.catalog, args.calibration)
-    paths = [check_output_file(out / name, "--out", inputs) for name in FILES]
+    paths = [output_in(out, name, "--out", inputs) for name in FILES]
     rows = _rows(args, sweep, points)
     columns = ["point", *(a.path for a in axes), *OUTPUTS, "error"]
     write_atomically(paths[0], table_csv(rows, columns))

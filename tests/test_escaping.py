@@ -415,3 +415,20 @@ def test_plan_tables_show_names_escaped_and_never_as_markup():
     assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text
     assert "chat\\nfleetplan: error: forged\\x1b]8;;http://x\\x07[bold red]x[/]\\x9b" in text
     assert not any(line.startswith("fleetplan: error") for line in text.splitlines())
+
+
+def test_batch_and_sweep_refuse_an_output_that_links_outside_out(tmp_path):
+    from fleetplan.batch import Settings, check_outputs
+    from fleetplan.catalogs.loader import InputError
+    from fleetplan.io import output_in
+
+    out = tmp_path / "o"
+    out.mkdir()
+    victim = tmp_path / "victim.csv"
+    victim.write_text("mine\n", encoding="utf-8")
+    (out / "summary.csv").symlink_to(victim)
+    with pytest.raises(InputError, match=r"^--out: .*summary.csv would be written outside"):
+        check_outputs(str(out), [str(tmp_path / "a.yaml")], Settings())
+    with pytest.raises(InputError, match=r"outside"):
+        output_in(out, "../victim.csv", "--out")
+    assert output_in(out, "sweep.csv", "--out") == out.resolve() / "sweep.csv"
