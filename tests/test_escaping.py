@@ -432,3 +432,19 @@ def test_batch_and_sweep_refuse_an_output_that_links_outside_out(tmp_path):
     with pytest.raises(InputError, match=r"outside"):
         output_in(out, "../victim.csv", "--out")
     assert output_in(out, "sweep.csv", "--out") == out.resolve() / "sweep.csv"
+
+
+@pytest.mark.parametrize("stem", ["chat-diurnal-blend", "portfolio-3"])
+def test_report_of_a_plan_with_hostile_product_names_draws_them_as_text(capsys, tmp_path, stem):
+    names = ["premium $\\foo$ tier <script>alert(1)</script>", "<script>alert(1)</script>", "a\"onerror=alert(1) $x$"]
+    d = json.loads((PLANS / f"{stem}.json").read_text(encoding="utf-8"))
+    for p, name in zip(d["products"], names):
+        p["name"] = name
+    plan, page = tmp_path / "plan.json", tmp_path / "report.html"
+    plan.write_text(json.dumps(d), encoding="utf-8")
+    assert main(["report", str(plan), "--out", str(page)]) == 0
+    capsys.readouterr()
+    text = page.read_text(encoding="utf-8")
+    assert "<script" not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert "premium $\\foo$ tier" in text  # in the table and, drawn as written, in the cost chart
+    assert text.count("premium $\\foo$ tier") >= 2
