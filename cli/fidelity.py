@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fleetplan.escape import terminal
+
 MIN_CALIBRATION_ROWS = 3
 
 
@@ -62,7 +64,7 @@ def _print_summary(title: str, summary: dict[str, Any]) -> None:
             continue
         print(f" {key.replace('_', ' ')}:")
         for group, s in value.items():
-            print(_stats_line(group, s))
+            print(terminal(_stats_line(group, s)))
 
 
 def _whole_or_float(x: float) -> int | float:
@@ -120,9 +122,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
         sys.stdout.write(dumps(doc))
         return 0
     label = preset.name + (f" calibrated by {preset.calibration}" if preset.calibration else "")
-    print(f"{path.name}: {len(preds)} rows predicted with preset {label}, {len(skipped)} skipped")
+    print(terminal(f"{path.name}: {len(preds)} rows predicted with preset {label}, {len(skipped)} skipped"))
     for r, why in skipped:
-        print(f"  skipped line {r.line}: {why}")
+        print(terminal(f"  skipped line {r.line}: {why}"))
     _print_summary("time per output token (ratio = measured / predicted):", {k: v for k, v in summary.items() if k != "ttft"})
     if summary["ttft"].get("rows"):
         print("time to first token (rows that report it; ratio = measured / predicted):")
@@ -179,7 +181,7 @@ def _refuse_or_force(path: Path, errors: dict[str, Any], held: list[int], force:
            f"on the same held-out rows")
     if not force:
         raise InputError(f"{path}: calibrate: {why}; profile not written (--force writes it anyway)")
-    print(f"fleetplan: warning: {why}; profile written to {out} anyway (--force)", file=sys.stderr)
+    print(terminal(f"fleetplan: warning: {why}; profile written to {out} anyway (--force)"), file=sys.stderr)
     return True
 
 
@@ -257,14 +259,14 @@ def _print_calibration_json(out: str, profile: Any, r: dict[str, Any], errors: d
 
 def _print_calibration(out: str, profile: Any, r: dict[str, Any], errors: dict[str, Any]) -> None:
     used, skipped = r["used"], r["skipped"]
-    print(f"{profile.measurements}: fitted preset {profile.preset} on {len(used)} rows in {profile.groups} "
-          f"configuration groups ({len(skipped)} skipped); profile written to {out}")
+    print(terminal(f"{profile.measurements}: fitted preset {profile.preset} on {len(used)} rows in {profile.groups} "
+                   f"configuration groups ({len(skipped)} skipped); profile written to {out}"))
     for row, why in skipped:
-        print(f"  skipped line {row.line}: {why}")
+        print(terminal(f"  skipped line {row.line}: {why}"))
     print("step time scale per GPU, engine and model kind (engine 'any': the planner's, pooled over engines):")
     for f in profile.factors:
         who = " / ".join((str(f.gpu), "any" if f.unnamed_engine else str(f.engine), str(f.kind)))
-        print(f"  {who:<36} rows {f.rows:>4}  step time x{f.overhead_scale:.3f}")
+        print(terminal(f"  {who:<36} rows {f.rows:>4}  step time x{f.overhead_scale:.3f}"))
     print(_stats_line("uncalibrated", errors["uncalibrated"]["overall"]))
     print(_stats_line("calibrated, in sample", errors["in_sample"]["overall"]))
     if r["held"]:
