@@ -27,7 +27,7 @@ Names and values come from catalogs and plan files the user (or a download) wrot
 output is written by the rule of its kind (:mod:`fleetplan.escape`): each command word
 single-quoted but the rendezvous variables this module builds, names in comments with control
 characters escaped, YAML by the YAML emitter, Kubernetes names and the SkyPilot file names
-derived to RFC 1123 labels (a hash when changed; the original in the ``fleetplan/name``
+derived to DNS labels (a hash when changed; the original in the ``fleetplan/name``
 annotation), and each file written only directly inside ``--out``.
 Owns this command; it computes nothing the plan does not hold."""
 
@@ -296,7 +296,7 @@ def _container(engine: str, r: ReplicaSet, gpus: int, worker: bool = False) -> d
 
 
 def object_names(sets: list[ReplicaSet]) -> list[str]:
-    """Each set's Kubernetes object and SkyPilot service name: an RFC 1123 label
+    """Each set's Kubernetes object and SkyPilot service name: a DNS label
     (:func:`fleetplan.escape.dns_label`), different for every set."""
     return unique_names([r.name for r in sets], dns_label)
 
@@ -326,7 +326,7 @@ def manifest(engine: str, r: ReplicaSet, name: str | None = None) -> dict[str, A
 
 
 def skypilot_service(engine: str, r: ReplicaSet, name: str | None = None) -> dict[str, Any]:
-    """A SkyPilot service named ``name`` (default: the set's name as an RFC 1123 label):
+    """A SkyPilot service named ``name`` (default: the set's name as a DNS label):
     ``r.replicas`` replicas of ``r.gpus`` GPUs running the launch command."""
     return {"name": name or dns_label(r.name),
             "service": {"readiness_probe": "/v1/models", "replicas": r.replicas},

@@ -154,6 +154,8 @@ DNS_LABEL_MAX_CHARS = 63
 # Hex digits of the SHA-256 of the original name appended to a name that had to change: the
 # changed name stays tied to its original and two originals that map to the same text differ.
 HASH_CHARS = 8
+# Put before a derived name that would not start with a letter (fleetplan's initials).
+NAME_PREFIX = "fp"
 
 
 def hash_suffix(text: str, salt: str = "") -> str:
@@ -172,13 +174,16 @@ def _derived(text: str, kept: str, trim: str, salt: str = "") -> str:
 
 
 def dns_label(text: Any, salt: str = "") -> str:
-    """A valid RFC 1123 label for ``text``: lower-case letters, digits and ``-``, starting and
-    ending with a letter or digit, at most 63 characters; a name that had to change (or a
-    ``salt`` given to tell apart a clash) ends in ``-`` and a hash of the original. Used for
-    Kubernetes object names and label values and the file names derived from user names (it
-    holds no separator, no dot and no control character)."""
+    """A valid DNS label for ``text`` (RFC 1035, so also RFC 1123): lower-case letters, digits and
+    ``-``, starting with a letter (``fp-`` is put before one that does not: a LeaderWorkerSet's
+    Service needs it) and ending with a letter or digit, at most 63 characters; a name that had
+    to change (or a ``salt`` given to tell apart a clash) ends in ``-`` and a hash of the
+    original. Used for Kubernetes object names and label values and the file names derived from
+    user names (it holds no separator, no dot and no control character)."""
     text = str(text)
     kept = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    if not kept[:1].isalpha():
+        kept = f"{NAME_PREFIX}-{kept}".rstrip("-")
     return _derived(text, kept, "-", salt)
 
 
