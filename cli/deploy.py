@@ -310,7 +310,7 @@ def _pod(engine: str, r: ReplicaSet, name: str, gpus: int, worker: bool = False)
 def manifest(engine: str, r: ReplicaSet, name: str | None = None) -> dict[str, Any]:
     """A Deployment of ``r.replicas`` pods, or a LeaderWorkerSet of ``r.replicas`` groups of
     ``r.nodes`` pods when one replica spans several nodes, named ``name`` (default: the set's
-    name as an RFC 1123 label); the plan's names of the set and its GPU are kept as annotations."""
+    name as a DNS label); the plan's names of the set and its GPU are kept as annotations."""
     name = name or dns_label(r.name)
     meta = {"name": name, "labels": {"app": name, GPU_LABEL: label_value(r.gpu)},
             "annotations": {NAME_ANNOTATION: r.name, GPU_ANNOTATION: r.gpu}}
