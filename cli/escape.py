@@ -24,7 +24,7 @@ from typing import Any
 
 __all__ = [
     "CSV_FORMULA_STARTS", "DNS_LABEL_MAX_CHARS", "Markup", "ShellExpansion", "chart_text", "confined", "csv_cell",
-    "dns_label", "hash_suffix", "html_text", "label_value", "printable", "render", "rich_text", "shell_comment",
+    "dns_label", "for_terminal", "hash_suffix", "html_text", "label_value", "printable", "render", "rich_text", "shell_comment",
     "shell_join", "shell_word", "terminal", "unique_names",
 ]
 

@@ -5,6 +5,7 @@ plan file they were made from."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -77,6 +78,12 @@ def test_manifests_start_exactly_the_plans_gpus(capsys, tmp_path, plan):
                        * int(flag(command, "--data-parallel-size") or 1))
         assert per_pod * pods == per_replica
         gpus += doc["spec"]["replicas"] * per_pod * pods
+        # object names are DNS labels: the plan's name when it is one (a pool's "pool:a+b" is not)
+        meta = doc["metadata"]
+        original = meta["annotations"]["fleetplan/name"]
+        assert re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", meta["name"])
+        assert (meta["name"] == original) == bool(re.fullmatch(r"[a-z][-a-z0-9]*", original))
+        assert meta["labels"]["fleetplan/gpu"] == meta["annotations"]["fleetplan/gpu"]  # shipped GPU ids are label values
     assert gpus == d["totals"]["all_gpus"]
 
 
