@@ -374,7 +374,7 @@ def _inline_histograms(raw: dict[str, Any], folder: Path) -> dict[str, Any]:
     out = []
     for i, p in enumerate(products):
         if isinstance(p, dict) and isinstance(p.get("requests"), str):
-            name = short(str(p.get("name", i)))
+            name = short(p.get("name", i))
             p = {**p, "requests": read_histogram(folder / p["requests"], f"products[{name}].requests")}
         out.append(p)
     return {**raw, "products": out}
@@ -400,7 +400,7 @@ def parse_scenario(raw: Any, where: str, folder: Path | None = None) -> Scenario
         if len(loc) >= 2 and loc[0] == "products" and isinstance(loc[1], int):
             products = raw.get("products") or []
             if loc[1] < len(products) and isinstance(products[loc[1]], dict) and "name" in products[loc[1]]:
-                msg = msg.replace(f"products.{loc[1]}", f"products[{short(str(products[loc[1]]['name']))}]", 1)
+                msg = msg.replace(f"products.{loc[1]}", f"products[{short(products[loc[1]]['name'])}]", 1)
         raise ScenarioError(msg) from None
 
 

@@ -1,0 +1,117 @@
+"""Bounded work on any input: nested YAML aliases, values quoted back in errors, traces, sweep
+grids, request histograms, simulated replicas and scheduler addresses are refused with one
+line (exit 2) before they can take unbounded time or memory."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleetplan.catalogs.files import MAX_ALIASED_NODES, InputError, bounded_repr, check_aliases, parse_yaml, short, \
+    short_repr
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+# A subprocess that does not end within this long has hung: the bounded errors take about a second.
+HUNG_S = 60
+
+
+def laughs(levels: int = 9, indent: str = "") -> str:
+    """A "billion laughs": each of ``levels`` anchors is a list of nine aliases of the one before,
+    so the last stands for 9**(levels + 1) strings written out."""
+    lines = [f'{indent}x0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"{indent}x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``fleetplan ARGS`` in a fresh process, killed (failing the test) if it hangs."""
+    return subprocess.run([sys.executable, "-m", "fleetplan.main", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=HUNG_S)
+
+
+def assert_one_line(r: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    """Exit 2, one line on stderr holding every fragment, no traceback."""
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("fleetplan: error: "), r.stderr[-2000:]
+    for f in fragments:
+        assert f in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------- YAML aliases
+def test_a_billion_laughs_in_a_scenario_field_is_refused_at_its_line(tmp_path):
+    """The expansion is counted before any value is built: a field set to the last anchor (whose
+    error message used to render its billions of strings) stops at the anchors' lines."""
+    (tmp_path / "s.yaml").write_text(laughs() + "preset: seed\nproducts:\n  - name: chat\n    model: llama-3.1-70b\n"
+                                     "    peak_qps: *a9\n    input_tokens: 2000\n    output_tokens: 400\n")
+    r = run_cli(["plan", "s.yaml"], tmp_path)
+    assert_one_line(r, "s.yaml: line ", f"aliases repeat more than {MAX_ALIASED_NODES:,} nodes")
+
+
+def test_a_billion_laughs_in_a_catalog_is_refused(tmp_path):
+    (tmp_path / "c.yaml").write_text("gpus:\n  - id: x\n    memory_bytes:\n" + laughs(indent="      "))
+    r = run_cli(["plan", str(EXAMPLES / "seed-chat-70b.yaml"), "--catalog", "c.yaml"], tmp_path)
+    assert_one_line(r, "c.yaml", "aliases repeat more than")
+
+
+def test_a_billion_laughs_in_a_calibration_profile_is_refused(tmp_path):
+    (tmp_path / "p.yaml").write_text(laughs() + "factors: *a9\n")
+    r = run_cli(["plan", str(EXAMPLES / "seed-chat-70b.yaml"), "--calibration", "p.yaml"], tmp_path)
+    assert_one_line(r, "p.yaml", "aliases repeat more than")
+
+
+def test_aliases_within_the_limit_still_build_their_values():
+    """Reuse is allowed: a merged block and a list of aliases read as the values written out."""
+    doc = parse_yaml("base: &b {x: 1, y: [1, 2]}\nother:\n  <<: *b\n  z: 3\nl: [*b, *b]\n", "m.yaml")
+    assert doc["other"] == {"x": 1, "y": [1, 2], "z": 3} and doc["l"] == [{"x": 1, "y": [1, 2]}] * 2
+
+
+def test_the_alias_count_is_exact_at_the_limit():
+    """A list of ``n`` aliases of a 3-node list repeats ``3 n`` nodes: allowed at the limit, refused
+    one reference past it."""
+    import yaml
+
+    from fleetplan.catalogs.files import StrictLoader
+
+    def composed(n: int) -> yaml.Node:
+        return yaml.compose("a: &a [1, 2]\nb: [" + ", ".join(["*a"] * n) + "]\n", Loader=StrictLoader)
+
+    check_aliases(composed(10), limit=30)  # ten repeats of [1, 2]: the list and its two items
+    with pytest.raises(yaml.constructor.ConstructorError, match="more than 29 nodes"):
+        check_aliases(composed(10), limit=29)
+
+
+def test_an_alias_inside_its_own_anchor_is_refused():
+    with pytest.raises(InputError, match="cyc.yaml: line 1: aliases refer to a value that contains them"):
+        parse_yaml("a: &a [1, *a]\n", "cyc.yaml")
+
+
+# ---------------------------------------------------------------- values quoted back
+def _nested(levels: int) -> list:
+    x: list = ["lol"] * 9
+    for _ in range(levels):
+        x = [x] * 9
+    return x
+
+
+def test_a_huge_value_is_cut_before_it_is_rendered():
+    """9**10 strings would take minutes to render; the echo stops at its limit."""
+    value = _nested(9)
+    assert short_repr(value, 40) == "[[[[[[[[[['lol', 'lol', 'lol', 'lol', '…"
+    assert short(value, 20) == "[[[[[[[[[['lol', 'l…"
+    assert short(10**5000) == "<a whole number of about 5,000 digits>"
+    assert short_repr("y" * 10**6, 8) == "'yyyyyy…"
+
+
+@pytest.mark.parametrize("value", [[1, "a", None], (1,), (), {}, {"k": [1.5, (2, 3)]}, "x", True, 2.5, [[]]])
+def test_a_short_value_is_rendered_as_repr(value):
+    assert bounded_repr(value, 1000) == repr(value)
+
+
+def test_a_list_that_holds_itself_is_rendered_to_a_bounded_depth():
+    r: list = []
+    r.append(r)
+    assert short(r, 80) == "[" * 20 + "…" + "]" * 20
