@@ -115,3 +115,44 @@ def test_a_list_that_holds_itself_is_rendered_to_a_bounded_depth():
     r: list = []
     r.append(r)
     assert short(r, 80) == "[" * 20 + "…" + "]" * 20
+
+
+# ---------------------------------------------------------------- sweep grids
+OPEN = str(EXAMPLES / "seed-chat-70b-open.yaml")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--set", "products.chat.peak_qps=0:1e308:1e-308"], "more than 1e+15 points; a sweep runs at most 10,000 "
+                                                         "(--max-points allows at most 1,000,000"),
+    (["--set", "products.chat.peak_qps=1:100000:1"], "100,000 points; a sweep runs at most 10,000 "
+                                                     "(give --max-points 100000 to run them"),
+    (["--set", "products.chat.peak_qps=1:100:1", "--set", "options.gpu_hour_usd.h100-sxm=1:2:0.01"],
+     "--set: 10,100 points; a sweep runs at most 10,000"),
+    (["--set", "products.chat.peak_qps=uniform(1,2)", "--samples", "20000"], "--samples: 20,000 points"),
+    (["--set", "products.chat.peak_qps=1:3:1", "--max-points", "2"], "3 points; a sweep runs at most 2 "),
+])
+def test_a_sweep_past_its_point_limit_is_refused_before_planning(capsys, tmp_path, argv, words):
+    from fleetplan.main import main
+
+    code = main(["sweep", OPEN, *argv, "--out", str(tmp_path / "s")])
+    _, err = capsys.readouterr()
+    assert code == 2 and words in err and err.count("\n") == 1, err
+    assert not (tmp_path / "s").exists()
+
+
+def test_the_point_limit_is_exact():
+    from fleetplan.optimizer.sweep import DEFAULT_MAX_POINTS, grid_points, parse_axis
+
+    assert len(parse_axis(f"a.x=1:{DEFAULT_MAX_POINTS}:1").values) == DEFAULT_MAX_POINTS
+    with pytest.raises(InputError, match="10,001 points"):
+        parse_axis(f"a.x=1:{DEFAULT_MAX_POINTS + 1}:1")
+    assert len(parse_axis("a.x=1:20000:1", max_points=20_000).values) == 20_000
+    assert len(grid_points([parse_axis("a.x=1:100:1"), parse_axis("b.y=1:100:1")])) == DEFAULT_MAX_POINTS
+
+
+def test_a_sweep_says_how_many_points_it_plans(capsys, tmp_path):
+    from fleetplan.main import main
+
+    assert main(["sweep", OPEN, "--set", "products.chat.peak_qps=100,200", "--out", str(tmp_path / "s"),
+                 "--jobs", "1"]) == 0
+    assert "fleetplan: sweep: 2 points to plan" in capsys.readouterr().err
