@@ -156,3 +156,54 @@ def test_a_sweep_says_how_many_points_it_plans(capsys, tmp_path):
     assert main(["sweep", OPEN, "--set", "products.chat.peak_qps=100,200", "--out", str(tmp_path / "s"),
                  "--jobs", "1"]) == 0
     assert "fleetplan: sweep: 2 points to plan" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- traces
+def _trace(tmp_path: Path, rows: str) -> Path:
+    path = tmp_path / "t.csv"
+    path.write_text("timestamp,input_tokens,output_tokens\n" + rows)
+    return path
+
+
+@pytest.mark.parametrize("rows, words", [
+    # a span of 10^13 s asked for a per-minute array of 1.2 TiB
+    ("0,100,10\n10000000000000,100,10\n", "line 3: column 'timestamp' must be seconds from -1e+11 to 1e+11"),
+    ("1e300,100,10\n", "line 2: column 'timestamp' must be seconds from -1e+11"),
+    ("0,100,10\n5,100,10\n100000000,100,10\n", "the requests span 1,157 days (line 2 to line 4); a trace may span at "
+                                               "most 366 days"),
+    ("0,100,10\n10,1e300,10\n", "line 3: column 'input_tokens' must be a whole number of tokens from 0 to 1e+07"),
+    ("0,100,20000000\n", "line 2: column 'output_tokens' must be a whole number of tokens from 0 to 1e+07"),
+])
+def test_a_trace_out_of_bounds_is_refused_naming_the_line(tmp_path, rows, words):
+    from fleetplan.optimizer.trace import product_fields
+
+    with pytest.raises(InputError, match="t.csv: ") as err:
+        product_fields(_trace(tmp_path, rows))
+    assert words in str(err.value)
+
+
+def test_a_trace_of_a_year_is_read(tmp_path):
+    """The span limit keeps a year: two requests in every minute of the first hour set the peak."""
+    from fleetplan.optimizer.trace import MAX_TRACE_SPAN_S, product_fields
+
+    busy = "".join(f"{m * 60},100,10\n{m * 60 + 1},100,10\n" for m in range(60))
+    d = product_fields(_trace(tmp_path, f"{busy}{MAX_TRACE_SPAN_S:.0f},100,10\n"))
+    assert d["peak_qps"] == pytest.approx(2 / 60) and len(d["profile"]) == 168
+
+
+def test_a_trace_file_over_the_size_limit_is_refused_before_it_is_read(tmp_path):
+    from fleetplan.optimizer.trace import MAX_TRACE_BYTES, read_trace
+
+    path = _trace(tmp_path, "0,100,10\n")
+    with path.open("r+b") as f:
+        f.truncate(MAX_TRACE_BYTES + 1)  # sparse: nothing is written
+    with pytest.raises(InputError, match="t.csv: 1.0 GiB; a trace file may hold at most 1 GiB"):
+        read_trace(path)
+
+
+def test_a_trace_with_more_requests_than_the_limit_is_refused(tmp_path, monkeypatch):
+    from fleetplan.optimizer import trace
+
+    monkeypatch.setattr(trace, "MAX_TRACE_REQUESTS", 2)
+    with pytest.raises(InputError, match="3 requests; a trace may hold at most 2"):
+        trace.read_trace(_trace(tmp_path, "0,100,10\n1,100,10\n2,100,10\n"))
