@@ -207,3 +207,99 @@ def test_a_trace_with_more_requests_than_the_limit_is_refused(tmp_path, monkeypa
     monkeypatch.setattr(trace, "MAX_TRACE_REQUESTS", 2)
     with pytest.raises(InputError, match="3 requests; a trace may hold at most 2"):
         trace.read_trace(_trace(tmp_path, "0,100,10\n1,100,10\n2,100,10\n"))
+
+
+# ---------------------------------------------------------------- scheduler addresses
+class _Peer:
+    """A TCP server on 127.0.0.1 in a thread: accepts connections, sends ``greeting`` (if any) and
+    holds each connection open until stopped."""
+
+    def __init__(self, greeting: bytes = b"") -> None:
+        import socket
+        import threading
+
+        self.greeting = greeting
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.1)
+        self.address = f"tcp://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.held: list = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            if self.greeting:
+                conn.sendall(self.greeting)
+            self.held.append(conn)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        for c in self.held:
+            c.close()
+        self.sock.close()
+
+
+@pytest.fixture
+def short_handshake(monkeypatch):
+    """The handshake wait cut to half a second, so a silent peer fails fast."""
+    from fleetplan import cluster
+
+    monkeypatch.setattr(cluster, "HANDSHAKE_TIMEOUT_S", 0.5)
+
+
+@pytest.mark.parametrize("greeting, words", [
+    (b"", "did not answer as a Dask scheduler within 0.5 s"),  # accepts and never speaks
+    (b"SSH-2.0-OpenSSH_9.6\r\n", "answered, but not as a Dask scheduler (it began b'SSH-2.0-')"),
+    (b"\x3a\x00\x00\x00", "fell silent without answering as a Dask scheduler"),
+])
+def test_a_peer_that_is_no_dask_scheduler_is_refused_with_one_line(capsys, tmp_path, short_handshake, greeting, words):
+    from fleetplan.main import main
+
+    peer = _Peer(greeting)
+    try:
+        code = main(["sweep", OPEN, "--set", "products.chat.peak_qps=1,2", "--out", str(tmp_path / "s"),
+                     "--scheduler", peer.address])
+    finally:
+        peer.close()
+    err = capsys.readouterr().err
+    assert code == 2 and f"--scheduler {peer.address}: {words}" in err and err.count("\n") == 1, err
+    assert not (tmp_path / "s").exists()
+
+
+def test_an_http_server_given_as_scheduler_is_refused(capsys, tmp_path, short_handshake):
+    """An HTTP server waits for a request: it never opens with a handshake (distributed's client,
+    speaking first, read its reply's "HTTP/1.1" as a message length of 3.5 exabytes)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from fleetplan.main import main
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    address = f"tcp://127.0.0.1:{server.server_address[1]}"
+    try:
+        code = main(["plan", str(EXAMPLES / "seed-chat-70b.yaml"), str(EXAMPLES / "rag-20k.yaml"), "--out",
+                     str(tmp_path / "out"), "--scheduler", address])
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capsys.readouterr().err
+    assert code == 2 and f"--scheduler {address}: did not answer as a Dask scheduler" in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_dask_scheduler_over_tcp_passes_the_handshake_check():
+    from distributed import LocalCluster
+
+    from fleetplan.cluster import check_reachable
+
+    with LocalCluster(n_workers=0, processes=False, protocol="tcp", dashboard_address=None) as cluster:
+        assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
+        check_reachable(cluster.scheduler_address)  # raises if the handshake is not recognised
