@@ -37,7 +37,7 @@ from fleetplan.optimizer.defaults import (
     SPOT_DISCOUNT,
 )
 from fleetplan.optimizer.enums import PrefillMode, Tier
-from fleetplan.optimizer.histogram import SHARE_TOLERANCE, read_histogram
+from fleetplan.optimizer.histogram import MAX_REQUEST_BUCKETS, SHARE_TOLERANCE, read_histogram
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -195,6 +195,9 @@ class Product(_Strict):
             return v
         if not v:
             raise ValueError("must list at least one bucket (leave it out for one request size)")
+        if len(v) > MAX_REQUEST_BUCKETS:
+            raise ValueError(f"{len(v):,} buckets; a mix may have at most {MAX_REQUEST_BUCKETS} (each bucket is planned "
+                             "on its own): merge neighbouring sizes")
         total = sum(b.share for b in v)
         if abs(total - 1.0) > SHARE_TOLERANCE:
             raise ValueError(f"shares sum to {total:.4g}; they must sum to 1 (within {SHARE_TOLERANCE:g})")

@@ -303,3 +303,32 @@ def test_a_dask_scheduler_over_tcp_passes_the_handshake_check():
     with LocalCluster(n_workers=0, processes=False, protocol="tcp", dashboard_address=None) as cluster:
         assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
         check_reachable(cluster.scheduler_address)  # raises if the handshake is not recognised
+
+
+# ---------------------------------------------------------------- request histograms
+def _histogram(tmp_path: Path, buckets: int) -> Path:
+    path = tmp_path / "h.csv"
+    path.write_text("input_tokens,output_tokens,count\n" + "".join(f"{100 + i},50,1\n" for i in range(buckets)))
+    return path
+
+
+def test_a_histogram_past_the_bucket_limit_is_refused_before_planning(tmp_path):
+    """5,000 buckets planned for minutes before the solver's deadline began; the limit is exact."""
+    from fleetplan.optimizer.histogram import MAX_REQUEST_BUCKETS, read_histogram
+
+    assert len(read_histogram(_histogram(tmp_path, MAX_REQUEST_BUCKETS), "products[chat].requests")) == 256
+    with pytest.raises(InputError, match=r"h.csv: 257 buckets; a request mix may have at most 256 .*"
+                                         r"\(products\[chat\].requests\)"):
+        read_histogram(_histogram(tmp_path, MAX_REQUEST_BUCKETS + 1), "products[chat].requests")
+
+
+def test_an_inline_mix_past_the_bucket_limit_is_refused_by_name():
+    from fleetplan.optimizer.scenario import ScenarioError, parse_scenario
+
+    def scenario(n: int) -> dict:
+        return {"products": [{"name": "chat", "model": "llama-3.1-70b", "peak_qps": 3, "requests": [
+            {"input_tokens": 100 + i, "output_tokens": 50, "share": 1 / n} for i in range(n)]}]}
+
+    assert len(parse_scenario(scenario(256), "s.yaml").products[0].requests) == 256
+    with pytest.raises(ScenarioError, match=r"^s.yaml.products\[chat\].requests: 257 buckets; a mix may have at most "):
+        parse_scenario(scenario(257), "s.yaml")
