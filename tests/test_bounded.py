@@ -332,3 +332,37 @@ def test_an_inline_mix_past_the_bucket_limit_is_refused_by_name():
     assert len(parse_scenario(scenario(256), "s.yaml").products[0].requests) == 256
     with pytest.raises(ScenarioError, match=r"^s.yaml.products\[chat\].requests: 257 buckets; a mix may have at most "):
         parse_scenario(scenario(257), "s.yaml")
+
+
+# ---------------------------------------------------------------- simulated replicas
+PLANS = Path(__file__).resolve().parent / "data" / "plans"
+
+
+@pytest.mark.parametrize("plan, field, words", [
+    ("seed-chat-70b.json", "replicas", "products[chat]: 1,000,000,000,000 replicas in hour 0; simulate replays at most "
+                                       "100,000"),
+    ("seed-chat-70b-pool.json", "prefill", "products[chat]: 1,000,000,000,000 prefill pool replicas in hour 0"),
+])
+def test_a_plan_with_more_replicas_than_can_be_simulated_is_refused(capsys, tmp_path, plan, field, words):
+    """10^12 replicas asked for terabytes before the first simulated event."""
+    import json
+
+    from fleetplan.main import main
+
+    d = json.loads((PLANS / plan).read_text())
+    if field == "prefill":
+        d["products"][0]["prefill"]["replicas"] = 10**12
+    else:
+        d["products"][0]["replicas"] = 10**12
+    (tmp_path / "p.json").write_text(json.dumps(d))
+    code = main(["simulate", str(tmp_path / "p.json"), "--requests", "100"])
+    err = capsys.readouterr().err
+    assert code == 2 and words in err and err.count("\n") == 1, err
+
+
+def test_the_replica_limit_is_exact():
+    from fleetplan.optimizer.simulate_plan import MAX_SIMULATED_REPLICAS, HourLoad, _check_replicas
+
+    _check_replicas({"name": "chat"}, HourLoad(0, MAX_SIMULATED_REPLICAS, MAX_SIMULATED_REPLICAS, 1.0, 0.0))
+    with pytest.raises(InputError, match="100,001 replicas"):
+        _check_replicas({"name": "chat"}, HourLoad(0, MAX_SIMULATED_REPLICAS + 1, 0, 1.0, 0.0))
