@@ -366,3 +366,22 @@ def test_the_replica_limit_is_exact():
     _check_replicas({"name": "chat"}, HourLoad(0, MAX_SIMULATED_REPLICAS, MAX_SIMULATED_REPLICAS, 1.0, 0.0))
     with pytest.raises(InputError, match="100,001 replicas"):
         _check_replicas({"name": "chat"}, HourLoad(0, MAX_SIMULATED_REPLICAS + 1, 0, 1.0, 0.0))
+
+
+# ---------------------------------------------------------------- documentation
+def test_the_readme_states_the_limits_the_code_applies():
+    """Each limit documented in README is the constant the code checks."""
+    from fleetplan.cluster import HANDSHAKE_TIMEOUT_S
+    from fleetplan.optimizer.histogram import MAX_REQUEST_BUCKETS
+    from fleetplan.optimizer.simulate_plan import MAX_SIMULATED_REPLICAS
+    from fleetplan.optimizer.sweep import DEFAULT_MAX_POINTS, MAX_POINTS
+    from fleetplan.optimizer.trace import MAX_TIMESTAMP_S, MAX_TRACE_BYTES, MAX_TRACE_REQUESTS, MAX_TRACE_SPAN_S
+
+    text = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8").split())
+    for claim in (f"may repeat at most {MAX_ALIASED_NODES:,} nodes", f"at most {MAX_REQUEST_BUCKETS} buckets",
+                  f"at most {MAX_TRACE_BYTES // 2**30} GiB and {MAX_TRACE_REQUESTS:,} requests",
+                  f"within {MAX_TIMESTAMP_S:.0e}".replace("e+", "e") + " s of second 0",
+                  f"spanning at most {MAX_TRACE_SPAN_S / 86_400:.0f} days",
+                  f"at most {DEFAULT_MAX_POINTS:,} points unless `--max-points`", f"up to {MAX_POINTS:,}",
+                  f"at most {MAX_SIMULATED_REPLICAS:,} replicas", f"Dask handshake within {HANDSHAKE_TIMEOUT_S:g} s"):
+        assert claim in text, claim
