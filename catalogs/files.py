@@ -273,8 +273,9 @@ def check_aliases(root: yaml.Node, limit: int = MAX_ALIASED_NODES) -> None:
 
     A composed document shares the node an alias names instead of copying it, so a "billion
     laughs" composes in microseconds; its size written out is counted here instead, walking
-    each node once (depth first, without recursion): every repeated reference adds the
-    written-out size of what it names. Raises a ``ConstructorError`` at the mapping or list
+    each list and mapping once (depth first, without recursion): every repeated reference to
+    one adds the written-out size of what it names (an alias of a single value adds one node,
+    as writing the value out would, and is not counted). Raises a ``ConstructorError`` at the mapping or list
     that holds the alias crossing the limit.
     """
     size: dict[int, int] = {}  # written-out size of each finished node, by id
@@ -285,6 +286,9 @@ def check_aliases(root: yaml.Node, limit: int = MAX_ALIASED_NODES) -> None:
     while stack:
         frame = stack[-1]
         for child in frame[1]:
+            if isinstance(child, yaml.ScalarNode):  # an alias of one value adds one node, as writing it out does
+                frame[2] += 1
+                continue
             key = id(child)
             if key in size:
                 repeated += size[key]
