@@ -41,6 +41,12 @@ out: reusing a block of options in a hundred products repeats a few thousand, wh
 aliases ("billion laughs") repeat billions from a few lines, which no check downstream could
 walk, validate or quote back in a message in bounded time."""
 
+MAX_CATALOG_FILES = 32
+"""Most extra catalog files one command merges (a scenario's ``catalogs:`` and ``--catalog``
+together): overlays of one's own prices, GPUs and models are a handful, and each may hold
+:data:`MAX_INPUT_BYTES`, so the count bounds what a command reads (a list repeating one file
+thousands of times took minutes, outside the command's deadline)."""
+
 _REPR_DEPTH = 20
 # Nesting levels :func:`bounded_repr` descends before writing "…": deeper values are no input.
 

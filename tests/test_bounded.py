@@ -84,6 +84,17 @@ def test_the_alias_count_is_exact_at_the_limit():
         check_aliases(composed(10), limit=29)
 
 
+def test_more_extra_catalog_files_than_the_limit_are_refused_before_any_is_read(tmp_path):
+    """A scenario listing one catalog 2,000 times read it 2,000 times, outside the deadline."""
+    from fleetplan.catalogs import load_catalog
+    from fleetplan.catalogs.files import MAX_CATALOG_FILES
+
+    (tmp_path / "c.yaml").write_text("prices: []\n")
+    assert load_catalog([tmp_path / "c.yaml"] * MAX_CATALOG_FILES).files[-1] == str(tmp_path / "c.yaml")
+    with pytest.raises(InputError, match="--catalog: 33 extra catalog files .* at most 32"):
+        load_catalog([tmp_path / "missing.yaml"] * (MAX_CATALOG_FILES + 1))
+
+
 def test_an_alias_inside_its_own_anchor_is_refused():
     with pytest.raises(InputError, match="cyc.yaml: line 1: aliases refer to a value that contains them"):
         parse_yaml("a: &a [1, *a]\n", "cyc.yaml")
@@ -378,7 +389,9 @@ def test_the_readme_states_the_limits_the_code_applies():
     from fleetplan.optimizer.trace import MAX_TIMESTAMP_S, MAX_TRACE_BYTES, MAX_TRACE_REQUESTS, MAX_TRACE_SPAN_S
 
     text = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8").split())
-    for claim in (f"may repeat at most {MAX_ALIASED_NODES:,} nodes", f"at most {MAX_REQUEST_BUCKETS} buckets",
+    from fleetplan.catalogs.files import MAX_CATALOG_FILES
+
+    for claim in (f"may repeat at most {MAX_ALIASED_NODES:,} nodes", f"at most {MAX_CATALOG_FILES} extra catalog files", f"at most {MAX_REQUEST_BUCKETS} buckets",
                   f"at most {MAX_TRACE_BYTES // 2**30} GiB and {MAX_TRACE_REQUESTS:,} requests",
                   f"within {MAX_TIMESTAMP_S:.0e}".replace("e+", "e") + " s of second 0",
                   f"spanning at most {MAX_TRACE_SPAN_S / 86_400:.0f} days",
