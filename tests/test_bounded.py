@@ -4,7 +4,6 @@ line (exit 2) before they can take unbounded time or memory."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
