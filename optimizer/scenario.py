@@ -37,7 +37,7 @@ from fleetplan.optimizer.defaults import (
     SPOT_DISCOUNT,
 )
 from fleetplan.optimizer.enums import PrefillMode, Tier
-from fleetplan.optimizer.histogram import SHARE_TOLERANCE, read_histogram
+from fleetplan.optimizer.histogram import MAX_REQUEST_BUCKETS, SHARE_TOLERANCE, read_histogram
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -195,6 +195,9 @@ class Product(_Strict):
             return v
         if not v:
             raise ValueError("must list at least one bucket (leave it out for one request size)")
+        if len(v) > MAX_REQUEST_BUCKETS:
+            raise ValueError(f"{len(v):,} buckets; a mix may have at most {MAX_REQUEST_BUCKETS} (each bucket is planned "
+                             "on its own): merge neighbouring sizes")
         total = sum(b.share for b in v)
         if abs(total - 1.0) > SHARE_TOLERANCE:
             raise ValueError(f"shares sum to {total:.4g}; they must sum to 1 (within {SHARE_TOLERANCE:g})")
@@ -374,7 +377,7 @@ def _inline_histograms(raw: dict[str, Any], folder: Path) -> dict[str, Any]:
     out = []
     for i, p in enumerate(products):
         if isinstance(p, dict) and isinstance(p.get("requests"), str):
-            name = short(str(p.get("name", i)))
+            name = short(p.get("name", i))
             p = {**p, "requests": read_histogram(folder / p["requests"], f"products[{name}].requests")}
         out.append(p)
     return {**raw, "products": out}
@@ -400,7 +403,7 @@ def parse_scenario(raw: Any, where: str, folder: Path | None = None) -> Scenario
         if len(loc) >= 2 and loc[0] == "products" and isinstance(loc[1], int):
             products = raw.get("products") or []
             if loc[1] < len(products) and isinstance(products[loc[1]], dict) and "name" in products[loc[1]]:
-                msg = msg.replace(f"products.{loc[1]}", f"products[{short(str(products[loc[1]]['name']))}]", 1)
+                msg = msg.replace(f"products.{loc[1]}", f"products[{short(products[loc[1]]['name'])}]", 1)
         raise ScenarioError(msg) from None
 
 

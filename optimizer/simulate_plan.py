@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from fleetplan.catalogs.files import short
 from fleetplan.catalogs.loader import InputError
 from fleetplan.optimizer.simulate import (
     Fleet, Requests, StepTime, decode_fleet, fifo_pool, percentiles_ms, poisson_arrivals, tpot_s,
@@ -28,6 +29,11 @@ from fleetplan.optimizer.simulate import (
 from fleetplan.optimizer.trace import SECONDS_PER_HOUR, Trace
 
 DEFAULT_REQUESTS = 20_000
+# Most replicas (decode, or a prefill pool's) of one configuration simulated: each is an object
+# with its own queues, built before the first event, and every arrival is dispatched by a scan
+# over all of them, so a hand-edited 10^12 replicas asked for terabytes. The shipped plans use
+# at most about a hundred per configuration; 100,000 is beyond any single deployment.
+MAX_SIMULATED_REPLICAS = 100_000
 
 
 @dataclass(frozen=True)
@@ -196,9 +202,19 @@ def analytic_pool_ttft_ms(pd: dict[str, Any], catalog: Any, preset: Any, load: H
     return {k: round(v * 1e3, 1) if math.isfinite(v) else None for k, v in zip(("p50", "p90", "p99"), out)}
 
 
+def _check_replicas(pd: dict[str, Any], load: HourLoad) -> None:
+    """Refuse more replicas than :data:`MAX_SIMULATED_REPLICAS` before any is built."""
+    for what, n in (("replicas", load.replicas), ("prefill pool replicas", load.pool_replicas)):
+        if n > MAX_SIMULATED_REPLICAS:
+            raise InputError(f"products[{short(pd.get('name'))}]: {n:,} {what} in hour {load.hour}; simulate replays at "
+                             f"most {MAX_SIMULATED_REPLICAS:,} of one configuration (each is built and scanned per "
+                             "request)")
+
+
 def _run(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad, reqs: Requests, settings: Settings,
          on_progress: Any) -> tuple[Any, float]:
     """One configuration's replicas (``pd``: its fields, ``load.replicas`` of them) serving ``reqs``."""
+    _check_replicas(pd, load)
     llm, gpu = catalog.model(pd["model"], "model"), catalog.gpu(pd["gpu"], "gpu")
     prefill = pd.get("prefill") or {}
     pooled = prefill.get("mode") == "pool"
