@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from fleetplan.catalogs.loader import Catalog, InputError, nearest
@@ -63,7 +63,7 @@ from fleetplan.models.ttft import (
 )
 from fleetplan.optimizer.defaults import RACK_SCALE_GPUS
 from fleetplan.optimizer.enums import BatchLimit, Tier
-from fleetplan.optimizer.layouts import layout_batches, pool_stages, replica_layouts
+from fleetplan.optimizer.layouts import RESTRICTED, layout_batches, pool_stages, replica_layouts, restriction_problem
 from fleetplan.optimizer.percentiles import Targets, colocated_ratio, pool_utilisation_cap, targets
 from fleetplan.optimizer.scenario import Options, Product
 
@@ -318,8 +318,10 @@ def resolve_gpu_price(catalog: Catalog, options: Options, gpu_id: str) -> GPUPri
     return GPUPriceChoice(gpu_id, usd, source, tuple(tiers), tuple(sources))
 
 
-def check_options(catalog: Catalog, options: Options) -> None:
-    """Reject option values naming GPUs, providers or shapes the catalog does not know."""
+def check_options(catalog: Catalog, options: Options, products: Sequence[Product] = ()) -> None:
+    """Reject option values naming GPUs, providers or shapes the catalog does not know, and layout
+    restrictions (``options.ep``, ``pp``, ``dp_attention``) the models of ``products`` cannot run
+    (:func:`~fleetplan.optimizer.layouts.restriction_problem`)."""
     for what, ids in (
         ("options.gpus", options.gpus or ()),
         ("options.prefill_gpus", options.prefill_gpus or ()),
@@ -339,6 +341,12 @@ def check_options(catalog: Catalog, options: Options) -> None:
     for tp in options.tp or ():
         if tp & (tp - 1):
             raise InputError(f"options.tp: {tp} is not a power of two (nearest valid choice: {1 << (tp.bit_length() - 1)})")
+    llms = [catalog.models[p.model] for p in products if p.model in catalog.models]
+    if llms and any(getattr(options, name) for name in RESTRICTED):
+        gpus = [catalog.gpus[g] for g in sorted(set(options.gpus or catalog.gpus))]
+        problem = restriction_problem(llms, gpus, sorted(set(options.tp or DEFAULT_TP)), options)
+        if problem:
+            raise InputError(problem)
 
 
 def prefill_modes(product: Product) -> tuple[str, ...]:
