@@ -47,6 +47,7 @@ from fleetplan.models.physics import DEFAULT_TTFT_QUEUE_MULTIPLE
 from fleetplan.models.presets import Preset, normalize_engine
 from fleetplan.models.communication import parallel_comm_time_s
 from fleetplan.models.memory import weight_bytes
+from fleetplan.models.layout import Layout
 from fleetplan.models.roofline import (
     StepEstimate, bandwidth_efficiency, benchmark_share_ahead, decode_step, model_kind, usable_flop_rate,
 )
@@ -139,14 +140,16 @@ def benchmark_ttft_s(preset: Preset, *, prefill_s: float, step_s: float, batch: 
 def colocated_configuration_ttft_s(
     llm: LLM, gpu: GPU, preset: Preset, *, precision: str, tp: int, batch: int, input_tokens: float,
     output_tokens: float, kv_precision: str | None, flops_per_request: float, utilisation: float,
-    engine: str | None = None,
+    engine: str | None = None, layout: Layout | None = None,
 ) -> tuple[StepEstimate, float]:
     """(the decode step carrying its steady-state prefill share, the TTFT of a colocated replica
-    of this configuration at ``utilisation``): what ``estimate`` reports and the planner checks."""
+    of this configuration at ``utilisation``): what ``estimate`` reports and the planner checks.
+    ``layout``: the replica's pipeline, expert and attention-data parallelism, timed as
+    :func:`~fleetplan.models.roofline.decode_step` times it (each rank carries its share of the prefill)."""
     step = decode_step(
         llm, gpu, precision=precision, tp=tp, batch=batch, input_tokens=input_tokens, output_tokens=output_tokens,
         preset=preset, kv_precision=kv_precision, prefill_flops_per_step=batch / output_tokens * flops_per_request,
-        engine=engine,
+        engine=engine, layout=layout,
     )
     return step, colocated_ttft_s(step.step_time_s, batch, output_tokens, utilisation, admission_s(preset, engine))
 

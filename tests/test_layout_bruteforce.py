@@ -7,12 +7,14 @@ pipeline micro-batches (one sequence past a multiple of them makes every rank ru
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from fleetplan.main import main
 from fleetplan.models.layout import Layout, layout_problem
 from fleetplan.models.presets import get_preset
 from fleetplan.models.prefill import prefill_flops
@@ -165,3 +167,21 @@ def test_a_ttft_target_met_only_past_a_local_minimum_is_found(catalog):
           and decode_step(llm, gpu, precision="fp8", tp=2, batch=b, input_tokens=8000, output_tokens=2000,
                           preset=get_preset("default"), layout=lay).fits]
     assert cs.feasible == len(ok) and cand.batch in ok
+
+
+def test_estimate_times_every_field_through_the_layout(catalog, capsys):
+    argv = ["estimate", "--model", "deepseek-v3", "--gpu", "h200-sxm", "--dp-attention", "8", "--ep", "8",
+            "--batch", "64", "--precision", "fp8", "--input-tokens", "2000", "--output-tokens", "400", "--json"]
+    assert main(argv) == 0
+    d = json.loads(capsys.readouterr().out)
+    sc = parse_scenario({"preset": "default", "products": [{
+        "name": "p", "model": "deepseek-v3", "precision": "fp8", "peak_qps": 1, "input_tokens": 2000,
+        "output_tokens": 400, "min_tokens_per_s_per_user": 1, "prefill": "headroom", "max_ttft_ms": 60000}],
+        "options": {"gpus": ["h200-sxm"], "tp": [1], "ep": [8], "dp_attention": [8], "batch": [64]}}, "s")
+    (cand,) = generate_candidates(sc.products[0], catalog.models["deepseek-v3"], catalog, sc.options,
+                                  get_preset("default"), prune=False).candidates
+    assert d["step_time_ms"] == pytest.approx(cand.estimate.step_time_s * 1e3, rel=1e-12)
+    assert d["colocated_step_time_ms"] == pytest.approx(cand.ttft_step_time_s * 1e3, rel=1e-12)
+    assert d["ttft_ms"] == pytest.approx(cand.ttft_at(0.0) * 1e3, rel=1e-12)
+    # 8 ranks of 8 sequences each: far below one GPU running all 64 with the whole model's prefill
+    assert d["colocated_step_time_ms"] < 2 * d["step_time_ms"]
