@@ -34,8 +34,10 @@ Queueing: each replica is an M/D/1 queue, so a request spends ``1 + rho / (2 (1 
 service times in it at utilisation ``rho``.
 
 With the documented invariants of the decode step (step time non-decreasing in ``B``, step
-time per sequence non-increasing), the colocated TTFT is non-increasing in ``B`` up to ``O``
-and non-decreasing beyond it.
+time per sequence non-increasing), the colocated TTFT of a tensor-parallel replica is
+non-increasing in ``B`` up to ``O`` and non-decreasing beyond it. A replica with attention ranks
+or micro-batches breaks the second invariant: its step jumps one sequence past each multiple of
+them, so below ``O`` its TTFT saw-tooths, and the planner relies only on the first.
 """
 
 from __future__ import annotations
