@@ -68,18 +68,19 @@ def layout_batches(batches: list[int], layout: Layout, options: Options) -> list
 
 
 def replica_layouts(llm: LLM, gpu: GPU, tp: int, precision: str, options: Options, preset: Preset) -> list[Layout]:
-    """Layouts searched for one (GPU, TP, precision): each stage layout with each pipeline depth
-    of ``options.pp`` (or :data:`DEFAULT_PP`), but a depth only where the next smaller depth
-    searched does not hold its weights (dense or EP-in-TP layouts; attention-DP layouts grow by
-    ranks instead, so they take a deeper pipeline only when no smaller depth is searched)."""
+    """Layouts searched for one (GPU, TP, precision): each stage layout with each pipeline depth.
+    Every depth of ``options.pp`` when given; else those of :data:`DEFAULT_PP`, a depth only where
+    half as many stages do not hold its weights (dense or EP-in-TP layouts; attention-DP layouts
+    grow by ranks instead and keep one stage)."""
+    listed = options.pp is not None
     pps = sorted(set(options.pp or DEFAULT_PP))
     usable = gpu.memory_bytes * preset.usable_memory_fraction
     out: list[Layout] = []
     for stage in stage_layouts(llm, tp, options):
-        for i, pp in enumerate(pps):
+        for pp in pps:
             lay = Layout(stage.tp, pp, stage.ep, stage.dp_attention)
-            if i > 0:
-                fewer = Layout(stage.tp, pps[i - 1], stage.ep, stage.dp_attention)
+            if pp > 1 and not listed:
+                fewer = Layout(stage.tp, max(1, pp // 2), stage.ep, stage.dp_attention)
                 if stage.dp_attention > 1 or weights_per_gpu_bytes(llm, fewer, precision) <= usable:
                     continue
             if layout_problem(llm, gpu, lay) is None:
