@@ -88,17 +88,12 @@ def replica_layouts(llm: LLM, gpu: GPU, tp: int, precision: str, options: Option
     return out
 
 
-def _runnable(llm: LLM, gpus: Iterable[GPU], tps: Iterable[int], options: Options) -> list[Layout]:
-    """Every layout the options allow that ``llm`` can run on one of ``gpus`` at one of ``tps``,
-    pipeline depths included (memory not considered)."""
+def _runnable(llm: LLM, gpus: Iterable[GPU], tps: Iterable[int], options: Options) -> bool:
+    """Whether ``llm`` can run some layout the options allow on one of ``gpus`` at one of ``tps``,
+    at some pipeline depth (memory not considered)."""
     pps = sorted(set(options.pp or DEFAULT_PP))
-    out: list[Layout] = []
-    for gpu in gpus:
-        for tp in tps:
-            for stage in stage_layouts(llm, tp, options):
-                out += [lay for pp in pps if layout_problem(llm, gpu, lay := Layout(tp, pp, stage.ep,
-                                                                                   stage.dp_attention)) is None]
-    return out
+    return any(layout_problem(llm, gpu, Layout(tp, pp, stage.ep, stage.dp_attention)) is None
+               for gpu in gpus for tp in tps for stage in stage_layouts(llm, tp, options) for pp in pps)
 
 
 def _why_not(llm: LLM, gpus: list[GPU], tps: list[int], options: Options, name: str, value: int) -> str:
@@ -123,38 +118,44 @@ def _why_not(llm: LLM, gpus: list[GPU], tps: list[int], options: Options, name: 
 
 def restriction_problem(llms: list[LLM], gpus: list[GPU], tps: list[int], options: Options) -> str | None:
     """Why ``options.ep``, ``options.pp`` or ``options.dp_attention`` cannot be honoured exactly,
-    as one line naming the field, or None.
-
-    A listed value is refused when no model of ``llms`` can run a layout with it on any of
-    ``gpus`` at any of ``tps``, with the rule it breaks and the nearest value that works; a model
-    the listed values together leave without any layout (where it has some without them) is
-    refused naming the first field that empties it.
-    """
+    as one line naming the field, or None: a listed value no model of ``llms`` can run on any of
+    ``gpus`` at any of ``tps`` (:func:`_value_problem`), or a model the listed values together
+    leave without a layout it has without them (:func:`_model_problem`)."""
     for name in RESTRICTED:
-        values = getattr(options, name)
-        if not values:
-            continue
-        for value in sorted(set(values)):
-            only = options.model_copy(update={name: [value]})
-            if not any(_runnable(llm, gpus, tps, only) for llm in llms):
-                moe = [llm for llm in llms if llm.moe is not None]
-                if name != "pp" and not moe:
-                    return f"options.{name}: " + _why_not(llms[0], gpus, tps, options, name, value)
-                llm = moe[0] if name != "pp" else llms[0]
-                return (f"options.{name}: " + _why_not(llm, gpus, tps, options, name, value)
-                        + _nearest(llms, gpus, tps, options, name, value))
-    for llm in llms:
-        if _runnable(llm, gpus, tps, options) or not _runnable(llm, gpus, tps, _unrestricted(options)):
-            continue
-        for name in RESTRICTED:
-            if getattr(options, name) and not _runnable(llm, gpus, tps, options.model_copy(update={
-                    n: getattr(options, n) if n == name else None for n in RESTRICTED})):
-                listed = ", ".join(map(str, sorted(set(getattr(options, name)))))
-                return (f"options.{name}: [{listed}] leaves {llm.id} no layout: "
-                        + _why_not(llm, gpus, tps, options, name, sorted(set(getattr(options, name)))[0]))
-        listed = "; ".join(f"{n} {sorted(set(getattr(options, n)))}" for n in RESTRICTED if getattr(options, n))
-        return f"options: {listed} together leave {llm.id} no layout it can run"
-    return None
+        for value in sorted(set(getattr(options, name) or ())):
+            problem = _value_problem(llms, gpus, tps, options, name, value)
+            if problem:
+                return problem
+    return next((p for llm in llms if (p := _model_problem(llm, gpus, tps, options))), None)
+
+
+def _value_problem(llms: list[LLM], gpus: list[GPU], tps: list[int], options: Options, name: str,
+                   value: int) -> str | None:
+    """Why no model of ``llms`` can run ``options.{name}`` = ``value``, with the nearest value
+    some model can run (none for ep and dp_attention when every model is dense), or None."""
+    if any(_runnable(llm, gpus, tps, options.model_copy(update={name: [value]})) for llm in llms):
+        return None
+    moe = [llm for llm in llms if llm.moe is not None]
+    if name != "pp" and not moe:
+        return f"options.{name}: " + _why_not(llms[0], gpus, tps, options, name, value)
+    llm = moe[0] if name != "pp" else llms[0]
+    return f"options.{name}: " + _why_not(llm, gpus, tps, options, name, value) + _nearest(
+        llms, gpus, tps, options, name, value)
+
+
+def _model_problem(llm: LLM, gpus: list[GPU], tps: list[int], options: Options) -> str | None:
+    """Why the layout options together leave ``llm`` no layout, naming the first field that alone
+    empties it, or None (also when ``llm`` has no layout even without them: not theirs to say)."""
+    if _runnable(llm, gpus, tps, options) or not _runnable(llm, gpus, tps, _unrestricted(options)):
+        return None
+    for name in RESTRICTED:
+        values = sorted(set(getattr(options, name) or ()))
+        if values and not _runnable(llm, gpus, tps, _unrestricted(options).model_copy(update={name: values})):
+            listed = ", ".join(map(str, values))
+            return (f"options.{name}: [{listed}] leaves {llm.id} no layout: "
+                    + _why_not(llm, gpus, tps, options, name, values[0]))
+    listed = "; ".join(f"{n} {sorted(set(getattr(options, n)))}" for n in RESTRICTED if getattr(options, n))
+    return f"options: {listed} together leave {llm.id} no layout it can run"
 
 
 def _unrestricted(options: Options) -> Options:
