@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from fleetplan.catalogs.loader import InputError
 from fleetplan.main import main
 from fleetplan.models.layout import Layout, layout_problem
 from fleetplan.models.presets import get_preset
@@ -21,6 +24,7 @@ from fleetplan.models.prefill import prefill_flops
 from fleetplan.models.roofline import decode_step
 from fleetplan.models.ttft import DEFAULT_MAX_UTILISATION, admission_s, colocated_ttft_s
 from fleetplan.optimizer.candidates import generate_candidates
+from fleetplan.optimizer.errors import InfeasibleError
 from fleetplan.optimizer.plan import make_plan
 from fleetplan.optimizer.scenario import Scenario, parse_scenario
 from fleetplan.optimizer.percentiles import colocated_ratio, targets
@@ -180,3 +184,42 @@ def test_estimate_times_every_field_through_the_layout(catalog, capsys):
     assert d["ttft_ms"] == pytest.approx(cand.ttft_at(0.0) * 1e3, rel=1e-12)
     # 8 ranks of 8 sequences each: far below one GPU running all 64 with the whole model's prefill
     assert d["colocated_step_time_ms"] < 2 * d["step_time_ms"]
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    model=st.sampled_from(["qwen3-30b-a3b", "gpt-oss-120b", "mixtral-8x7b", "llama-3.1-8b"]),
+    gpu=st.sampled_from(["h100-sxm", "h200-sxm", "b200"]),
+    tp=st.lists(st.sampled_from([1, 2, 4]), min_size=1, max_size=2, unique=True),
+    pp=st.lists(st.sampled_from([1, 2]), min_size=1, max_size=2, unique=True),
+    dp=st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=2, unique=True),
+    ep=st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=2, unique=True),
+    max_batch=st.integers(1, 6),
+    qps=st.floats(0.5, 40),
+    inp=st.sampled_from([500, 4000, 20000]),
+    out=st.sampled_from([100, 400, 3000]),
+    ttft=st.sampled_from([None, 400, 1500]),
+)
+def test_random_small_cases_match_the_brute_force(catalog, model, gpu, tp, pp, dp, ep, max_batch, qps, inp, out,
+                                                  ttft):
+    llm = catalog.models[model]
+    if llm.moe is None:
+        dp, ep = [1], [1]
+    sc = _scenario(model, qps=qps, inp=inp, out=out, ttft=ttft, gpus=[gpu], gpu_hour_usd={gpu: PRICE_USD_PER_GPU_HOUR},
+                   tp=tp, pp=pp, ep=ep, dp_attention=dp, max_batch=max_batch)
+    configs = brute_force_configs(sc, catalog)
+    p = sc.products[0]
+    try:
+        plan = make_plan(sc, catalog, alternatives=False)
+    except InfeasibleError:
+        assert not configs, "the planner refused a scenario the brute force can serve"
+        return
+    except InputError as err:  # a listed degree no layout can run is refused by name
+        name, value = str(err).split(":")[0].removeprefix("options."), int(str(err).split(":")[1].split()[0])
+        lists = {"tp": tp, "pp": pp, "ep": ep, "dp_attention": dp, name: [value]}
+        assert all(layout_problem(llm, catalog.gpus[gpu], Layout(t, q, e, d)) is not None for t in lists["tp"]
+                   for q in lists["pp"] for e in lists["ep"] for d in lists["dp_attention"])
+        return
+    assert configs
+    assert plan.monthly_cost_usd == pytest.approx(cheapest_fleet(configs, p.peak_qps * p.output_tokens), rel=1e-6)
