@@ -44,9 +44,9 @@ class Config:
 
 
 def _scenario(model: str, *, qps: float, inp: int, out: int, speed: float = 10.0, ttft: Any = None,
-              **options: Any) -> Scenario:
+              prefill: str = "headroom", **options: Any) -> Scenario:
     product: dict[str, Any] = {"name": "p", "model": model, "precision": "fp8", "peak_qps": qps, "input_tokens": inp,
-                               "output_tokens": out, "min_tokens_per_s_per_user": speed, "prefill": "headroom"}
+                               "output_tokens": out, "min_tokens_per_s_per_user": speed, "prefill": prefill}
     if ttft is not None:
         product["max_ttft_ms"] = ttft
     opts = {"gpus": ["h100-sxm"], "gpu_hour_usd": {"h100-sxm": PRICE_USD_PER_GPU_HOUR}, "pp": [1], "ep": [1],
@@ -74,9 +74,11 @@ def _meets_ttft(sc: Scenario, catalog: Any, gpu: Any, layout: Layout, b: int, rh
 def brute_force_configs(sc: Scenario, catalog: Any) -> list[Config]:
     """Every (GPU, layout) the options allow, each at its feasible batch with the most throughput
     (replicas of one layout all cost the same, so any other batch is dominated), scanning every
-    batch from 1 to ``max_batch`` per attention rank and micro-batch (or the listed batches)."""
+    batch from 1 to ``max_batch`` per attention rank and micro-batch (or the listed batches). A
+    colocated replica's steps carry their share of the prompts' prefill."""
     p, opts, preset = sc.products[0], sc.options, get_preset(sc.preset)
     llm = catalog.models[p.model]
+    work = prefill_flops(llm, preset, p.input_tokens, p.prefix_cache_hit_rate) if p.prefill == "colocated" else 0.0
     targeted = p.max_ttft_ms is not None or p.ttft_percentiles_ms is not None
     headroom = p.effective_headroom if targeted else max(p.effective_headroom, 1.0 - DEFAULT_MAX_UTILISATION)
     out = []
@@ -93,7 +95,8 @@ def brute_force_configs(sc: Scenario, catalog: Any) -> list[Config]:
                         best = 0.0
                         for b in batches:
                             e = decode_step(llm, gpu, precision="fp8", tp=tp, batch=b, input_tokens=p.input_tokens,
-                                            output_tokens=p.output_tokens, preset=preset, layout=layout)
+                                            output_tokens=p.output_tokens, preset=preset, layout=layout,
+                                            prefill_flops_per_step=b / p.output_tokens * work)
                             if (e.fits and e.per_user_tokens_per_s >= p.min_tokens_per_s_per_user
                                     and _meets_ttft(sc, catalog, gpu, layout, b, 1.0 - headroom)):
                                 best = max(best, e.replica_tokens_per_s)
@@ -126,6 +129,8 @@ CASES = {
                              max_batch=40, ttft={"p90": 900}),
     "pipeline-micro-batches": dict(model="llama-3.1-70b", qps=4, inp=4000, out=400, tp=[2], pp=[2], max_batch=40,
                                    ttft=2000),
+    "colocated-ttft-sawtooth": dict(model="qwen3-30b-a3b", qps=8, inp=8000, out=2000, tp=[1], ep=[8],
+                                    dp_attention=[8], max_batch=40, ttft=900, prefill="colocated"),
     # with pp listed every listed depth is searched: two stages hold more KV than one, and win here
     "listed-pipeline-depths": dict(model="llama-3.1-70b", qps=10, inp=8000, out=400, tp=[2], pp=[1, 2], max_batch=64),
     "all-degrees-listed": dict(model="gpt-oss-120b", qps=20, inp=8000, out=1000, tp=[1, 2], pp=[1, 2], ep=[1, 8],
@@ -200,14 +205,15 @@ def test_estimate_times_every_field_through_the_layout(catalog, capsys):
     inp=st.sampled_from([500, 4000, 20000]),
     out=st.sampled_from([100, 400, 3000]),
     ttft=st.sampled_from([None, 400, 1500]),
+    prefill=st.sampled_from(["headroom", "colocated"]),
 )
 def test_random_small_cases_match_the_brute_force(catalog, model, gpu, tp, pp, dp, ep, max_batch, qps, inp, out,
-                                                  ttft):
+                                                  ttft, prefill):
     llm = catalog.models[model]
     if llm.moe is None:
         dp, ep = [1], [1]
-    sc = _scenario(model, qps=qps, inp=inp, out=out, ttft=ttft, gpus=[gpu], gpu_hour_usd={gpu: PRICE_USD_PER_GPU_HOUR},
-                   tp=tp, pp=pp, ep=ep, dp_attention=dp, max_batch=max_batch)
+    sc = _scenario(model, qps=qps, inp=inp, out=out, ttft=ttft, prefill=prefill, gpus=[gpu],
+                   gpu_hour_usd={gpu: PRICE_USD_PER_GPU_HOUR}, tp=tp, pp=pp, ep=ep, dp_attention=dp, max_batch=max_batch)
     configs = brute_force_configs(sc, catalog)
     p = sc.products[0]
     try:
