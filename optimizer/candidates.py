@@ -133,7 +133,7 @@ class _Replica:
 
 @dataclass(frozen=True)
 class Candidate(_Replica):
-    """One decode replica configuration of one product, at its largest feasible batch."""
+    """One decode replica configuration of one product, at its feasible batch with the most throughput."""
 
     product: str
     gpu: str
@@ -241,7 +241,7 @@ class CandidateSet:
     Decode counts are of configurations (GPU x TP x precision x prefill mode x batch) on priced
     GPUs: ``generated`` enumerated, ``invalid_shapes`` of them with a TP the model cannot be
     split by, ``feasible`` fitting in memory and meeting the speed and TTFT targets. Decode
-    candidates (``candidates``) are one per feasible shape, at its largest feasible batch,
+    candidates (``candidates``) are one per feasible shape, at its feasible batch with the most throughput,
     less the dominated ones. Prefill-pool counts are of shapes (GPU x TP x precision):
     ``pool_generated`` enumerated, ``pool_feasible`` fitting and meeting the TTFT target.
     """
@@ -475,7 +475,7 @@ def generate_candidates(
     prune: bool = True,
     shapes: Shapes | None = None,
 ) -> CandidateSet:
-    """All feasible decode shapes of ``product`` at their largest feasible batch, and its pool
+    """All feasible decode shapes of ``product`` at their feasible batch with the most throughput, and its pool
     shapes; with ``shapes``, only those (see :class:`Shapes`)."""
     gpu_ids = sorted(options.gpus) if options.gpus else sorted(catalog.gpus)
     gpus: list[GPU] = [catalog.gpus[g] for g in gpu_ids]
