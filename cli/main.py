@@ -53,13 +53,17 @@ def _benchmark_prediction(catalog: Any, preset: Any, args: argparse.Namespace) -
 
     row = Measurement(line=0, model=args.model, gpu=args.gpu, precision=args.precision, tp=args.tp, batch=args.batch,
                       input_tokens=args.input_tokens, output_tokens=args.output_tokens, engine=args.engine or "",
-                      measured_tpot_ms=1.0, kv_precision=args.kv_precision)
+                      measured_tpot_ms=1.0, kv_precision=args.kv_precision, pp=args.pp, ep=args.ep,
+                      dp_attention=args.dp_attention)
     p = predict(row, catalog, preset)
     return {"engine": args.engine, "benchmark_tpot_ms": p.predicted_tpot_ms, "benchmark_ttft_ms": p.predicted_ttft_ms}
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    """Roofline breakdown of one configuration."""
+    """Roofline breakdown of one configuration, every field through its layout as the planner
+    computes it: the decode step and the colocated step and TTFT on the whole replica (each
+    attention rank with its share of the batch and of the prefill), the prefill service time on
+    ``tp x pp`` GPUs as a prefill pool of that layout runs it (pools have no attention ranks)."""
     from fleetplan.catalogs import load_catalog
     from fleetplan.catalogs.loader import InputError
     from fleetplan.models.layout import Layout, layout_problem, memory_per_gpu_bytes
@@ -93,11 +97,12 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     d.update(e.as_dict())
     work = prefill_flops(llm, preset, args.input_tokens)
     d["prefill_flops_per_request"] = work
-    d["prefill_service_ms"] = prefill_service_s(llm, gpu, preset, precision=args.precision, tp=args.tp, flops=work) * 1e3
+    d["prefill_service_ms"] = prefill_service_s(llm, gpu, preset, precision=args.precision, tp=args.tp, flops=work,
+                                                pp=args.pp) * 1e3
     mixed, ttft = colocated_configuration_ttft_s(
         llm, gpu, preset, precision=args.precision, tp=args.tp, batch=args.batch, input_tokens=args.input_tokens,
         output_tokens=args.output_tokens, kv_precision=args.kv_precision, flops_per_request=work, utilisation=0.0,
-        engine=args.engine,
+        engine=args.engine, layout=layout,
     )
     d["colocated_step_time_ms"] = mixed.step_time_s * 1e3
     d["ttft_ms"] = ttft * 1e3

@@ -300,7 +300,7 @@ def build_problem(
     ``allow_pooling``, one unit for each pooled group. ``demand``
     is each product's queries per second hour by hour, when the caller has read the profiles;
     ``memo`` keeps candidate sets across the builds of one command."""
-    check_options(catalog, scenario.options)
+    check_options(catalog, scenario.options, scenario.products)
     qps = demand if demand is not None else hourly_qps(scenario.products, folder or Path("."))
     memo = memo if memo is not None else CandidateMemo()
     sets: dict[str, CandidateSet] = {}

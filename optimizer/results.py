@@ -19,6 +19,7 @@ LIMITERS = {
     "memory": "memory",
     "batch_options": "options.batch",
     "max_ttft_ms": "max_ttft_ms",
+    "rank_rounding": "rank_rounding",
 }
 
 
