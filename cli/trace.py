@@ -41,10 +41,29 @@ def _print_fields(d: dict[str, Any], con: Any) -> None:
               f"mean {d['input_tokens']:,} input and {d['output_tokens']:,} output tokens")
     for b in d["requests"]:
         con.print(f"  {b['share']:7.2%}  {b['input_tokens']:>7,} in  {b['output_tokens']:>6,} out")
+    _print_variability(d, con)
+
+
+def _print_variability(d: dict[str, Any], con: Any) -> None:
+    """Arrival variability of the busiest planned hour and of the burstiest one (``--json``: every hour)."""
+    hours = d["arrivals"]
+    peak = max(range(len(d["profile"])), key=lambda h: (d["profile"][h], -h))
+    rows = [("busiest hour", peak)]
+    burstiest = max(range(len(hours)), key=lambda h: (hours[h]["arrival_scv"], -h))
+    if burstiest != peak:
+        rows.append(("burstiest hour", burstiest))
+    con.print(f"arrivals planned at inter-arrival SCV {d['arrival_scv']:g} (Poisson: 1)")
+    for label, h in rows:
+        r = hours[h]
+        con.print(f"  {label} {h} (trace hour {r['trace_hour']}): {r['requests']:,} requests, mean "
+                  f"{r['mean_qps']:g}/s, SCV {r['arrival_scv']:g}; peak {r['peak_qps_1s']:g}/s over 1 s, "
+                  f"{r['peak_qps_10s']:g}/s over 10 s, {r['peak_qps_60s']:g}/s over 60 s; longest burst above "
+                  f"the mean {r['longest_burst_s']:g} s")
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    """Print the peak, the mean sizes, the size mix and (``--json``) the hourly profile."""
+    """Print the peak, the mean sizes, the size mix, the arrival variability and (``--json``)
+    the hourly profile and every hour's variability."""
     from fleetplan.io import emit
     from fleetplan.optimizer.trace import product_fields
 

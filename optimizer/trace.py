@@ -224,8 +224,10 @@ def product_fields(path: Path | str, *, buckets: int = DEFAULT_BUCKETS,
                    percentile: float = DEFAULT_PERCENTILE) -> dict[str, Any]:
     """What a product planned from the trace at ``path`` takes from it: ``peak_qps`` (the
     busiest planned hour), ``profile`` (each plan hour as a multiple of it), the mean
-    ``input_tokens`` and ``output_tokens`` and the size mix ``requests``. Read once per file
-    version (path, size and modification time)."""
+    ``input_tokens`` and ``output_tokens``, the size mix ``requests``, each plan hour's arrival
+    variability ``arrivals`` (:func:`.arrival_stats.planned_hour_stats`) and the ``arrival_scv``
+    the product is planned at (its busiest hour's). Read once per file version (path, size and
+    modification time)."""
     p = Path(path)
     try:
         stat = p.stat()
@@ -248,7 +250,16 @@ def _fields(path: str, size: int, mtime_ns: int, buckets: int, percentile: float
         "input_tokens": max(1, round(float(trace.input_tokens.mean()))),
         "output_tokens": max(1, round(float(trace.output_tokens.mean()))),
         "requests": size_histogram(trace, buckets),
+        **_variability(trace, qps),
     }
+
+
+def _variability(trace: Trace, qps: list[float]) -> dict[str, Any]:
+    """``arrivals`` (each plan hour's arrival statistics) and ``arrival_scv`` (the busiest planned hour's)."""
+    from fleetplan.optimizer.arrival_stats import planned_hour_stats, planning_scv
+
+    hours = planned_hour_stats(trace.arrival_s, len(qps))
+    return {"arrival_scv": planning_scv(hours, qps), "arrivals": hours}
 
 
 def resolve_traces(scenario: Any, folder: Path) -> Any:
@@ -275,7 +286,8 @@ def _from_trace(product: Any, folder: Path) -> Any:
     size bucket (``trace_buckets`` above 1 and requests of several sizes) the trace's size mix
     becomes the product's ``requests`` unless it gives its own."""
     fields = trace_fields(product, folder)
-    update = {k: fields[k] for k in ("peak_qps", "input_tokens", "output_tokens") if getattr(product, k) is None}
+    update = {k: fields[k] for k in ("peak_qps", "input_tokens", "output_tokens", "arrival_scv")
+              if getattr(product, k) is None}
     if product.requests is None and len(fields["requests"]) > 1:
         update["requests"] = trace_mix(fields["requests"])
     return product.model_copy(update=update)
