@@ -25,6 +25,7 @@ from fleetplan.catalogs.loader import InputError
 from fleetplan.optimizer.simulate import (
     Fleet, Requests, StepTime, decode_fleet, fifo_pool, percentiles_ms, poisson_arrivals, tpot_s,
 )
+from fleetplan.optimizer.synthetic import renewal_gaps
 from fleetplan.optimizer.trace import SECONDS_PER_HOUR, Trace
 
 DEFAULT_REQUESTS = 20_000
@@ -38,6 +39,7 @@ class Settings:
     requests: int = DEFAULT_REQUESTS
     seed: int = 0
     trace: Trace | None = None
+    arrival_scv: float = 1.0  # of the drawn arrivals (1: Poisson); a trace brings its own
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,9 @@ def _trace_hour(trace: Trace, hour: int, hours: int) -> np.ndarray:
 
 
 def arrivals(pd: dict[str, Any], load: HourLoad, hours: int, settings: Settings) -> Requests:
-    """The hour's self-hosted requests: from the trace, or a Poisson sample of the product's sizes."""
+    """The hour's self-hosted requests: from the trace, or a sample of the product's sizes
+    arriving at the hour's rate (Poisson, or bursty at ``settings.arrival_scv``:
+    :func:`~.synthetic.renewal_gaps`)."""
     rng = np.random.Generator(np.random.PCG64(settings.seed))
     if settings.trace is not None:
         t = settings.trace
@@ -148,7 +152,11 @@ def arrivals(pd: dict[str, Any], load: HourLoad, hours: int, settings: Settings)
     pick = rng.choice(len(buckets), size=n, p=shares / shares.sum())
     tokens_in = np.array([b["input_tokens"] for b in buckets], dtype=np.int64)[pick]
     tokens_out = np.array([b["output_tokens"] for b in buckets], dtype=np.int64)[pick]
-    return Requests(poisson_arrivals(load.qps, n, rng), tokens_in, tokens_out)
+    if settings.arrival_scv == 1.0:
+        times = poisson_arrivals(load.qps, n, rng)
+    else:
+        times = np.cumsum(renewal_gaps(load.qps, n, settings.arrival_scv, rng)) if load.qps > 0 else np.zeros(n)
+    return Requests(times, tokens_in, tokens_out)
 
 
 def _chunk_tokens(preset: Any) -> int:

@@ -286,8 +286,7 @@ def _from_trace(product: Any, folder: Path) -> Any:
     size bucket (``trace_buckets`` above 1 and requests of several sizes) the trace's size mix
     becomes the product's ``requests`` unless it gives its own."""
     fields = trace_fields(product, folder)
-    update = {k: fields[k] for k in ("peak_qps", "input_tokens", "output_tokens", "arrival_scv")
-              if getattr(product, k) is None}
+    update = {k: fields[k] for k in ("peak_qps", "input_tokens", "output_tokens") if getattr(product, k) is None}
     if product.requests is None and len(fields["requests"]) > 1:
         update["requests"] = trace_mix(fields["requests"])
     return product.model_copy(update=update)

@@ -1,5 +1,6 @@
 """Arrival variability of a trace hour (:mod:`fleetplan.optimizer.arrival_stats`), checked by hand
-on tiny traces, and what ``trace show`` reports of it."""
+on tiny traces, what ``trace show`` reports of it, and the bursty arrivals the generator draws
+(:func:`fleetplan.optimizer.synthetic.renewal_gaps`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from fleetplan.main import main
 from fleetplan.optimizer.arrival_stats import (
     hour_stats, interarrival_scv, longest_burst_s, peak_rate, planned_hour_stats, trace_hour_stats,
 )
+from fleetplan.optimizer.synthetic import BURST_GAP_SHARE, TraceShape, burst_probability, generate, renewal_gaps
 
 
 def test_even_gaps_have_scv_zero_and_poisson_gaps_scv_one():
@@ -64,3 +66,51 @@ def test_trace_show_prints_the_variability(tmp_path, capsys):
     assert d["arrivals"][0]["peak_qps_1s"] == 3.0 and d["arrivals"][0]["longest_burst_s"] == 20.0
     assert main(["trace", "show", str(p)]) == 0
     assert "SCV 2" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("scv", [0.5, 10.0, 100.0])
+def test_renewal_gaps_have_the_asked_scv_and_rate(scv):
+    gaps = renewal_gaps(2.0, 400_000, scv, np.random.Generator(np.random.PCG64(0)))
+    assert gaps.mean() == pytest.approx(0.5, rel=0.03)
+    assert interarrival_scv(np.cumsum(gaps)) == pytest.approx(scv, rel=0.1)
+
+
+def test_burst_probability_solves_the_scv():
+    for scv in (1.2, 10.0, 170.0, 10_000.0):
+        p = burst_probability(scv)
+        a = BURST_GAP_SHARE
+        assert 2.0 * ((1 - p) * a * a + (1 - (1 - p) * a) ** 2 / p) - 1.0 == pytest.approx(scv, rel=1e-9)
+    assert burst_probability(1.0) == 1.0
+
+
+def test_generated_bursty_hour_same_seed_same_bytes_and_near_the_asked_scv(tmp_path, capsys):
+    out = tmp_path / "b.csv"
+    args = ["trace", "generate", "--out", str(out), "--requests", "9360", "--hours", "1",
+            "--arrival-scv", "100", "--seed", "3"]
+    assert main(args) == 0
+    first = out.read_bytes()
+    out.unlink()
+    assert main(args) == 0
+    assert out.read_bytes() == first
+    capsys.readouterr()
+    assert main(["trace", "show", str(out), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    hour = d["arrivals"][0]
+    assert hour["requests"] == 9360 and hour["mean_qps"] == 2.6
+    assert 70.0 < hour["arrival_scv"] < 140.0  # one hour of bursts of ~50: the sample's SCV scatters
+    assert hour["peak_qps_10s"] > 5 * hour["mean_qps"]
+
+
+def test_the_default_generator_is_the_original_draw():
+    # arrival SCV 1 and no --hours keep the sample trace's bytes (examples/traces/chat-week.csv)
+    a, i, o = generate(500, 7, TraceShape(days=1))
+    b, j, p = generate(500, 7, TraceShape(days=1, arrival_scv=1.0))
+    assert np.array_equal(a, b) and np.array_equal(i, j)
+
+
+def test_bad_arrival_scv_flag_exits_2_naming_it(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["trace", "generate", "--out", str(tmp_path / "x.csv"), "--arrival-scv", "-1"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--arrival-scv" in err[0] and not (tmp_path / "x.csv").exists()
