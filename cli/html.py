@@ -83,9 +83,13 @@ def summary(d: dict[str, Any]) -> str:
     calib = escape(d["calibration"]) if d.get("calibration") else "none"
     split = (f'<p class=note id="gap-split">gap {gap}: {escape(gap_split(d["gap_breakdown_usd"]))}.</p>'
              if d.get("gap_breakdown_usd") and d.get("mip_gap") else "")
+    from fleetplan.report import verification_line
+
+    replay = verification_line(d.get("verification"))
+    verified = f'<p class=note id="verification">{escape(replay)}.</p>' if replay else ""
     return (f'<div class=cards>{"".join(cards)}</div><p class=note>preset <b>{escape(preset)}</b>, calibration '
             f'{calib}; {d["hours"]} hour(s) modelled, tiers {escape(", ".join(d["tiers"]))}. Model fidelity: '
-            f'{escape(fidelity)} ({escape(FIDELITY_SOURCE)}).</p>{split}')
+            f'{escape(fidelity)} ({escape(FIDELITY_SOURCE)}).</p>{split}{verified}')
 
 
 def configuration(d: dict[str, Any]) -> str:

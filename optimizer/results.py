@@ -304,6 +304,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "gpu_usage": plan.instances,
         "first_come_monthly_cost_usd": _r(plan.first_come_monthly_cost_usd, 2),
         "binding_limits": plan.binding_limits,
+        "verification": plan.verification,
     }
 
 

@@ -40,9 +40,16 @@ def test_a_bad_arrival_scv_is_one_line_naming_the_field(tmp_path, capsys):
     assert len(err) == 1 and "arrival_scv" in err[0] and "Traceback" not in err[0]
 
 
-def test_bursty_arrivals_in_simulate_same_seed_same_bytes(tmp_path, capsys):
-    plan = tmp_path / "plan.json"
+@pytest.fixture(scope="module")
+def conversational_plan(tmp_path_factory) -> Path:
+    """mix-conversational planned (no trace), as JSON."""
+    plan = tmp_path_factory.mktemp("conversational") / "plan.json"
     assert main(["plan", str(EXAMPLES / "mix-conversational.yaml"), "--out", str(plan), "--no-alternatives"]) == 0
+    return plan
+
+
+def test_bursty_arrivals_in_simulate_same_seed_same_bytes(conversational_plan, capsys):
+    plan = conversational_plan
     capsys.readouterr()
     args = ["simulate", str(plan), "--requests", "2000", "--arrival-scv", "200", "--json"]
     assert main(args) == 0
@@ -58,3 +65,53 @@ def test_bursty_arrivals_in_simulate_same_seed_same_bytes(tmp_path, capsys):
     assert main(["simulate", str(plan), "--trace", str(EXAMPLES / "traces" / "chat-week.csv"),
                  "--arrival-scv", "5"]) == 2
     assert "--arrival-scv" in capsys.readouterr().err
+
+
+def bursty_scenario(tmp_path: Path) -> Path:
+    """150 s of a code-completion-like trace at 20 requests/s in bursts (SCV 100), an 8B model on
+    H100s with chunked prefill and a P99 TTFT target of 1 s."""
+    from fleetplan.optimizer.synthetic import TraceShape, generate, trace_csv
+
+    a, i, o = generate(72_000, 2, TraceShape(hours=1, arrival_scv=100.0))
+    keep = a < 150.0
+    (tmp_path / "bursty.csv").write_text(trace_csv(a[keep], i[keep], o[keep]), encoding="utf-8")
+    scenario = {"preset": "default", "options": {"gpus": ["h100-sxm"]},
+                "products": [{"name": "code", "model": "llama-3.1-8b", "trace": "bursty.csv", "trace_buckets": 1,
+                              "min_tokens_per_s_per_user": 30, "max_ttft_ms": {"p99": 1000},
+                              "prefill": "colocated"}]}
+    p = tmp_path / "bursty.yaml"
+    p.write_text(yaml.safe_dump(scenario), encoding="utf-8")
+    return p
+
+
+def test_a_bursty_trace_the_unverified_plan_misses_is_tightened_until_its_replay_meets(tmp_path, capsys):
+    scenario = bursty_scenario(tmp_path)
+    trace = str(tmp_path / "bursty.csv")
+    unverified, verified = tmp_path / "unverified.json", tmp_path / "verified.json"
+    assert main(["plan", str(scenario), "--no-verify", "--no-alternatives", "--out", str(unverified)]) == 0
+    assert "unverified" in capsys.readouterr().err
+    assert main(["plan", str(scenario), "--no-alternatives", "--out", str(verified)]) == 0
+    capsys.readouterr()
+    u, v = (json.loads(p.read_text(encoding="utf-8")) for p in (unverified, verified))
+    assert u["verification"]["meets_targets"] is None and u["verification"]["rounds"] == 0
+    check = v["verification"]
+    assert set(check) >= {"method", "hours", "rounds", "meets_targets", "ttft_ms", "tpot_ms", "missed_requests"}
+    assert check["hours"] == [0] and check["rounds"] >= 2 and check["meets_targets"] is True
+    assert check["ttft_ms"]["p99"] <= 1000.0 and v["status"] == "optimal"
+    assert v["products"][0]["replicas"] > u["products"][0]["replicas"]
+    # simulate --trace agrees with both: the unverified plan misses, the verified one meets
+    for plan, meets in ((unverified, False), (verified, True)):
+        assert main(["simulate", str(plan), "--trace", trace, "--json"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        assert d["meets_targets"] is meets
+    assert d["products"][0]["ttft_ms"] == check["ttft_ms"] and d["missed_requests"] == check["missed_requests"]
+    # one replica fewer than the verified plan misses: the replay sized it, not a blind margin
+    fewer = json.loads(verified.read_text(encoding="utf-8"))
+    fewer["products"][0]["replicas"] -= 1
+    (tmp_path / "fewer.json").write_text(json.dumps(fewer), encoding="utf-8")
+    assert main(["simulate", str(tmp_path / "fewer.json"), "--trace", trace, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["meets_targets"] is False
+
+
+def test_a_plan_without_a_trace_has_no_verification(conversational_plan):
+    assert json.loads(conversational_plan.read_text(encoding="utf-8"))["verification"] is None
