@@ -32,6 +32,8 @@ import numpy as np
 
 from fleetplan.optimizer.trace import Trace
 
+# events between progress calls (and early-stop checks)
+PROGRESS_EVENTS = 4096
 StepTime = Callable[[int, float, int], float]  # (decoding sequences, their mean context tokens, prefill tokens) -> s
 
 
@@ -155,10 +157,12 @@ def _warm_start(replicas: list[Replica], rate_per_s: float, reqs: Requests, flee
 
 
 def decode_fleet(reqs: Requests, ready_s: np.ndarray, fleet: Fleet, rate_per_s: float, seed: int = 0,
-                 step_guess_s: float = 0.03, on_progress: Callable[[float], None] | None = None) -> tuple[Timings, float]:
+                 step_guess_s: float = 0.03, on_progress: Callable[[float], None] | None = None,
+                 stop: Callable[[float, Timings], bool] | None = None) -> tuple[Timings, float]:
     """Simulate the decode replicas; request ``i`` reaches them at ``ready_s[i]`` (its arrival,
     or its KV hand-off from a pool). Returns the timings and the replicas' busy share (steps
-    weighted by their share of the batch in use)."""
+    weighted by their share of the batch in use). ``stop(now, timings)``, asked as often as
+    ``on_progress``, ends the run early when true (requests not yet served keep NaN times)."""
     replicas = [Replica() for _ in range(fleet.replicas)]
     _warm_start(replicas, rate_per_s, reqs, fleet, step_guess_s, np.random.Generator(np.random.PCG64(seed)))
     out = Timings(np.full(reqs.count, np.nan), np.full(reqs.count, np.nan))
@@ -181,8 +185,11 @@ def decode_fleet(reqs: Requests, ready_s: np.ndarray, fleet: Fleet, rate_per_s: 
             k = idx
             _finish_step(replicas[k], reqs, pending.pop(k), now, out)
             replicas[k].running = False
-            if on_progress is not None and counter % 4096 == 0:
-                on_progress(now)
+            if counter % PROGRESS_EVENTS == 0:
+                if on_progress is not None:
+                    on_progress(now)
+                if stop is not None and stop(now, out):
+                    break
         if not replicas[k].running:
             counter = _start_step(k, replicas[k], reqs, fleet, now, events, pending, counter)
     span = max(end - start, 1e-12)

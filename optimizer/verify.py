@@ -21,6 +21,7 @@ judges them: every percentile TTFT target, and the per-user speed as the median 
 from __future__ import annotations
 
 import copy
+import json
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -59,28 +60,48 @@ def make_verified_plan(scenario: Scenario, catalog: Catalog, folder: Path, deadl
     """``make(scenario, catalog, folder=folder, deadline=deadline, demand=..., **keywords)`` (a
     :func:`~.plan.make_plan`) replayed and tightened until every traced product meets its
     targets; ``plan.verification`` says how it went. Without a traced product: ``make``'s plan
-    as it is, with ``verification`` None."""
+    as it is, with ``verification`` None. The rounds plan without alternatives (one candidate
+    memo for all of them); the plan that holds is planned once more with the caller's
+    alternatives, and replayed again only if that changed its fleet."""
+    from fleetplan.optimizer.problem import CandidateMemo
+
     products = traced(scenario)
     demand = hourly_qps(scenario.products, folder)
-    plan = make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **keywords)
+    full = {**keywords, "memo": keywords.get("memo") or CandidateMemo()}
     if not products:
-        return plan
+        return make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **full)
+    fast = {**full, "alternatives": False}
     replays = {p.name: _replay_source(p, folder) for p in products}
-    rounds = 0
+    plan = make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **fast)
+    rounds, final = 0, False
     while True:
         rounds += 1
         doc = plan_to_dict(plan)
         rows = {name: _replay(doc, name, catalog, plan, source) for name, source in replays.items()}
         rows = {k: v for k, v in rows.items() if v is not None}
         missed = [k for k, v in rows.items() if not v["meets_targets"]]
-        if not missed or rounds > MAX_ROUNDS or deadline.expired:
+        if missed and rounds <= MAX_ROUNDS and not deadline.expired:
+            demand = _tightened(demand, doc, missed, rows, catalog, plan, replays)
+            plan, final = make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **fast), False
+            continue
+        if final or deadline.expired:
             break
-        demand = _tightened(demand, doc, missed, rows, catalog, plan, replays)
-        plan = make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **keywords)
+        explained = make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **full)
+        final = True
+        if _fleet(plan_to_dict(explained)) == _fleet(doc):
+            plan = explained
+            break
+        plan = explained
     plan.verification = verification(rows, rounds, replays)
     if missed:
         _not_met(plan, missed, rows)
     return plan
+
+
+def _fleet(doc: dict[str, Any]) -> str:
+    """What a replay depends on in a plan document: its products' configurations and counts."""
+    keep = ("name", "gpu", "tp", "pp", "precision", "batch", "replicas", "hourly", "prefill", "configurations")
+    return json.dumps([{k: p.get(k) for k in keep} for p in doc["products"]], sort_keys=True, default=str)
 
 
 def unverified() -> dict[str, Any]:
@@ -162,6 +183,7 @@ def needed_scale(pd: dict[str, Any], catalog: Catalog, preset: Any, hours: int, 
     1 until a replay meets (at most :data:`MAX_SCALE`), then bisected
     (:data:`SCALE_BISECTIONS` replays, or until two scales give the same counts)."""
     hour = hour_load(pd, settings.hour).hour
+    settings = replace(settings, give_up=True)
 
     def meets(scale: float) -> bool:
         return bool(simulate_product(_scaled(pd, hour, scale), catalog, preset, hours, settings)["meets_targets"])
