@@ -31,6 +31,7 @@ from fleetplan.catalogs.loader import Catalog
 from fleetplan.optimizer.deadline import Deadline
 from fleetplan.optimizer.demand import hourly_qps
 from fleetplan.optimizer.enums import Status
+from fleetplan.optimizer.errors import InfeasibleError, SolverError
 from fleetplan.optimizer.results import plan_to_dict
 from fleetplan.optimizer.scenario import Product, Scenario
 from fleetplan.optimizer.simulate_plan import Settings, hour_load, simulate_product
@@ -82,7 +83,10 @@ def make_verified_plan(scenario: Scenario, catalog: Catalog, folder: Path, deadl
         missed = [k for k, v in rows.items() if not v["meets_targets"]]
         if missed and rounds <= MAX_ROUNDS and not deadline.expired:
             demand = _tightened(demand, doc, missed, rows, catalog, plan, replays)
-            plan, final = make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **fast), False
+            try:
+                plan, final = make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **fast), False
+            except (InfeasibleError, SolverError):
+                break  # no fleet within the scenario's limits holds the capacity the replay needs
             continue
         if final or deadline.expired:
             break
