@@ -61,9 +61,9 @@ def make_verified_plan(scenario: Scenario, catalog: Catalog, folder: Path, deadl
     """``make(scenario, catalog, folder=folder, deadline=deadline, demand=..., **keywords)`` (a
     :func:`~.plan.make_plan`) replayed and tightened until every traced product meets its
     targets; ``plan.verification`` says how it went. Without a traced product: ``make``'s plan
-    as it is, with ``verification`` None. The rounds plan without alternatives (one candidate
-    memo for all of them); the plan that holds is planned once more with the caller's
-    alternatives, and replayed again only if that changed its fleet."""
+    as it is, with ``verification`` None. The first plan is made as asked; the tightening
+    rounds plan without alternatives (one candidate memo for all of them), and the plan that
+    holds is then planned once more as asked, replayed again only if that changed its fleet."""
     from fleetplan.optimizer.problem import CandidateMemo
 
     products = traced(scenario)
@@ -73,8 +73,8 @@ def make_verified_plan(scenario: Scenario, catalog: Catalog, folder: Path, deadl
         return make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **full)
     fast = {**full, "alternatives": False}
     replays = {p.name: _replay_source(p, folder) for p in products}
-    plan = make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **fast)
-    rounds, final = 0, False
+    plan = make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **full)
+    rounds, explained = 0, True
     while True:
         rounds += 1
         doc = plan_to_dict(plan)
@@ -84,18 +84,15 @@ def make_verified_plan(scenario: Scenario, catalog: Catalog, folder: Path, deadl
         if missed and rounds <= MAX_ROUNDS and not deadline.expired:
             demand = _tightened(demand, doc, missed, rows, catalog, plan, replays)
             try:
-                plan, final = make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **fast), False
+                plan, explained = make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **fast), False
             except (InfeasibleError, SolverError):
                 break  # no fleet within the scenario's limits holds the capacity the replay needs
             continue
-        if final or deadline.expired:
+        if explained or deadline.expired:
             break
-        explained = make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **full)
-        final = True
-        if _fleet(plan_to_dict(explained)) == _fleet(doc):
-            plan = explained
+        plan, explained = make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **full), True
+        if _fleet(plan_to_dict(plan)) == _fleet(doc):
             break
-        plan = explained
     plan.verification = verification(rows, rounds, replays)
     if missed:
         _not_met(plan, missed, rows)
@@ -119,11 +116,13 @@ def _replay_source(product: Product, folder: Path) -> dict[str, Any]:
     from fleetplan.optimizer.trace import read_trace, trace_fields
 
     fields = trace_fields(product, folder)
+    peak = max(range(len(fields["profile"])), key=lambda h: (fields["profile"][h], -h))
+    arrivals = {"arrivals": fields["arrivals"][peak]}
     if product.peak_qps is not None and not math.isclose(product.peak_qps, fields["peak_qps"], rel_tol=1e-9):
-        return {"trace": None, "arrival_scv": fields["arrival_scv"],
+        return {"trace": None, "arrival_scv": fields["arrival_scv"], **arrivals,
                 "method": f"replay of {REPLAY_REQUESTS:,} arrivals drawn at the trace's inter-arrival SCV "
                           f"{fields['arrival_scv']:g} at the peak hour's rate (peak_qps rescales the trace)"}
-    return {"trace": read_trace(folder / product.trace), "arrival_scv": 1.0,
+    return {"trace": read_trace(folder / product.trace), "arrival_scv": 1.0, **arrivals,
             "method": f"replay of the trace's busiest hour landing on the plan's peak hour (at most "
                       f"{REPLAY_REQUESTS:,} requests)"}
 
@@ -240,7 +239,9 @@ def _hour_utilisation(plan: Plan, name: str, hour: int) -> float:
 
 def verification(rows: dict[str, dict[str, Any]], rounds: int, replays: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The plan's ``verification``: how, which hours, rounds, the verdict and the replayed
-    percentiles (the product with the highest P99 TTFT when several are replayed)."""
+    percentiles (the product with the highest P99 TTFT when several are replayed); per product
+    its replay and ``trace_arrivals``, the arrival variability of its trace's peak planned hour
+    (:func:`.arrival_stats.hour_stats`)."""
     if not rows:
         return {"method": "none: no product planned from a trace runs replicas of its own", "hours": [],
                 "rounds": rounds, "meets_targets": None, "ttft_ms": None, "tpot_ms": None, "missed_requests": None}
@@ -254,8 +255,9 @@ def verification(rows: dict[str, dict[str, Any]], rounds: int, replays: dict[str
         "ttft_ms": worst["ttft_ms"],
         "tpot_ms": worst["tpot_ms"],
         "missed_requests": sum(r["missed_requests"] for r in rows.values()),
-        "products": [{k: r[k] for k in ("name", "hour", "requests", "replicas", "ttft_ms", "tpot_ms", "utilisation",
-                                        "missed_requests", "meets_targets", "targets")} for r in rows.values()],
+        "products": [{**{k: r[k] for k in ("name", "hour", "requests", "replicas", "ttft_ms", "tpot_ms",
+                                            "utilisation", "missed_requests", "meets_targets", "targets")},
+                      "trace_arrivals": replays[r["name"]]["arrivals"]} for r in rows.values()],
     }
 
 

@@ -98,6 +98,8 @@ def test_a_bursty_trace_the_unverified_plan_misses_is_tightened_until_its_replay
     assert set(check) >= {"method", "hours", "rounds", "meets_targets", "ttft_ms", "tpot_ms", "missed_requests"}
     assert check["hours"] == [0] and check["rounds"] >= 2 and check["meets_targets"] is True
     assert check["ttft_ms"]["p99"] <= 1000.0 and v["status"] == "optimal"
+    arrivals = check["products"][0]["trace_arrivals"]
+    assert arrivals["arrival_scv"] > 20.0 and arrivals["peak_qps_1s"] > 3 * arrivals["mean_qps"]
     assert v["products"][0]["replicas"] > u["products"][0]["replicas"]
     # simulate --trace agrees with both: the unverified plan misses, the verified one meets
     for plan, meets in ((unverified, False), (verified, True)):
