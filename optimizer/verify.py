@@ -21,7 +21,6 @@ judges them: every percentile TTFT target, and the per-user speed as the median 
 from __future__ import annotations
 
 import copy
-import json
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -61,9 +60,8 @@ def make_verified_plan(scenario: Scenario, catalog: Catalog, folder: Path, deadl
     """``make(scenario, catalog, folder=folder, deadline=deadline, demand=..., **keywords)`` (a
     :func:`~.plan.make_plan`) replayed and tightened until every traced product meets its
     targets; ``plan.verification`` says how it went. Without a traced product: ``make``'s plan
-    as it is, with ``verification`` None. The first plan is made as asked; the tightening
-    rounds plan without alternatives (one candidate memo for all of them), and the plan that
-    holds is then planned once more as asked, replayed again only if that changed its fleet."""
+    as it is, with ``verification`` None. Every round's plan is made as asked, on one
+    candidate memo (the rounds change only the demand)."""
     from fleetplan.optimizer.problem import CandidateMemo
 
     products = traced(scenario)
@@ -71,38 +69,26 @@ def make_verified_plan(scenario: Scenario, catalog: Catalog, folder: Path, deadl
     full = {**keywords, "memo": keywords.get("memo") or CandidateMemo()}
     if not products:
         return make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **full)
-    fast = {**full, "alternatives": False}
     replays = {p.name: _replay_source(p, folder) for p in products}
     plan = make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **full)
-    rounds, explained = 0, True
+    rounds = 0
     while True:
         rounds += 1
         doc = plan_to_dict(plan)
         rows = {name: _replay(doc, name, catalog, plan, source) for name, source in replays.items()}
         rows = {k: v for k, v in rows.items() if v is not None}
         missed = [k for k, v in rows.items() if not v["meets_targets"]]
-        if missed and rounds <= MAX_ROUNDS and not deadline.expired:
-            demand = _tightened(demand, doc, missed, rows, catalog, plan, replays)
-            try:
-                plan, explained = make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **fast), False
-            except (InfeasibleError, SolverError):
-                break  # no fleet within the scenario's limits holds the capacity the replay needs
-            continue
-        if explained or deadline.expired:
+        if not missed or rounds > MAX_ROUNDS or deadline.expired:
             break
-        plan, explained = make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **full), True
-        if _fleet(plan_to_dict(plan)) == _fleet(doc):
-            break
+        demand = _tightened(demand, doc, missed, rows, catalog, plan, replays)
+        try:
+            plan = make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **full)
+        except (InfeasibleError, SolverError):
+            break  # no fleet within the scenario's limits holds the capacity the replay needs
     plan.verification = verification(rows, rounds, replays)
     if missed:
         _not_met(plan, missed, rows)
     return plan
-
-
-def _fleet(doc: dict[str, Any]) -> str:
-    """What a replay depends on in a plan document: its products' configurations and counts."""
-    keep = ("name", "gpu", "tp", "pp", "precision", "batch", "replicas", "hourly", "prefill", "configurations")
-    return json.dumps([{k: p.get(k) for k in keep} for p in doc["products"]], sort_keys=True, default=str)
 
 
 def unverified() -> dict[str, Any]:
