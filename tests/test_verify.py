@@ -117,3 +117,21 @@ def test_a_bursty_trace_the_unverified_plan_misses_is_tightened_until_its_replay
 
 def test_a_plan_without_a_trace_has_no_verification(conversational_plan):
     assert json.loads(conversational_plan.read_text(encoding="utf-8"))["verification"] is None
+
+
+def test_a_plan_whose_replay_still_misses_when_the_rounds_end_is_not_optimal_and_says_why(tmp_path, monkeypatch,
+                                                                                       catalog):
+    from fleetplan.optimizer import verify
+    from fleetplan.optimizer.deadline import Deadline
+    from fleetplan.optimizer.plan import make_plan
+    from fleetplan.optimizer.results import plan_to_dict
+    from fleetplan.optimizer.scenario import load_scenario
+
+    monkeypatch.setattr(verify, "MAX_ROUNDS", 0)  # no tightening round allowed: the first replay's verdict stands
+    scenario, folder = load_scenario(bursty_scenario(tmp_path))
+    plan = verify.make_verified_plan(scenario, catalog, folder, Deadline.after(60), make_plan, alternatives=False)
+    d = plan_to_dict(plan)
+    assert d["status"] == "time_limit" and "replay misses" in d["termination"]
+    check = d["verification"]
+    assert check["meets_targets"] is False and check["rounds"] == 1 and check["ttft_ms"]["p99"] > 1000.0
+    assert "code: P99 TTFT" in check["missed"] and check["missed_requests"] > 0
