@@ -13,7 +13,8 @@ says a target holds, the share of cases whose simulation holds it too.
 
 Part 2, the plans (``--plans``): the issue's scenario (Llama 3.1 70B, 20 tokens/s per user, P99
 TTFT 2,000 ms, the whole catalog) on generated one-hour traces at 2.6 requests/s with SCV 1, 10,
-100 and 170, and ``examples/chat-trace.yaml``: each planned with and without verification
+100 and 170 (and at 170 with chunked prefill on the mean sizes, ``prefill: colocated``,
+``trace_buckets: 1``: the issue's miss), and ``examples/chat-trace.yaml``: each planned with and without verification
 (seconds of each), the verified plan's replay, and the cheapest replica counts of the verified
 plan's configurations whose replay still meets the targets (one replica fewer at a time, of any
 configuration or the pool, while the replay meets), with the verified plan's cost over it.
@@ -165,6 +166,10 @@ def plans() -> None:
             scenario = folder / f"scv{scv:g}.yaml"
             scenario.write_text(ISSUE_SCENARIO.format(trace=trace.name), encoding="utf-8")
             cases.append((f"1 h at 2.6/s, SCV {scv:g}", scenario, trace))
+        colocated = folder / "scv170-colocated.yaml"
+        colocated.write_text(ISSUE_SCENARIO.format(trace="scv170.csv") + "    prefill: colocated\n    trace_buckets: 1\n",
+                             encoding="utf-8")
+        cases.append(("1 h at 2.6/s, SCV 170, chunked prefill, mean sizes", colocated, folder / "scv170.csv"))
         cases.append(("examples/chat-trace.yaml", ROOT / "examples" / "chat-trace.yaml", None))
         print("| trace | unverified s | verified s | rounds | P99 TTFT ms (target 2,000) | median TPOT ms | "
               "verified $/month | cheapest replay-feasible $/month | ratio | unverified $/month, its replay |")
