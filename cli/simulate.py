@@ -78,7 +78,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if trace is not None and args.arrival_scv is not None:
         raise InputError("--arrival-scv: a trace brings its own arrivals; give --trace or --arrival-scv, not both")
     settings = Settings(hour=args.hour, requests=args.requests, seed=args.seed, trace=trace,
-                        arrival_scv=1.0 if args.arrival_scv is None else args.arrival_scv)
+                        arrival_scv=args.arrival_scv)
     progress = Progress.for_terminal(quiet=args.json)
     deadline = Deadline.after(args.time_limit, progress)
     try:
@@ -112,7 +112,8 @@ def register(sub: Any) -> None:
     s.add_argument("--requests", type=number_flag(REQUESTS), default=DEFAULT_REQUESTS,
                    help=f"requests to simulate (a trace hour: the first this many; default {DEFAULT_REQUESTS})")
     s.add_argument("--arrival-scv", type=number_flag(F.ARRIVAL_SCV), default=None,
-                   help="inter-arrival SCV of the drawn requests (default 1: Poisson; above 1: bursts)")
+                   help="inter-arrival SCV of the drawn requests (default: the product's arrival_scv, else 1: "
+                        "Poisson; above 1: bursts)")
     s.add_argument("--hour", type=number_flag(HOUR), default=None, help="plan hour (default: the peak hour)")
     s.add_argument("--seed", type=number_flag(Range(0, 2**32 - 1, "", "seeds are unsigned 32-bit numbers",
                                                     integer=True)), default=0, help="seed (default 0)")

@@ -106,6 +106,7 @@ def _configuration_fields(pp: ProductPlan) -> dict[str, Any]:
         "output_tokens": pp.product.output_tokens,
         "min_tokens_per_s_per_user": pp.product.min_tokens_per_s_per_user,
         "max_ttft_ms": _ttft_target(pp),
+        "arrival_scv": pp.product.arrival_scv,
         "replicas": pp.replicas,
         "gpus": pp.gpus,
         "per_user_tokens_per_s": _r(e.per_user_tokens_per_s) if e else None,

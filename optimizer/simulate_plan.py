@@ -39,7 +39,7 @@ class Settings:
     requests: int = DEFAULT_REQUESTS
     seed: int = 0
     trace: Trace | None = None
-    arrival_scv: float = 1.0  # of the drawn arrivals (1: Poisson); a trace brings its own
+    arrival_scv: float | None = None  # of drawn arrivals; None: the product's stated arrival_scv, else 1 (Poisson)
     give_up: bool = False  # stop a run once it must miss a TTFT target (a search's verdict, not its figures)
 
 
@@ -138,8 +138,8 @@ def _trace_hour(trace: Trace, hour: int, hours: int) -> np.ndarray:
 
 def arrivals(pd: dict[str, Any], load: HourLoad, hours: int, settings: Settings) -> Requests:
     """The hour's self-hosted requests: from the trace, or a sample of the product's sizes
-    arriving at the hour's rate (Poisson, or bursty at ``settings.arrival_scv``:
-    :func:`~.synthetic.renewal_gaps`)."""
+    arriving at the hour's rate (Poisson, or bursty at ``settings.arrival_scv`` or else the
+    product's stated ``arrival_scv``: :func:`~.synthetic.renewal_gaps`)."""
     rng = np.random.Generator(np.random.PCG64(settings.seed))
     if settings.trace is not None:
         t = settings.trace
@@ -153,10 +153,11 @@ def arrivals(pd: dict[str, Any], load: HourLoad, hours: int, settings: Settings)
     pick = rng.choice(len(buckets), size=n, p=shares / shares.sum())
     tokens_in = np.array([b["input_tokens"] for b in buckets], dtype=np.int64)[pick]
     tokens_out = np.array([b["output_tokens"] for b in buckets], dtype=np.int64)[pick]
-    if settings.arrival_scv == 1.0:
+    scv = settings.arrival_scv if settings.arrival_scv is not None else pd.get("arrival_scv") or 1.0
+    if scv == 1.0:
         times = poisson_arrivals(load.qps, n, rng)
     else:
-        times = np.cumsum(renewal_gaps(load.qps, n, settings.arrival_scv, rng)) if load.qps > 0 else np.zeros(n)
+        times = np.cumsum(renewal_gaps(load.qps, n, scv, rng)) if load.qps > 0 else np.zeros(n)
     return Requests(times, tokens_in, tokens_out)
 
 

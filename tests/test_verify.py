@@ -135,3 +135,19 @@ def test_a_plan_whose_replay_still_misses_when_the_rounds_end_is_not_optimal_and
     check = d["verification"]
     assert check["meets_targets"] is False and check["rounds"] == 1 and check["ttft_ms"]["p99"] > 1000.0
     assert "code: P99 TTFT" in check["missed"] and check["missed_requests"] > 0
+
+
+def test_a_stated_arrival_scv_is_planned_for_and_simulated_by_default(tmp_path, conversational_plan, capsys):
+    scenario = scenario_with(tmp_path, "mix-conversational.yaml", arrival_scv=50)
+    out = tmp_path / "bursty.json"
+    assert main(["plan", str(scenario), "--out", str(out), "--no-alternatives"]) == 0
+    capsys.readouterr()
+    bursty = json.loads(out.read_text(encoding="utf-8"))
+    poisson = json.loads(conversational_plan.read_text(encoding="utf-8"))
+    assert bursty["products"][0]["arrival_scv"] == 50 and poisson["products"][0]["arrival_scv"] is None
+    assert bursty["monthly_cost_usd"] > poisson["monthly_cost_usd"]  # its pool is held to a lower utilisation
+    runs = []
+    for extra in ([], ["--arrival-scv", "50"]):
+        assert main(["simulate", str(out), "--requests", "1500", "--json", *extra]) == 0
+        runs.append(capsys.readouterr().out)
+    assert runs[0] == runs[1]
