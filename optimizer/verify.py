@@ -80,7 +80,7 @@ def make_verified_plan(scenario: Scenario, catalog: Catalog, folder: Path, deadl
         missed = [k for k, v in rows.items() if not v["meets_targets"]]
         if not missed or rounds > MAX_ROUNDS or deadline.expired:
             break
-        demand = _tightened(demand, doc, missed, rows, catalog, plan, replays)
+        demand = _tightened(demand, doc, missed, rows, catalog, plan, replays, deadline)
         try:
             plan = make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **full)
         except (InfeasibleError, SolverError):
@@ -194,7 +194,8 @@ def needed_scale(pd: dict[str, Any], catalog: Catalog, preset: Any, hours: int, 
 
 
 def _tightened(demand: dict[str, list[float]], doc: dict[str, Any], missed: list[str], rows: dict[str, Any],
-               catalog: Catalog, plan: Plan, replays: dict[str, dict[str, Any]]) -> dict[str, list[float]]:
+               catalog: Catalog, plan: Plan, replays: dict[str, dict[str, Any]], deadline: Deadline
+               ) -> dict[str, list[float]]:
     """The demand with each missed product's replayed hour raised: to the capacity the hour's
     replicas scaled by :func:`needed_scale` give (the hour's planned rate over its utilisation,
     times the scale, kept just below so the MIP's replica ceiling lands on it)."""
@@ -204,7 +205,7 @@ def _tightened(demand: dict[str, list[float]], doc: dict[str, Any], missed: list
         pd = _product(doc, name)
         assert pd is not None
         hour = rows[name]["hour"]
-        scale = needed_scale(pd, catalog, plan.preset, hours, _settings(replays[name]))
+        scale = needed_scale(pd, catalog, plan.preset, hours, _settings(replays[name]), deadline)
         usage = _hour_utilisation(plan, name, hour)
         out[name][hour] = max(out[name][hour] * (1.0 + 1e-6), out[name][hour] / usage * scale * CEILING_MARGIN)
     return out
