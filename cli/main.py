@@ -135,6 +135,7 @@ def _plan_one(args: argparse.Namespace) -> int:
     from fleetplan.optimizer.plan import make_plan
     from fleetplan.optimizer.results import plan_to_dict
     from fleetplan.optimizer.scenario import load_scenario
+    from fleetplan.optimizer.verify import make_verified_plan, traced, unverified
     from fleetplan.report import print_plan
 
     scenario, folder = load_scenario(args.scenario[0])
@@ -146,9 +147,14 @@ def _plan_one(args: argparse.Namespace) -> int:
     preset = resolve_preset(scenario.preset, args.calibration, SCENARIO_PRESET_HINT) if args.calibration else None
     progress = Progress.for_terminal(quiet=args.json)
     deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S, progress)
+    keywords = dict(solver=args.solver, alternatives=_alternatives(args), preset=preset,
+                    jobs=args.jobs or default_jobs())
     try:
-        plan = make_plan(scenario, catalog, solver=args.solver, alternatives=_alternatives(args),
-                         preset=preset, folder=folder, jobs=args.jobs or default_jobs(), deadline=deadline)
+        if args.no_verify:
+            plan = make_plan(scenario, catalog, folder=folder, deadline=deadline, **keywords)
+            plan.verification = unverified() if traced(scenario) else None
+        else:
+            plan = make_verified_plan(scenario, catalog, folder, deadline, make_plan, **keywords)
     finally:
         progress.close()
     d = plan_to_dict(plan)
@@ -165,6 +171,9 @@ def _plan_notes(d: dict[str, Any]) -> None:
         print(terminal(f"fleetplan: warning: {d['termination']}: not proven optimal"), file=sys.stderr)
     for what in d.get("stopped_by_time_limit", []):
         print(terminal(f"fleetplan: note: time limit ({d['time_limit_s']:g} s): {what} cut short"), file=sys.stderr)
+    v = d.get("verification")
+    if v is not None and v["meets_targets"] is None:
+        print(terminal(f"fleetplan: note: unverified: {v['method']}"), file=sys.stderr)
 
 
 # ---------------------------------------------------------------- breakeven
@@ -344,6 +353,9 @@ def _add_plan(sub: Any) -> None:
                          f"{MAX_DEFAULT_JOBS}; the same plan for any value)")
     pl.add_argument("--calibration", help=CALIBRATION_HELP)
     pl.add_argument("--scheduler", help="a batch: " + SCHEDULER_HELP)
+    pl.add_argument("--no-verify", action="store_true",
+                    help="a scenario with a trace: return the plan without replaying the trace's peak hour on it "
+                         "(the plan is then unverified)")
     which = pl.add_mutually_exclusive_group()
     which.add_argument("--no-alternatives", action="store_true",
                        help="skip the per-GPU-type runner-up solves (and, for a request mix, the mix kept to each "

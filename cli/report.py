@@ -276,6 +276,23 @@ def print_plan(d: dict[str, Any], console: Console) -> None:
         _print_reasons(p, name, hours, console)
     print_portfolio(d, console)
     _print_model_notes(d, console)
+    line = verification_line(d.get("verification"))
+    if line:
+        console.print(line)
+
+
+def verification_line(v: dict[str, Any] | None) -> str | None:
+    """One sentence on the replay of a plan from a trace (None for a plan without a trace)."""
+    if v is None:
+        return None
+    if v["meets_targets"] is None:
+        return f"verification: unverified ({v['method']})"
+    verdict = "meets its targets" if v["meets_targets"] else "MISSES its targets"
+    t, s = v["ttft_ms"], v["tpot_ms"]
+    return (f"verification: {verdict} on the replay of hour(s) {', '.join(str(h) for h in v['hours'])} after "
+            f"{v['rounds']} round(s): TTFT p50/p90/p99 {t['p50']}/{t['p90']}/{t['p99']} ms, TPOT p50/p90/p99 "
+            f"{s['p50']}/{s['p90']}/{s['p99']} ms, {v['missed_requests']:,} requests missed a target "
+            f"({v['method']})")
 
 
 def _print_reasons(p: dict[str, Any], name: str, hours: int, console: Console) -> None:

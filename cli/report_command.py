@@ -52,6 +52,7 @@ def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dic
     from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline, Progress
     from fleetplan.optimizer.defaults import EXPLAIN_SHARE
     from fleetplan.optimizer.plan import make_plan
+    from fleetplan.optimizer.verify import make_verified_plan
     from fleetplan.optimizer.problem import CandidateMemo
     from fleetplan.optimizer.results import plan_to_dict
     from fleetplan.optimizer.scenario import load_scenario
@@ -73,8 +74,8 @@ def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dic
         with worker_pool(1, finish=False, copy=True) as pool:
             ahead = LimitsAhead(pool, scenario, catalog, args.solver, preset or get_preset(scenario.preset), folder,
                                 deadline.share(0.5).left())
-            plan = make_plan(scenario, catalog, solver=args.solver, preset=preset, folder=folder,
-                             deadline=deadline.share(0.5), memo=memo, value_limits=False)
+            plan = make_verified_plan(scenario, catalog, folder, deadline.share(0.5), make_plan, solver=args.solver,
+                                      preset=preset, memo=memo, value_limits=False)
             ahead.keep(binding_relaxations(plan, scenario))
             rows = tornado(scenario, Replanner(catalog, preset, folder, args.solver, memo), deadline.share(0.5), plan)
             charts.load()

@@ -1,4 +1,4 @@
-"""``fleetplan simulate PLAN.json [--trace FILE.csv | --requests N] [--hour H] [--seed S] [--json]``.
+"""``fleetplan simulate PLAN.json [--trace FILE.csv | --requests N [--arrival-scv X]] [--hour H] [--seed S] [--json]``.
 
 Replays one hour of requests on a plan's replicas (:mod:`fleetplan.optimizer.simulate_plan`)
 and prints the achieved TTFT and TPOT percentiles against the plan's targets, the replicas'
@@ -77,7 +77,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     catalog = load_catalog(args.catalog)
     preset = resolve_preset(plan.get("preset") or "default", plan.get("calibration"))
     trace = read_trace(args.trace) if args.trace else None
-    settings = Settings(hour=args.hour, requests=args.requests, seed=args.seed, trace=trace)
+    if trace is not None and args.arrival_scv is not None:
+        raise InputError("--arrival-scv: a trace brings its own arrivals; give --trace or --arrival-scv, not both")
+    settings = Settings(hour=args.hour, requests=args.requests, seed=args.seed, trace=trace,
+                        arrival_scv=args.arrival_scv)
     progress = Progress.for_terminal(quiet=args.json)
     deadline = Deadline.after(args.time_limit, progress)
     try:
@@ -97,6 +100,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add ``simulate`` to the CLI's subparsers."""
+    from fleetplan.catalogs import fields as F
     from fleetplan.flags import add_catalog_flag, number_flag
     from fleetplan.optimizer.simulate_plan import DEFAULT_REQUESTS
 
@@ -109,6 +113,9 @@ def register(sub: Any) -> None:
     s.add_argument("--trace", help="request trace CSV (timestamp, input_tokens, output_tokens, or Azure/BurstGPT names)")
     s.add_argument("--requests", type=number_flag(REQUESTS), default=DEFAULT_REQUESTS,
                    help=f"requests to simulate (a trace hour: the first this many; default {DEFAULT_REQUESTS})")
+    s.add_argument("--arrival-scv", type=number_flag(F.ARRIVAL_SCV), default=None,
+                   help="inter-arrival SCV of the drawn requests (default: the product's arrival_scv, else 1: "
+                        "Poisson; above 1: bursts)")
     s.add_argument("--hour", type=number_flag(HOUR), default=None, help="plan hour (default: the peak hour)")
     s.add_argument("--seed", type=number_flag(Range(0, 2**32 - 1, "", "seeds are unsigned 32-bit numbers",
                                                     integer=True)), default=0, help="seed (default 0)")

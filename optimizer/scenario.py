@@ -147,6 +147,10 @@ class Product(_Strict):
         description="how prefill is sized; left out: the preset's rule (auto in default, headroom in seed)")
     prefill_gpus: list[str] | None = None
     max_ttft_ms: Annotated[float | None, F.TTFT_MS] = Field(default=None, description="time-to-first-token target")
+    arrival_scv: Annotated[float | None, F.ARRIVAL_SCV] = Field(
+        default=None, description="squared coefficient of variation of the inter-arrival times the percentile "
+                                  "TTFT targets are planned at; left out: 1 (Poisson; a plan from a trace is "
+                                  "replayed on its own arrivals instead)")
     ttft_percentiles_ms: TTFTPercentiles | None = Field(
         default=None, description="percentile TTFT targets (given as max_ttft_ms: {p50: .., p99: ..})")
     requests: list[RequestBucket] | None = Field(

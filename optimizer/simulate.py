@@ -32,6 +32,8 @@ import numpy as np
 
 from fleetplan.optimizer.trace import Trace
 
+# events between progress calls (and early-stop checks)
+PROGRESS_EVENTS = 4096
 StepTime = Callable[[int, float, int], float]  # (decoding sequences, their mean context tokens, prefill tokens) -> s
 
 
@@ -64,7 +66,8 @@ class Fleet:
 
 @dataclass
 class Replica:
-    """One decode replica's state: queued request ids and active ``[id, prompt left, tokens made]``."""
+    """One decode replica's state: queued request ids and active ``[id, prompt left, tokens made,
+    prompt tokens, output tokens]`` (the sizes copied in, so a step reads no array)."""
 
     waiting: deque[int] = field(default_factory=deque)
     active: list[list[int]] = field(default_factory=list)
@@ -103,19 +106,24 @@ def _admit(r: Replica, reqs: Requests, fleet: Fleet) -> None:
     while r.waiting and len(r.active) < fleet.batch:
         i = r.waiting.popleft()
         prompt = max(1, math.ceil(reqs.input_tokens[i] * fleet.uncached_share)) if fleet.prefill_on_decode else 0
-        r.active.append([i, prompt, 0 if fleet.prefill_on_decode else 1])
+        r.active.append([i, prompt, 0 if fleet.prefill_on_decode else 1, int(reqs.input_tokens[i]),
+                         int(reqs.output_tokens[i])])
 
 
 def _plan_step(r: Replica, reqs: Requests, fleet: Fleet) -> tuple[float, list[int]]:
     """(step time, prompt tokens each active sequence prefills in it) of the replica's next step."""
     budget, chunks, decoding, context = fleet.chunk_tokens, [], 0, 0.0
+    add = chunks.append
     for seq in r.active:
-        take = min(seq[1], budget)
-        budget -= take
-        chunks.append(take)
-        if seq[1] == 0:
+        left = seq[1]
+        if left:
+            take = left if left < budget else budget
+            budget -= take
+            add(take)
+        else:
+            add(0)
             decoding += 1
-            context += (reqs.input_tokens[seq[0]] if seq[0] >= 0 else reqs.mean_input_tokens) + seq[2]
+            context += seq[3] + seq[2]
     mean_context = context / decoding if decoding else 0.0
     return fleet.step_s(decoding, mean_context, fleet.chunk_tokens - budget), chunks
 
@@ -124,19 +132,19 @@ def _finish_step(r: Replica, reqs: Requests, chunks: list[int], now: float, out:
     """Apply a finished step: prompts advance, decoding sequences make a token, done ones leave."""
     keep = []
     for seq, take in zip(r.active, chunks):
-        i = seq[0]
         if seq[1] > 0:
             seq[1] -= take
-            if seq[1] == 0:
-                seq[2] = 1
-                if i >= 0:
-                    out.first_s[i] = now
+            if seq[1]:
+                keep.append(seq)
+                continue
+            seq[2] = 1
+            if seq[0] >= 0:
+                out.first_s[seq[0]] = now
         else:
             seq[2] += 1
-        target = reqs.output_tokens[i] if i >= 0 else -i
-        if seq[1] == 0 and seq[2] >= target:
-            if i >= 0:
-                out.last_s[i] = now
+        if seq[2] >= seq[4]:
+            if seq[0] >= 0:
+                out.last_s[seq[0]] = now
             continue
         keep.append(seq)
     r.active = keep
@@ -151,14 +159,16 @@ def _warm_start(replicas: list[Replica], rate_per_s: float, reqs: Requests, flee
     for r in replicas:
         for _ in range(min(fleet.batch, int(round(per_replica)))):
             length = max(2, int(round(mean_out)))
-            r.active.append([-length, 0, int(rng.integers(1, length))])
+            r.active.append([-length, 0, int(rng.integers(1, length)), reqs.mean_input_tokens, length])
 
 
 def decode_fleet(reqs: Requests, ready_s: np.ndarray, fleet: Fleet, rate_per_s: float, seed: int = 0,
-                 step_guess_s: float = 0.03, on_progress: Callable[[float], None] | None = None) -> tuple[Timings, float]:
+                 step_guess_s: float = 0.03, on_progress: Callable[[float], None] | None = None,
+                 stop: Callable[[float, Timings], bool] | None = None) -> tuple[Timings, float]:
     """Simulate the decode replicas; request ``i`` reaches them at ``ready_s[i]`` (its arrival,
     or its KV hand-off from a pool). Returns the timings and the replicas' busy share (steps
-    weighted by their share of the batch in use)."""
+    weighted by their share of the batch in use). ``stop(now, timings)``, asked as often as
+    ``on_progress``, ends the run early when true (requests not yet served keep NaN times)."""
     replicas = [Replica() for _ in range(fleet.replicas)]
     _warm_start(replicas, rate_per_s, reqs, fleet, step_guess_s, np.random.Generator(np.random.PCG64(seed)))
     out = Timings(np.full(reqs.count, np.nan), np.full(reqs.count, np.nan))
@@ -181,8 +191,11 @@ def decode_fleet(reqs: Requests, ready_s: np.ndarray, fleet: Fleet, rate_per_s: 
             k = idx
             _finish_step(replicas[k], reqs, pending.pop(k), now, out)
             replicas[k].running = False
-            if on_progress is not None and counter % 4096 == 0:
-                on_progress(now)
+            if counter % PROGRESS_EVENTS == 0:
+                if on_progress is not None:
+                    on_progress(now)
+                if stop is not None and stop(now, out):
+                    break
         if not replicas[k].running:
             counter = _start_step(k, replicas[k], reqs, fleet, now, events, pending, counter)
     span = max(end - start, 1e-12)

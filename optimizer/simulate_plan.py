@@ -24,8 +24,9 @@ import numpy as np
 from fleetplan.catalogs.files import short
 from fleetplan.catalogs.loader import InputError
 from fleetplan.optimizer.simulate import (
-    Fleet, Requests, StepTime, decode_fleet, fifo_pool, percentiles_ms, poisson_arrivals, tpot_s,
+    Fleet, Requests, StepTime, Timings, decode_fleet, fifo_pool, percentiles_ms, poisson_arrivals, tpot_s,
 )
+from fleetplan.optimizer.synthetic import renewal_gaps
 from fleetplan.optimizer.trace import SECONDS_PER_HOUR, Trace
 
 DEFAULT_REQUESTS = 20_000
@@ -44,6 +45,8 @@ class Settings:
     requests: int = DEFAULT_REQUESTS
     seed: int = 0
     trace: Trace | None = None
+    arrival_scv: float | None = None  # of drawn arrivals; None: the product's stated arrival_scv, else 1 (Poisson)
+    give_up: bool = False  # stop a run once it must miss a TTFT target (a search's verdict, not its figures)
 
 
 @dataclass(frozen=True)
@@ -140,7 +143,9 @@ def _trace_hour(trace: Trace, hour: int, hours: int) -> np.ndarray:
 
 
 def arrivals(pd: dict[str, Any], load: HourLoad, hours: int, settings: Settings) -> Requests:
-    """The hour's self-hosted requests: from the trace, or a Poisson sample of the product's sizes."""
+    """The hour's self-hosted requests: from the trace, or a sample of the product's sizes
+    arriving at the hour's rate (Poisson, or bursty at ``settings.arrival_scv`` or else the
+    product's stated ``arrival_scv``: :func:`~.synthetic.renewal_gaps`)."""
     rng = np.random.Generator(np.random.PCG64(settings.seed))
     if settings.trace is not None:
         t = settings.trace
@@ -154,7 +159,12 @@ def arrivals(pd: dict[str, Any], load: HourLoad, hours: int, settings: Settings)
     pick = rng.choice(len(buckets), size=n, p=shares / shares.sum())
     tokens_in = np.array([b["input_tokens"] for b in buckets], dtype=np.int64)[pick]
     tokens_out = np.array([b["output_tokens"] for b in buckets], dtype=np.int64)[pick]
-    return Requests(poisson_arrivals(load.qps, n, rng), tokens_in, tokens_out)
+    scv = settings.arrival_scv if settings.arrival_scv is not None else pd.get("arrival_scv") or 1.0
+    if scv == 1.0:
+        times = poisson_arrivals(load.qps, n, rng)
+    else:
+        times = np.cumsum(renewal_gaps(load.qps, n, scv, rng)) if load.qps > 0 else np.zeros(n)
+    return Requests(times, tokens_in, tokens_out)
 
 
 def _chunk_tokens(preset: Any) -> int:
@@ -222,10 +232,31 @@ def _run(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad, reqs: Re
     fleet = Fleet(replicas=max(load.replicas, 1), batch=pd["batch"], step_s=step_model(llm, gpu, preset, pd),
                   chunk_tokens=_chunk_tokens(preset), prefill_on_decode=not pooled, uncached_share=1.0 - hit)
     ready = _pool_ready_s(llm, catalog, preset, pd, load, reqs) if pooled else reqs.arrival_s
-    timings, busy = decode_fleet(reqs, ready, fleet, load.qps, settings.seed, pd["step_time_ms"] / 1e3, on_progress)
+    stop = _certain_miss(reqs, _ttft_targets_ms(pd)) if settings.give_up else None
+    if pooled and stop is not None and stop(math.inf, Timings(ready, ready)):
+        return Timings(np.full(reqs.count, np.nan), np.full(reqs.count, np.nan)), 0.0
+    timings, busy = decode_fleet(reqs, ready, fleet, load.qps, settings.seed, pd["step_time_ms"] / 1e3, on_progress,
+                                 None if pooled else stop)
     if pooled:
         timings.first_s[:] = ready
     return timings, busy
+
+
+def _certain_miss(reqs: Requests, targets_ms: dict[str, float]) -> Any:
+    """``stop(now, timings)``: true once more requests than a TTFT target's percentile allows
+    have had no first token for longer than its budget (served late, or still waiting at
+    ``now``): the run must miss that target whatever happens after."""
+    from fleetplan.optimizer.scenario import PERCENTILES
+
+    limits = [(v / 1e3, math.floor((1.0 - PERCENTILES[k]) * reqs.count)) for k, v in targets_ms.items()]
+
+    def stop(now: float, timings: Any) -> bool:
+        for budget, allowed in limits:
+            first = np.where(np.isnan(timings.first_s), now, timings.first_s)
+            if int(np.count_nonzero(first - reqs.arrival_s > budget)) > allowed:
+                return True
+        return False
+    return stop
 
 
 def simulate_product(pd: dict[str, Any], catalog: Any, preset: Any, hours: int, settings: Settings,
@@ -270,8 +301,6 @@ def _run_mix(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad, reqs
     """A product planned from a mix: each configuration's replicas at the peak hour
     (``peak_hour_replicas``; ``replicas`` in older plans) serve the
     requests its buckets send it; timings merged, utilisation weighted by replicas."""
-
-    from fleetplan.optimizer.simulate import Timings
 
     peak = hour_load(pd, None).hour
     if load.hour != peak:

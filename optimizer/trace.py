@@ -264,8 +264,10 @@ def product_fields(path: Path | str, *, buckets: int = DEFAULT_BUCKETS,
                    percentile: float = DEFAULT_PERCENTILE) -> dict[str, Any]:
     """What a product planned from the trace at ``path`` takes from it: ``peak_qps`` (the
     busiest planned hour), ``profile`` (each plan hour as a multiple of it), the mean
-    ``input_tokens`` and ``output_tokens`` and the size mix ``requests``. Read once per file
-    version (path, size and modification time)."""
+    ``input_tokens`` and ``output_tokens``, the size mix ``requests``, each plan hour's arrival
+    variability ``arrivals`` (:func:`.arrival_stats.planned_hour_stats`) and the ``arrival_scv``
+    the product is planned at (its busiest hour's). Read once per file version (path, size and
+    modification time)."""
     p = Path(path)
     try:
         stat = p.stat()
@@ -288,7 +290,16 @@ def _fields(path: str, size: int, mtime_ns: int, buckets: int, percentile: float
         "input_tokens": max(1, round(float(trace.input_tokens.mean()))),
         "output_tokens": max(1, round(float(trace.output_tokens.mean()))),
         "requests": size_histogram(trace, buckets),
+        **_variability(trace, qps),
     }
+
+
+def _variability(trace: Trace, qps: list[float]) -> dict[str, Any]:
+    """``arrivals`` (each plan hour's arrival statistics) and ``arrival_scv`` (the busiest planned hour's)."""
+    from fleetplan.optimizer.arrival_stats import planned_hour_stats, planning_scv
+
+    hours = planned_hour_stats(trace.arrival_s, len(qps))
+    return {"arrival_scv": planning_scv(hours, qps), "arrivals": hours}
 
 
 def resolve_traces(scenario: Any, folder: Path) -> Any:

@@ -1,0 +1,153 @@
+"""Plans that hold on bursty traffic: the ``arrival_scv`` field, ``simulate --arrival-scv``, and a
+plan from a trace replayed on the trace's own arrivals and tightened until it holds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleetplan.main import main
+from fleetplan.models.queueing import ServiceTime
+from fleetplan.optimizer.percentiles import Targets, pool_utilisation_cap
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def test_a_stated_arrival_scv_lowers_the_pool_utilisation_cap():
+    service = ServiceTime.of_mix((0.1, 0.6), (0.8, 0.2))
+    poisson = Targets([(0.99, 3.0)])
+    bursty = Targets([(0.99, 3.0)])
+    bursty.arrival_scv = 10.0
+    assert pool_utilisation_cap(service, 0.0, poisson) == pool_utilisation_cap(service, 0.0, [(0.99, 3.0)])
+    assert 0.0 < pool_utilisation_cap(service, 0.0, bursty) < 0.8 * pool_utilisation_cap(service, 0.0, poisson)
+
+
+def scenario_with(tmp_path: Path, name: str, **fields) -> Path:
+    d = yaml.safe_load((EXAMPLES / name).read_text(encoding="utf-8"))
+    d["products"][0].update(fields)
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(d), encoding="utf-8")
+    return p
+
+
+def test_a_bad_arrival_scv_is_one_line_naming_the_field(tmp_path, capsys):
+    p = scenario_with(tmp_path, "mix-conversational.yaml", arrival_scv=-1)
+    assert main(["plan", str(p), "--no-alternatives"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "arrival_scv" in err[0] and "Traceback" not in err[0]
+
+
+@pytest.fixture(scope="module")
+def conversational_plan(tmp_path_factory) -> Path:
+    """mix-conversational planned (no trace), as JSON."""
+    plan = tmp_path_factory.mktemp("conversational") / "plan.json"
+    assert main(["plan", str(EXAMPLES / "mix-conversational.yaml"), "--out", str(plan), "--no-alternatives"]) == 0
+    return plan
+
+
+def test_bursty_arrivals_in_simulate_same_seed_same_bytes(conversational_plan, capsys):
+    plan = conversational_plan
+    capsys.readouterr()
+    args = ["simulate", str(plan), "--requests", "2000", "--arrival-scv", "200", "--json"]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    assert main(args) == 0
+    assert capsys.readouterr().out == first
+    assert main(["simulate", str(plan), "--requests", "2000", "--json"]) == 0
+    poisson = json.loads(capsys.readouterr().out)["products"][0]
+    bursty = json.loads(first)["products"][0]
+    # the same requests and rate, arriving in bursts of ~100: the tail of TTFT grows (133 ms to 1.3 s)
+    assert bursty["requests"] == poisson["requests"] == 2000
+    assert bursty["ttft_ms"]["p99"] > 5 * poisson["ttft_ms"]["p99"]
+    assert main(["simulate", str(plan), "--trace", str(EXAMPLES / "traces" / "chat-week.csv"),
+                 "--arrival-scv", "5"]) == 2
+    assert "--arrival-scv" in capsys.readouterr().err
+
+
+def bursty_scenario(tmp_path: Path) -> Path:
+    """150 s of a code-completion-like trace at 20 requests/s in bursts (SCV 100), an 8B model on
+    H100s with chunked prefill and a P99 TTFT target of 1 s."""
+    from fleetplan.optimizer.synthetic import TraceShape, generate, trace_csv
+
+    a, i, o = generate(72_000, 2, TraceShape(hours=1, arrival_scv=100.0))
+    keep = a < 150.0
+    (tmp_path / "bursty.csv").write_text(trace_csv(a[keep], i[keep], o[keep]), encoding="utf-8")
+    scenario = {"preset": "default", "options": {"gpus": ["h100-sxm"]},
+                "products": [{"name": "code", "model": "llama-3.1-8b", "trace": "bursty.csv", "trace_buckets": 1,
+                              "min_tokens_per_s_per_user": 30, "max_ttft_ms": {"p99": 1000},
+                              "prefill": "colocated"}]}
+    p = tmp_path / "bursty.yaml"
+    p.write_text(yaml.safe_dump(scenario), encoding="utf-8")
+    return p
+
+
+def test_a_bursty_trace_the_unverified_plan_misses_is_tightened_until_its_replay_meets(tmp_path, capsys):
+    scenario = bursty_scenario(tmp_path)
+    trace = str(tmp_path / "bursty.csv")
+    unverified, verified = tmp_path / "unverified.json", tmp_path / "verified.json"
+    assert main(["plan", str(scenario), "--no-verify", "--no-alternatives", "--out", str(unverified)]) == 0
+    assert "unverified" in capsys.readouterr().err
+    assert main(["plan", str(scenario), "--no-alternatives", "--out", str(verified)]) == 0
+    capsys.readouterr()
+    u, v = (json.loads(p.read_text(encoding="utf-8")) for p in (unverified, verified))
+    assert u["verification"]["meets_targets"] is None and u["verification"]["rounds"] == 0
+    check = v["verification"]
+    assert set(check) >= {"method", "hours", "rounds", "meets_targets", "ttft_ms", "tpot_ms", "missed_requests"}
+    assert check["hours"] == [0] and check["rounds"] >= 2 and check["meets_targets"] is True
+    assert check["ttft_ms"]["p99"] <= 1000.0 and v["status"] == "optimal"
+    arrivals = check["products"][0]["trace_arrivals"]
+    assert arrivals["arrival_scv"] > 20.0 and arrivals["peak_qps_1s"] > 3 * arrivals["mean_qps"]
+    assert v["products"][0]["replicas"] > u["products"][0]["replicas"]
+    # simulate --trace agrees with both: the unverified plan misses, the verified one meets
+    for plan, meets in ((unverified, False), (verified, True)):
+        assert main(["simulate", str(plan), "--trace", trace, "--json"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        assert d["meets_targets"] is meets
+    assert d["products"][0]["ttft_ms"] == check["ttft_ms"] and d["missed_requests"] == check["missed_requests"]
+    # one replica fewer than the verified plan misses: the replay sized it, not a blind margin
+    fewer = json.loads(verified.read_text(encoding="utf-8"))
+    fewer["products"][0]["replicas"] -= 1
+    (tmp_path / "fewer.json").write_text(json.dumps(fewer), encoding="utf-8")
+    assert main(["simulate", str(tmp_path / "fewer.json"), "--trace", trace, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["meets_targets"] is False
+
+
+def test_a_plan_without_a_trace_has_no_verification(conversational_plan):
+    assert json.loads(conversational_plan.read_text(encoding="utf-8"))["verification"] is None
+
+
+def test_a_plan_whose_replay_still_misses_when_the_rounds_end_is_not_optimal_and_says_why(tmp_path, monkeypatch,
+                                                                                       catalog):
+    from fleetplan.optimizer import verify
+    from fleetplan.optimizer.deadline import Deadline
+    from fleetplan.optimizer.plan import make_plan
+    from fleetplan.optimizer.results import plan_to_dict
+    from fleetplan.optimizer.scenario import load_scenario
+
+    monkeypatch.setattr(verify, "MAX_ROUNDS", 0)  # no tightening round allowed: the first replay's verdict stands
+    scenario, folder = load_scenario(bursty_scenario(tmp_path))
+    plan = verify.make_verified_plan(scenario, catalog, folder, Deadline.after(60), make_plan, alternatives=False)
+    d = plan_to_dict(plan)
+    assert d["status"] == "time_limit" and "replay misses" in d["termination"]
+    check = d["verification"]
+    assert check["meets_targets"] is False and check["rounds"] == 1 and check["ttft_ms"]["p99"] > 1000.0
+    assert "code: P99 TTFT" in check["missed"] and check["missed_requests"] > 0
+
+
+def test_a_stated_arrival_scv_is_planned_for_and_simulated_by_default(tmp_path, conversational_plan, capsys):
+    scenario = scenario_with(tmp_path, "mix-conversational.yaml", arrival_scv=50)
+    out = tmp_path / "bursty.json"
+    assert main(["plan", str(scenario), "--out", str(out), "--no-alternatives"]) == 0
+    capsys.readouterr()
+    bursty = json.loads(out.read_text(encoding="utf-8"))
+    poisson = json.loads(conversational_plan.read_text(encoding="utf-8"))
+    assert bursty["products"][0]["arrival_scv"] == 50 and poisson["products"][0]["arrival_scv"] is None
+    assert bursty["monthly_cost_usd"] > poisson["monthly_cost_usd"]  # its pool is held to a lower utilisation
+    runs = []
+    for extra in ([], ["--arrival-scv", "50"]):
+        assert main(["simulate", str(out), "--requests", "1500", "--json", *extra]) == 0
+        runs.append(capsys.readouterr().out)
+    assert runs[0] == runs[1]
