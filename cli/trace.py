@@ -12,6 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from fleetplan.escape import terminal
 from fleetplan.catalogs.fields import Range
 
 # valid flag values
@@ -33,8 +34,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     arrival, tokens_in, tokens_out = generate(args.requests, args.seed, shape)
     write_atomically(out, trace_csv(arrival, tokens_in, tokens_out))
     span = f"{args.hours} hours at a flat rate" if args.hours is not None else f"{args.days} days"
-    print(f"wrote {out}: {args.requests:,} requests over {span}, inter-arrival SCV {args.arrival_scv:g} "
-          f"(seed {args.seed})")
+    print(terminal(f"wrote {out}: {args.requests:,} requests over {span}, inter-arrival SCV {args.arrival_scv:g} "
+                   f"(seed {args.seed})"))
     return 0
 
 
