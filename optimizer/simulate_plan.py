@@ -28,6 +28,10 @@ from fleetplan.optimizer.simulate import (
 from fleetplan.optimizer.trace import SECONDS_PER_HOUR, Trace
 
 DEFAULT_REQUESTS = 20_000
+MAX_SIMULATED_REPLICAS = 10_000
+"""Most decode replicas one product's simulation models: each holds its own queue and batch
+(about 1 kB) and every arrival looks for the least loaded one, so memory and time grow with
+them; fifty times the most any shipped example runs (206)."""
 
 
 @dataclass(frozen=True)
@@ -216,6 +220,7 @@ def simulate_product(pd: dict[str, Any], catalog: Any, preset: Any, hours: int, 
                      on_progress: Any = None) -> dict[str, Any]:
     """One product's hour simulated: its TTFT and TPOT percentiles against its targets."""
     load = hour_load(pd, settings.hour)
+    _check_size(pd, load)
     reqs = arrivals(pd, load, hours, settings)
     if pd.get("configurations"):
         timings, busy = _run_mix(pd, catalog, preset, load, reqs, settings, on_progress)
@@ -227,6 +232,17 @@ def simulate_product(pd: dict[str, Any], catalog: Any, preset: Any, hours: int, 
     if (pd.get("prefill") or {}).get("mode") == "pool" and not pd.get("configurations"):
         row["analytic_ttft_ms"] = analytic_pool_ttft_ms(pd, catalog, preset, load, reqs)
     return row
+
+
+def _check_size(pd: dict[str, Any], load: HourLoad) -> None:
+    """Refuse an hour with more replicas (decode, a mix's configurations or the pool's) than a
+    simulation models (:data:`MAX_SIMULATED_REPLICAS`)."""
+    decode = (sum(c.get("peak_hour_replicas", c.get("replicas")) or 0 for c in pd["configurations"])
+              if pd.get("configurations") else load.replicas)
+    most = max(decode, load.pool_replicas)
+    if most > MAX_SIMULATED_REPLICAS:
+        raise InputError(f"plan: products[{pd['name']}] runs {most:,} replicas in hour {load.hour}; simulate models "
+                         f"each replica and takes at most {MAX_SIMULATED_REPLICAS:,}")
 
 
 def _configuration_of(pd: dict[str, Any], reqs: Requests, seed: int) -> np.ndarray:

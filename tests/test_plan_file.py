@@ -160,3 +160,13 @@ def test_every_command_refuses_a_bad_plan_in_one_line_and_writes_nothing(capsys,
     assert o == ""
     assert e.startswith(f"fleetplan: error: {src}: {message}") and e.count("\n") == 1
     assert list(out.iterdir()) == []
+
+
+def test_simulate_refuses_more_replicas_than_it_models(capsys, tmp_path):
+    from fleetplan.optimizer.simulate_plan import MAX_SIMULATED_REPLICAS
+
+    src = tmp_path / "plan.json"
+    src.write_text(json.dumps(edited(SEED, lambda d: _one_layout_gpu(d, MAX_SIMULATED_REPLICAS + 1))), encoding="utf-8")
+    assert main(["simulate", str(src), "--requests", "100"]) == 2
+    assert capsys.readouterr().err == ("fleetplan: error: plan: products[chat] runs 10,001 replicas in hour 0; "
+                                       "simulate models each replica and takes at most 10,000\n")
