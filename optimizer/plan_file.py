@@ -129,7 +129,9 @@ def _ttft_target(v: Any) -> Any:
 
 class _Read(BaseModel):
     """Base of every part of a plan file: the fields a command reads, checked strictly; any other
-    key is kept as it is (a command never reads it)."""
+    key is kept as it is (a command never reads it). A field without a default is one every plan
+    of this version writes (``None`` where it does not apply) and a command reads as it is; one
+    with a default is written only where it applies, or read only where present."""
 
     model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
@@ -143,14 +145,14 @@ class KVTransfer(_Read):
 class Prefill(_Read):
     """Where a product's prefill runs, and the prefill pool's configuration and replicas."""
 
-    mode: PrefillMode | None = None
-    gpu: Name | None = None
-    tp: Degree | None = None
+    mode: PrefillMode | None
+    gpu: Name | None
+    tp: Degree | None
     pp: Degree | None = None
     ep: ExpertDegree | None = None
     dp_attention: Degree | None = None
-    precision: Precision | None = None
-    replicas: Replicas | None = None
+    precision: Precision | None
+    replicas: Replicas | None
     prefix_cache_hit_rate: Fraction | None = None
     kv_transfer: KVTransfer | None = None
 
@@ -171,8 +173,8 @@ class Hour(_Read):
     reserved_replicas: Replicas
     on_demand_replicas: Replicas
     spot_replicas: Replicas
-    pool_replicas: Replicas | None = None
-    api_tokens_per_s: TokensPerS | None = None
+    pool_replicas: Replicas | None
+    api_tokens_per_s: TokensPerS | None
 
     @property
     def decode_replicas(self) -> int:
@@ -226,9 +228,9 @@ class Alternative(_Read):
     """A runner-up configuration of a product, as the report lists it."""
 
     gpu: Name
-    tp: Degree | None = None
-    precision: Precision | None = None
-    batch: Batch | None = None
+    tp: Degree | None
+    precision: Precision | None
+    batch: Batch | None
     replicas: Replicas
     gpus: Gpus
     monthly_cost_usd: Usd
@@ -264,11 +266,13 @@ class Product(_Read):
     replicas: Replicas
     gpus: Gpus
     step_time_ms: StepMs | None = None
+    step_input_tokens: Tokens | None = None
+    step_output_tokens: Tokens | None = None
     demand_tokens_per_s: TokensPerS
     api_fraction: Fraction
-    usable_replica_tokens_per_s: TokensPerS | None = None
-    per_user_tokens_per_s: Speed | None = None
-    ttft_ms: Ms | None = None
+    usable_replica_tokens_per_s: TokensPerS | None
+    per_user_tokens_per_s: Speed | None
+    ttft_ms: Ms | None
     monthly_cost_usd: Usd
     cost_per_million_tokens_usd: UsdPerMillion | None = None
     why: StrictStr | None = None
@@ -318,9 +322,9 @@ class Pool(_Read):
     """A pooled group: products that share one set of replicas."""
 
     name: Name
-    tp: Degree | None = None
+    tp: Degree | None
     replicas: Replicas
-    prefill_replicas: Replicas | None = None
+    prefill_replicas: Replicas | None
     products: list[Name] | None = None
 
 
@@ -328,10 +332,10 @@ class GPUUsage(_Read):
     """One GPU type's use at its busiest hour, against what is available."""
 
     gpus: Gpus
-    instances: Gpus | None = None
-    gpus_per_instance: InstanceGpus | None = None
+    instances: Gpus | None
+    gpus_per_instance: InstanceGpus | None
     stranded_gpus: Gpus
-    available: AvailableGpus | None = None
+    available: AvailableGpus | None
 
 
 class Totals(_Read):
@@ -347,8 +351,8 @@ class BindingLimit(_Read):
     step: LimitGpus
     step_unit: StrictStr
     relaxed_to: LimitGpus
-    value_usd_per_month: SignedUsd | None = None
-    relaxed_monthly_cost_usd: Usd | None = None
+    value_usd_per_month: SignedUsd | None
+    relaxed_monthly_cost_usd: Usd | None
     proven: StrictBool
 
     @field_validator("limit")

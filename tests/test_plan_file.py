@@ -60,6 +60,9 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], Any], str]] = [
     (SEED, lambda d: chat(d).pop("context_tokens"),
      "products[chat] lacks context_tokens: plan the scenario again with this version of fleetplan (fleetplan plan "
      "SCENARIO.yaml --json --out PLAN.json)"),
+    (SEED, lambda d: chat(d)["prefill"].pop("gpu"),
+     "products[chat].prefill lacks gpu: plan the scenario again with this version of fleetplan (fleetplan plan "
+     "SCENARIO.yaml --json --out PLAN.json)"),
     (SEED, lambda d: d.update(hours="<script>"), "hours: Input should be a valid integer (got '<script>')"),
     (SEED, lambda d: chat(d).update(name=7), "products[0].name: Input should be a valid string (got 7)"),
     (SEED, lambda d: chat(d).update(precision="fp6"), "products[chat].precision: Input should be 'bf16', 'fp8' or 'fp4' (got 'fp6')"),
