@@ -480,9 +480,11 @@ def check_ids(plan: PlanFile, catalog: Catalog, where: str) -> None:
 def validate_plan(raw: Any, where: str, catalog: Catalog) -> dict[str, Any]:
     """``raw`` (a parsed plan file) once every field a command reads is valid; ``where`` names
     the file in messages."""
-    if not isinstance(raw, dict) or "products" not in raw:
-        raise PlanFileError(f"{where}: not a plan file (no 'products'); write one with {PLAN_HINT}, or give the "
-                            f"scenario")
+    keys = [k for k, f in PlanFile.model_fields.items() if f.is_required()]
+    missing = keys if not isinstance(raw, dict) else [k for k in keys if k not in raw]
+    if missing:
+        raise PlanFileError(f"{where}: not a plan file (missing {', '.join(missing)}); write one with {PLAN_HINT}, "
+                            f"or give the scenario")
     try:
         plan = PlanFile.model_validate(raw)
     except ValidationError as err:

@@ -133,8 +133,12 @@ def test_a_scenario_or_another_json_is_not_a_plan(catalog, tmp_path):
         read_plan(tmp_path / "chat.yaml", catalog)
     other = tmp_path / "summary.json"
     other.write_text(json.dumps([{"scenario": "x"}]), encoding="utf-8")
-    with pytest.raises(PlanFileError, match="summary.json: not a plan file \\(no 'products'\\); write one with"):
+    with pytest.raises(PlanFileError, match="summary.json: not a plan file \\(missing status, preset, hours, tiers, "
+                                            "monthly_cost_usd, monthly_cost_breakdown_usd, totals, products, gpu_usage\\); "
+                                            "write one with"):
         read_plan(other, catalog)
+    with pytest.raises(PlanFileError, match="^p: not a plan file \\(missing gpu_usage\\)"):
+        validate_plan(edited(SEED, lambda d: d.pop("gpu_usage")), "p", catalog)
 
 
 BAD = {
