@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from fleetplan.catalogs.fields import Range
@@ -22,24 +21,6 @@ REQUESTS = Range(1, 1e7, "requests", "ten million requests take hours in an even
 HOUR = Range(0, 167, "", "a plan has at most 168 hours (0 to 167)", integer=True)
 TIME_LIMIT_S = Range(0, 86400, "seconds", "a day is beyond any interactive command", lo_open=True)
 DEFAULT_TIME_LIMIT_S = 300.0
-
-
-def _read_plan(path: str) -> dict[str, Any]:
-    """The plan document (as ``plan --out`` or ``plan --json`` writes it); needs its products'
-    sizes and targets."""
-    from fleetplan.catalogs.files import read_json
-
-    if Path(path).suffix.lower() in (".yaml", ".yml"):
-        raise InputError(f"{path}: a scenario, not a plan; plan it first with 'fleetplan plan {path} --out plan.json' "
-                         f"and simulate plan.json")
-    plan = read_json(Path(path), "plan", InputError, "")
-    if not isinstance(plan, dict) or not isinstance(plan.get("products"), list):
-        raise InputError(f"{path}: not a plan (no 'products' list); give the JSON of 'fleetplan plan --out'")
-    for p in plan["products"]:
-        if p.get("gpu") and "output_tokens" not in p and not p.get("requests"):
-            raise InputError(f"{path}: products[{p.get('name')}] has no 'output_tokens'; plan it again with this "
-                             f"version of fleetplan")
-    return plan
 
 
 def _progress_hook(progress: Any, deadline: Any, limit: float) -> Any:
@@ -70,11 +51,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from fleetplan.catalogs import load_catalog
     from fleetplan.io import emit, resolve_preset
     from fleetplan.optimizer.deadline import Deadline, Progress
+    from fleetplan.optimizer.plan_file import read_plan
     from fleetplan.optimizer.simulate_plan import Settings, simulate_plan
     from fleetplan.optimizer.trace import read_trace
 
-    plan = _read_plan(args.plan)
     catalog = load_catalog(args.catalog)
+    plan = read_plan(args.plan, catalog)
     preset = resolve_preset(plan.get("preset") or "default", plan.get("calibration"))
     trace = read_trace(args.trace) if args.trace else None
     if trace is not None and args.arrival_scv is not None:

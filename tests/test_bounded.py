@@ -371,11 +371,13 @@ def test_a_plan_with_more_replicas_than_can_be_simulated_is_refused(capsys, tmp_
 
 
 def test_the_replica_limit_is_exact():
-    from fleetplan.optimizer.simulate_plan import MAX_SIMULATED_REPLICAS, HourLoad, _check_replicas
+    from fleetplan.optimizer.simulate_plan import MAX_SIMULATED_REPLICAS, HourLoad, _check_size
 
-    _check_replicas({"name": "chat"}, HourLoad(0, MAX_SIMULATED_REPLICAS, MAX_SIMULATED_REPLICAS, 1.0, 0.0))
-    with pytest.raises(InputError, match="100,001 replicas"):
-        _check_replicas({"name": "chat"}, HourLoad(0, MAX_SIMULATED_REPLICAS + 1, 0, 1.0, 0.0))
+    _check_size({"name": "chat"}, HourLoad(0, MAX_SIMULATED_REPLICAS, MAX_SIMULATED_REPLICAS, 1.0, 0.0))
+    with pytest.raises(InputError, match="10,001 replicas"):
+        _check_size({"name": "chat"}, HourLoad(0, MAX_SIMULATED_REPLICAS + 1, 0, 1.0, 0.0))
+    with pytest.raises(InputError, match="10,001 replicas"):
+        _check_size({"name": "chat"}, HourLoad(0, 1, MAX_SIMULATED_REPLICAS + 1, 1.0, 0.0))
 
 
 # ---------------------------------------------------------------- documentation
@@ -395,5 +397,5 @@ def test_the_readme_states_the_limits_the_code_applies():
                   f"within {MAX_TIMESTAMP_S:.0e}".replace("e+", "e") + " s of second 0",
                   f"spanning at most {MAX_TRACE_SPAN_S / 86_400:.0f} days",
                   f"at most {DEFAULT_MAX_POINTS:,} points unless `--max-points`", f"up to {MAX_POINTS:,}",
-                  f"at most {MAX_SIMULATED_REPLICAS:,} replicas", f"Dask handshake within {HANDSHAKE_TIMEOUT_S:g} s"):
+                  f"at most {MAX_SIMULATED_REPLICAS:,} replicas of one product", f"Dask handshake within {HANDSHAKE_TIMEOUT_S:g} s"):
         assert claim in text, claim
