@@ -372,6 +372,26 @@ class GapBreakdown(_Read):
     idle_instance_gpus: SignedUsd
 
 
+class Percentiles(_Read):
+    """Replayed percentiles in milliseconds (``None`` where no request was measured)."""
+
+    p50: Ms | None
+    p90: Ms | None
+    p99: Ms | None
+
+
+class Verification(_Read):
+    """How a plan from a trace held when its trace was replayed (the table and report read it)."""
+
+    method: StrictStr
+    hours: list[HourIndex]
+    rounds: Annotated[StrictInt, Field(ge=0, le=1_000)]
+    meets_targets: StrictBool | None
+    ttft_ms: Percentiles | None
+    tpot_ms: Percentiles | None
+    missed_requests: Annotated[StrictInt, Field(ge=0, le=10**9)] | None
+
+
 class PlanFile(_Read):
     """A plan as ``fleetplan plan --json`` writes it: every key ``simulate``, ``report`` and
     ``deploy`` read."""
@@ -390,6 +410,7 @@ class PlanFile(_Read):
     pools: list[Pool] | None = None
     gpu_usage: dict[StrictStr, GPUUsage]
     binding_limits: list[BindingLimit] | None = None
+    verification: Verification | None = None
 
     @field_validator("preset")
     @classmethod

@@ -73,6 +73,13 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], Any], str]] = [
     (SEED, lambda d: chat(d).update(max_ttft_ms={"p95": 300}),
      "products[chat].max_ttft_ms: percentile targets are p50, p90, p99 (got {'p95': 300})"),
     (SEED, lambda d: d["products"].append(copy.deepcopy(chat(d))), "products: the name 'chat' appears twice"),
+    (SEED, lambda d: d.update(verification={"method": "replay", "hours": [12], "rounds": "two", "meets_targets": True,
+                                            "ttft_ms": None, "tpot_ms": None, "missed_requests": 0}),
+     "verification.rounds: Input should be a valid integer (got 'two')"),
+    (SEED, lambda d: d.update(verification={"method": "replay", "hours": [12], "rounds": 1, "meets_targets": True,
+                                            "ttft_ms": {"p50": "<script>", "p90": 1.0, "p99": 2.0},
+                                            "tpot_ms": None, "missed_requests": 0}),
+     "verification.ttft_ms.p50: Input should be a valid number (got '<script>')"),
     (POOL, lambda d: chat(d)["prefill"].update(tp=None), "products[chat].prefill: a prefill pool on h100-sxm needs tp"),
     (POOL, lambda d: chat(d)["prefill"].update(replicas=-1),
      "products[chat].prefill.replicas: must be a whole number from 0 to 1e+06 replicas (a replica has at least one "
