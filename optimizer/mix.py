@@ -3,8 +3,9 @@ the configurations that may serve it at what capacity.
 
 The design (the Mélange formulation on fleetplan's candidates). A product with ``requests:``
 is planned from its buckets. Candidates are generated for each bucket as for a plain product
-of that bucket's sizes (largest feasible batch per shape, dominance pruning); the product's
-configurations are the union of them. Each configuration is then timed for every bucket *at its
+of that bucket's sizes (per shape, the feasible batch with the most throughput per replica, the
+larger batch among equals; dominance pruning); the product's configurations are the union of
+them. Each configuration is then timed for every bucket *at its
 own batch*: a bucket is eligible on it when it fits the configuration's memory at that batch and
 meets the product's speed and TTFT targets there (:func:`~.candidates.bucket_capacity`), and
 serves it at ``capacity[b][c]`` usable tokens/s per replica. The MIP (:mod:`.formulation`)
