@@ -35,6 +35,9 @@ Percentile TTFT targets (``ttft_percentiles_ms``) are checked by the rules of
 utilisation 1 - headroom, a pool's utilisation is capped so that every one is met. A product
 with a request mix has its pool timed by the mix's service-time distribution
 (:func:`pool_service_time`); its decode candidates come from :mod:`.mix`, bucket by bucket.
+
+Given a deadline, generation checks it before each replica layout (and each pool GPU type) and
+stops there once it has passed: the set is then the candidates found by then, marked ``cut``.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ from fleetplan.models.ttft import (
     prefill_service_s,
     queue_factor,
 )
+from fleetplan.optimizer.deadline import CANDIDATE_STAGE, Deadline
 from fleetplan.optimizer.defaults import RACK_SCALE_GPUS
 from fleetplan.optimizer.enums import BatchLimit, Tier
 from fleetplan.optimizer.layouts import RESTRICTED, layout_batches, pool_stages, replica_layouts, restriction_problem
@@ -261,6 +265,17 @@ class CandidateSet:
     any_meets_speed: bool = False
     best_ttft_s: float = math.inf
     best_ttft_at: str = ""
+    # the deadline stopped generation before every shape was searched: the candidates are the
+    # ones found by then, and a plan on them is not proven optimal
+    cut: bool = False
+
+    def out_of_time(self, deadline: Deadline | None) -> bool:
+        """Whether generation must stop: ``deadline`` has passed (noted once, as the stage
+        :data:`~.deadline.CANDIDATE_STAGE`) or already stopped it."""
+        if not self.cut and deadline is not None and deadline.expired:
+            self.cut = True
+            deadline.note(CANDIDATE_STAGE)
+        return self.cut
 
     @property
     def after_pruning(self) -> int:
@@ -474,9 +489,11 @@ def generate_candidates(
     *,
     prune: bool = True,
     shapes: Shapes | None = None,
+    deadline: Deadline | None = None,
 ) -> CandidateSet:
     """All feasible decode shapes of ``product`` at their feasible batch with the most throughput, and its pool
-    shapes; with ``shapes``, only those (see :class:`Shapes`)."""
+    shapes; with ``shapes``, only those (see :class:`Shapes`). With ``deadline``, only those found
+    before it passes (the set is then ``cut``)."""
     gpu_ids = sorted(options.gpus) if options.gpus else sorted(catalog.gpus)
     gpus: list[GPU] = [catalog.gpus[g] for g in gpu_ids]
     tps = sorted(set(options.tp or DEFAULT_TP))
@@ -495,6 +512,8 @@ def generate_candidates(
             continue
         for tp in tps:
             for precision in _shape_precisions(product, options):
+                if result.cut:
+                    break
                 if tp_problem(llm, gpu, tp) is not None:
                     result.generated += len(batches) * len(modes)
                     result.invalid_shapes += len(batches) * len(modes)
@@ -503,6 +522,8 @@ def generate_candidates(
                 if not wanted:
                     continue
                 for layout in replica_layouts(llm, gpu, tp, precision, options, preset):
+                    if result.out_of_time(deadline):
+                        break
                     searched = layout_batches(batches, layout, options)
                     for mode in wanted:
                         result.generated += len(searched)
@@ -511,7 +532,7 @@ def generate_candidates(
                         if cand is not None:
                             result.candidates.append(cand)
     if "pool" in modes and (shapes is None or shapes.pool):
-        result.pool = generate_pool_candidates(product, llm, catalog, options, preset, work, result)
+        result.pool = generate_pool_candidates(product, llm, catalog, options, preset, work, result, deadline)
         if shapes is not None:
             result.pool = [k for k in result.pool if (k.gpu, k.tp, k.precision) in shapes.pool]
         if not result.pool:
@@ -779,9 +800,11 @@ def kv_link(gpu: GPU) -> tuple[str, float]:
 
 
 def generate_pool_candidates(
-    product: Product, llm: LLM, catalog: Catalog, options: Options, preset: Preset, work: float, result: CandidateSet
+    product: Product, llm: LLM, catalog: Catalog, options: Options, preset: Preset, work: float, result: CandidateSet,
+    deadline: Deadline | None = None,
 ) -> list[PoolCandidate]:
-    """Prefill-pool shapes of ``product`` that fit and can meet its TTFT target."""
+    """Prefill-pool shapes of ``product`` that fit and can meet its TTFT target (with ``deadline``,
+    those found before it passes; ``result`` is then marked ``cut``)."""
     ids = product.prefill_gpus or options.prefill_gpus or options.gpus or sorted(catalog.gpus)
     for gpu_id in ids:
         catalog.gpu(gpu_id, f"products[{product.name}].prefill_gpus")
@@ -792,6 +815,8 @@ def generate_pool_candidates(
     admission = admission_s(preset)
     out: list[PoolCandidate] = []
     for gpu_id in sorted(set(ids)):
+        if result.out_of_time(deadline):
+            break
         gpu = catalog.gpus[gpu_id]
         price = resolve_gpu_price(catalog, options, gpu_id)
         if price is None:

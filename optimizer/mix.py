@@ -24,6 +24,10 @@ more GPUs per replica, no dearer, at least the capacity for every bucket it serv
 dropped. Prefill-pool configurations are generated once for the whole mix, timed by the mix's
 service-time distribution (:func:`~.candidates.pool_service_time`).
 
+Within a deadline, each bucket's generation gets an equal share of what is left, and once it has
+passed a configuration is timed only for the buckets that generated it (the union is then
+``cut``): a smaller set of configurations, each still timed exactly.
+
 Owns these data; it builds no model and solves nothing."""
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from fleetplan.catalogs.loader import Catalog
 from fleetplan.catalogs.schema import LLM
 from fleetplan.models.presets import Preset
 from fleetplan.optimizer.candidates import Candidate, CandidateSet, bucket_capacity, prefill_work_per_request
+from fleetplan.optimizer.deadline import Deadline
 from fleetplan.optimizer.defaults import CEILING_TOLERANCE
 from fleetplan.optimizer.scenario import Product
 
@@ -90,11 +95,15 @@ def prune_mix(cands: list[Candidate], caps: list[dict[str, float]]) -> list[Cand
 
 
 def mix_candidates(product: Product, llm: LLM, catalog: Catalog, preset: Preset,
-                   make_cs: Callable[[Product], CandidateSet]) -> tuple[CandidateSet, list[dict[str, float]]]:
-    """The union of every bucket's candidates (:func:`make_cs` of each bucket's product), less the
-    dominated, with each bucket's capacity on each configuration it is eligible for."""
+                   make_cs: Callable[[Product, Deadline | None], CandidateSet], deadline: Deadline | None = None,
+                   ) -> tuple[CandidateSet, list[dict[str, float]]]:
+    """The union of every bucket's candidates (:func:`make_cs` of each bucket's product, within an
+    equal share of ``deadline``), less the dominated, with each bucket's capacity on each
+    configuration it is eligible for (once the deadline has passed, only on its own)."""
     assert product.requests is not None
-    per_bucket = [make_cs(bucket_product(product, i)) for i in range(len(product.requests))]
+    n = len(product.requests)
+    per_bucket = [make_cs(bucket_product(product, i), None if deadline is None else deadline.split(n - i)) for i in range(n)]
+    merged = CandidateSet(product=product.name)
     union: dict[str, Candidate] = {}
     for cs in per_bucket:
         for c in cs.candidates:
@@ -105,11 +114,13 @@ def mix_candidates(product: Product, llm: LLM, catalog: Catalog, preset: Preset,
         bp = bucket_product(product, i)
         cap: dict[str, float] = {}
         for key, c in sorted(union.items()):
+            if key not in own and merged.out_of_time(deadline):
+                continue
             u = own[key] if key in own else bucket_capacity(bp, llm, catalog.gpus[c.gpu], c, preset)
             if u is not None and u > 0:
                 cap[key] = u
         caps.append(cap)
-    merged = CandidateSet(product=product.name, candidates=prune_mix(list(union.values()), caps))
+    merged.candidates = prune_mix(list(union.values()), caps)
     for cs in per_bucket:
         _add_counts(merged, cs)
     kept = {c.key for c in merged.candidates}
@@ -124,6 +135,7 @@ def _add_counts(total: CandidateSet, cs: CandidateSet) -> None:
     total.unpriced_gpus = sorted(set(total.unpriced_gpus) | set(cs.unpriced_gpus))
     total.any_fits_memory |= cs.any_fits_memory
     total.any_meets_speed |= cs.any_meets_speed
+    total.cut |= cs.cut
     if cs.best_per_user_tokens_per_s > total.best_per_user_tokens_per_s:
         total.best_per_user_tokens_per_s, total.best_per_user_at = cs.best_per_user_tokens_per_s, cs.best_per_user_at
     if cs.best_ttft_s < total.best_ttft_s:
