@@ -497,7 +497,7 @@ def generate_candidates(
     gpu_ids = sorted(options.gpus) if options.gpus else sorted(catalog.gpus)
     gpus: list[GPU] = [catalog.gpus[g] for g in gpu_ids]
     tps = sorted(set(options.tp or DEFAULT_TP))
-    batches = sorted(set(options.batch)) if options.batch else list(range(1, options.max_batch + 1))
+    batches: Sequence[int] = sorted(set(options.batch)) if options.batch else range(1, options.max_batch + 1)
     result = CandidateSet(product=product.name)
     modes = prefill_modes(product)
     work = prefill_work_per_request(llm, product, preset)
@@ -666,7 +666,7 @@ class _Shape:
 
 
 def _best_decode(
-    product: Product, llm: LLM, gpu: GPU, layout: Layout, precision: str, mode: str, batches: list[int],
+    product: Product, llm: LLM, gpu: GPU, layout: Layout, precision: str, mode: str, batches: Sequence[int],
     preset: Preset, price: GPUPriceChoice, work: float, headroom: float, max_ttft_s: float | None,
     result: CandidateSet,
 ) -> Candidate | None:
@@ -714,12 +714,12 @@ def _best_decode(
 THROUGHPUT_TIE = 1e-9
 
 
-def _throughput_bound(shape: _Shape, batches: list[int]) -> Callable[[int, int], float]:
+def _throughput_bound(shape: _Shape, batches: Sequence[int]) -> Callable[[int, int], float]:
     """Minus an upper bound of replica throughput over batches lo..hi: ``B_hi / step(B_lo)``."""
     return lambda lo, hi: -batches[hi] / shape.est(batches[lo]).step_time_s
 
 
-def _most_throughput(shape: _Shape, batches: list[int], n: int, ok: Callable[[int], bool] | None = None,
+def _most_throughput(shape: _Shape, batches: Sequence[int], n: int, ok: Callable[[int], bool] | None = None,
                      may_hold: Callable[[int, int], bool] | None = None) -> int | None:
     """Index of the largest batch of ``batches[:n]`` (all meeting speed and memory) with the most
     replica throughput (within :data:`THROUGHPUT_TIE`) among those ``ok``, or None when none is;
@@ -736,7 +736,7 @@ def _most_throughput(shape: _Shape, batches: list[int], n: int, ok: Callable[[in
                        lambda lo, hi: -bound(lo, hi) >= floor and (may_hold is None or may_hold(lo, hi)))
 
 
-def _ttft_count(shape: _Shape, batches: list[int], lo: int, hi: int) -> int:
+def _ttft_count(shape: _Shape, batches: Sequence[int], lo: int, hi: int) -> int:
     """How many of ``batches[lo..hi]`` meet the TTFT targets: intervals whose spreads all lie
     below the band of :meth:`_Shape.spread_band` count whole, those above it not at all, a batch
     inside it is checked on its own."""
@@ -756,7 +756,7 @@ def _ttft_count(shape: _Shape, batches: list[int], lo: int, hi: int) -> int:
     return count
 
 
-def _most_throughput_meeting_ttft(shape: _Shape, batches: list[int], n: int, result: CandidateSet) -> int | None:
+def _most_throughput_meeting_ttft(shape: _Shape, batches: Sequence[int], n: int, result: CandidateSet) -> int | None:
     """Index of the batch of ``batches[:n]`` with the most replica throughput among those meeting
     the TTFT targets, or None (noting the lowest TTFT reachable); counts the feasible ones."""
     count = _ttft_count(shape, batches, 0, n - 1)
