@@ -217,3 +217,15 @@ def test_a_slow_candidate_search_ends_at_a_tiny_time_limit(tmp_path: Path):
         assert r.returncode == 2 and r.stdout == ""
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and "options.time_limit_s: the deadline (1 s) passed in candidate generation" in lines[0]
+
+
+def test_breakeven_keeps_its_scales_when_a_strategy_finds_no_configuration_in_time(catalog, tmp_path):
+    """A strategy the deadline leaves without a configuration costs None, as one without a plan;
+    the command goes on (one look for breakeven's own check, then generation finds the deadline passed)."""
+    from fleetplan.optimizer.breakeven import breakeven
+
+    api = {**CHAT, "model": "llama-3.1-8b", "api": {"model": "llama-3.1-8b", "max_fraction": 0.5}}
+    result = breakeven(_scenario([api]), catalog, tmp_path, scales=(1.0, 2.0), deadline=Looks(1))
+    (point,) = result.points
+    assert point.self_host_usd is None and point.blend_usd is None and point.all_api_usd > 0
+    assert CANDIDATE_STAGE in result.stopped
