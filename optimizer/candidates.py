@@ -36,8 +36,9 @@ utilisation 1 - headroom, a pool's utilisation is capped so that every one is me
 with a request mix has its pool timed by the mix's service-time distribution
 (:func:`pool_service_time`); its decode candidates come from :mod:`.mix`, bucket by bucket.
 
-Given a deadline, generation checks it before each replica layout (and each pool GPU type) and
-stops there once it has passed: the set is then the candidates found by then, marked ``cut``.
+Given a deadline, generation checks it before each replica layout (and each pool GPU type), each
+GPU type within its share of the time: a GPU type whose share has passed is left there, and the
+set is then the candidates found by then, marked ``cut``.
 """
 
 from __future__ import annotations
@@ -270,12 +271,13 @@ class CandidateSet:
     cut: bool = False
 
     def out_of_time(self, deadline: Deadline | None) -> bool:
-        """Whether generation must stop: ``deadline`` has passed (noted once, as the stage
-        :data:`~.deadline.CANDIDATE_STAGE`) or already stopped it."""
-        if not self.cut and deadline is not None and deadline.expired:
-            self.cut = True
-            deadline.note(CANDIDATE_STAGE)
-        return self.cut
+        """Whether ``deadline`` has passed: the set is then ``cut`` (and the stage
+        :data:`~.deadline.CANDIDATE_STAGE` noted once)."""
+        if deadline is None or not deadline.expired:
+            return False
+        self.cut = True
+        deadline.note(CANDIDATE_STAGE)
+        return True
 
     @property
     def after_pruning(self) -> int:
@@ -493,7 +495,9 @@ def generate_candidates(
 ) -> CandidateSet:
     """All feasible decode shapes of ``product`` at their feasible batch with the most throughput, and its pool
     shapes; with ``shapes``, only those (see :class:`Shapes`). With ``deadline``, only those found
-    before it passes (the set is then ``cut``)."""
+    before it passes (the set is then ``cut``): each GPU type, and the pool shapes after them, get an
+    equal share of the time left, so a cut keeps some configurations of every type rather than
+    every configuration of the first types."""
     gpu_ids = sorted(options.gpus) if options.gpus else sorted(catalog.gpus)
     gpus: list[GPU] = [catalog.gpus[g] for g in gpu_ids]
     tps = sorted(set(options.tp or DEFAULT_TP))
@@ -504,15 +508,18 @@ def generate_candidates(
     max_ttft_s = product.max_ttft_ms / 1e3 if product.max_ttft_ms is not None else None
     headroom = product.effective_headroom
     prices = {g.id: resolve_gpu_price(catalog, options, g.id) for g in gpus}
+    pool_part = int("pool" in modes and (shapes is None or bool(shapes.pool)))
 
-    for gpu in gpus:
+    for i, gpu in enumerate(gpus):
         price = prices[gpu.id]
         if price is None:
             result.unpriced_gpus.append(gpu.id)
             continue
+        within = None if deadline is None else deadline.split(len(gpus) - i + pool_part)
+        stopped = False
         for tp in tps:
             for precision in _shape_precisions(product, options):
-                if result.cut:
+                if stopped:
                     break
                 if tp_problem(llm, gpu, tp) is not None:
                     result.generated += len(batches) * len(modes)
@@ -522,7 +529,8 @@ def generate_candidates(
                 if not wanted:
                     continue
                 for layout in replica_layouts(llm, gpu, tp, precision, options, preset):
-                    if result.out_of_time(deadline):
+                    if result.out_of_time(within):
+                        stopped = True
                         break
                     searched = layout_batches(batches, layout, options)
                     for mode in wanted:

@@ -50,8 +50,8 @@ class Looks(Deadline):
 
 
 class Splits(Deadline):
-    """A deadline that never passes itself and hands out ``children`` in turn, one per split:
-    the products' shares, then the pooled groups'."""
+    """A deadline that never passes itself and hands out ``children`` in turn, one per split (the
+    products' shares, then the pooled groups'; or a product's GPU types')."""
 
     def __init__(self, children: list[Deadline]) -> None:
         super().__init__(at=None)
@@ -99,6 +99,18 @@ def test_generation_stops_where_the_deadline_passes_and_keeps_what_it_found(cata
         assert rows.items() <= full.items() and len(rows) < len(full)
         found.append(len(rows))
     assert found == sorted(found) and found[-1] > found[0] > 0
+
+
+def test_each_gpu_type_gets_its_own_share(catalog):
+    """One look per GPU type: the first layout of every type (tp 2), not every layout of the first
+    types, which one shared look count gives."""
+    per_type = _generate(catalog, Splits([Looks(1), Looks(1), Looks(1)]))
+    assert per_type.cut and sorted((c.gpu, c.tp) for c in per_type.candidates) == [
+        ("a100-sxm-80gb", 2), ("h100-sxm", 2), ("h200-sxm", 2)]
+    assert _rows(per_type).items() <= _rows(_generate(catalog, None)).items()
+    shared = _generate(catalog, Looks(3))
+    assert sorted((c.gpu, c.tp) for c in shared.candidates) == [("a100-sxm-80gb", 2), ("a100-sxm-80gb", 4),
+                                                                  ("h100-sxm", 2)]
 
 
 def test_a_deadline_passed_before_generation_leaves_nothing(catalog):
