@@ -29,7 +29,7 @@ from fleetplan.optimizer.candidates import (
     prefill_work_per_request,
     prune_dominated_pool,
 )
-from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline, DeadlinePassed
+from fleetplan.optimizer.deadline import CANDIDATE_STAGE, DEFAULT_TIME_LIMIT_S, Deadline, DeadlinePassed
 from fleetplan.optimizer.defaults import CEILING_TOLERANCE
 from fleetplan.optimizer.demand import hourly_qps
 from fleetplan.optimizer.enums import Tier
@@ -317,6 +317,8 @@ def build_problem(
     pooling = scenario.limits.allow_pooling and len(scenario.products) > 1
     for i, product in enumerate(scenario.products):
         share = None if deadline is None else deadline.split(len(scenario.products) - i + int(pooling))
+        if deadline is not None:
+            deadline.progress.update(CANDIDATE_STAGE, i, len(scenario.products))
         data[product.name], sets[product.name] = _product_data(product, qps[product.name], scenario, catalog, preset,
                                                                with_api, memo, share)
     planned = [Planned(p, (p,)) for p in scenario.products]
