@@ -77,21 +77,28 @@ def replicas_alone(bucket_demand: list[tuple[float, float]]) -> int:
     return max(0, math.ceil(sum(d / cap for d, cap in bucket_demand) - CEILING_TOLERANCE))
 
 
-def _dominated(c: Candidate, by: Candidate, caps: list[dict[str, float]]) -> bool:
-    """Whether ``by`` beats ``c`` for every bucket ``c`` serves (same GPU type and prefill mode)."""
+def _dominated(c: Candidate, by: Candidate, by_key: str, served: list[tuple[dict[str, float], float]]) -> bool:
+    """Whether ``by`` (key ``by_key``) beats ``c`` for every bucket ``c`` serves (same GPU type and
+    prefill mode); ``served`` holds each such bucket's capacities and ``c``'s capacity in it."""
     return (by.gpu == c.gpu and by.mode == c.mode and by.gpus_per_replica <= c.gpus_per_replica
             and by.monthly_cost_per_replica_usd <= c.monthly_cost_per_replica_usd
-            and all(by.key in cap and cap[by.key] >= cap[c.key] for cap in caps if c.key in cap))
+            and all(by_key in cap and cap[by_key] >= own for cap, own in served))
 
 
 def prune_mix(cands: list[Candidate], caps: list[dict[str, float]]) -> list[Candidate]:
-    """Drop configurations another one beats on every bucket (ties kept by key order)."""
-    order = sorted(cands, key=lambda c: (c.monthly_cost_per_replica_usd, c.key))
-    kept: list[Candidate] = []
+    """Drop configurations another one beats on every bucket (ties kept by key order). Keys and
+    the buckets each configuration serves are found once, and only configurations of one GPU type
+    and prefill mode are compared: the comparison is over pairs, and a mix of many buckets has
+    thousands of configurations."""
+    keys = {id(c): c.key for c in cands}
+    order = sorted(cands, key=lambda c: (c.monthly_cost_per_replica_usd, keys[id(c)]))
+    kept: dict[tuple[str, str], list[Candidate]] = {}  # by GPU type and prefill mode: only these compare
     for c in order:
-        if not any(_dominated(c, k, caps) for k in kept):
-            kept.append(c)
-    return sorted(kept, key=lambda c: c.key)
+        served = [(cap, cap[keys[id(c)]]) for cap in caps if keys[id(c)] in cap]
+        rivals = kept.setdefault((c.gpu, c.mode), [])
+        if not any(_dominated(c, k, keys[id(k)], served) for k in rivals):
+            rivals.append(c)
+    return sorted((c for group in kept.values() for c in group), key=lambda c: keys[id(c)])
 
 
 def mix_candidates(product: Product, llm: LLM, catalog: Catalog, preset: Preset,

@@ -70,7 +70,19 @@ class ProductData:
 
     def eligible(self, bucket: BucketData) -> list[str]:
         """Keys of the product's configurations ``bucket`` may run on (a problem cut to fewer
-        configurations keeps the buckets' capacities of the others, unused)."""
+        configurations keeps the buckets' capacities of the others, unused). Found once per bucket
+        of this product: a mix's model asks for them in every row and hour."""
+        if bucket.index < len(self.buckets) and self.buckets[bucket.index] is bucket:
+            return list(self._eligible_by_bucket[bucket.index])
+        return self._eligible_keys(bucket)
+
+    @cached_property
+    def _eligible_by_bucket(self) -> tuple[tuple[str, ...], ...]:
+        """:meth:`eligible` of each of the product's buckets, in bucket order."""
+        return tuple(tuple(self._eligible_keys(b)) for b in self.buckets)
+
+    def _eligible_keys(self, bucket: BucketData) -> list[str]:
+        """Keys of ``bucket``'s capacities that are the product's configurations, sorted."""
         keys = self.candidate_keys
         return sorted(k for k in bucket.capacity if k in keys)
 
