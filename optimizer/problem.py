@@ -118,8 +118,9 @@ class ProductData:
         if self.buckets:
             if hour is None:
                 return max(self.replica_bound(c, h) for h in range(len(self.demand_tokens_per_s)))
-            return replicas_alone([(b.demand_tokens_per_s[hour], b.capacity[c.key]) for b in self.buckets
-                                   if c.key in b.capacity])
+            key = c.key  # built from the candidate's fields: once, not per bucket
+            return replicas_alone([(b.demand_tokens_per_s[hour], b.capacity[key]) for b in self.buckets
+                                   if key in b.capacity])
         d = self.peak_demand_tokens_per_s if hour is None else self.demand_tokens_per_s[hour]
         return max(0, math.ceil(d / c.usable_tokens_per_s - CEILING_TOLERANCE))
 
