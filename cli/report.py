@@ -347,7 +347,7 @@ def _print_model_notes(d: dict[str, Any], console: Console) -> None:
     for name, c in d["candidates"].items():
         line = (f"{name}: decode configurations (GPU x TP x precision x mode x batch): {c['generated']:,} generated, "
                 f"{c['feasible']:,} feasible; {c['after_pruning']:,} decode candidates after pruning "
-                f"(largest feasible batch per shape, dominated dropped)")
+                f"(per shape the feasible batch with the most throughput per replica, dominated dropped)")
         if c.get("pool_generated"):
             line += (f"; prefill-pool shapes (GPU x TP x precision): {c['pool_generated']:,} generated, "
                      f"{c['pool_feasible']:,} feasible, {c['pool_after_pruning']:,} after pruning")

@@ -17,7 +17,7 @@ from fleetplan.catalogs import fields as F
 from fleetplan.catalogs.loader import Catalog, InputError
 from fleetplan.models.presets import Preset, get_preset
 from fleetplan.optimizer.api import resolve_api
-from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline
+from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline, DeadlinePassed
 from fleetplan.optimizer.demand import hourly_qps
 from fleetplan.optimizer.errors import InfeasibleError, SolverError
 from fleetplan.optimizer.plan import make_plan
@@ -181,7 +181,7 @@ def _point(scenario: Scenario, catalog: Catalog, folder: Path, solver: Solver, s
            share: Deadline, demand: dict[str, list[float]]) -> BreakevenPoint:
     """Plan ``scenario`` and its ``demand`` (both already scaled) self-hosted only, in half of
     ``share``, then with the API, in what is left of it; a strategy without a plan (infeasible,
-    solver error) costs None."""
+    solver error, no configuration found before the deadline) costs None."""
     proven = True
     costs: list[float | None] = []
     for with_api, part in ((False, share.share(0.5)), (True, share)):
@@ -190,7 +190,7 @@ def _point(scenario: Scenario, catalog: Catalog, folder: Path, solver: Solver, s
                              compare_first_come=False, deadline=part, demand=demand)
             costs.append(plan.monthly_cost_usd)
             proven = proven and plan.solve_result.optimal
-        except (InfeasibleError, SolverError):
+        except (InfeasibleError, SolverError, DeadlinePassed):
             costs.append(None)
     return BreakevenPoint(scale, all_api_usd, costs[0], costs[1], proven)
 

@@ -35,6 +35,10 @@ Percentile TTFT targets (``ttft_percentiles_ms``) are checked by the rules of
 utilisation 1 - headroom, a pool's utilisation is capped so that every one is met. A product
 with a request mix has its pool timed by the mix's service-time distribution
 (:func:`pool_service_time`); its decode candidates come from :mod:`.mix`, bucket by bucket.
+
+Given a deadline, generation checks it before each replica layout (and each pool GPU type), each
+GPU type within its share of the time: a GPU type whose share has passed is left there, and the
+set is then the candidates found by then, marked ``cut``.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ from fleetplan.models.ttft import (
     prefill_service_s,
     queue_factor,
 )
+from fleetplan.optimizer.deadline import CANDIDATE_STAGE, Deadline
 from fleetplan.optimizer.defaults import RACK_SCALE_GPUS
 from fleetplan.optimizer.enums import BatchLimit, Tier
 from fleetplan.optimizer.layouts import RESTRICTED, layout_batches, pool_stages, replica_layouts, restriction_problem
@@ -261,6 +266,18 @@ class CandidateSet:
     any_meets_speed: bool = False
     best_ttft_s: float = math.inf
     best_ttft_at: str = ""
+    # the deadline stopped generation before every shape was searched: the candidates are the
+    # ones found by then, and a plan on them is not proven optimal
+    cut: bool = False
+
+    def out_of_time(self, deadline: Deadline | None) -> bool:
+        """Whether ``deadline`` has passed: the set is then ``cut`` (and the stage
+        :data:`~.deadline.CANDIDATE_STAGE` noted once)."""
+        if deadline is None or not deadline.expired:
+            return False
+        self.cut = True
+        deadline.note(CANDIDATE_STAGE)
+        return True
 
     @property
     def after_pruning(self) -> int:
@@ -474,27 +491,36 @@ def generate_candidates(
     *,
     prune: bool = True,
     shapes: Shapes | None = None,
+    deadline: Deadline | None = None,
 ) -> CandidateSet:
     """All feasible decode shapes of ``product`` at their feasible batch with the most throughput, and its pool
-    shapes; with ``shapes``, only those (see :class:`Shapes`)."""
+    shapes; with ``shapes``, only those (see :class:`Shapes`). With ``deadline``, only those found
+    before it passes (the set is then ``cut``): each GPU type, and the pool shapes after them, get an
+    equal share of the time left, so a cut keeps some configurations of every type rather than
+    every configuration of the first types."""
     gpu_ids = sorted(options.gpus) if options.gpus else sorted(catalog.gpus)
     gpus: list[GPU] = [catalog.gpus[g] for g in gpu_ids]
     tps = sorted(set(options.tp or DEFAULT_TP))
-    batches = sorted(set(options.batch)) if options.batch else list(range(1, options.max_batch + 1))
+    batches: Sequence[int] = sorted(set(options.batch)) if options.batch else range(1, options.max_batch + 1)
     result = CandidateSet(product=product.name)
     modes = prefill_modes(product)
     work = prefill_work_per_request(llm, product, preset)
     max_ttft_s = product.max_ttft_ms / 1e3 if product.max_ttft_ms is not None else None
     headroom = product.effective_headroom
     prices = {g.id: resolve_gpu_price(catalog, options, g.id) for g in gpus}
+    pool_part = int("pool" in modes and (shapes is None or bool(shapes.pool)))
 
-    for gpu in gpus:
+    for i, gpu in enumerate(gpus):
         price = prices[gpu.id]
         if price is None:
             result.unpriced_gpus.append(gpu.id)
             continue
+        within = None if deadline is None else deadline.split(len(gpus) - i + pool_part)
+        stopped = False
         for tp in tps:
             for precision in _shape_precisions(product, options):
+                if stopped:
+                    break
                 if tp_problem(llm, gpu, tp) is not None:
                     result.generated += len(batches) * len(modes)
                     result.invalid_shapes += len(batches) * len(modes)
@@ -503,6 +529,9 @@ def generate_candidates(
                 if not wanted:
                     continue
                 for layout in replica_layouts(llm, gpu, tp, precision, options, preset):
+                    if result.out_of_time(within):
+                        stopped = True
+                        break
                     searched = layout_batches(batches, layout, options)
                     for mode in wanted:
                         result.generated += len(searched)
@@ -511,7 +540,7 @@ def generate_candidates(
                         if cand is not None:
                             result.candidates.append(cand)
     if "pool" in modes and (shapes is None or shapes.pool):
-        result.pool = generate_pool_candidates(product, llm, catalog, options, preset, work, result)
+        result.pool = generate_pool_candidates(product, llm, catalog, options, preset, work, result, deadline)
         if shapes is not None:
             result.pool = [k for k in result.pool if (k.gpu, k.tp, k.precision) in shapes.pool]
         if not result.pool:
@@ -645,7 +674,7 @@ class _Shape:
 
 
 def _best_decode(
-    product: Product, llm: LLM, gpu: GPU, layout: Layout, precision: str, mode: str, batches: list[int],
+    product: Product, llm: LLM, gpu: GPU, layout: Layout, precision: str, mode: str, batches: Sequence[int],
     preset: Preset, price: GPUPriceChoice, work: float, headroom: float, max_ttft_s: float | None,
     result: CandidateSet,
 ) -> Candidate | None:
@@ -693,12 +722,12 @@ def _best_decode(
 THROUGHPUT_TIE = 1e-9
 
 
-def _throughput_bound(shape: _Shape, batches: list[int]) -> Callable[[int, int], float]:
+def _throughput_bound(shape: _Shape, batches: Sequence[int]) -> Callable[[int, int], float]:
     """Minus an upper bound of replica throughput over batches lo..hi: ``B_hi / step(B_lo)``."""
     return lambda lo, hi: -batches[hi] / shape.est(batches[lo]).step_time_s
 
 
-def _most_throughput(shape: _Shape, batches: list[int], n: int, ok: Callable[[int], bool] | None = None,
+def _most_throughput(shape: _Shape, batches: Sequence[int], n: int, ok: Callable[[int], bool] | None = None,
                      may_hold: Callable[[int, int], bool] | None = None) -> int | None:
     """Index of the largest batch of ``batches[:n]`` (all meeting speed and memory) with the most
     replica throughput (within :data:`THROUGHPUT_TIE`) among those ``ok``, or None when none is;
@@ -715,7 +744,7 @@ def _most_throughput(shape: _Shape, batches: list[int], n: int, ok: Callable[[in
                        lambda lo, hi: -bound(lo, hi) >= floor and (may_hold is None or may_hold(lo, hi)))
 
 
-def _ttft_count(shape: _Shape, batches: list[int], lo: int, hi: int) -> int:
+def _ttft_count(shape: _Shape, batches: Sequence[int], lo: int, hi: int) -> int:
     """How many of ``batches[lo..hi]`` meet the TTFT targets: intervals whose spreads all lie
     below the band of :meth:`_Shape.spread_band` count whole, those above it not at all, a batch
     inside it is checked on its own."""
@@ -735,7 +764,7 @@ def _ttft_count(shape: _Shape, batches: list[int], lo: int, hi: int) -> int:
     return count
 
 
-def _most_throughput_meeting_ttft(shape: _Shape, batches: list[int], n: int, result: CandidateSet) -> int | None:
+def _most_throughput_meeting_ttft(shape: _Shape, batches: Sequence[int], n: int, result: CandidateSet) -> int | None:
     """Index of the batch of ``batches[:n]`` with the most replica throughput among those meeting
     the TTFT targets, or None (noting the lowest TTFT reachable); counts the feasible ones."""
     count = _ttft_count(shape, batches, 0, n - 1)
@@ -779,9 +808,11 @@ def kv_link(gpu: GPU) -> tuple[str, float]:
 
 
 def generate_pool_candidates(
-    product: Product, llm: LLM, catalog: Catalog, options: Options, preset: Preset, work: float, result: CandidateSet
+    product: Product, llm: LLM, catalog: Catalog, options: Options, preset: Preset, work: float, result: CandidateSet,
+    deadline: Deadline | None = None,
 ) -> list[PoolCandidate]:
-    """Prefill-pool shapes of ``product`` that fit and can meet its TTFT target."""
+    """Prefill-pool shapes of ``product`` that fit and can meet its TTFT target (with ``deadline``,
+    those found before it passes; ``result`` is then marked ``cut``)."""
     ids = product.prefill_gpus or options.prefill_gpus or options.gpus or sorted(catalog.gpus)
     for gpu_id in ids:
         catalog.gpu(gpu_id, f"products[{product.name}].prefill_gpus")
@@ -792,6 +823,8 @@ def generate_pool_candidates(
     admission = admission_s(preset)
     out: list[PoolCandidate] = []
     for gpu_id in sorted(set(ids)):
+        if result.out_of_time(deadline):
+            break
         gpu = catalog.gpus[gpu_id]
         price = resolve_gpu_price(catalog, options, gpu_id)
         if price is None:

@@ -19,7 +19,7 @@ SHARE_TOLERANCE = 0.01
 
 # Most buckets in one request mix. A mix is planned bucket by bucket before the solver starts:
 # each bucket's configurations, then its capacity on every other bucket's (work that grows with
-# the square of the buckets and that the command's deadline does not cut short): 256 buckets
+# the square of the buckets; the command's deadline cuts it short, leaving a poorer plan): 256 buckets
 # of distinct sizes plan in about 6 s on every GPU type, 1,000 took 38 s and 5,000 did not end
 # within minutes. Finer than 256 log-spaced buckets, neighbouring sizes differ by a few percent.
 MAX_REQUEST_BUCKETS = 256

@@ -14,7 +14,7 @@ value no product's model can run on any GPU and TP searched is refused by name
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from fleetplan.catalogs.schema import GPU, LLM
 from fleetplan.models.layout import Layout, layout_problem, pp_imbalance, weights_per_gpu_bytes
@@ -58,13 +58,14 @@ def stage_layouts(llm: LLM, tp: int, options: Options) -> list[Layout]:
     return out
 
 
-def layout_batches(batches: list[int], layout: Layout, options: Options) -> list[int]:
+def layout_batches(batches: Sequence[int], layout: Layout, options: Options) -> Sequence[int]:
     """Batches searched for a replica of ``layout``: the options' list when given, else 1 up to
     ``max_batch`` per engine instance, that is per attention rank and pipeline micro-batch
-    (``max_batch x dp_attention x pp`` for the replica)."""
+    (``max_batch x dp_attention x pp`` for the replica). A range, not a list: the searches only
+    index it, and at 65,536 x 64 ranks x 8 stages a list would take seconds and gigabytes."""
     if options.batch or layout.dp_attention * layout.pp == 1:
         return batches
-    return list(range(1, options.max_batch * layout.dp_attention * layout.pp + 1))
+    return range(1, options.max_batch * layout.dp_attention * layout.pp + 1)
 
 
 def replica_layouts(llm: LLM, gpu: GPU, tp: int, precision: str, options: Options, preset: Preset) -> list[Layout]:

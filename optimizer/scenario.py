@@ -56,6 +56,10 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# most products in one scenario: each product's configurations are searched on their own (0.1-0.3 s
+# each on the full catalog), and demand, MIP rows and explanations grow with the count; 1,000 is 20
+# times the largest stress case (50 products) and already needs minutes of candidate search alone
+MAX_PRODUCTS = 1000
 # prefill sizing of a product that leaves ``prefill`` out, per preset
 PRESET_PREFILL: dict[str, PrefillMode] = {"seed": PrefillMode.HEADROOM, "default": PrefillMode.AUTO}
 
@@ -360,6 +364,15 @@ class Scenario(_Strict):
         products = [p if p.prefill is not None else p.model_copy(update={"prefill": mode}) for p in self.products]
         object.__setattr__(self, "products", products)
         return self
+
+    @field_validator("products", mode="before")
+    @classmethod
+    def _not_too_many(cls, v: Any) -> Any:
+        """At most :data:`MAX_PRODUCTS`, counted before any product is validated."""
+        if isinstance(v, list) and len(v) > MAX_PRODUCTS:
+            raise ValueError(f"{len(v):,} products; a scenario may have at most {MAX_PRODUCTS:,} (each product's "
+                             "configurations are searched on their own): split it into several scenarios")
+        return v
 
     @field_validator("products")
     @classmethod

@@ -160,11 +160,11 @@ class _KeptShapes(CandidateMemo):
             if shapes is not None:
                 self.shapes[pp.product.name] = shapes
 
-    def generate(self, product: Product, llm: Any, catalog: Catalog, scenario: Scenario, preset: Preset
-                 ) -> CandidateSet:
+    def generate(self, product: Product, llm: Any, catalog: Catalog, scenario: Scenario, preset: Preset,
+                 deadline: Deadline | None = None) -> CandidateSet:
         shapes = self.shapes.get(product.name)
         if shapes is None:
-            return super().generate(product, llm, catalog, scenario, preset)
+            return super().generate(product, llm, catalog, scenario, preset, deadline)
         key = (*candidate_key(product, catalog, scenario, preset), repr(shapes))
         if key not in self.sets:
             self.sets[key] = generate_candidates(product, llm, catalog, scenario.options, preset, shapes=shapes)
