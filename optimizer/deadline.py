@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from fleetplan.catalogs.loader import InputError
+from fleetplan.optimizer.errors import SolverError
 
 # Without ``options.time_limit_s`` a command takes at most this long: long enough to prove most
 # plans optimal (the shipped examples need seconds), short enough that an edit to a scenario
@@ -38,7 +39,23 @@ PROGRESS_EVERY_S = 0.5
 
 class DeadlinePassed(InputError):
     """The deadline passed in candidate generation before a product had any configuration to
-    plan with: a user error (exit code 2) naming ``options.time_limit_s``, never a crash."""
+    plan with, or in a solve before the solver found any plan: a user error (exit code 2) naming
+    ``options.time_limit_s``, never a crash."""
+
+
+class NoPlanInTime(DeadlinePassed, SolverError):
+    """A solve the deadline ended before the solver found any plan: one line and exit code 2 for
+    the user, and still a :class:`~.errors.SolverError` for the searches that treat a solve
+    without a plan as "nothing found in time" (runner-ups, baselines, portfolio rounds)."""
+
+    def __init__(self, message: str) -> None:
+        SolverError.__init__(self, message)
+
+
+def no_plan_in_time(solver: str, where: str) -> NoPlanInTime:
+    """The error for a solve the deadline ended before ``solver`` found any plan for ``where``."""
+    return NoPlanInTime(f"options.time_limit_s: the deadline passed before {solver} found any plan for {where}; "
+                          "allow more time, or search fewer GPUs, tp, batches or request buckets")
 
 
 @dataclass

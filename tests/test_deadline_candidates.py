@@ -241,3 +241,34 @@ def test_breakeven_keeps_its_scales_when_a_strategy_finds_no_configuration_in_ti
     (point,) = result.points
     assert point.self_host_usd is None and point.blend_usd is None and point.all_api_usd > 0
     assert CANDIDATE_STAGE in result.stopped
+
+
+def test_a_solve_the_deadline_ends_without_any_plan_is_one_line_naming_the_time_limit(tmp_path, capsys, monkeypatch):
+    """HiGHS stopped by the time limit before it found any plan (a large mix's one-hour MIP) is
+    exit code 2 naming options.time_limit_s, not a solver error; searches that catch solver
+    errors still read it as "nothing found in time"."""
+    from fleetplan.main import main
+    from fleetplan.optimizer import search
+    from fleetplan.optimizer.deadline import NoPlanInTime
+    from fleetplan.optimizer.errors import SolverError
+    from fleetplan.optimizer.solvers import SolveResult
+
+    class Stopped:
+        def __init__(self, lp, solver):
+            self.solver = solver
+
+        def solve(self, *args, **kwargs):
+            return SolveResult(str(self.solver), "time_limit", "time limit reached (no plan found)")
+
+    monkeypatch.setattr(search, "Session", Stopped)
+    s = tmp_path / "s.yaml"
+    s.write_text("products:\n  - {name: m, model: llama-3.1-8b, peak_qps: 5, min_tokens_per_s_per_user: 20,\n"
+                 "     requests: [{input_tokens: 500, output_tokens: 100, share: 0.5},\n"
+                 "                {input_tokens: 4000, output_tokens: 300, share: 0.5}]}\n"
+                 "options: {gpus: [h100-sxm], tp: [1], batch: [32]}\n", encoding="utf-8")
+    code = main(["plan", str(s), "--json"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err == ("fleetplan: error: options.time_limit_s: the deadline passed before highs found any plan for "
+                   "products[m]; allow more time, or search fewer GPUs, tp, batches or request buckets\n")
+    assert issubclass(NoPlanInTime, SolverError)
