@@ -407,9 +407,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     from fleetplan.fidelity import register
     from fleetplan.report_command import register as register_report
-    from fleetplan.sweep import register as register_sweep
+    from fleetplan.sweep_command import register as register_sweep
     from fleetplan.deploy import register as register_deploy
-    from fleetplan.simulate import register as register_simulate
+    from fleetplan.simulate_command import register as register_simulate
     from fleetplan.trace import register as register_trace
 
     p = Parser(prog="fleetplan", description="Cheapest GPU fleet for LLM inference, as a mixed-integer program.")
