@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
-from fleetplan.catalogs.fields import Range
+from fleetplan.catalogs.fields import SEED, SWEEP_SAMPLES
 from fleetplan.catalogs.loader import Catalog, InputError
 from fleetplan.optimizer.scenario import Scenario
 from fleetplan.optimizer.solvers import SOLVERS
 
 __all__ = [
-    "Breakeven", "Plan", "Simulation", "breakeven", "load_catalog", "load_scenario", "plan", "simulate",
+    "Breakeven", "Plan", "Simulation", "SweepTable", "breakeven", "load_catalog", "load_scenario", "plan",
+    "simulate", "sweep",
 ]
 
 # What a scenario may be given as: a YAML file's path, the parsed document, or a Scenario.
@@ -257,10 +258,6 @@ def _in_range(r: Any, value: Any, field: str) -> int:
         raise InputError(str(exc)) from None
 
 
-# The seeds a simulation accepts: numpy's generators take any non-negative whole number below 2^32 here.
-SEED = Range(0, 2**32 - 1, "", "numpy seeds a generator from a non-negative 32-bit number", integer=True)
-
-
 # ---------------------------------------------------------------- breakeven
 def breakeven(scenario: ScenarioLike, *, catalog: CatalogLike = None, folder: str | Path | None = None,
               scales: Sequence[float] | None = None, solver: str = "highs") -> Breakeven:
@@ -276,3 +273,53 @@ def breakeven(scenario: ScenarioLike, *, catalog: CatalogLike = None, folder: st
     result = compare(sc, cat, base, tuple(scales) if scales else DEFAULT_SCALES,
                      solver=_choice("solver", solver, SOLVERS))
     return Breakeven(_dumps(result.as_dict()))
+
+
+# ---------------------------------------------------------------- sweep
+@dataclass(frozen=True)
+class SweepTable(_Document):
+    """Every point of a sweep planned: ``{"columns": [...], "rows": [...]}``, one row per point
+    in point order (the point's values, the plan's key outputs, or the error that stopped it)."""
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The rows, a fresh list of fresh dicts."""
+        rows: list[dict[str, Any]] = self.to_dict()["rows"]
+        return rows
+
+    def to_csv(self) -> str:
+        """The rows as ``fleetplan sweep`` writes ``sweep.csv``, byte for byte."""
+        from fleetplan.sweep_command import table_csv
+
+        d = self.to_dict()
+        return str(table_csv(d["rows"], d["columns"]))
+
+
+def sweep(scenario: str | Path, axes: Sequence[str], *, samples: int | None = None, seed: int = 0,
+          catalog: Sequence[str | Path] = (), calibration: str | Path | None = None, solver: str = "highs",
+          jobs: int = 1) -> SweepTable:
+    """The scenario file planned at every point of a grid (or ``samples`` random draws, seeded by
+    ``seed``) over ``axes``, each written as the command's ``--set`` is: ``PATH=VALUES``, e.g.
+    ``products.chat.peak_qps=100:300:100`` or ``options.gpu_hour_usd.h100-sxm=1.5,2.5``.
+
+    The same rows as ``fleetplan sweep``; every point is checked before any is planned, and a
+    point that cannot be planned is a row with its error. ``jobs`` worker processes plan them."""
+    from fleetplan.optimizer.sweep import (
+        OUTPUTS, Sweep, check_axes, check_points, grid_points, local_runner, parse_axis, run_points, sampled_points,
+    )
+
+    if isinstance(axes, str):
+        axes = [axes]
+    parsed = [parse_axis(a) for a in axes]
+    if not parsed:
+        raise InputError("axes: give at least one PATH=VALUES, e.g. products.chat.peak_qps=50:500:50")
+    job = Sweep(str(scenario), tuple(str(c) for c in catalog), None if calibration is None else str(calibration),
+                _choice("solver", solver, SOLVERS))
+    check_axes(job, parsed)
+    points = sampled_points(parsed, _in_range(SWEEP_SAMPLES, samples, "samples"), seed) if samples is not None \
+        else grid_points(parsed)
+    check_points(job, points)
+    rows = run_points(job, points, local_runner(_jobs(jobs)))
+    columns = ["point", *(a.path for a in parsed), *OUTPUTS, "error"]
+    return SweepTable(_dumps({"columns": columns, "rows": rows}))
+

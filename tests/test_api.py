@@ -191,3 +191,18 @@ def test_the_readme_s_python_quick_start_runs(monkeypatch):
     scope: dict[str, object] = {"print": lambda *a: None}
     exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 - the README's own example
     assert scope["p"].monthly_cost_usd == 295650.0 and scope["sim"].meets_targets is True
+
+
+def test_a_sweep_gives_the_command_s_table(tmp_path, capsys):
+    axes = ["products.chat.peak_qps=100:300:100", "options.gpu_hour_usd.h100-sxm=1.5,2.5"]
+    table = fleetplan.sweep(EXAMPLES / "seed-chat-70b-open.yaml", axes)
+    assert main(["sweep", str(EXAMPLES / "seed-chat-70b-open.yaml"), *(x for a in axes for x in ("--set", a)),
+                 "--out", str(tmp_path / "s"), "--jobs", "1"]) == 0
+    assert table.to_csv() == (tmp_path / "s" / "sweep.csv").read_text(encoding="utf-8")
+    rows = table.rows
+    assert [(r["products.chat.peak_qps"], r["options.gpu_hour_usd.h100-sxm"]) for r in rows] == [
+        (100, 1.5), (100, 2.5), (200, 1.5), (200, 2.5), (300, 1.5), (300, 2.5)]
+    # more traffic never costs less at the same price
+    assert rows[0]["monthly_cost_usd"] < rows[2]["monthly_cost_usd"] < rows[4]["monthly_cost_usd"]
+    with pytest.raises(fleetplan.InputError, match="^samples: "):
+        fleetplan.sweep(EXAMPLES / "seed-chat-70b-open.yaml", axes, samples=0)
