@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the names as a type checker sees them; at run time they load on first use
     from fleetplan.api import (
         Breakeven,
+        Estimate,
         Plan,
         Simulation,
         SweepTable,
         breakeven,
+        estimate,
         load_catalog,
         load_scenario,
         plan,
@@ -37,15 +39,15 @@ if TYPE_CHECKING:  # the names as a type checker sees them; at run time they loa
 __version__ = "0.1.0"
 
 __all__ = [
-    "Breakeven", "Catalog", "InputError", "Plan", "Scenario", "Simulation", "SweepTable", "__version__",
-    "breakeven", "load_catalog", "load_scenario", "plan", "simulate", "sweep",
+    "Breakeven", "Catalog", "Estimate", "InputError", "Plan", "Scenario", "Simulation", "SweepTable", "__version__",
+    "breakeven", "estimate", "load_catalog", "load_scenario", "plan", "simulate", "sweep",
 ]
 
 # Where each exported name lives. They load on first use, so the command line (which imports
 # this package first) does not pay for pydantic and the solver libraries before it needs them.
 _HOMES = {
-    **dict.fromkeys(("Breakeven", "Plan", "Simulation", "SweepTable", "breakeven", "load_catalog",
-                     "load_scenario", "plan", "simulate", "sweep"), "fleetplan.api"),
+    **dict.fromkeys(("Breakeven", "Estimate", "Plan", "Simulation", "SweepTable", "breakeven", "estimate",
+                     "load_catalog", "load_scenario", "plan", "simulate", "sweep"), "fleetplan.api"),
     "Catalog": "fleetplan.catalogs.loader", "InputError": "fleetplan.catalogs.loader",
     "Scenario": "fleetplan.optimizer.scenario",
 }

@@ -23,8 +23,8 @@ from fleetplan.optimizer.scenario import Scenario
 from fleetplan.optimizer.solvers import SOLVERS
 
 __all__ = [
-    "Breakeven", "Plan", "Simulation", "SweepTable", "breakeven", "load_catalog", "load_scenario", "plan",
-    "simulate", "sweep",
+    "Breakeven", "Estimate", "Plan", "Simulation", "SweepTable", "breakeven", "estimate", "load_catalog",
+    "load_scenario", "plan", "simulate", "sweep",
 ]
 
 # What a scenario may be given as: a YAML file's path, the parsed document, or a Scenario.
@@ -323,3 +323,33 @@ def sweep(scenario: str | Path, axes: Sequence[str], *, samples: int | None = No
     columns = ["point", *(a.path for a in parsed), *OUTPUTS, "error"]
     return SweepTable(_dumps({"columns": columns, "rows": rows}))
 
+
+
+# ---------------------------------------------------------------- estimate
+@dataclass(frozen=True)
+class Estimate(_Document):
+    """The roofline breakdown of one configuration, as ``fleetplan estimate --json`` writes it."""
+
+
+def estimate(model: str, gpu: str, *, input_tokens: int, output_tokens: int, tp: int = 1, pp: int = 1, ep: int = 1,
+             dp_attention: int = 1, batch: int = 1, precision: str = "bf16", kv_precision: str | None = None,
+             engine: str | None = None, preset: str = "default", calibration: str | Path | None = None,
+             catalog: Sequence[str | Path] = ()) -> Estimate:
+    """Decode step, memory, prefill and TTFT of ``model`` on ``gpu`` at one layout and batch, as
+    ``fleetplan estimate`` computes them (``catalog``: extra catalog files)."""
+    import argparse
+
+    from fleetplan.catalogs import fields as F
+    from fleetplan.catalogs.schema import PRECISIONS
+    from fleetplan.main import estimate_document
+    from fleetplan.models.presets import PRESETS
+
+    args = argparse.Namespace(
+        model=model, gpu=gpu, input_tokens=_in_range(F.WHOLE_TOKENS, input_tokens, "input_tokens"),
+        output_tokens=_in_range(F.WHOLE_TOKENS, output_tokens, "output_tokens"),
+        **{k: _in_range(F.TP, v, k) for k, v in (("tp", tp), ("pp", pp), ("ep", ep), ("dp_attention", dp_attention))},
+        batch=_in_range(F.BATCH, batch, "batch"), precision=_choice("precision", precision, PRECISIONS),
+        kv_precision=None if kv_precision is None else _choice("kv_precision", kv_precision, PRECISIONS),
+        engine=engine, preset=_choice("preset", preset, list(PRESETS)),
+        calibration=None if calibration is None else str(calibration), catalog=[str(c) for c in catalog])
+    return Estimate(_dumps(estimate_document(args)))

@@ -206,3 +206,17 @@ def test_a_sweep_gives_the_command_s_table(tmp_path, capsys):
     assert rows[0]["monthly_cost_usd"] < rows[2]["monthly_cost_usd"] < rows[4]["monthly_cost_usd"]
     with pytest.raises(fleetplan.InputError, match="^samples: "):
         fleetplan.sweep(EXAMPLES / "seed-chat-70b-open.yaml", axes, samples=0)
+
+
+def test_an_estimate_is_the_command_s_json(capsys):
+    e = fleetplan.estimate("llama-3.1-70b", "h100-sxm", tp=2, batch=64, precision="fp8", input_tokens=2000,
+                           output_tokens=500)
+    assert e.to_json() == cli_json(capsys, "estimate", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "2",
+                                   "--batch", "64", "--precision", "fp8", "--input-tokens", "2000",
+                                   "--output-tokens", "500", "--json")
+    d = e.to_dict()
+    assert (d["gpus_per_replica"], d["batch"], d["precision"]) == (2, 64, "fp8") and d["memory_per_gpu_bytes"] > 35e9
+    with pytest.raises(fleetplan.InputError, match=r"^batch: must be"):
+        fleetplan.estimate("llama-3.1-70b", "h100-sxm", batch=0, input_tokens=1, output_tokens=1)
+    with pytest.raises(fleetplan.InputError, match=r"^precision: 'fp9' is not one of"):
+        fleetplan.estimate("llama-3.1-70b", "h100-sxm", precision="fp9", input_tokens=1, output_tokens=1)
