@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the names as a type checker sees them; at run time they loa
         Plan,
         Simulation,
         SweepTable,
+        Validation,
         breakeven,
         estimate,
         load_catalog,
@@ -32,6 +33,7 @@ if TYPE_CHECKING:  # the names as a type checker sees them; at run time they loa
         plan,
         simulate,
         sweep,
+        validate,
     )
     from fleetplan.catalogs.loader import Catalog, InputError
     from fleetplan.optimizer.scenario import Scenario
@@ -39,15 +41,17 @@ if TYPE_CHECKING:  # the names as a type checker sees them; at run time they loa
 __version__ = "0.1.0"
 
 __all__ = [
-    "Breakeven", "Catalog", "Estimate", "InputError", "Plan", "Scenario", "Simulation", "SweepTable", "__version__",
-    "breakeven", "estimate", "load_catalog", "load_scenario", "plan", "simulate", "sweep",
+    "Breakeven", "Catalog", "Estimate", "InputError", "Plan", "Scenario", "Simulation", "SweepTable",
+    "Validation", "__version__", "breakeven", "estimate", "load_catalog", "load_scenario", "plan", "simulate", "sweep",
+    "validate",
 ]
 
 # Where each exported name lives. They load on first use, so the command line (which imports
 # this package first) does not pay for pydantic and the solver libraries before it needs them.
 _HOMES = {
-    **dict.fromkeys(("Breakeven", "Estimate", "Plan", "Simulation", "SweepTable", "breakeven", "estimate",
-                     "load_catalog", "load_scenario", "plan", "simulate", "sweep"), "fleetplan.api"),
+    **dict.fromkeys(("Breakeven", "Estimate", "Plan", "Simulation", "SweepTable", "Validation", "breakeven",
+                     "estimate", "load_catalog", "load_scenario", "plan", "simulate", "sweep", "validate"),
+                    "fleetplan.api"),
     "Catalog": "fleetplan.catalogs.loader", "InputError": "fleetplan.catalogs.loader",
     "Scenario": "fleetplan.optimizer.scenario",
 }

@@ -23,8 +23,8 @@ from fleetplan.optimizer.scenario import Scenario
 from fleetplan.optimizer.solvers import SOLVERS
 
 __all__ = [
-    "Breakeven", "Estimate", "Plan", "Simulation", "SweepTable", "breakeven", "estimate", "load_catalog",
-    "load_scenario", "plan", "simulate", "sweep",
+    "Breakeven", "Estimate", "Plan", "Simulation", "SweepTable", "Validation", "breakeven", "estimate",
+    "load_catalog", "load_scenario", "plan", "simulate", "sweep", "validate",
 ]
 
 # What a scenario may be given as: a YAML file's path, the parsed document, or a Scenario.
@@ -353,3 +353,25 @@ def estimate(model: str, gpu: str, *, input_tokens: int, output_tokens: int, tp:
         engine=engine, preset=_choice("preset", preset, list(PRESETS)),
         calibration=None if calibration is None else str(calibration), catalog=[str(c) for c in catalog])
     return Estimate(_dumps(estimate_document(args)))
+
+
+# ---------------------------------------------------------------- validate
+@dataclass(frozen=True)
+class Validation(_Document):
+    """The model against measured benchmarks, as ``fleetplan validate --json`` writes it."""
+
+
+def validate(measurements: str | Path, *, preset: str = "default", calibration: str | Path | None = None,
+             catalog: Sequence[str | Path] = ()) -> Validation:
+    """Every row of a measurement CSV predicted with ``preset`` (adjusted by a ``calibration``
+    profile file if given): each row's predicted TPOT and TTFT and the error statistics, as
+    ``fleetplan validate`` computes them (``catalog``: extra catalog files)."""
+    import argparse
+
+    from fleetplan.fidelity import validation_document
+    from fleetplan.models.presets import PRESETS
+
+    args = argparse.Namespace(file=str(measurements), preset=_choice("preset", preset, list(PRESETS)),
+                              calibration=None if calibration is None else str(calibration),
+                              catalog=[str(c) for c in catalog])
+    return Validation(_dumps(validation_document(args)))

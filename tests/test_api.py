@@ -220,3 +220,13 @@ def test_an_estimate_is_the_command_s_json(capsys):
         fleetplan.estimate("llama-3.1-70b", "h100-sxm", batch=0, input_tokens=1, output_tokens=1)
     with pytest.raises(fleetplan.InputError, match=r"^precision: 'fp9' is not one of"):
         fleetplan.estimate("llama-3.1-70b", "h100-sxm", precision="fp9", input_tokens=1, output_tokens=1)
+
+
+def test_validate_is_the_command_s_json(capsys):
+    data = ROOT / "benchmarks" / "data" / "public-measurements.csv"
+    v = fleetplan.validate(data)
+    assert v.to_json() == cli_json(capsys, "validate", str(data), "--json")
+    d = v.to_dict()
+    assert d["file"] == "public-measurements.csv" and d["preset"] == "default" and len(d["rows"]) > 30
+    with pytest.raises(fleetplan.InputError, match=r"^preset: 'sed' is not one of .*nearest valid choice: seed"):
+        fleetplan.validate(data, preset="sed")
