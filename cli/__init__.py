@@ -19,22 +19,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names as a type checker sees them; at run time they load on first use
-    from fleetplan.api import (
-        Breakeven,
-        Estimate,
-        Plan,
-        Simulation,
-        SweepTable,
-        Validation,
-        breakeven,
-        estimate,
-        load_catalog,
-        load_scenario,
-        plan,
-        simulate,
-        sweep,
-        validate,
-    )
+    from fleetplan.api import Breakeven, Estimate, Plan, Simulation, SweepTable, Validation, breakeven, estimate
+    from fleetplan.api import load_catalog, load_scenario, plan, simulate, sweep, validate
     from fleetplan.catalogs.loader import Catalog, InputError
     from fleetplan.optimizer.scenario import Scenario
 
