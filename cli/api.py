@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
-from fleetplan.catalogs.fields import SEED, SWEEP_SAMPLES
+from fleetplan.catalogs.fields import ARRIVAL_SCV, SEED, SWEEP_SAMPLES
 from fleetplan.catalogs.loader import Catalog, InputError
 from fleetplan.optimizer.scenario import Scenario
 from fleetplan.optimizer.solvers import SOLVERS
@@ -232,13 +232,15 @@ def simulate(plan: Plan | Mapping[str, Any], *, catalog: CatalogLike = None, hou
     from fleetplan.optimizer.trace import read_trace
     from fleetplan.simulate_command import HOUR, REQUESTS
 
-    doc = plan.to_dict() if isinstance(plan, Plan) else json.loads(_dumps(dict(plan)))
+    doc = plan.to_dict() if isinstance(plan, Plan) else _plan_document(plan)
     cat = _catalog(catalog)
     doc = validate_plan(doc, "plan", cat)
     if trace is not None and arrival_scv is not None:
         raise InputError("arrival_scv: a trace brings its own arrivals; give trace or arrival_scv, not both")
     hour = None if hour is None else _in_range(HOUR, hour, "hour")
     requests = DEFAULT_REQUESTS if requests is None else _in_range(REQUESTS, requests, "requests")
+    if arrival_scv is not None:
+        arrival_scv = _number(ARRIVAL_SCV, arrival_scv, "arrival_scv")
     settings = Settings(hour=hour, requests=requests, seed=_in_range(SEED, seed, "seed"),
                         trace=None if trace is None else read_trace(trace), arrival_scv=arrival_scv)
     preset = _preset(doc.get("preset") or "default", doc.get("calibration"))
@@ -247,6 +249,23 @@ def simulate(plan: Plan | Mapping[str, Any], *, catalog: CatalogLike = None, hou
 
         preset = get_preset(doc.get("preset") or "default")
     return Simulation(_dumps(simulate_plan(doc, cat, preset, settings)))
+
+
+def _plan_document(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a plan's JSON document, as strict JSON holds it (a non-finite number is refused)."""
+    try:
+        doc: dict[str, Any] = json.loads(_dumps(dict(plan)))
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"plan: not a plan's JSON document ({exc})") from None
+    return doc
+
+
+def _number(r: Any, value: Any, field: str) -> float:
+    """``value`` as a number within the range ``r``, else one line naming ``field`` and the range."""
+    try:
+        return float(r.check(value, field))
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
 
 
 def _in_range(r: Any, value: Any, field: str) -> int:

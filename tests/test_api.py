@@ -230,3 +230,13 @@ def test_validate_is_the_command_s_json(capsys):
     assert d["file"] == "public-measurements.csv" and d["preset"] == "default" and len(d["rows"]) > 30
     with pytest.raises(fleetplan.InputError, match=r"^preset: 'sed' is not one of .*nearest valid choice: seed"):
         fleetplan.validate(data, preset="sed")
+
+
+def test_simulate_refuses_a_document_json_cannot_hold_and_a_bad_number():
+    p = fleetplan.plan(SEED, alternatives="none")
+    with pytest.raises(fleetplan.InputError, match=r"^plan: not a plan's JSON document"):
+        fleetplan.simulate({**p.to_dict(), "monthly_cost_usd": float("nan")})
+    with pytest.raises(fleetplan.InputError, match=r"^arrival_scv: must be"):
+        fleetplan.simulate(p, arrival_scv=-1)
+    with pytest.raises(fleetplan.InputError, match=r"^requests: must be"):
+        fleetplan.simulate(p, requests=0)
