@@ -60,16 +60,23 @@ def _benchmark_prediction(catalog: Any, preset: Any, args: argparse.Namespace) -
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
+    """Roofline breakdown of one configuration (:func:`estimate_document`), as a table or JSON."""
+    from fleetplan.report import print_estimate
+
+    return emit(estimate_document(args), args.json, print_estimate)
+
+
+def estimate_document(args: argparse.Namespace) -> dict[str, Any]:
     """Roofline breakdown of one configuration, every field through its layout as the planner
     computes it: the decode step and the colocated step and TTFT on the whole replica (each
     attention rank with its share of the batch and of the prefill), the prefill service time on
-    ``tp x pp`` GPUs as a prefill pool of that layout runs it (pools have no attention ranks)."""
+    ``tp x pp`` GPUs as a prefill pool of that layout runs it (pools have no attention ranks).
+    The command and :func:`fleetplan.api.estimate` both print this document."""
     from fleetplan.catalogs import load_catalog
     from fleetplan.catalogs.loader import InputError
     from fleetplan.models.layout import Layout, layout_problem, memory_per_gpu_bytes
     from fleetplan.models.prefill import prefill_flops
     from fleetplan.models.roofline import decode_step
-    from fleetplan.report import print_estimate
     from fleetplan.models.ttft import colocated_configuration_ttft_s, prefill_service_s
 
     catalog = load_catalog(args.catalog)
@@ -107,7 +114,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     d["colocated_step_time_ms"] = mixed.step_time_s * 1e3
     d["ttft_ms"] = ttft * 1e3
     d.update(_benchmark_prediction(catalog, preset, args))
-    return emit(d, args.json, print_estimate)
+    return d
 
 
 # ---------------------------------------------------------------- plan
@@ -407,9 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     from fleetplan.fidelity import register
     from fleetplan.report_command import register as register_report
-    from fleetplan.sweep import register as register_sweep
+    from fleetplan.sweep_command import register as register_sweep
     from fleetplan.deploy import register as register_deploy
-    from fleetplan.simulate import register as register_simulate
+    from fleetplan.simulate_command import register as register_simulate
     from fleetplan.trace import register as register_trace
 
     p = Parser(prog="fleetplan", description="Cheapest GPU fleet for LLM inference, as a mixed-integer program.")

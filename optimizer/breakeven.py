@@ -217,19 +217,25 @@ def _crossing(points: list[BreakevenPoint], field: str) -> float | None:
 
 
 def plot(result: BreakevenResult, path: Path, title: str) -> None:
-    """Write the three cost curves (costs rounded to cents, as in the JSON) to ``path``, a PNG or
-    SVG file by its extension (:data:`PLOT_SUFFIXES`), atomically."""
-    import io
-
-    import matplotlib
+    """Write the three cost curves (:func:`plot_bytes`) to ``path``, a PNG or SVG file by its
+    extension (:data:`PLOT_SUFFIXES`), atomically: the one write of this module, asked for by path."""
     from fleetplan.catalogs.files import write_atomically
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    write_atomically(path, plot_bytes(result, title, path.suffix.lower().lstrip(".") or "png"))
+
+
+def plot_bytes(result: BreakevenResult, title: str, fmt: str = "png") -> bytes:
+    """The three cost curves (costs rounded to cents, as in the JSON) as a ``fmt`` image (``png``
+    or ``svg``). Drawn on a :class:`matplotlib.figure.Figure` of its own: no pyplot, so neither
+    matplotlib's backend nor its list of open figures changes (a notebook keeps its own)."""
+    import io
+
+    from matplotlib.figure import Figure
 
     pts = [p.as_dict() for p in result.points]
     xs = [p["scale"] for p in pts]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.subplots()
     ax.plot(xs, [p["all_api_usd"] for p in pts], marker="o", label="all API")
     ax.plot(xs, [p["self_host_usd"] if p["self_host_usd"] is not None else float("nan") for p in pts], marker="s",
             label="self-host only")
@@ -244,6 +250,5 @@ def plot(result: BreakevenResult, path: Path, title: str) -> None:
     ax.legend()
     fig.tight_layout()
     buf = io.BytesIO()
-    fig.savefig(buf, format=path.suffix.lower().lstrip(".") or "png")
-    plt.close(fig)
-    write_atomically(path, buf.getvalue())
+    fig.savefig(buf, format=fmt)
+    return buf.getvalue()

@@ -400,11 +400,32 @@ def _inline_histograms(raw: dict[str, Any], folder: Path) -> dict[str, Any]:
     return {**raw, "products": out}
 
 
-def parse_scenario(raw: Any, where: str, folder: Path | None = None) -> Scenario:
-    """Validate a parsed YAML document as a scenario; errors name ``where`` and the field. A
-    product's ``requests:`` CSV path is read relative to ``folder`` (the current one by default)."""
+def parse_scenario(raw: Any, where: str, folder: Path | str | None = None) -> Scenario:
+    """Validate a parsed YAML document (or the same as a dict) as a complete scenario; errors
+    name ``where`` and the field.
+
+    The one path from a document to a scenario the planner can take: a product's ``requests:``
+    CSV path is read and its ``trace:`` resolved (peak, mean lengths and size mix,
+    :func:`fleetplan.optimizer.trace.resolve_traces`), both relative to ``folder`` (the current
+    one by default). :func:`load_scenario` and :func:`scenario_from` go through it, so no
+    scenario reaches the planner with a trace left unread."""
+    base = Path(".") if folder is None else Path(folder)
+    return _completed(_validated(raw, where, base), base)
+
+
+def _completed(scenario: Scenario, folder: Path) -> Scenario:
+    """``scenario`` with every product's trace read (relative to ``folder``) into the fields it
+    leaves out; unchanged without a trace, and for a scenario already completed."""
+    from fleetplan.optimizer.trace import resolve_traces  # trace builds RequestBucket, defined here
+
+    return resolve_traces(scenario, folder)
+
+
+def _validated(raw: Any, where: str, folder: Path) -> Scenario:
+    """``raw`` validated as a :class:`Scenario`, request histograms read relative to ``folder``;
+    a validation error becomes one :class:`ScenarioError` line naming the product by name."""
     if isinstance(raw, dict):
-        raw = _inline_histograms(raw, folder or Path("."))
+        raw = _inline_histograms(raw, folder)
     if not isinstance(raw, dict):
         raise ScenarioError(f"{where}: a scenario must be a mapping with 'products' (and optional 'preset', 'options')")
     if raw and "products" not in raw and set(raw) <= set(CATALOG_SECTIONS):
@@ -429,15 +450,31 @@ def load_scenario(path: Path | str) -> tuple[Scenario, Path]:
     p = Path(path)
     text = read_text(p, "scenario file", ScenarioError)
     raw = parse_yaml(text, p, ScenarioError)
-    if isinstance(raw, dict):
-        raw = _inline_histograms(raw, p.parent)
     try:
-        scenario = parse_scenario(raw, str(p), p.parent)
+        return parse_scenario(raw, str(p), p.parent), p.parent
     except ScenarioError as exc:
+        if isinstance(raw, dict):
+            raw = _inline_histograms(raw, p.parent)
         raise ScenarioError(at_line(str(exc), str(p), _error_line(raw, text))) from None
-    from fleetplan.optimizer.trace import resolve_traces
 
-    return resolve_traces(scenario, p.parent), p.parent
+
+def scenario_from(source: Scenario | dict[str, Any] | Path | str, folder: Path | str | None = None,
+                  where: str = "scenario") -> tuple[Scenario, Path]:
+    """A complete scenario and the folder its relative paths are read from, from any of the forms
+    a caller holds: a file path (its folder unless ``folder`` is given), a parsed document as a
+    dict, or a :class:`Scenario` (both relative to ``folder``, the current one by default).
+
+    A :class:`Scenario` built directly (``Scenario(...)`` or ``Scenario.model_validate``) has had
+    no trace read: it is completed here too (a no-op for one already complete)."""
+    if isinstance(source, (str, Path)):
+        scenario, own = load_scenario(source)
+        return scenario, (own if folder is None else Path(folder))
+    base = Path(".") if folder is None else Path(folder)
+    if isinstance(source, Scenario):
+        return _completed(source, base), base
+    if not isinstance(source, dict):
+        raise ScenarioError(f"{where}: a path, a dict or a Scenario, not {type(source).__name__}")
+    return parse_scenario(source, where, base), base
 
 
 def _error_line(raw: Any, text: str) -> int | None:

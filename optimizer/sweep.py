@@ -193,7 +193,7 @@ def check_axes(sweep: Sweep, axes: list[Axis]) -> None:
     """Every axis's path names a field of the scenario (raises naming the nearest valid one)."""
     from fleetplan.optimizer.whatif import check_path
 
-    scenario = _loaded(sweep)[0]
+    scenario, folder = _loaded(sweep)[:2]
     seen: set[str] = set()
     for a in axes:
         check_path(scenario, a.path)
@@ -207,13 +207,13 @@ def check_points(sweep: Sweep, points: list[dict[str, Any]]) -> None:
     field and the range), before any point is planned."""
     from fleetplan.optimizer.whatif import apply_edits
 
-    scenario = _loaded(sweep)[0]
+    scenario, folder = _loaded(sweep)[:2]
     seen: set[tuple[Any, ...]] = set()
     for p in points:
         key = tuple(sorted(p.items()))
         if key not in seen:  # draws and grids repeat values; each distinct point is checked once
             seen.add(key)
-            apply_edits(scenario, p)
+            apply_edits(scenario, p, folder=folder)
 
 
 def plan_point(task: tuple[Sweep, int, dict[str, Any]]) -> dict[str, Any]:
@@ -228,7 +228,7 @@ def plan_point(task: tuple[Sweep, int, dict[str, Any]]) -> dict[str, Any]:
     scenario, folder, catalog, preset = _loaded(sweep)
     row: dict[str, Any] = {"point": index, **values}
     try:
-        plan = make_plan(apply_edits(scenario, values), catalog, sweep.solver, False, preset, folder,  # type: ignore[arg-type]
+        plan = make_plan(apply_edits(scenario, values, folder=folder), catalog, sweep.solver, False, preset, folder,  # type: ignore[arg-type]
                          compare_first_come=False)
     except (InputError, SolverError) as exc:
         status = "infeasible" if "infeasible" in str(exc) else "error"
