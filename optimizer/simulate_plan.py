@@ -122,11 +122,14 @@ def step_model(llm: Any, gpu: Any, preset: Any, pd: dict[str, Any]) -> StepTime:
     scale = pd["step_time_ms"] / 1e3 / full if pd.get("step_time_ms") else 1.0
     memo: dict[tuple[int, int, int], float] = {}
 
+    log2 = math.log2
+
     def step(b: int, context: float, prefill: int) -> float:
-        key = (b, round(8 * math.log2(max(context, 1.0))), -(-prefill // 64))
-        if key not in memo:
-            memo[key] = raw(b, 2 ** (key[1] / 8) if b else 1.0, key[2] * 64) * scale
-        return memo[key]
+        key = (b, round(8 * log2(context if context > 1.0 else 1.0)), -(-prefill // 64))
+        seconds = memo.get(key)
+        if seconds is None:
+            seconds = memo[key] = raw(b, 2 ** (key[1] / 8) if b else 1.0, key[2] * 64) * scale
+        return seconds
 
     return step
 
