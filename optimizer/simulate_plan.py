@@ -216,8 +216,10 @@ def analytic_pool_ttft_ms(pd: dict[str, Any], catalog: Any, preset: Any, load: H
 
 
 def _run(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad, reqs: Requests, settings: Settings,
-         on_progress: Any) -> tuple[Any, float]:
-    """One configuration's replicas (``pd``: its fields, ``load.replicas`` of them) serving ``reqs``."""
+         on_progress: Any, product_requests: int | None = None) -> tuple[Any, float]:
+    """One configuration's replicas (``pd``: its fields, ``load.replicas`` of them) serving ``reqs``,
+    part of the product's ``product_requests`` (None: all of them; what a TTFT percentile allows
+    to be late counts over the product's requests, not the configuration's share)."""
     llm, gpu = catalog.model(pd["model"], "model"), catalog.gpu(pd["gpu"], "gpu")
     prefill = pd.get("prefill") or {}
     pooled = prefill.get("mode") == "pool"
@@ -225,7 +227,7 @@ def _run(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad, reqs: Re
     fleet = Fleet(replicas=max(load.replicas, 1), batch=pd["batch"], step_s=step_model(llm, gpu, preset, pd),
                   chunk_tokens=_chunk_tokens(preset), prefill_on_decode=not pooled, uncached_share=1.0 - hit)
     ready = _pool_ready_s(llm, catalog, preset, pd, load, reqs) if pooled else reqs.arrival_s
-    stop = _certain_miss(reqs, _ttft_targets_ms(pd)) if settings.give_up else None
+    stop = _certain_miss(reqs, _ttft_targets_ms(pd), product_requests) if settings.give_up else None
     if pooled and stop is not None and stop(math.inf, Timings(ready, ready)):
         return Timings(np.full(reqs.count, np.nan), np.full(reqs.count, np.nan)), 0.0
     timings, busy = decode_fleet(reqs, ready, fleet, load.qps, settings.seed, pd["step_time_ms"] / 1e3, on_progress,
@@ -235,13 +237,15 @@ def _run(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad, reqs: Re
     return timings, busy
 
 
-def _certain_miss(reqs: Requests, targets_ms: dict[str, float]) -> Any:
+def _certain_miss(reqs: Requests, targets_ms: dict[str, float], product_requests: int | None = None) -> Any:
     """``stop(now, timings)``: true once more requests than a TTFT target's percentile allows
-    have had no first token for longer than its budget (served late, or still waiting at
-    ``now``): the run must miss that target whatever happens after."""
+    (of ``product_requests``, the product's requests ``reqs`` are part of; None: ``reqs`` are
+    all) have had no first token for longer than its budget (served late, or still waiting at
+    ``now``): the product's run must miss that target whatever happens after."""
     from fleetplan.optimizer.scenario import PERCENTILES
 
-    limits = [(v / 1e3, math.floor((1.0 - PERCENTILES[k]) * reqs.count)) for k, v in targets_ms.items()]
+    count = reqs.count if product_requests is None else product_requests
+    limits = [(v / 1e3, math.floor((1.0 - PERCENTILES[k]) * count)) for k, v in targets_ms.items()]
 
     def stop(now: float, timings: Any) -> bool:
         for budget, allowed in limits:
@@ -324,7 +328,7 @@ def _run_mix(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad, reqs
         fields = {**pd, **conf, "prefill": prefill, "input_tokens": max(1, round(float(np.mean(sub.input_tokens)))),
                   "output_tokens": max(1, round(float(np.mean(sub.output_tokens))))}
         part = replace(load, replicas=replicas, qps=load.qps * idx.size / reqs.count)
-        t, b = _run(fields, catalog, preset, part, sub, settings, on_progress)
+        t, b = _run(fields, catalog, preset, part, sub, settings, on_progress, reqs.count)
         out.first_s[idx], out.last_s[idx] = t.first_s, t.last_s
         busy, weight = busy + b * replicas, weight + replicas
     return out, busy / weight if weight else 0.0
