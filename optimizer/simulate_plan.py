@@ -16,7 +16,7 @@ them are simulated (the first). Targets: a ``max_ttft_ms`` number is checked as 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -47,6 +47,9 @@ class Settings:
     trace: Trace | None = None
     arrival_scv: float | None = None  # of drawn arrivals; None: the product's stated arrival_scv, else 1 (Poisson)
     give_up: bool = False  # stop a run once it must miss a TTFT target (a search's verdict, not its figures)
+    # step-time models kept across runs that share this dict (a search replaying one plan at
+    # several replica counts computes each step time once); None: each run its own
+    step_times: dict[tuple[Any, ...], StepTime] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,20 @@ def step_model(llm: Any, gpu: Any, preset: Any, pd: dict[str, Any]) -> StepTime:
         return seconds
 
     return step
+
+
+def _kept_step_model(llm: Any, gpu: Any, preset: Any, pd: dict[str, Any], settings: Settings) -> StepTime:
+    """:func:`step_model`, taken from ``settings.step_times`` when a run sharing it built it for
+    the same configuration (every field :func:`step_model` reads)."""
+    if settings.step_times is None:
+        return step_model(llm, gpu, preset, pd)
+    prefill = pd.get("prefill") or {}
+    key = (pd["model"], pd["gpu"], preset, prefill.get("mode"), prefill.get("prefix_cache_hit_rate"),
+           *(pd.get(k) for k in ("tp", "pp", "ep", "dp_attention", "precision", "kv_precision", "batch", "step_time_ms",
+                                 "input_tokens", "output_tokens", "step_input_tokens", "step_output_tokens")))
+    if key not in settings.step_times:
+        settings.step_times[key] = step_model(llm, gpu, preset, pd)
+    return settings.step_times[key]
 
 
 def _trace_hour(trace: Trace, hour: int, hours: int) -> np.ndarray:
@@ -224,7 +241,7 @@ def _run(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad, reqs: Re
     prefill = pd.get("prefill") or {}
     pooled = prefill.get("mode") == "pool"
     hit = prefill.get("prefix_cache_hit_rate") or 0.0
-    fleet = Fleet(replicas=max(load.replicas, 1), batch=pd["batch"], step_s=step_model(llm, gpu, preset, pd),
+    fleet = Fleet(replicas=max(load.replicas, 1), batch=pd["batch"], step_s=_kept_step_model(llm, gpu, preset, pd, settings),
                   chunk_tokens=_chunk_tokens(preset), prefill_on_decode=not pooled, uncached_share=1.0 - hit)
     ready = _pool_ready_s(llm, catalog, preset, pd, load, reqs) if pooled else reqs.arrival_s
     stop = _certain_miss(reqs, _ttft_targets_ms(pd), product_requests) if settings.give_up else None

@@ -103,7 +103,8 @@ def _replay_source(product: Product, folder: Path) -> dict[str, Any]:
 
     fields = trace_fields(product, folder)
     peak = max(range(len(fields["profile"])), key=lambda h: (fields["profile"][h], -h))
-    arrivals = {"arrivals": fields["arrivals"][peak]}
+    # the step times every replay of the product shares (rounds and searches replay the same configurations)
+    arrivals = {"arrivals": fields["arrivals"][peak], "step_times": {}}
     if product.peak_qps is not None and not math.isclose(product.peak_qps, fields["peak_qps"], rel_tol=1e-9):
         return {"trace": None, "arrival_scv": fields["arrival_scv"], **arrivals,
                 "method": f"replay of {REPLAY_REQUESTS:,} arrivals drawn at the trace's inter-arrival SCV "
@@ -116,7 +117,7 @@ def _replay_source(product: Product, folder: Path) -> dict[str, Any]:
 def _settings(source: dict[str, Any]) -> Settings:
     """The simulator's settings for a product's replay."""
     return Settings(hour=None, requests=REPLAY_REQUESTS, seed=SEED, trace=source["trace"],
-                    arrival_scv=source["arrival_scv"])
+                    arrival_scv=source["arrival_scv"], step_times=source["step_times"])
 
 
 def _product(doc: dict[str, Any], name: str) -> dict[str, Any] | None:
