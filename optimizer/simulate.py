@@ -227,7 +227,10 @@ def _coast(r: Replica, fleet: Fleet, now: float, plan: StepPlan, before: float) 
     if prefill or decoding != len(active):
         return now, plan
     room = min(seq[4] - seq[2] for seq in active)  # steps until the first sequence ends (it ends in its own event)
-    step_s, batch = fleet.step_s, fleet.batch
+    # whole prompt sizes (not a warm start's mean) sum exactly, so a step's context is the last
+    # one's plus a token per sequence, and the tokens are added when the run ends
+    whole = all(type(seq[3]) is int for seq in active)
+    step_s, batch, steps = fleet.step_s, fleet.batch, 0
     while room > 1:
         dt = step_s(decoding, context / decoding, 0)
         end = now + dt
@@ -235,11 +238,18 @@ def _coast(r: Replica, fleet: Fleet, now: float, plan: StepPlan, before: float) 
             break
         r.busy_s += dt
         r.occupancy_s += dt * decoding / batch
-        context = 0.0
-        for seq in active:
-            seq[2] += 1
-            context += seq[3] + seq[2]
+        if whole:
+            context += decoding
+            steps += 1
+        else:
+            context = 0.0
+            for seq in active:
+                seq[2] += 1
+                context += seq[3] + seq[2]
         now, room = end, room - 1
+    if steps:
+        for seq in active:
+            seq[2] += steps
     return now, (decoding, context, 0, chunks)
 
 
