@@ -249,3 +249,25 @@ def test_the_event_loop_gives_the_timings_of_one_event_per_step(prefill_on_decod
     assert np.isfinite(got.last_s).all()
     assert np.array_equal(got.first_s, want.first_s, equal_nan=True) and np.array_equal(got.last_s, want.last_s)
     assert busy == want_busy and 0.0 < busy < 1.0
+
+
+@pytest.mark.parametrize("needed, replays", [(2, 1), (3, 2), (4, 3), (6, 5)])
+def test_the_replica_search_finds_the_fewest_replicas_replaying_each_count_once(monkeypatch, needed, replays):
+    """A plan of one replica whose replay meets from ``needed`` replicas: the search's scale gives
+    exactly ``needed``, with ``replays`` replays (none of counts already known or implied)."""
+    import math
+
+    from fleetplan.optimizer import verify
+    from fleetplan.optimizer.simulate_plan import Settings
+
+    seen: list[int] = []
+
+    def replay(pd, catalog, preset, hours, settings):
+        seen.append(pd["replicas"])
+        return {"meets_targets": pd["replicas"] >= needed}
+
+    monkeypatch.setattr(verify, "simulate_product", replay)
+    pd = {"name": "p", "replicas": 1, "demand_tokens_per_s": 100.0, "output_tokens": 100}
+    scale = verify.needed_scale(pd, None, None, 1, Settings())
+    assert math.ceil(scale - 1e-9) == needed
+    assert len(seen) == len(set(seen)) == replays
