@@ -34,6 +34,10 @@ from fleetplan.optimizer.trace import Trace
 
 # events between progress calls (and early-stop checks)
 PROGRESS_EVENTS = 4096
+# arrivals between early-stop checks as well: a batch that only decodes runs its steps without
+# events, so step events alone can leave a run that must miss going for a long stretch; a check
+# scans every request (tens of microseconds at 20,000), so at most a hundred or so a run
+STOP_ARRIVALS = 256
 StepTime = Callable[[int, float, int], float]  # (decoding sequences, their mean context tokens, prefill tokens) -> s
 
 
@@ -150,6 +154,8 @@ def decode_fleet(reqs: Requests, ready_s: np.ndarray, fleet: Fleet, rate_per_s: 
             end = now
         if kind == 0:
             arrived += 1
+            if stop is not None and arrived % STOP_ARRIVALS == 0 and stop(now, out):
+                break
             k = min(range(len(replicas)), key=lambda j: (replicas[j].load, j))
             replicas[k].waiting.append(idx)
             if not replicas[k].running:
