@@ -19,7 +19,10 @@ TTFT 2,000 ms, the whole catalog) on generated one-hour traces at 2.6 requests/s
 plan's configurations whose replay still meets the targets (one replica fewer at a time, of any
 configuration or the pool, while the replay meets), with the verified plan's cost over it.
 
-    python benchmarks/bench_verify.py [--grid] [--plans] [--requests 40000]
+The seconds are the median of ``--runs`` runs (3 by default), unverified and verified in turn, so
+both see the same load.
+
+    python benchmarks/bench_verify.py [--grid] [--plans] [--requests 40000] [--runs 3]
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -153,7 +157,7 @@ def cheapest_counts(pd: dict[str, Any], catalog: Any, preset: Any, settings: Set
             return sum(n * p for n, (_, _, p) in zip(counts, parts)), counts
 
 
-def plans() -> None:
+def plans(runs: int = 3) -> None:
     """Part 2: verified plans on generated traces and the shipped example, against the cheapest counts."""
     catalog = load_catalog([])
     cases: list[tuple[str, Path, Path | None]] = []
@@ -171,18 +175,18 @@ def plans() -> None:
                              encoding="utf-8")
         cases.append(("1 h at 2.6/s, SCV 170, chunked prefill, mean sizes", colocated, folder / "scv170.csv"))
         cases.append(("examples/chat-trace.yaml", ROOT / "examples" / "chat-trace.yaml", None))
-        print("| trace | unverified s | verified s | rounds | P99 TTFT ms (target 2,000) | median TPOT ms | "
+        print("| trace | unverified s | verified s | verified / unverified | rounds | P99 TTFT ms (target 2,000) | median TPOT ms | "
               "verified $/month | cheapest replay-feasible $/month | ratio | unverified $/month, its replay |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for label, scenario, trace in cases:
-            _plan_row(label, scenario, trace, folder, catalog)
+            _plan_row(label, scenario, trace, folder, catalog, runs)
 
 
-def _plan_row(label: str, scenario: Path, trace: Path | None, folder: Path, catalog: Any) -> None:
+def _plan_row(label: str, scenario: Path, trace: Path | None, folder: Path, catalog: Any, runs: int) -> None:
     """One row of part 2."""
     unverified, verified = folder / "u.json", folder / "v.json"
-    t_u = _plan(scenario, unverified, "--no-verify")
-    t_v = _plan(scenario, verified)
+    times = [(_plan(scenario, unverified, "--no-verify"), _plan(scenario, verified)) for _ in range(runs)]
+    t_u, t_v = (statistics.median(t[k] for t in times) for k in (0, 1))
     u, v = (json.loads(p.read_text(encoding="utf-8")) for p in (unverified, verified))
     preset = resolve_preset(v.get("preset") or "default", v.get("calibration"))
     check = v["verification"]
@@ -198,7 +202,7 @@ def _plan_row(label: str, scenario: Path, trace: Path | None, folder: Path, cata
         cheap = f"{cheapest:,.0f} | {pd['monthly_cost_usd'] / cheapest:.2f}"
     else:
         cheap = "- | - (a multi-hour plan: its peak hour only is replayed)"
-    print(f"| {label} | {t_u:.1f} | {t_v:.1f} | {check['rounds']} | {check['ttft_ms']['p99']:,} | "
+    print(f"| {label} | {t_u:.1f} | {t_v:.1f} | {t_v / t_u:.2f} | {check['rounds']} | {check['ttft_ms']['p99']:,} | "
           f"{check['tpot_ms']['p50']} | {pd['monthly_cost_usd']:,.0f} | {cheap} | "
           f"{u['monthly_cost_usd']:,.0f}, P99 {replay_u['ttft_ms']['p99']:,} ms, "
           f"{'meets' if replay_u['meets_targets'] else 'misses'} |")
@@ -210,12 +214,13 @@ def main() -> None:
     ap.add_argument("--grid", action="store_true", help="the queueing model against the simulated pool")
     ap.add_argument("--plans", action="store_true", help="verified plans against the cheapest replay-feasible counts")
     ap.add_argument("--requests", type=int, default=40_000, help="requests per grid case (default 40000)")
+    ap.add_argument("--runs", type=int, default=3, help="plans of each case timed, the median kept (default 3)")
     args = ap.parse_args()
     both = not args.grid and not args.plans
     if args.grid or both:
         grid(args.requests)
     if args.plans or both:
-        plans()
+        plans(args.runs)
 
 
 if __name__ == "__main__":

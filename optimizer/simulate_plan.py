@@ -16,7 +16,7 @@ them are simulated (the first). Targets: a ``max_ttft_ms`` number is checked as 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -47,6 +47,9 @@ class Settings:
     trace: Trace | None = None
     arrival_scv: float | None = None  # of drawn arrivals; None: the product's stated arrival_scv, else 1 (Poisson)
     give_up: bool = False  # stop a run once it must miss a TTFT target (a search's verdict, not its figures)
+    # step-time models kept across runs that share this dict (a search replaying one plan at
+    # several replica counts computes each step time once); None: each run its own
+    step_times: dict[tuple[Any, ...], StepTime] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -122,13 +125,30 @@ def step_model(llm: Any, gpu: Any, preset: Any, pd: dict[str, Any]) -> StepTime:
     scale = pd["step_time_ms"] / 1e3 / full if pd.get("step_time_ms") else 1.0
     memo: dict[tuple[int, int, int], float] = {}
 
+    log2 = math.log2
+
     def step(b: int, context: float, prefill: int) -> float:
-        key = (b, round(8 * math.log2(max(context, 1.0))), -(-prefill // 64))
-        if key not in memo:
-            memo[key] = raw(b, 2 ** (key[1] / 8) if b else 1.0, key[2] * 64) * scale
-        return memo[key]
+        key = (b, round(8 * log2(context if context > 1.0 else 1.0)), -(-prefill // 64))
+        seconds = memo.get(key)
+        if seconds is None:
+            seconds = memo[key] = raw(b, 2 ** (key[1] / 8) if b else 1.0, key[2] * 64) * scale
+        return seconds
 
     return step
+
+
+def _kept_step_model(llm: Any, gpu: Any, preset: Any, pd: dict[str, Any], settings: Settings) -> StepTime:
+    """:func:`step_model`, taken from ``settings.step_times`` when a run sharing it built it for
+    the same configuration (every field :func:`step_model` reads)."""
+    if settings.step_times is None:
+        return step_model(llm, gpu, preset, pd)
+    prefill = pd.get("prefill") or {}
+    key = (pd["model"], pd["gpu"], preset, prefill.get("mode"), prefill.get("prefix_cache_hit_rate"),
+           *(pd.get(k) for k in ("tp", "pp", "ep", "dp_attention", "precision", "kv_precision", "batch", "step_time_ms",
+                                 "input_tokens", "output_tokens", "step_input_tokens", "step_output_tokens")))
+    if key not in settings.step_times:
+        settings.step_times[key] = step_model(llm, gpu, preset, pd)
+    return settings.step_times[key]
 
 
 def _trace_hour(trace: Trace, hour: int, hours: int) -> np.ndarray:
@@ -213,16 +233,18 @@ def analytic_pool_ttft_ms(pd: dict[str, Any], catalog: Any, preset: Any, load: H
 
 
 def _run(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad, reqs: Requests, settings: Settings,
-         on_progress: Any) -> tuple[Any, float]:
-    """One configuration's replicas (``pd``: its fields, ``load.replicas`` of them) serving ``reqs``."""
+         on_progress: Any, product_requests: int | None = None) -> tuple[Any, float]:
+    """One configuration's replicas (``pd``: its fields, ``load.replicas`` of them) serving ``reqs``,
+    part of the product's ``product_requests`` (None: all of them; what a TTFT percentile allows
+    to be late counts over the product's requests, not the configuration's share)."""
     llm, gpu = catalog.model(pd["model"], "model"), catalog.gpu(pd["gpu"], "gpu")
     prefill = pd.get("prefill") or {}
     pooled = prefill.get("mode") == "pool"
     hit = prefill.get("prefix_cache_hit_rate") or 0.0
-    fleet = Fleet(replicas=max(load.replicas, 1), batch=pd["batch"], step_s=step_model(llm, gpu, preset, pd),
+    fleet = Fleet(replicas=max(load.replicas, 1), batch=pd["batch"], step_s=_kept_step_model(llm, gpu, preset, pd, settings),
                   chunk_tokens=_chunk_tokens(preset), prefill_on_decode=not pooled, uncached_share=1.0 - hit)
     ready = _pool_ready_s(llm, catalog, preset, pd, load, reqs) if pooled else reqs.arrival_s
-    stop = _certain_miss(reqs, _ttft_targets_ms(pd)) if settings.give_up else None
+    stop = _certain_miss(reqs, _ttft_targets_ms(pd), product_requests) if settings.give_up else None
     if pooled and stop is not None and stop(math.inf, Timings(ready, ready)):
         return Timings(np.full(reqs.count, np.nan), np.full(reqs.count, np.nan)), 0.0
     timings, busy = decode_fleet(reqs, ready, fleet, load.qps, settings.seed, pd["step_time_ms"] / 1e3, on_progress,
@@ -232,13 +254,15 @@ def _run(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad, reqs: Re
     return timings, busy
 
 
-def _certain_miss(reqs: Requests, targets_ms: dict[str, float]) -> Any:
+def _certain_miss(reqs: Requests, targets_ms: dict[str, float], product_requests: int | None = None) -> Any:
     """``stop(now, timings)``: true once more requests than a TTFT target's percentile allows
-    have had no first token for longer than its budget (served late, or still waiting at
-    ``now``): the run must miss that target whatever happens after."""
+    (of ``product_requests``, the product's requests ``reqs`` are part of; None: ``reqs`` are
+    all) have had no first token for longer than its budget (served late, or still waiting at
+    ``now``): the product's run must miss that target whatever happens after."""
     from fleetplan.optimizer.scenario import PERCENTILES
 
-    limits = [(v / 1e3, math.floor((1.0 - PERCENTILES[k]) * reqs.count)) for k, v in targets_ms.items()]
+    count = reqs.count if product_requests is None else product_requests
+    limits = [(v / 1e3, math.floor((1.0 - PERCENTILES[k]) * count)) for k, v in targets_ms.items()]
 
     def stop(now: float, timings: Any) -> bool:
         for budget, allowed in limits:
@@ -321,7 +345,7 @@ def _run_mix(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad, reqs
         fields = {**pd, **conf, "prefill": prefill, "input_tokens": max(1, round(float(np.mean(sub.input_tokens)))),
                   "output_tokens": max(1, round(float(np.mean(sub.output_tokens))))}
         part = replace(load, replicas=replicas, qps=load.qps * idx.size / reqs.count)
-        t, b = _run(fields, catalog, preset, part, sub, settings, on_progress)
+        t, b = _run(fields, catalog, preset, part, sub, settings, on_progress, reqs.count)
         out.first_s[idx], out.last_s[idx] = t.first_s, t.last_s
         busy, weight = busy + b * replicas, weight + replicas
     return out, busy / weight if weight else 0.0

@@ -75,15 +75,17 @@ def make_verified_plan(scenario: Scenario, catalog: Catalog, folder: Path, deadl
     while True:
         rounds += 1
         doc = plan_to_dict(plan)
-        rows = {name: _replay(doc, name, catalog, plan, source) for name, source in replays.items()}
+        rows = {name: _replay(doc, name, catalog, plan, source, give_up=True) for name, source in replays.items()}
         rows = {k: v for k, v in rows.items() if v is not None}
         missed = [k for k, v in rows.items() if not v["meets_targets"]]
         if not missed or rounds > MAX_ROUNDS or deadline.expired:
+            rows.update({k: _replay(doc, k, catalog, plan, replays[k]) for k in missed})  # a miss's figures in full
             break
         demand = _tightened(demand, doc, missed, rows, catalog, plan, replays, deadline)
         try:
             plan = make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **full)
         except (InfeasibleError, SolverError):
+            rows.update({k: _replay(doc, k, catalog, plan, replays[k]) for k in missed})
             break  # no fleet within the scenario's limits holds the capacity the replay needs
     plan.verification = verification(rows, rounds, replays)
     if missed:
@@ -103,7 +105,8 @@ def _replay_source(product: Product, folder: Path) -> dict[str, Any]:
 
     fields = trace_fields(product, folder)
     peak = max(range(len(fields["profile"])), key=lambda h: (fields["profile"][h], -h))
-    arrivals = {"arrivals": fields["arrivals"][peak]}
+    # the step times every replay of the product shares (rounds and searches replay the same configurations)
+    arrivals = {"arrivals": fields["arrivals"][peak], "step_times": {}}
     if product.peak_qps is not None and not math.isclose(product.peak_qps, fields["peak_qps"], rel_tol=1e-9):
         return {"trace": None, "arrival_scv": fields["arrival_scv"], **arrivals,
                 "method": f"replay of {REPLAY_REQUESTS:,} arrivals drawn at the trace's inter-arrival SCV "
@@ -116,7 +119,7 @@ def _replay_source(product: Product, folder: Path) -> dict[str, Any]:
 def _settings(source: dict[str, Any]) -> Settings:
     """The simulator's settings for a product's replay."""
     return Settings(hour=None, requests=REPLAY_REQUESTS, seed=SEED, trace=source["trace"],
-                    arrival_scv=source["arrival_scv"])
+                    arrival_scv=source["arrival_scv"], step_times=source["step_times"])
 
 
 def _product(doc: dict[str, Any], name: str) -> dict[str, Any] | None:
@@ -127,13 +130,15 @@ def _product(doc: dict[str, Any], name: str) -> dict[str, Any] | None:
     return row
 
 
-def _replay(doc: dict[str, Any], name: str, catalog: Catalog, plan: Plan, source: dict[str, Any]
-            ) -> dict[str, Any] | None:
-    """One product's replay at its peak hour (None when it runs nothing of its own to replay)."""
+def _replay(doc: dict[str, Any], name: str, catalog: Catalog, plan: Plan, source: dict[str, Any],
+            give_up: bool = False) -> dict[str, Any] | None:
+    """One product's replay at its peak hour (None when it runs nothing of its own to replay).
+    ``give_up``: a replay that must miss stops there (its verdict holds, its figures are partial;
+    one that meets runs to the end, the same figures as without)."""
     pd = _product(doc, name)
     if pd is None:
         return None
-    return simulate_product(pd, catalog, plan.preset, doc.get("hours") or 1, _settings(source))
+    return simulate_product(pd, catalog, plan.preset, doc.get("hours") or 1, replace(_settings(source), give_up=give_up))
 
 
 def _scaled(pd: dict[str, Any], hour: int, scale: float) -> dict[str, Any]:
@@ -170,27 +175,66 @@ def needed_scale(pd: dict[str, Any], catalog: Catalog, preset: Any, hours: int, 
                  deadline: Deadline | None = None) -> float:
     """Smallest scale of the hour's replica counts whose replay meets the targets: doubled from
     1 until a replay meets (at most :data:`MAX_SCALE`), then bisected
-    (:data:`SCALE_BISECTIONS` replays, or until two scales give the same counts)."""
+    (:data:`SCALE_BISECTIONS` replays, or until two scales give the same counts). Replays are
+    verdicts on replica counts (:class:`_Verdicts`): each counts replayed once, and none where
+    a replay of fewer replicas met or of more missed."""
     hour = hour_load(pd, settings.hour).hour
-    settings = replace(settings, give_up=True)
-
-    def meets(scale: float) -> bool:
-        return bool(simulate_product(_scaled(pd, hour, scale), catalog, preset, hours, settings)["meets_targets"])
+    verdicts = _Verdicts(pd, hour, catalog, preset, hours, replace(settings, give_up=True))
+    meets = verdicts.meets
 
     lo, hi = 1.0, 2.0
-    while not meets(hi):
+    while not (_meets_below(verdicts, lo, hi) or meets(hi)):
         lo, hi = hi, hi * 2.0
         if hi > MAX_SCALE or (deadline is not None and deadline.expired):
             return hi
     for _ in range(SCALE_BISECTIONS):
         mid = math.sqrt(lo * hi)
-        if _counts(_scaled(pd, hour, mid), hour) in (_counts(_scaled(pd, hour, lo), hour),
-                                                     _counts(_scaled(pd, hour, hi), hour)):
+        if verdicts.counts(mid) in (verdicts.counts(lo), verdicts.counts(hi)):
             break
         if deadline is not None and deadline.expired:
             break
         lo, hi = (lo, mid) if meets(mid) else (mid, hi)
     return hi
+
+
+def _meets_below(verdicts: _Verdicts, lo: float, hi: float) -> bool:
+    """Whether the bisection's first midpoint between ``lo`` (a miss above 1) and ``hi`` meets,
+    asked before ``hi`` itself: a meet there is a meet at ``hi`` (more replicas) without its
+    replay, and a miss there is the bisection's first step, which it would replay anyway."""
+    mid = math.sqrt(lo * hi)
+    if lo <= 1.0 or verdicts.counts(mid) in (verdicts.counts(lo), verdicts.counts(hi)):
+        return False
+    return verdicts.meets(mid)
+
+
+class _Verdicts:
+    """Whether the hour's replica counts scaled by a factor meet the targets on replay, replayed
+    only when no verdict already says: the same counts, fewer that met or more that missed (the
+    search takes a replay's verdict as growing with replicas)."""
+
+    def __init__(self, pd: dict[str, Any], hour: int, catalog: Catalog, preset: Any, hours: int,
+                 settings: Settings) -> None:
+        self.pd, self.hour, self.catalog, self.preset, self.hours, self.settings = pd, hour, catalog, preset, hours, settings
+        self.known: dict[tuple[int, ...], bool] = {}
+
+    def counts(self, scale: float) -> tuple[int, ...]:
+        """The hour's replica counts at ``scale``."""
+        return _counts(_scaled(self.pd, self.hour, scale), self.hour)
+
+    def meets(self, scale: float) -> bool:
+        """The verdict at ``scale``: known, implied, or replayed."""
+        counts = self.counts(scale)
+        for seen, met in self.known.items():
+            if seen == counts or (met and _at_most(seen, counts)) or (not met and _at_most(counts, seen)):
+                return met
+        row = simulate_product(_scaled(self.pd, self.hour, scale), self.catalog, self.preset, self.hours, self.settings)
+        self.known[counts] = bool(row["meets_targets"])
+        return self.known[counts]
+
+
+def _at_most(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Every count of ``a`` at most ``b``'s."""
+    return all(x <= y for x, y in zip(a, b))
 
 
 def _tightened(demand: dict[str, list[float]], doc: dict[str, Any], missed: list[str], rows: dict[str, Any],

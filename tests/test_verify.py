@@ -151,3 +151,123 @@ def test_a_stated_arrival_scv_is_planned_for_and_simulated_by_default(tmp_path, 
         assert main(["simulate", str(out), "--requests", "1500", "--json", *extra]) == 0
         runs.append(capsys.readouterr().out)
     assert runs[0] == runs[1]
+
+
+def _reference_decode_fleet(reqs, ready_s, fleet, rate_per_s, seed=0, step_guess_s=0.03):
+    """The decode replicas stepped one event per step, written plainly: what the simulator's
+    event loop (which runs decode-only steps without events) must reproduce exactly."""
+    import heapq
+    import math
+
+    import numpy as np
+
+    from fleetplan.optimizer.simulate import Replica, Timings, _warm_start
+
+    replicas = [Replica() for _ in range(fleet.replicas)]
+    _warm_start(replicas, rate_per_s, reqs, fleet, step_guess_s, np.random.Generator(np.random.PCG64(seed)))
+    out = Timings(np.full(reqs.count, np.nan), np.full(reqs.count, np.nan))
+    order = np.argsort(ready_s, kind="stable")
+    events = [(float(ready_s[i]), n, 0, int(i)) for n, i in enumerate(order)]
+    heapq.heapify(events)
+    pending, counter = {}, len(events)
+
+    def start(k, now):
+        nonlocal counter
+        r = replicas[k]
+        while r.waiting and len(r.active) < fleet.batch:
+            i = r.waiting.popleft()
+            prompt = max(1, math.ceil(reqs.input_tokens[i] * fleet.uncached_share)) if fleet.prefill_on_decode else 0
+            r.active.append([i, prompt, 0 if fleet.prefill_on_decode else 1, int(reqs.input_tokens[i]),
+                             int(reqs.output_tokens[i])])
+        if not r.active:
+            return
+        budget, chunks, decoding, context = fleet.chunk_tokens, [], 0, 0.0
+        for seq in r.active:
+            take = min(seq[1], budget) if seq[1] else 0
+            budget -= take
+            chunks.append(take)
+            if not seq[1]:
+                decoding += 1
+                context += seq[3] + seq[2]
+        dt = fleet.step_s(decoding, context / decoding if decoding else 0.0, fleet.chunk_tokens - budget)
+        r.running = True
+        r.occupancy_s += dt * len(r.active) / fleet.batch
+        pending[k] = chunks
+        heapq.heappush(events, (now + dt, counter, 1, k))
+        counter += 1
+
+    first = float(np.min(ready_s))
+    for k in range(len(replicas)):
+        start(k, first)
+    end = 0.0
+    while events:
+        now, _, kind, idx = heapq.heappop(events)
+        end = max(end, now)
+        if kind == 0:
+            k = min(range(len(replicas)), key=lambda j: (replicas[j].load, j))
+            replicas[k].waiting.append(idx)
+        else:
+            k, r, keep = idx, replicas[idx], []
+            for seq, take in zip(r.active, pending.pop(k)):
+                if seq[1] > 0:
+                    seq[1] -= take
+                    if seq[1]:
+                        keep.append(seq)
+                        continue
+                    seq[2] = 1
+                    if seq[0] >= 0:
+                        out.first_s[seq[0]] = now
+                else:
+                    seq[2] += 1
+                if seq[2] >= seq[4]:
+                    if seq[0] >= 0:
+                        out.last_s[seq[0]] = now
+                    continue
+                keep.append(seq)
+            r.active, r.running = keep, False
+        if not replicas[k].running:
+            start(k, now)
+    return out, sum(r.occupancy_s for r in replicas) / (max(end - first, 1e-12) * len(replicas))
+
+
+@pytest.mark.parametrize("prefill_on_decode", [True, False])
+def test_the_event_loop_gives_the_timings_of_one_event_per_step(prefill_on_decode):
+    """Bursty arrivals (SCV 50), one-token answers, a warm start, chunked prompts: every first
+    and last token time and the busy share equal the plain one-event-per-step simulation's."""
+    import numpy as np
+
+    from fleetplan.optimizer.simulate import Fleet, Requests, decode_fleet
+    from fleetplan.optimizer.synthetic import renewal_gaps
+
+    rng = np.random.Generator(np.random.PCG64(7))
+    n = 600
+    reqs = Requests(np.cumsum(renewal_gaps(4.0, n, 50.0, rng)), rng.integers(20, 3000, n), rng.integers(1, 400, n))
+    fleet = Fleet(replicas=3, batch=12, chunk_tokens=512, prefill_on_decode=prefill_on_decode, uncached_share=0.7,
+                  step_s=lambda b, context, prefill: 0.012 + 4e-4 * b + 3e-7 * context * b + 1.5e-5 * prefill)
+    got, busy = decode_fleet(reqs, reqs.arrival_s, fleet, 4.0, seed=3)
+    want, want_busy = _reference_decode_fleet(reqs, reqs.arrival_s, fleet, 4.0, seed=3)
+    assert np.isfinite(got.last_s).all()
+    assert np.array_equal(got.first_s, want.first_s, equal_nan=True) and np.array_equal(got.last_s, want.last_s)
+    assert busy == want_busy and 0.0 < busy < 1.0
+
+
+@pytest.mark.parametrize("needed, replays", [(2, 1), (3, 2), (4, 3), (6, 5)])
+def test_the_replica_search_finds_the_fewest_replicas_replaying_each_count_once(monkeypatch, needed, replays):
+    """A plan of one replica whose replay meets from ``needed`` replicas: the search's scale gives
+    exactly ``needed``, with ``replays`` replays (none of counts already known or implied)."""
+    import math
+
+    from fleetplan.optimizer import verify
+    from fleetplan.optimizer.simulate_plan import Settings
+
+    seen: list[int] = []
+
+    def replay(pd, catalog, preset, hours, settings):
+        seen.append(pd["replicas"])
+        return {"meets_targets": pd["replicas"] >= needed}
+
+    monkeypatch.setattr(verify, "simulate_product", replay)
+    pd = {"name": "p", "replicas": 1, "demand_tokens_per_s": 100.0, "output_tokens": 100}
+    scale = verify.needed_scale(pd, None, None, 1, Settings())
+    assert math.ceil(scale - 1e-9) == needed
+    assert len(seen) == len(set(seen)) == replays
