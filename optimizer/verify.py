@@ -75,6 +75,7 @@ def make_verified_plan(scenario: Scenario, catalog: Catalog, folder: Path, deadl
     while True:
         rounds += 1
         doc = plan_to_dict(plan)
+        deadline.progress.update("replaying the trace", rounds, MAX_ROUNDS + 1, best=doc["monthly_cost_usd"])
         rows = {name: _replay(doc, name, catalog, plan, source, give_up=True) for name, source in replays.items()}
         rows = {k: v for k, v in rows.items() if v is not None}
         missed = [k for k, v in rows.items() if not v["meets_targets"]]
@@ -182,6 +183,8 @@ def needed_scale(pd: dict[str, Any], catalog: Catalog, preset: Any, hours: int, 
     verdicts = _Verdicts(pd, hour, catalog, preset, hours, replace(settings, give_up=True))
     meets = verdicts.meets
 
+    if deadline is not None:
+        deadline.progress.update("replaying the trace at more replicas")
     lo, hi = 1.0, 2.0
     while not (_meets_below(verdicts, lo, hi) or meets(hi)):
         lo, hi = hi, hi * 2.0
