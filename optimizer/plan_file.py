@@ -136,21 +136,31 @@ class _Read(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
 
+class _Parallel(_Read):
+    """The parallel degrees beyond tensor parallelism of a replica set (written only where they
+    apply), and the GPUs one replica of it runs; ``tp`` is each set's own field."""
+
+    tp: Degree | None
+    pp: Degree | None = None
+    ep: ExpertDegree | None = None
+    dp_attention: Degree | None = None
+
+    def replica_gpus(self) -> int:
+        """GPUs of one replica (:attr:`fleetplan.models.layout.Layout.gpus`)."""
+        return Layout(self.tp or 1, self.pp or 1, self.ep or 1, self.dp_attention or 1).gpus
+
+
 class KVTransfer(_Read):
     """The KV cache's hand-off from a prefill pool to the decode replicas."""
 
     transfer_ms_per_request: Ms | None = None
 
 
-class Prefill(_Read):
+class Prefill(_Parallel):
     """Where a product's prefill runs, and the prefill pool's configuration and replicas."""
 
     mode: PrefillMode | None
     gpu: Name | None
-    tp: Degree | None
-    pp: Degree | None = None
-    ep: ExpertDegree | None = None
-    dp_attention: Degree | None = None
     precision: Precision | None
     replicas: Replicas | None
     prefix_cache_hit_rate: Fraction | None = None
@@ -182,15 +192,12 @@ class Hour(_Read):
         return self.reserved_replicas + self.on_demand_replicas + self.spot_replicas
 
 
-class Configuration(_Read):
+class Configuration(_Parallel):
     """One decode configuration of a request mix, with its replicas and the sizes its step is timed at."""
 
     key: Name
     gpu: Name
     tp: Degree
-    pp: Degree | None = None
-    ep: ExpertDegree | None = None
-    dp_attention: Degree | None = None
     batch: Batch
     precision: Precision
     kv_precision: Precision | None = None
@@ -245,16 +252,12 @@ class LeftOutRunnerUp(_Read):
     reason: StrictStr
 
 
-class Product(_Read):
+class Product(_Parallel):
     """One product of a plan: what every command reads of it."""
 
     name: Name
     model: Name
     gpu: Name | None
-    tp: Degree | None
-    pp: Degree | None = None
-    ep: ExpertDegree | None = None
-    dp_attention: Degree | None = None
     batch: Batch | None
     precision: Precision | None
     kv_precision: Precision | None = None
@@ -308,13 +311,11 @@ class Product(_Read):
     def gpus_at_most(self) -> int:
         """The most GPUs the product's own replica sets run in any hour (its decode replicas, its
         mix's configurations and its prefill pool; a pooled group's shared replicas are the group's)."""
-        layout = Layout(self.tp or 1, self.pp or 1, self.ep or 1, self.dp_attention or 1).gpus
-        decode = max([self.replicas, *(h.decode_replicas for h in self.hourly or [])]) * layout
-        mix = sum(c.most_replicas * Layout(c.tp, c.pp or 1, c.ep or 1, c.dp_attention or 1).gpus
-                  for c in self.configurations or [])
+        decode = max([self.replicas, *(h.decode_replicas for h in self.hourly or [])]) * self.replica_gpus()
+        mix = sum(c.most_replicas * c.replica_gpus() for c in self.configurations or [])
         k = self.prefill
         pool_replicas = max([k.replicas or 0, *((h.pool_replicas or 0) for h in self.hourly or [])])
-        pool = pool_replicas * Layout(k.tp or 1, k.pp or 1, k.ep or 1, k.dp_attention or 1).gpus
+        pool = pool_replicas * k.replica_gpus()
         return decode + mix + pool
 
 
