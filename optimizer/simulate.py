@@ -191,21 +191,29 @@ def _start_step(k: int, r: Replica, reqs: Requests, fleet: Fleet, now: float,
 StepPlan = tuple[int, float, int, list[int]]
 
 
-def _chunks(r: Replica, fleet: Fleet) -> StepPlan:
-    """The layout of the replica's next step: prompts take the step's chunk first come first
-    served, the other sequences decode a token each."""
-    budget, chunks, decoding, context = fleet.chunk_tokens, [], 0, 0.0
-    add = chunks.append
-    for seq in r.active:
+def _lay_out(seqs: list[list[int]], budget: int, put: Callable[[int], None]) -> tuple[int, int, float]:
+    """Lay ``seqs`` out in a step: prompts take what is left of the chunk ``budget`` first come
+    first served, the others decode a token each; ``put`` gets each one's prompt tokens. Returns
+    the budget left, the decoding sequences and their summed context (whole tokens, so exact)."""
+    decoding, context = 0, 0.0
+    for seq in seqs:
         left = seq[1]
         if left:
             take = left if left < budget else budget
             budget -= take
-            add(take)
+            put(take)
         else:
-            add(0)
+            put(0)
             decoding += 1
             context += seq[3] + seq[2]
+    return budget, decoding, context
+
+
+def _chunks(r: Replica, fleet: Fleet) -> StepPlan:
+    """The layout of the replica's next step: prompts take the step's chunk first come first
+    served, the other sequences decode a token each."""
+    chunks: list[int] = []
+    budget, decoding, context = _lay_out(r.active, fleet.chunk_tokens, chunks.append)
     return decoding, context, fleet.chunk_tokens - budget, chunks
 
 
@@ -297,16 +305,9 @@ def _finish_step_admit_plan(r: Replica, reqs: Requests, fleet: Fleet, chunks: li
     if r.waiting and len(keep) < fleet.batch:
         admitted = len(keep)
         _admit(r, reqs, fleet)
-        for seq in keep[admitted:]:
-            left = seq[1]
-            if left:
-                take = left if left < budget else budget
-                budget -= take
-                put(take)
-            else:
-                put(0)
-                decoding += 1
-                context += seq[3] + seq[2]
+        budget, new_decoding, new_context = _lay_out(keep[admitted:], budget, put)
+        decoding += new_decoding
+        context += new_context
     return (decoding, context, fleet.chunk_tokens - budget, nxt) if keep else None
 
 
