@@ -187,7 +187,7 @@ def plan(scenario: ScenarioLike, *, catalog: CatalogLike = None, folder: str | P
     from fleetplan.optimizer.plan import make_plan
     from fleetplan.optimizer.results import plan_to_dict
     from fleetplan.optimizer.scenario import scenario_from
-    from fleetplan.optimizer.verify import make_verified_plan, traced, unverified
+    from fleetplan.optimizer.verify import make_verified_plan
 
     sc, base = scenario_from(_plain(scenario), folder)
     sc = _with_time_limit(sc, base, time_limit_s)
@@ -196,11 +196,7 @@ def plan(scenario: ScenarioLike, *, catalog: CatalogLike = None, folder: str | P
                     alternatives=Alternatives(_choice("alternatives", alternatives, [a.value for a in Alternatives])),
                     preset=_preset(sc.preset, calibration), jobs=_jobs(jobs))
     deadline = Deadline.after(sc.options.time_limit_s or DEFAULT_TIME_LIMIT_S)
-    if verify:
-        result = make_verified_plan(sc, cat, base, deadline, make_plan, **keywords)
-    else:
-        result = make_plan(sc, cat, folder=base, deadline=deadline, **keywords)
-        result.verification = unverified() if traced(sc) else None
+    result = make_verified_plan(sc, cat, base, deadline, make_plan, verify=verify, **keywords)
     return Plan(_dumps(plan_to_dict(result)))
 
 

@@ -142,7 +142,7 @@ def _plan_one(args: argparse.Namespace) -> int:
     from fleetplan.optimizer.plan import make_plan
     from fleetplan.optimizer.results import plan_to_dict
     from fleetplan.optimizer.scenario import load_scenario
-    from fleetplan.optimizer.verify import make_verified_plan, traced, unverified
+    from fleetplan.optimizer.verify import make_verified_plan
     from fleetplan.report import print_plan
 
     scenario, folder = load_scenario(args.scenario[0])
@@ -157,11 +157,8 @@ def _plan_one(args: argparse.Namespace) -> int:
     keywords = dict(solver=args.solver, alternatives=_alternatives(args), preset=preset,
                     jobs=args.jobs or default_jobs())
     try:
-        if args.no_verify:
-            plan = make_plan(scenario, catalog, folder=folder, deadline=deadline, **keywords)
-            plan.verification = unverified() if traced(scenario) else None
-        else:
-            plan = make_verified_plan(scenario, catalog, folder, deadline, make_plan, **keywords)
+        plan = make_verified_plan(scenario, catalog, folder, deadline, make_plan, verify=not args.no_verify,
+                                  **keywords)
     finally:
         progress.close()
     d = plan_to_dict(plan)

@@ -56,15 +56,20 @@ def traced(scenario: Scenario) -> list[Product]:
 
 
 def make_verified_plan(scenario: Scenario, catalog: Catalog, folder: Path, deadline: Deadline,
-                       make: Any, **keywords: Any) -> Plan:
+                       make: Any, verify: bool = True, **keywords: Any) -> Plan:
     """``make(scenario, catalog, folder=folder, deadline=deadline, demand=..., **keywords)`` (a
     :func:`~.plan.make_plan`) replayed and tightened until every traced product meets its
     targets; ``plan.verification`` says how it went. Without a traced product: ``make``'s plan
     as it is, with ``verification`` None. Every round's plan is made as asked, on one
-    candidate memo (the rounds change only the demand)."""
+    candidate memo (the rounds change only the demand). ``verify`` False: ``make``'s plan
+    unreplayed, its ``verification`` saying so where a product gives a trace."""
     from fleetplan.optimizer.problem import CandidateMemo
 
     products = traced(scenario)
+    if not verify:
+        plan = make(scenario, catalog, folder=folder, deadline=deadline, **keywords)
+        plan.verification = unverified() if products else None
+        return plan
     demand = hourly_qps(scenario.products, folder)
     full = {**keywords, "memo": keywords.get("memo") or CandidateMemo()}
     if not products:
