@@ -138,7 +138,8 @@ def _alternatives(args: argparse.Namespace) -> Alternatives:
 def _plan_one(args: argparse.Namespace) -> int:
     """Plan one scenario file: notes on stderr, the JSON plan to ``--out``, JSON or tables on stdout."""
     from fleetplan.catalogs import load_catalog
-    from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline, Progress
+    from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline
+    from fleetplan.progress import ProgressLine
     from fleetplan.optimizer.plan import make_plan
     from fleetplan.optimizer.results import plan_to_dict
     from fleetplan.optimizer.scenario import load_scenario
@@ -152,7 +153,7 @@ def _plan_one(args: argparse.Namespace) -> int:
         out = check_output_file(args.out, "--out", inputs)
     catalog = load_catalog([*(folder / c for c in scenario.catalogs), *args.catalog])
     preset = resolve_preset(scenario.preset, args.calibration, SCENARIO_PRESET_HINT) if args.calibration else None
-    progress = Progress.for_terminal(quiet=args.json)
+    progress = ProgressLine.for_terminal(quiet=args.json)
     deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S, progress)
     keywords = dict(solver=args.solver, alternatives=_alternatives(args), preset=preset,
                     jobs=args.jobs or default_jobs())

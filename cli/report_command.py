@@ -34,7 +34,8 @@ def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dic
     from fleetplan.models.presets import get_preset
     from fleetplan.optimizer.ahead import LimitsAhead
     from fleetplan.optimizer.binding import binding_limits, binding_relaxations
-    from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline, Progress
+    from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline
+    from fleetplan.progress import ProgressLine
     from fleetplan.optimizer.defaults import EXPLAIN_SHARE
     from fleetplan.optimizer.plan import make_plan
     from fleetplan.optimizer.verify import make_verified_plan
@@ -49,7 +50,7 @@ def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dic
     out = check_output_file(args.out, "--out", inputs, suffixes=HTML_SUFFIXES)
     catalog = load_catalog([*(folder / c for c in scenario.catalogs), *args.catalog])
     preset = resolve_preset(scenario.preset, args.calibration, SCENARIO_PRESET_HINT) if args.calibration else None
-    progress = Progress.for_terminal()
+    progress = ProgressLine.for_terminal()
     deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S, progress)
     try:
         memo = CandidateMemo()

@@ -50,7 +50,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     """Read the plan (and trace), simulate the hour, print the result."""
     from fleetplan.catalogs import load_catalog
     from fleetplan.io import emit, resolve_preset
-    from fleetplan.optimizer.deadline import Deadline, Progress
+    from fleetplan.optimizer.deadline import Deadline
+    from fleetplan.progress import ProgressLine
     from fleetplan.optimizer.plan_file import read_plan
     from fleetplan.optimizer.simulate_plan import Settings, simulate_plan
     from fleetplan.optimizer.trace import read_trace
@@ -63,7 +64,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise InputError("--arrival-scv: a trace brings its own arrivals; give --trace or --arrival-scv, not both")
     settings = Settings(hour=args.hour, requests=args.requests, seed=args.seed, trace=trace,
                         arrival_scv=args.arrival_scv)
-    progress = Progress.for_terminal(quiet=args.json)
+    progress = ProgressLine.for_terminal(quiet=args.json)
     deadline = Deadline.after(args.time_limit, progress)
     try:
         result = simulate_plan(plan, catalog, preset, settings, _progress_hook(progress, deadline, args.time_limit))

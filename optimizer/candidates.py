@@ -482,6 +482,47 @@ class Shapes:
     pool: frozenset[tuple[str, int, str]] = frozenset()
 
 
+@dataclass(frozen=True)
+class _DecodeSearch:
+    """What :func:`generate_candidates` searches for one product on every GPU type: its tensor
+    parallel degrees and precisions, batches, prefill modes and the product's figures."""
+
+    product: Product
+    llm: LLM
+    options: Options
+    preset: Preset
+    shapes: Shapes | None
+    batches: Sequence[int]
+    modes: tuple[str, ...]
+    work: float
+    max_ttft_s: float | None
+
+    def on_gpu(self, gpu: GPU, price: GPUPriceChoice, result: CandidateSet, within: Deadline | None) -> None:
+        """Add to ``result`` the best decode configuration of every shape on ``gpu`` (at ``price``
+        per GPU-hour) found before ``within`` passes."""
+        product, llm, options, preset = self.product, self.llm, self.options, self.preset
+        for tp in sorted(set(options.tp or DEFAULT_TP)):
+            for precision in _shape_precisions(product, options):
+                if tp_problem(llm, gpu, tp) is not None:
+                    result.generated += len(self.batches) * len(self.modes)
+                    result.invalid_shapes += len(self.batches) * len(self.modes)
+                    continue
+                wanted = [m for m in self.modes
+                          if self.shapes is None or (gpu.id, tp, precision, m) in self.shapes.decode]
+                if not wanted:
+                    continue
+                for layout in replica_layouts(llm, gpu, tp, precision, options, preset):
+                    if result.out_of_time(within):
+                        return
+                    searched = layout_batches(self.batches, layout, options)
+                    for mode in wanted:
+                        result.generated += len(searched)
+                        cand = _best_decode(product, llm, gpu, layout, precision, mode, searched, preset, price,
+                                            self.work, product.effective_headroom, self.max_ttft_s, result)
+                        if cand is not None:
+                            result.candidates.append(cand)
+
+
 def generate_candidates(
     product: Product,
     llm: LLM,
@@ -500,45 +541,19 @@ def generate_candidates(
     every configuration of the first types."""
     gpu_ids = sorted(options.gpus) if options.gpus else sorted(catalog.gpus)
     gpus: list[GPU] = [catalog.gpus[g] for g in gpu_ids]
-    tps = sorted(set(options.tp or DEFAULT_TP))
     batches: Sequence[int] = sorted(set(options.batch)) if options.batch else range(1, options.max_batch + 1)
     result = CandidateSet(product=product.name)
     modes = prefill_modes(product)
     work = prefill_work_per_request(llm, product, preset)
-    max_ttft_s = product.max_ttft_ms / 1e3 if product.max_ttft_ms is not None else None
-    headroom = product.effective_headroom
-    prices = {g.id: resolve_gpu_price(catalog, options, g.id) for g in gpus}
+    search = _DecodeSearch(product, llm, options, preset, shapes, batches, modes, work,
+                           product.max_ttft_ms / 1e3 if product.max_ttft_ms is not None else None)
     pool_part = int("pool" in modes and (shapes is None or bool(shapes.pool)))
-
     for i, gpu in enumerate(gpus):
-        price = prices[gpu.id]
+        price = resolve_gpu_price(catalog, options, gpu.id)
         if price is None:
             result.unpriced_gpus.append(gpu.id)
             continue
-        within = None if deadline is None else deadline.split(len(gpus) - i + pool_part)
-        stopped = False
-        for tp in tps:
-            for precision in _shape_precisions(product, options):
-                if stopped:
-                    break
-                if tp_problem(llm, gpu, tp) is not None:
-                    result.generated += len(batches) * len(modes)
-                    result.invalid_shapes += len(batches) * len(modes)
-                    continue
-                wanted = [m for m in modes if shapes is None or (gpu.id, tp, precision, m) in shapes.decode]
-                if not wanted:
-                    continue
-                for layout in replica_layouts(llm, gpu, tp, precision, options, preset):
-                    if result.out_of_time(within):
-                        stopped = True
-                        break
-                    searched = layout_batches(batches, layout, options)
-                    for mode in wanted:
-                        result.generated += len(searched)
-                        cand = _best_decode(product, llm, gpu, layout, precision, mode, searched, preset, price,
-                                            work, headroom, max_ttft_s, result)
-                        if cand is not None:
-                            result.candidates.append(cand)
+        search.on_gpu(gpu, price, result, None if deadline is None else deadline.split(len(gpus) - i + pool_part))
     if "pool" in modes and (shapes is None or shapes.pool):
         result.pool = generate_pool_candidates(product, llm, catalog, options, preset, work, result, deadline)
         if shapes is not None:

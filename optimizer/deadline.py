@@ -1,4 +1,4 @@
-"""One wall-clock deadline for a whole command, and the progress line it shows on a terminal.
+"""One wall-clock deadline for a whole command, and the progress it reports on the way.
 
 A command (``plan``, a batch, ``breakeven``) creates one :class:`Deadline` and hands it down:
 candidate generation, model building, relaxations, MIPs, runner-up reports, the pooling
@@ -6,17 +6,17 @@ comparison, budget relief and the first-come baseline all take their time from i
 command as a whole stays within ``time_limit_s``. Stages that only explain a plan get a share
 of what is left (:meth:`Deadline.share`) and are skipped, with a note, once it is spent.
 
-This module owns time keeping and the progress line; it does not decide what to solve.
+Progress goes to a callback (:data:`ProgressCallback`), one :class:`ProgressEvent` per stage
+update; the caller decides whether and how to show it (the command line draws a status line on
+a terminal). This module owns time keeping and the progress events; it draws nothing, reads no
+environment variable and does not decide what to solve.
 """
 
 from __future__ import annotations
 
-import math
-import os
-import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TextIO
 
 from fleetplan.catalogs.loader import InputError
 from fleetplan.optimizer.errors import SolverError
@@ -32,9 +32,6 @@ CANDIDATE_SHARE = 0.5
 CANDIDATE_STAGE = "candidate generation"
 # Every MIP gets at least this long once started, so that a solver can return the plan it has.
 MIN_SOLVE_S = 0.05
-# The progress line appears once a command has run this long, and is redrawn at most this often.
-PROGRESS_AFTER_S = 2.0
-PROGRESS_EVERY_S = 0.5
 
 
 class DeadlinePassed(InputError):
@@ -58,58 +55,39 @@ def no_plan_in_time(solver: str, where: str) -> NoPlanInTime:
                           "allow more time, or search fewer GPUs, tp, batches or request buckets")
 
 
+@dataclass(frozen=True)
+class ProgressEvent:
+    """One update of a long run: the stage, how far it is (``done`` of ``total`` items, either may
+    be None), the best monthly cost found and the proven bound (USD per month, None when not known),
+    and the seconds since the run started. ``force`` marks an update a viewer should not skip."""
+
+    stage: str
+    done: int | None = None
+    total: int | None = None
+    best_usd: float | None = None
+    bound_usd: float | None = None
+    elapsed_s: float = 0.0
+    force: bool = False
+
+
+# What receives progress: called once per update, in the planning process, between solver calls.
+ProgressCallback = Callable[[ProgressEvent], None]
+
+
 @dataclass
 class Progress:
-    """A one-line status on stderr (stage, configurations searched, best cost and bound), shown
-    only on a terminal, only after :data:`PROGRESS_AFTER_S`, and never with ``enabled=False``."""
+    """The progress reporter a deadline carries: turns each stage update into a
+    :class:`ProgressEvent` for ``callback``; without a callback it does nothing."""
 
-    enabled: bool = False
-    stream: TextIO = field(default_factory=lambda: sys.stderr)
+    callback: ProgressCallback | None = None
     start: float = field(default_factory=time.perf_counter)
-    width: int = 80  # the terminal's columns: the line is kept shorter, so it never wraps
-    _last: float = 0.0
-    _shown: bool = False
-
-    @classmethod
-    def for_terminal(cls, quiet: bool = False) -> Progress:
-        """Progress on stderr when it is a terminal and ``quiet`` is False."""
-        try:
-            tty = sys.stderr.isatty()
-        except (AttributeError, ValueError):
-            tty = False
-        import shutil
-
-        width = shutil.get_terminal_size((80, 24)).columns  # honours a valid COLUMNS, ignores a bad one
-        return cls(enabled=tty and not quiet and not os.environ.get("CI"), width=max(20, width))
 
     def update(self, stage: str, done: int | None = None, total: int | None = None,
                best: float | None = None, bound: float | None = None, force: bool = False) -> None:
-        """Redraw the line if due: ``stage [done/total] best $X bound $Y (Ns)``."""
-        if not self.enabled:
+        """Report ``stage`` (``done``/``total``, best cost and bound in USD per month) to the callback."""
+        if self.callback is None:
             return
-        now = time.perf_counter()
-        if now - self.start < PROGRESS_AFTER_S or (now - self._last < PROGRESS_EVERY_S and not force):
-            return
-        self._last = now
-        parts = [f"fleetplan: {stage}"]
-        if done is not None:
-            parts.append(f"{done}/{total}" if total is not None else str(done))
-        if best is not None and math.isfinite(best):
-            parts.append(f"best ${best:,.0f}")
-        if bound is not None and math.isfinite(bound):
-            parts.append(f"bound ${bound:,.0f}")
-        parts.append(f"{now - self.start:.0f} s")
-        line = " ".join(parts)[: min(120, self.width - 1)]
-        self.stream.write("\r\x1b[2K" + line)
-        self.stream.flush()
-        self._shown = True
-
-    def close(self) -> None:
-        """Clear the line, if one was drawn."""
-        if self._shown:
-            self.stream.write("\r\x1b[2K")
-            self.stream.flush()
-            self._shown = False
+        self.callback(ProgressEvent(stage, done, total, best, bound, time.perf_counter() - self.start, force))
 
 
 @dataclass
@@ -124,10 +102,10 @@ class Deadline:
     stopped: list[str] = field(default_factory=list)
 
     @classmethod
-    def after(cls, seconds: float | None, progress: Progress | None = None) -> Deadline:
-        """A deadline ``seconds`` from now (None: no limit)."""
+    def after(cls, seconds: float | None, progress: ProgressCallback | None = None) -> Deadline:
+        """A deadline ``seconds`` from now (None: no limit) reporting progress to ``progress``."""
         at = None if seconds is None else time.perf_counter() + seconds
-        return cls(at=at, progress=progress or Progress())
+        return cls(at=at, progress=Progress(progress))
 
     def left(self) -> float | None:
         """Seconds left (never negative), or None without a limit."""
@@ -140,7 +118,7 @@ class Deadline:
 
     def share(self, fraction: float) -> Deadline:
         """A deadline ``fraction`` of the time left from now (the same object without a limit),
-        sharing this one's progress line and notes."""
+        sharing this one's progress reporter and notes."""
         if self.at is None:
             return self
         now = time.perf_counter()

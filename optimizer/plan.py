@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,13 @@ from fleetplan.optimizer.components import (
     one_by_one_result,
     solve_components,
 )
-from fleetplan.optimizer.deadline import CANDIDATE_SHARE, DEFAULT_TIME_LIMIT_S, Deadline, DeadlinePassed
+from fleetplan.optimizer.deadline import (
+    CANDIDATE_SHARE,
+    DEFAULT_TIME_LIMIT_S,
+    Deadline,
+    DeadlinePassed,
+    ProgressCallback,
+)
 from fleetplan.optimizer.defaults import EXPLAIN_SHARE, MAIN_SOLVE_SHARE, MONEY_TOLERANCE_USD
 from fleetplan.optimizer.demand import hourly_qps
 from fleetplan.optimizer.enums import Alternatives, Status
@@ -60,6 +66,7 @@ def make_plan(
     start: dict[tuple[str, tuple[Any, ...]], float] | None = None,
     memo: CandidateMemo | None = None,
     value_limits: bool = True,
+    progress: ProgressCallback | None = None,
 ) -> Plan:
     """Solve ``scenario`` to proven optimality, or as far as the deadline allows, and explain the result.
 
@@ -87,32 +94,56 @@ def make_plan(
     Everything runs within one ``deadline`` (by default ``options.time_limit_s`` from now, or
     :data:`DEFAULT_TIME_LIMIT_S`): the plan itself gets most of it and stops with the best plan
     found and its proven gap (status ``time_limit``); explanations share what is left and are
-    skipped once it is spent. ``plan.stopped`` lists what the deadline cut short.
+    skipped once it is spent. ``plan.stopped`` lists what the deadline cut short. ``progress``
+    receives the stages' progress when no ``deadline`` is given (a given one carries its own).
     """
     alternatives = _alternatives(alternatives)
     preset = preset or get_preset(scenario.preset)
     demand = demand if demand is not None else hourly_qps(scenario.products, folder or Path("."))
-    if deadline is None:
-        deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S)
-
-    memo = memo if memo is not None else CandidateMemo()
-    keywords = dict(with_api=with_api, reductions=reductions, demand=demand, memo=memo)
-    resolve = _replanner(catalog, solver, preset, folder, keywords)
+    deadline = deadline or Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S, progress)
+    build = dict(reductions=reductions, demand=demand, memo=memo if memo is not None else CandidateMemo())
     with allowed(jobs):
-        plan = _solve_plan(scenario, catalog, solver, alternatives, preset, folder, with_api, jobs, deadline,
-                           dict(reductions=reductions, demand=demand, memo=memo), start)
+        plan = _solve_plan(scenario, catalog, solver, alternatives, preset, folder, with_api, jobs, deadline, build,
+                           start)
+    _finish_plan(plan, scenario, Replanning(catalog, solver, preset, folder, {"with_api": with_api, **build}), deadline,
+                 compare_first_come=compare_first_come, value_limits=alternatives != Alternatives.NONE and value_limits)
+    plan.stopped = list(deadline.stopped)
+    return plan
+
+
+@dataclass(frozen=True)
+class Replanning:
+    """What re-plans of a scenario's variants share: the catalog, solver, preset, folder and
+    :func:`make_plan`'s keywords."""
+
+    catalog: Catalog
+    solver: Solver
+    preset: Preset
+    folder: Path | None
+    keywords: dict[str, Any]
+
+    def resolve(self, **more: Any) -> Resolve:
+        """:func:`_replanner` with these settings and ``more`` keywords."""
+        return _replanner(self.catalog, self.solver, self.preset, self.folder, {**self.keywords, **more})
+
+
+def _finish_plan(plan: Plan, scenario: Scenario, replan: Replanning, deadline: Deadline, *,
+                 compare_first_come: bool, value_limits: bool) -> None:
+    """The solved plan's status when candidate generation was cut, its budget check, its
+    first-come cost with limited GPUs and several products, and (with ``value_limits``) its
+    binding limits valued by re-plans, all within ``deadline``."""
     _not_proven_if_cut(plan)
+    resolve = replan.resolve()
+    with_api = bool(replan.keywords["with_api"])
     check_budget(plan, scenario, lambda variant, within: _cost(resolve(variant, within)), with_api, deadline)
     prob = plan.problem
     if compare_first_come and (prob.gpu_availability or prob.tier_availability) and len(plan.scenario.products) > 1:
-        plan.first_come_monthly_cost_usd = first_come_cost(prob, list(plan.scenario.products), solver,
+        plan.first_come_monthly_cost_usd = first_come_cost(prob, list(plan.scenario.products), replan.solver,
                                                            plan.scenario.options, deadline)
-    if alternatives != Alternatives.NONE and value_limits:
+    if value_limits:
         # a limit relaxed by one step leaves the plan feasible: its re-plan starts from the plan
-        warm = _replanner(catalog, solver, preset, folder, {**keywords, "start": plan.solution})
+        warm = replan.resolve(start=plan.solution)
         plan.binding_limits = binding_limits(plan, scenario, warm, deadline.share(EXPLAIN_SHARE))
-    plan.stopped = list(deadline.stopped)
-    return plan
 
 
 def _replanner(catalog: Catalog, solver: Solver, preset: Preset, folder: Path | None, keywords: dict[str, Any]

@@ -195,13 +195,8 @@ def solve_by_configuration(
         prob, decode = prob.derive(products={**prob.products, product: pd}), [c]
     if prob.hours == 1 or pd.is_mix:
         return _solve_one_hour(prob, pd, decode, api_alone, solver, deadline, mip_rel_gap, base_lp)
-    choices: list[Choice] = []
-    for c in decode:
-        choices.extend([(c, k) for k in pd.pool] if c.mode == PrefillMode.POOL else [(c, None)])
-    if api_alone:
-        choices.append((None, None))
-    best, open_bounds = _search_rounds(prob, product, by_quick_bound(prob, pd, choices), solver, deadline,
-                                       mip_rel_gap, base_lp, incumbent_usd)
+    best, open_bounds = _search_rounds(prob, product, by_quick_bound(prob, pd, _choices(pd, decode, api_alone)),
+                                       solver, deadline, mip_rel_gap, base_lp, incumbent_usd)
     if best is None:
         if open_bounds:
             deadline.note(f"{product}: {stage}")
@@ -209,17 +204,35 @@ def solve_by_configuration(
                               lower_bound=min(open_bounds))
         return None
     res, lp, whole = best
-    # every choice not left open was pruned against the best plan: the gap is against the weakest
-    # bound left open at the deadline, or none
+    res = _search_verdict(res, open_bounds, mip_rel_gap, lambda: deadline.note(f"{product}: {stage}"))
+    return res, lp, whole
+
+
+def _choices(pd: ProductData, decode: list[Candidate], api_alone: bool) -> list[Choice]:
+    """Every choice the search fixes in turn: each decode configuration (with each pool
+    configuration in pool mode), and all-API when ``api_alone``."""
+    choices: list[Choice] = []
+    for c in decode:
+        choices.extend([(c, k) for k in pd.pool] if c.mode == PrefillMode.POOL else [(c, None)])
+    if api_alone:
+        choices.append((None, None))
+    return choices
+
+
+def _search_verdict(res: SolveResult, open_bounds: list[float], mip_rel_gap: float, cut: Callable[[], None]
+                    ) -> SolveResult:
+    """The best plan's result after the search: every choice not left open was pruned against
+    it, so its gap is against the weakest bound left open at the deadline (``time_limit`` beyond
+    ``mip_rel_gap``, and ``cut()`` is called), or none (optimal)."""
     value = float(res.objective or 0.0)
     lower_bound = min(open_bounds) if open_bounds else value
     gap = max(0.0, (value - lower_bound) / abs(value)) if value else 0.0
     if gap > mip_rel_gap and value - lower_bound > mip_rel_gap * abs(value) + ABS_GAP_USD:
-        deadline.note(f"{product}: {stage}")
-        res = replace(res, status=Status.TIME_LIMIT, termination=f"time limit reached (gap {gap:.3%})", mip_gap=gap)
-    elif not res.optimal or res.solver == "none":
-        res = replace(res, status=Status.OPTIMAL, termination="optimal (no configuration can do better)", mip_gap=gap)
-    return res, lp, whole
+        cut()
+        return replace(res, status=Status.TIME_LIMIT, termination=f"time limit reached (gap {gap:.3%})", mip_gap=gap)
+    if not res.optimal or res.solver == "none":
+        return replace(res, status=Status.OPTIMAL, termination="optimal (no configuration can do better)", mip_gap=gap)
+    return res
 
 
 def _solve_mix_by_hour(prob: FleetProblem, pd: ProductData, decode: list[Candidate], solver: Solver,

@@ -9,9 +9,10 @@ import time
 import pytest
 
 from fleetplan.models.presets import get_preset
-from fleetplan.optimizer import deadline as deadline_module
+from fleetplan import progress as progress_module
 from fleetplan.optimizer.breakeven import breakeven
-from fleetplan.optimizer.deadline import Deadline, Progress
+from fleetplan.optimizer.deadline import Deadline, ProgressEvent
+from fleetplan.progress import ProgressLine
 from fleetplan.optimizer.formulation import build_model
 from fleetplan.optimizer.linear import to_linear_problem
 from fleetplan.optimizer.plan import make_plan
@@ -131,17 +132,34 @@ def test_breakeven_shares_one_deadline_and_reports_each_scale(catalog, examples)
 
 def test_progress_shows_only_on_a_terminal_after_a_while(monkeypatch):
     out = io.StringIO()
-    quiet = Progress(enabled=False, stream=out)
-    quiet.update("planning", 1, 2, force=True)
+    quiet = ProgressLine(enabled=False, stream=out)
+    quiet(ProgressEvent("planning", 1, 2, force=True))
     assert out.getvalue() == ""
-    monkeypatch.setattr(deadline_module, "PROGRESS_AFTER_S", 0.0)
-    shown = Progress(enabled=True, stream=out)
-    shown.update("p1: searching configurations", 3, 10, best=1234.5, bound=1200.0, force=True)
+    monkeypatch.setattr(progress_module, "PROGRESS_AFTER_S", 0.0)
+    shown = ProgressLine(enabled=True, stream=out)
+    shown(ProgressEvent("p1: searching configurations", 3, 10, best_usd=1234.5, bound_usd=1200.0, force=True))
     line = out.getvalue()
     assert "p1: searching configurations 3/10" in line and "best $1,234" in line and "bound $1,200" in line
     shown.close()
     assert out.getvalue().endswith("\r\x1b[2K")
-    assert Progress.for_terminal(quiet=True).enabled is False
+    assert ProgressLine.for_terminal(quiet=True).enabled is False
+    monkeypatch.setenv("CI", "1")
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True, raising=False)
+    assert ProgressLine.for_terminal().enabled is False
+
+
+def test_the_library_reports_progress_to_a_callback_and_draws_nothing(catalog, examples, capfd):
+    from fleetplan.optimizer.scenario import load_scenario
+
+    scenario, folder = load_scenario(examples / "seed-chat-70b.yaml")
+    events: list[ProgressEvent] = []
+    plan = make_plan(scenario, catalog, folder=folder, progress=events.append)
+    assert events, "no progress reported"
+    assert all(isinstance(e, ProgressEvent) and e.stage and e.elapsed_s >= 0 for e in events)
+    assert [e.elapsed_s for e in events] == sorted(e.elapsed_s for e in events)
+    assert any(e.done is not None and e.total is not None and 0 <= e.done <= e.total for e in events)
+    assert capfd.readouterr() == ("", "")
+    assert plan.monthly_cost_usd > 0
 
 
 def test_deadline_shares_what_is_left():
