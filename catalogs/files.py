@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,38 @@ _PLAIN_TAGS = frozenset(
 
 
 class InputError(ValueError):
-    """Bad user input (file, field or flag); the message is one line for the user."""
+    """Bad user input (a file, a field or a parameter); the message is one line for the user.
+
+    A message may name the caller's parameters, each marked as ```name``` and listed in
+    ``parameters``: ``str()`` shows them as the library's names (``hour``), and a caller that
+    knows them by other names (a command's flags) shows its own with :meth:`render`."""
+
+    def __init__(self, message: str = "", *, parameters: tuple[str, ...] = ()) -> None:
+        self.template = message
+        self.parameters = parameters
+        super().__init__(self.render({}))
+
+    def render(self, names: Mapping[str, str]) -> str:
+        """The message with each marked parameter shown as ``names`` calls it (else by its own name)."""
+        text = getattr(self, "template", None)
+        if text is None:  # a subclass that set its own arguments
+            return str(self)
+        for p in getattr(self, "parameters", ()):
+            text = text.replace(f"`{p}`", names.get(p, p))
+        return text
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled with its marks (a worker's error reaches the parent as raised)."""
+        if getattr(self, "template", None) is None:
+            return super().__reduce__()
+        return (_rebuilt, (type(self), self.template, self.parameters))
+
+
+def _rebuilt(cls: type[InputError], template: str, parameters: tuple[str, ...]) -> InputError:
+    """An :class:`InputError` (or subclass) unpickled with its message's marks."""
+    err = cls.__new__(cls)
+    InputError.__init__(err, template, parameters=parameters)
+    return err
 
 
 def short(value: Any, limit: int = ECHO_CHARS) -> str:
@@ -149,6 +181,11 @@ def _size_text(n: int) -> str:
     return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n:,} bytes"
 
 
+def _error(error: type[InputError], where: str, message: str) -> InputError:
+    """``error(message)`` marking the parameters ``where`` names (```name```, see :class:`InputError`)."""
+    return error(message, parameters=tuple(re.findall(r"`(\w+)`", where)))
+
+
 def read_bytes(path: Path, noun: str = "file", error: type[InputError] = InputError, where: str = "",
                limit: int = MAX_INPUT_BYTES) -> bytes:
     """The bytes of the regular file ``path``, at most ``limit`` of them.
@@ -161,21 +198,21 @@ def read_bytes(path: Path, noun: str = "file", error: type[InputError] = InputEr
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise error(f"{where}{noun} not found: {path}") from None
+        raise _error(error, where, f"{where}{noun} not found: {path}") from None
     except OSError as exc:
-        raise error(f"{where}cannot read {noun} {path}: {exc.strerror}") from None
+        raise _error(error, where, f"{where}cannot read {noun} {path}: {exc.strerror}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise error(f"{where}{noun} {path} is {_kind(st.st_mode)}, not a regular file")
+        raise _error(error, where, f"{where}{noun} {path} is {_kind(st.st_mode)}, not a regular file")
     if st.st_size > limit:
-        raise error(f"{where}{noun} {path} is {_size_text(st.st_size)}; input files are limited to {_size_text(limit)}")
+        raise _error(error, where, f"{where}{noun} {path} is {_size_text(st.st_size)}; input files are limited to {_size_text(limit)}")
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
-        raise error(f"{where}cannot read {noun} {path}: {exc.strerror}") from None
+        raise _error(error, where, f"{where}cannot read {noun} {path}: {exc.strerror}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise error(f"{where}{noun} {path} is {_kind(st.st_mode)}, not a regular file")
+            raise _error(error, where, f"{where}{noun} {path} is {_kind(st.st_mode)}, not a regular file")
         chunks: list[bytes] = []
         left = limit + 1
         while left > 0:
@@ -185,12 +222,12 @@ def read_bytes(path: Path, noun: str = "file", error: type[InputError] = InputEr
             chunks.append(chunk)
             left -= len(chunk)
     except OSError as exc:
-        raise error(f"{where}cannot read {noun} {path}: {exc.strerror}") from None
+        raise _error(error, where, f"{where}cannot read {noun} {path}: {exc.strerror}") from None
     finally:
         os.close(fd)
     data = b"".join(chunks)
     if len(data) > limit:
-        raise error(f"{where}{noun} {path} is larger than {_size_text(limit)}, the limit for input files")
+        raise _error(error, where, f"{where}{noun} {path} is larger than {_size_text(limit)}, the limit for input files")
     return data
 
 
@@ -202,7 +239,7 @@ def read_text(path: Path, noun: str = "file", error: type[InputError] = InputErr
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise error(f"{where}{path}: line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the {noun} as UTF-8") from None
+        raise _error(error, where, f"{where}{path}: line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x}); save the {noun} as UTF-8") from None
 
 
 _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser is much faster
@@ -383,11 +420,11 @@ def read_json(path: Path, noun: str = "file", error: type[InputError] = InputErr
     try:
         return json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
-        raise error(f"{where}{path}: line {exc.lineno}: malformed JSON: {exc.msg}") from None
+        raise _error(error, where, f"{where}{path}: line {exc.lineno}: malformed JSON: {exc.msg}") from None
     except ValueError as exc:  # a duplicated key, or an integer of more digits than Python converts
-        raise error(f"{where}{path}: {short(str(exc).split(';')[0], 120)}") from None
+        raise _error(error, where, f"{where}{path}: {short(str(exc).split(';')[0], 120)}") from None
     except RecursionError:
-        raise error(f"{where}{path}: malformed JSON: nested too deeply") from None
+        raise _error(error, where, f"{where}{path}: malformed JSON: nested too deeply") from None
 
 
 # ---------------------------------------------------------------- writing
@@ -465,7 +502,7 @@ def check_output_dir(path: Path | str, flag: str, inputs: Iterable[Path | str] =
     target = Path(os.path.realpath(given))
     if target.exists():
         if not target.is_dir():
-            raise InputError(f"{flag}: with several scenarios --out is a directory, but {given} is a file")
+            raise InputError(f"{flag}: with several scenarios {flag} is a directory, but {given} is a file")
         _not_an_input(target, flag, inputs, given)
         _try_create_in(target, flag)
         return target

@@ -23,13 +23,6 @@ def _get(cfg: dict[str, Any], *names: str, default: Any = None) -> Any:
     return default
 
 
-def _need(cfg: dict[str, Any], *names: str) -> Any:
-    v = _get(cfg, *names)
-    if v is None:
-        raise InputError(f"config.json: missing field {names[0]!r}")
-    return v
-
-
 def _whole(cfg: dict[str, Any], valid: F.Range, *names: str, default: Any = None) -> int:
     """The first of ``names`` present in ``cfg`` (else ``default``) as a whole number in ``valid``;
     a field that is missing without a default, or out of range, raises one line naming it."""

@@ -1,6 +1,6 @@
 """Load, validate and merge catalog files.
 
-The shipped catalog (``data/*.yaml``) is read first; user files given with ``--catalog``
+The shipped catalog (``data/*.yaml``) is read first; user files given as the ``catalog`` parameter (``--catalog``)
 are merged on top, entry by entry: an entry whose key already exists has the given
 fields replaced, a new key adds an entry. Every entry is validated after merging, and
 every problem of every entry is reported on one line naming the file, the entry and the fields.
@@ -192,11 +192,12 @@ def load_catalog(extra_files: Iterable[Path | str] = (), include_shipped: bool =
                 files.append(f"catalogs/data/{name}")
     extra_files = list(extra_files)
     if len(extra_files) > MAX_CATALOG_FILES:
-        raise CatalogError(f"--catalog: {len(extra_files):,} extra catalog files (a scenario's catalogs: and --catalog "
-                           f"together); a command merges at most {MAX_CATALOG_FILES}: merge them into fewer files")
+        raise CatalogError(f"`catalog`: {len(extra_files):,} extra catalog files (a scenario's catalogs: and `catalog` "
+                           f"together); a command merges at most {MAX_CATALOG_FILES}: merge them into fewer files",
+                           parameters=("catalog",))
     for extra in extra_files:
         path = Path(extra)
-        text = read_text(path, "file", CatalogError, "--catalog: ")
+        text = read_text(path, "file", CatalogError, "`catalog`: ")
         _merge_document(raw, parse_yaml(text, path, CatalogError), str(path))
         files.append(str(path))
     for doc, name in documents:

@@ -17,14 +17,14 @@ def check_model_id(model_id: str, replace: bool, where: str) -> None:
     """Refuse ``model_id`` when it names a model of the shipped catalog and ``replace`` is false:
     the entry would replace the shipped model wherever the user catalog ``where`` is given.
 
-    Raises :class:`CatalogError` naming ``--id``, a free id to use instead and ``--replace``.
+    Raises :class:`CatalogError` naming the ``model_id`` parameter, a free id to use instead and ``replace``.
     """
     shipped = load_catalog().models
     if model_id in shipped and not replace:
         raise CatalogError(
-            f"--id: {model_id!r} is a model of the shipped catalog ({shipped[model_id].name}); an entry with this id "
-            f"would replace it wherever --catalog {where} is given: choose another id (e.g. {model_id}-custom) "
-            f"or pass --replace to replace it on purpose"
+            f"`model_id`: {model_id!r} is a model of the shipped catalog ({shipped[model_id].name}); an entry with this "
+            f"id would replace it wherever `catalog` {where} is given: choose another id (e.g. {model_id}-custom) "
+            f"or pass `replace` to replace it on purpose", parameters=("model_id", "catalog", "replace"),
         )
 
 

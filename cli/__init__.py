@@ -22,12 +22,14 @@ if TYPE_CHECKING:  # the names as a type checker sees them; at run time they loa
     from fleetplan.api import Breakeven, Estimate, Plan, Simulation, SweepTable, Validation, breakeven, estimate
     from fleetplan.api import load_catalog, load_scenario, plan, simulate, sweep, validate
     from fleetplan.catalogs.loader import Catalog, InputError
+    from fleetplan.optimizer.deadline import ProgressCallback, ProgressEvent
     from fleetplan.optimizer.scenario import Scenario
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Breakeven", "Catalog", "Estimate", "InputError", "Plan", "Scenario", "Simulation", "SweepTable",
+    "Breakeven", "Catalog", "Estimate", "InputError", "Plan", "ProgressCallback", "ProgressEvent", "Scenario",
+    "Simulation", "SweepTable",
     "Validation", "__version__", "breakeven", "estimate", "load_catalog", "load_scenario", "plan", "simulate", "sweep",
     "validate",
 ]
@@ -40,6 +42,7 @@ _HOMES = {
                     "fleetplan.api"),
     "Catalog": "fleetplan.catalogs.loader", "InputError": "fleetplan.catalogs.loader",
     "Scenario": "fleetplan.optimizer.scenario",
+    "ProgressCallback": "fleetplan.optimizer.deadline", "ProgressEvent": "fleetplan.optimizer.deadline",
 }
 
 

@@ -12,19 +12,20 @@ file descriptors). A bad input raises :class:`InputError` with one line naming t
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
 from fleetplan.catalogs.fields import ARRIVAL_SCV, SEED, SWEEP_SAMPLES
 from fleetplan.catalogs.loader import Catalog, InputError
+from fleetplan.optimizer.deadline import ProgressCallback, ProgressEvent
 from fleetplan.optimizer.scenario import Scenario
 from fleetplan.optimizer.solvers import SOLVERS
 
 __all__ = [
-    "Breakeven", "Estimate", "Plan", "Simulation", "SweepTable", "Validation", "breakeven", "estimate",
-    "load_catalog", "load_scenario", "plan", "simulate", "sweep", "validate",
+    "Breakeven", "Estimate", "Plan", "ProgressCallback", "ProgressEvent", "Simulation", "SweepTable", "Validation",
+    "breakeven", "estimate", "load_catalog", "load_scenario", "plan", "simulate", "sweep", "validate",
 ]
 
 # What a scenario may be given as: a YAML file's path, the parsed document, or a Scenario.
@@ -172,7 +173,8 @@ def _with_time_limit(scenario: Scenario, folder: Path, time_limit_s: float | Non
 # ---------------------------------------------------------------- plan
 def plan(scenario: ScenarioLike, *, catalog: CatalogLike = None, folder: str | Path | None = None,
          solver: str = "highs", time_limit_s: float | None = None, verify: bool = True,
-         alternatives: str = "default", calibration: str | Path | None = None, jobs: int = 1) -> Plan:
+         alternatives: str = "default", calibration: str | Path | None = None, jobs: int = 1,
+         progress: ProgressCallback | None = None) -> Plan:
     """The cheapest fleet for ``scenario`` (a YAML path, a dict or a :class:`Scenario`).
 
     The same plan as ``fleetplan plan`` with the same options: ``catalog`` is a loaded catalog
@@ -180,7 +182,8 @@ def plan(scenario: ScenarioLike, *, catalog: CatalogLike = None, folder: str | P
     read (a file's own folder by default); ``time_limit_s`` replaces the scenario's
     ``options.time_limit_s``; a plan from a trace is replayed and tightened until it meets its
     targets unless ``verify`` is False; ``alternatives`` is ``none``, ``default`` or ``all``;
-    ``calibration`` is a calibration profile file; ``jobs`` worker processes (same plan for any).
+    ``calibration`` is a calibration profile file; ``jobs`` worker processes (same plan for any);
+    ``progress`` receives a :class:`ProgressEvent` per stage update (nothing is shown without it).
     """
     from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline
     from fleetplan.optimizer.enums import Alternatives
@@ -195,7 +198,7 @@ def plan(scenario: ScenarioLike, *, catalog: CatalogLike = None, folder: str | P
     keywords = dict(solver=_choice("solver", solver, SOLVERS),
                     alternatives=Alternatives(_choice("alternatives", alternatives, [a.value for a in Alternatives])),
                     preset=_preset(sc.preset, calibration), jobs=_jobs(jobs))
-    deadline = Deadline.after(sc.options.time_limit_s or DEFAULT_TIME_LIMIT_S)
+    deadline = Deadline.after(sc.options.time_limit_s or DEFAULT_TIME_LIMIT_S, progress)
     result = make_verified_plan(sc, cat, base, deadline, make_plan, verify=verify, **keywords)
     return Plan(_dumps(plan_to_dict(result)))
 
@@ -219,10 +222,11 @@ def _jobs(jobs: int) -> int:
 # ---------------------------------------------------------------- simulate
 def simulate(plan: Plan | Mapping[str, Any], *, catalog: CatalogLike = None, hour: int | None = None,
              requests: int | None = None, seed: int = 0, trace: str | Path | None = None,
-             arrival_scv: float | None = None) -> Simulation:
+             arrival_scv: float | None = None, progress: ProgressCallback | None = None) -> Simulation:
     """One hour of requests (the peak hour unless ``hour``) replayed on ``plan``'s replicas, as
     ``fleetplan simulate`` does: ``plan`` is a :class:`Plan` or a plan's JSON document;
-    ``trace`` a request log CSV whose arrivals are replayed instead of drawn ones."""
+    ``trace`` a request log CSV whose arrivals are replayed instead of drawn ones; ``progress``
+    receives a :class:`ProgressEvent` as simulated time advances (``done``: simulated seconds)."""
     from fleetplan.optimizer.plan_file import validate_plan
     from fleetplan.optimizer.simulate_plan import DEFAULT_REQUESTS, Settings, simulate_plan
     from fleetplan.optimizer.trace import read_trace
@@ -244,7 +248,17 @@ def simulate(plan: Plan | Mapping[str, Any], *, catalog: CatalogLike = None, hou
         from fleetplan.models.presets import get_preset
 
         preset = get_preset(doc.get("preset") or "default")
-    return Simulation(_dumps(simulate_plan(doc, cat, preset, settings)))
+    return Simulation(_dumps(simulate_plan(doc, cat, preset, settings, _simulated_seconds(progress))))
+
+
+def _simulated_seconds(progress: ProgressCallback | None) -> Callable[[float], None] | None:
+    """The simulation's hook of simulated seconds, reporting them to ``progress`` as events."""
+    if progress is None:
+        return None
+    from fleetplan.optimizer.deadline import Progress
+
+    reporter = Progress(progress)
+    return lambda now_s: reporter.update("simulate: simulated seconds", int(now_s))
 
 
 def _plan_document(plan: Mapping[str, Any]) -> dict[str, Any]:
@@ -275,18 +289,22 @@ def _in_range(r: Any, value: Any, field: str) -> int:
 
 # ---------------------------------------------------------------- breakeven
 def breakeven(scenario: ScenarioLike, *, catalog: CatalogLike = None, folder: str | Path | None = None,
-              scales: Sequence[float] | None = None, solver: str = "highs") -> Breakeven:
+              scales: Sequence[float] | None = None, solver: str = "highs",
+              progress: ProgressCallback | None = None) -> Breakeven:
     """All-API, self-host only and the optimal blend at each multiple ``scales`` of the
     scenario's demand, with the crossover volumes, as ``fleetplan breakeven --json`` gives them.
-    Draw the curves with :func:`fleetplan.optimizer.breakeven.plot_bytes` if wanted."""
+    Draw the curves with :func:`fleetplan.optimizer.breakeven.plot_bytes` if wanted; ``progress``
+    receives a :class:`ProgressEvent` per stage update of the plans."""
     from fleetplan.optimizer.breakeven import DEFAULT_SCALES
+    from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline
     from fleetplan.optimizer.breakeven import breakeven as compare
     from fleetplan.optimizer.scenario import scenario_from
 
     sc, base = scenario_from(_plain(scenario), folder)
     cat = _catalog(catalog, [base / c for c in sc.catalogs])
     result = compare(sc, cat, base, tuple(scales) if scales else DEFAULT_SCALES,
-                     solver=_choice("solver", solver, SOLVERS))
+                     solver=_choice("solver", solver, SOLVERS),
+                     deadline=Deadline.after(sc.options.time_limit_s or DEFAULT_TIME_LIMIT_S, progress))
     return Breakeven(_dumps(result.as_dict()))
 
 
@@ -312,13 +330,14 @@ class SweepTable(_Document):
 
 def sweep(scenario: str | Path, axes: Sequence[str], *, samples: int | None = None, seed: int = 0,
           catalog: Sequence[str | Path] = (), calibration: str | Path | None = None, solver: str = "highs",
-          jobs: int = 1) -> SweepTable:
+          jobs: int = 1, progress: ProgressCallback | None = None) -> SweepTable:
     """The scenario file planned at every point of a grid (or ``samples`` random draws, seeded by
     ``seed``) over ``axes``, each written as the command's ``--set`` is: ``PATH=VALUES``, e.g.
     ``products.chat.peak_qps=100:300:100`` or ``options.gpu_hour_usd.h100-sxm=1.5,2.5``.
 
     The same rows as ``fleetplan sweep``; every point is checked before any is planned, and a
-    point that cannot be planned is a row with its error. ``jobs`` worker processes plan them."""
+    point that cannot be planned is a row with its error. ``jobs`` worker processes plan them;
+    ``progress`` receives a :class:`ProgressEvent` as points are planned (``done`` of ``total``)."""
     from fleetplan.optimizer.sweep import (
         OUTPUTS, Sweep, check_axes, check_points, grid_points, local_runner, parse_axis, run_points, sampled_points,
     )
@@ -334,7 +353,7 @@ def sweep(scenario: str | Path, axes: Sequence[str], *, samples: int | None = No
     points = sampled_points(parsed, _in_range(SWEEP_SAMPLES, samples, "samples"), seed) if samples is not None \
         else grid_points(parsed)
     check_points(job, points)
-    rows = run_points(job, points, local_runner(_jobs(jobs)))
+    rows = run_points(job, points, local_runner(_jobs(jobs)), progress)
     columns = ["point", *(a.path for a in parsed), *OUTPUTS, "error"]
     return SweepTable(_dumps({"columns": columns, "rows": rows}))
 

@@ -22,7 +22,8 @@ from fleetplan.catalogs.loader import InputError
 from fleetplan.escape import rich_text, terminal
 from fleetplan.optimizer.enums import Alternatives
 from fleetplan.io import (
-    EXIT_USER_ERROR, SCENARIO_PRESET_HINT, catalog_inputs, dumps, resolve_preset, scenario_inputs, write_atomically,
+    EXIT_USER_ERROR, SCENARIO_PRESET_HINT, catalog_inputs, dumps, error_text, resolve_preset, scenario_inputs,
+    write_atomically,
 )
 
 SUFFIXES = (".yaml", ".yml")
@@ -153,7 +154,7 @@ def solve_one(path: str, settings: Settings) -> Outcome:
                                   alternatives=settings.alternatives, preset=preset)
         return Outcome(path, plan_to_dict(plan), None)
     except (InputError, SolverError) as exc:
-        return Outcome(path, None, one_line(str(exc)))
+        return Outcome(path, None, one_line(error_text(exc)))
     except Exception as exc:  # noqa: BLE001 - one scenario's crash must not stop the batch
         if os.environ.get("FLEETPLAN_DEBUG"):
             raise

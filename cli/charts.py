@@ -8,9 +8,11 @@ drawn as written (:func:`fleetplan.escape.chart_text`: no mathtext, no control c
 
 from __future__ import annotations
 
+import functools
 import io
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
 from fleetplan.escape import chart_text
 
@@ -18,32 +20,46 @@ from fleetplan.escape import chart_text
 TIER_COLOURS = {"reserved": "#1b6ca8", "on_demand": "#5fa8d3", "spot": "#f4a259", "api": "#8cb369"}
 DEMAND_COLOUR = "#222222"
 WIDTH_IN, HEIGHT_IN = 8.0, 3.2
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
-def _pyplot() -> Any:
-    """matplotlib's pyplot on the file-only backend, with settings that make SVG output stable."""
-    import matplotlib
+# Settings that make the SVG output stable and the charts compact; applied only while a chart is
+# drawn (matplotlib.rc_context), so the caller's matplotlib settings stay as they were.
+STYLE = {"svg.fonttype": "none", "svg.hashsalt": "fleetplan", "font.size": 9,
+         "axes.spines.top": False, "axes.spines.right": False}
 
-    matplotlib.use("Agg")
-    matplotlib.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "fleetplan", "font.size": 9,
-                                "axes.spines.top": False, "axes.spines.right": False})
-    import matplotlib.pyplot as plt
 
-    return plt
+def _styled(draw: Callable[P, R]) -> Callable[P, R]:
+    """``draw`` run with :data:`STYLE` in force (and the previous settings back afterwards)."""
+    @functools.wraps(draw)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        import matplotlib
+
+        with matplotlib.rc_context(STYLE):
+            return draw(*args, **kwargs)
+    return run
+
+
+def _figure(width_in: float, height_in: float) -> tuple[Any, Any]:
+    """A figure of its own and its axes: no pyplot, so neither matplotlib's backend nor its list
+    of open figures changes (a notebook keeps its own)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width_in, height_in))
+    return fig, fig.subplots()
 
 
 def load() -> None:
     """Import matplotlib now rather than at the first chart: a report does it while it waits for
     the re-plans of its worker."""
-    _pyplot()
+    import matplotlib.figure  # noqa: F401
 
 
 def to_svg(fig: Any) -> str:
-    """The figure as an SVG element (no XML prolog, no date), and the figure closed."""
-    plt = _pyplot()
+    """The figure as an SVG element (no XML prolog, no date)."""
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
-    plt.close(fig)
     text = buf.getvalue()
     return re.sub(r"^.*?(<svg)", r"\1", text, count=1, flags=re.S)
 
@@ -66,14 +82,14 @@ def hourly_tiers(d: dict[str, Any]) -> tuple[list[float], dict[str, list[float]]
     return demand, tiers
 
 
+@_styled
 def fleet_chart(d: dict[str, Any]) -> str | None:
     """The hourly fleet against demand: capacity stacked by tier (reserved, on demand, spot) and
     the API's tokens, with demand as a line; None for a one-hour plan."""
     demand, tiers = hourly_tiers(d)
     if len(demand) < 2:
         return None
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(WIDTH_IN, HEIGHT_IN))
+    fig, ax = _figure(WIDTH_IN, HEIGHT_IN)
     hours = list(range(len(demand)))
     shown = {k: v for k, v in tiers.items() if any(v)}
     ax.stackplot(hours, *shown.values(), labels=[k.replace("_", " ") for k in shown], step="post",
@@ -88,8 +104,7 @@ def fleet_chart(d: dict[str, Any]) -> str | None:
 
 def _hbar(labels: list[str], series: dict[str, list[float]], xlabel: str, colours: list[str]) -> str:
     """Horizontal bars, one group per label and one bar per series."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(WIDTH_IN, 0.5 + 0.45 * len(labels) * max(1, len(series))))
+    fig, ax = _figure(WIDTH_IN, 0.5 + 0.45 * len(labels) * max(1, len(series)))
     n = len(series)
     height = 0.8 / n
     for i, ((name, values), colour) in enumerate(zip(series.items(), colours)):
@@ -103,6 +118,7 @@ def _hbar(labels: list[str], series: dict[str, list[float]], xlabel: str, colour
     return to_svg(fig)
 
 
+@_styled
 def cost_chart(d: dict[str, Any]) -> str:
     """The monthly cost per product, one bar each, largest first."""
     rows = sorted(d["products"], key=lambda p: (-p["monthly_cost_usd"], p["name"]))
@@ -110,6 +126,7 @@ def cost_chart(d: dict[str, Any]) -> str:
                  [TIER_COLOURS["on_demand"]])
 
 
+@_styled
 def usage_chart(d: dict[str, Any]) -> str | None:
     """GPUs of each type at its busiest hour against what is available (None without GPUs)."""
     usage = d.get("gpu_usage") or {}
@@ -123,6 +140,7 @@ def usage_chart(d: dict[str, Any]) -> str | None:
     return _hbar(gpus, series, "GPUs (available 0: no limit)", ["#1b6ca8", "#5fa8d3", "#cccccc"])
 
 
+@_styled
 def tornado_chart(rows: list[dict[str, Any]], base: float) -> str | None:
     """The tornado: each input's monthly cost at -20% and +20%, as bars from the plan's cost (a
     side with no plan is left out; inputs sorted by their widest bar)."""
@@ -134,8 +152,7 @@ def tornado_chart(rows: list[dict[str, Any]], base: float) -> str | None:
     if not rows:
         return None
     rows = sorted(rows, key=lambda r: -max(abs(delta(r, s) or 0.0) for s in ("low", "high")))
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(WIDTH_IN, 0.6 + 0.5 * len(rows)))
+    fig, ax = _figure(WIDTH_IN, 0.6 + 0.5 * len(rows))
     labelled: set[str] = set()
     for y, r in enumerate(rows):
         for side, colour in (("low", "#8cb369"), ("high", "#e76f51")):

@@ -109,6 +109,22 @@ def resolve_preset(name: str, calibration: str | None, preset_hint: str = "use -
 
 
 # ---------------------------------------------------------------- errors
+# The command-line flag of each library parameter an error message may name (see
+# :class:`~fleetplan.catalogs.files.InputError`): the library speaks of parameters, a command of its flags.
+FLAG_OF = {
+    "axes": "--set", "calibration": "--calibration", "catalog": "--catalog", "hour": "--hour",
+    "max_points": "--max-points", "model_id": "--id", "replace": "--replace", "samples": "--samples",
+    "scales": "--scales", "trace": "--trace",
+}
+
+
+def error_text(exc: BaseException) -> str:
+    """An error's message as a command shows it: the parameters it names as their flags."""
+    from fleetplan.catalogs.loader import InputError
+
+    return exc.render(FLAG_OF) if isinstance(exc, InputError) else str(exc)
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Run the parsed subcommand ``args.func``; every error except an interrupt becomes one line
     on stderr: a user error exit code 2, a solver error 3, anything else 1 (``FLEETPLAN_DEBUG=1``
@@ -118,7 +134,7 @@ def run_command(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args))
     except InputError as exc:
-        print(f"fleetplan: error: {terminal(one_line(str(exc)))}", file=sys.stderr)
+        print(f"fleetplan: error: {terminal(one_line(error_text(exc)))}", file=sys.stderr)
         return EXIT_USER_ERROR
     except BrokenPipeError:  # pragma: no cover - e.g. piped into head
         return 0

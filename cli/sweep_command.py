@@ -101,13 +101,13 @@ def _out_dir(path: str) -> Path:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Plan every point, then write the table, the Parquet file and the plot."""
-    from fleetplan.io import output_in, scenario_inputs, write_atomically
+    from fleetplan.io import FLAG_OF, output_in, scenario_inputs, write_atomically
     from fleetplan.optimizer.scenario import load_scenario
     from fleetplan.cluster import check_reachable
     from fleetplan.optimizer.sweep import OUTPUTS, Sweep, check_axes, check_points, grid_points, parse_axis, sampled_points
 
     axes = [parse_axis(s, args.max_points) for s in args.set]
-    sweep = Sweep(args.scenario, tuple(args.catalog), args.calibration, args.solver)
+    sweep = Sweep(args.scenario, tuple(args.catalog), args.calibration, args.solver, tuple(FLAG_OF.items()))
     check_axes(sweep, axes)
     points = sampled_points(axes, args.samples, args.seed, args.max_points) if args.samples \
         else grid_points(axes, args.max_points)

@@ -213,14 +213,14 @@ def profile_factors(f: Fit, comp: Sequence[Components]) -> list[FactorEntry]:
 
 def load_profile(path: Path) -> CalibrationProfile:
     """The profile at ``path``, validated by its schema (one line naming the field if not)."""
-    text = read_text(path, "file", InputError, "--calibration: ")
+    text = read_text(path, "file", InputError, "`calibration`: ")
     try:
         return read_profile(parse_yaml(text, path), str(path))
     except ValueError as exc:
         raise InputError(str(exc)) from None
 
 
-def apply_profile(preset: Preset, path: Path, preset_hint: str = "use --preset {fitted}") -> Preset:
+def apply_profile(preset: Preset, path: Path, preset_hint: str = "use the preset {fitted}") -> Preset:
     """``preset`` adjusted by the calibration profile at ``path``.
 
     The profile must have been fitted against the same preset; its factor entries become the

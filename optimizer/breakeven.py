@@ -112,8 +112,8 @@ def scaled(scenario: Scenario, factor: float) -> Scenario:
     for p in raw["products"]:
         p["peak_qps"] = p["peak_qps"] * factor
         if not F.QPS.contains(p["peak_qps"]):
-            raise InputError(f"--scales: scale {factor:g} takes products[{p['name']}].peak_qps to {p['peak_qps']:g}; "
-                             f"it must be {F.QPS.describe()} ({F.QPS.reason})")
+            raise InputError(f"`scales`: scale {factor:g} takes products[{p['name']}].peak_qps to {p['peak_qps']:g}; "
+                             f"it must be {F.QPS.describe()} ({F.QPS.reason})", parameters=("scales",))
     return Scenario.model_validate(raw)
 
 
@@ -130,8 +130,9 @@ def check_scales(scenario: Scenario, demand: dict[str, list[float]], scales: tup
         scaled(scenario, s)  # every peak_qps in range
         for name, qps in scaled_demand(demand, s).items():
             if not F.QPS.contains(max(qps)):
-                raise InputError(f"--scales: at scale {s:g}, products[{name}]: the busiest hour reaches {max(qps):g} "
-                                 f"queries per second; it must be {F.QPS.describe()} ({F.QPS.reason})")
+                raise InputError(f"`scales`: at scale {s:g}, products[{name}]: the busiest hour reaches {max(qps):g} "
+                                 f"queries per second; it must be {F.QPS.describe()} ({F.QPS.reason})",
+                                 parameters=("scales",))
 
 
 def all_api_cost(scenario: Scenario, catalog: Catalog, qps: dict[str, list[float]], preset: Preset) -> float:

@@ -478,11 +478,11 @@ def _problem(err: ValidationError, raw: Any, where: str) -> str:
 
 
 def _known(ids: dict[str, Any], value: str, field: str, noun: str, where: str) -> None:
-    """Raise unless ``value`` is one of the catalog's ``ids``, naming the nearest and the flag
-    that gives the catalog the plan was made with."""
+    """Raise unless ``value`` is one of the catalog's ``ids``, naming the nearest and the
+    parameter that gives the catalog the plan was made with."""
     if value not in ids:
         raise PlanFileError(f"{where}: {field}: unknown {noun} id {short_repr(value, 40)}{nearest(value, ids)}; give "
-                            f"the catalog the plan was made with (--catalog)")
+                            f"the catalog the plan was made with (`catalog`)", parameters=("catalog",))
 
 
 def check_ids(plan: PlanFile, catalog: Catalog, where: str) -> None:

@@ -431,7 +431,8 @@ def _validated(raw: Any, where: str, folder: Path) -> Scenario:
     if raw and "products" not in raw and set(raw) <= set(CATALOG_SECTIONS):
         raise ScenarioError(
             f"{where}: a catalog file (sections {', '.join(map(str, raw))}), not a scenario (no products): give it with "
-            f"--catalog or in a scenario's catalogs: list, and keep it out of a directory of scenarios"
+            f"`catalog` or in a scenario's catalogs: list, and keep it out of a directory of scenarios",
+            parameters=("catalog",),
         )
     try:
         return Scenario.model_validate(raw)

@@ -330,8 +330,3 @@ def tpot_s(reqs: Requests, t: Timings) -> np.ndarray:
 def poisson_arrivals(rate_per_s: float, count: int, rng: np.random.Generator) -> np.ndarray:
     """``count`` arrival times of a Poisson process at ``rate_per_s`` from 0."""
     return np.cumsum(rng.exponential(1.0 / rate_per_s, count)) if rate_per_s > 0 else np.zeros(count)
-
-
-def quantile_step(values: list[float], q: float) -> float:
-    """The ``q`` quantile of ``values`` by linear interpolation (inf for none)."""
-    return float(np.percentile(values, q * 100.0)) if values else math.inf

@@ -5,7 +5,7 @@ the hour's rate), the replicas of that hour, the step and prefill times of the p
 configuration, and the summary per product. It reads no file itself (the CLI reads the plan and
 the trace).
 
-The hour: ``--hour`` or the plan's peak hour (the most demand). Its self-hosted rate is its
+The hour: the ``hour`` setting or the plan's peak hour (the most demand). Its self-hosted rate is its
 demand less the API's tokens, over the product's output tokens. From a trace, the hour's
 arrivals are those of the busiest trace hour that lands on it (:mod:`fleetplan.optimizer.trace`),
 each sent to the API with the API's share of the hour (a seeded draw); at most ``requests`` of
@@ -73,7 +73,7 @@ def hour_load(pd: dict[str, Any], hour: int | None) -> HourLoad:
     if hour is None:
         hour = max(range(len(hourly)), key=lambda h: (hourly[h]["demand_tokens_per_s"], -h))
     if not 0 <= hour < len(hourly):
-        raise InputError(f"--hour: {hour} is outside the plan's hours 0..{len(hourly) - 1}")
+        raise InputError(f"`hour`: {hour} is outside the plan's hours 0..{len(hourly) - 1}", parameters=("hour",))
     row = hourly[hour]
     demand = row["demand_tokens_per_s"]
     api = min(row["api_tokens_per_s"] or 0.0, demand)
@@ -157,7 +157,8 @@ def _trace_hour(trace: Trace, hour: int, hours: int) -> np.ndarray:
     counts = np.bincount(k - k.min())
     candidates = [h for h in range(counts.size) if (h + k.min()) % hours == hour]
     if not candidates:
-        raise InputError(f"--trace: no trace hour lands on plan hour {hour}; give --hour within the trace's span")
+        raise InputError(f"`trace`: no trace hour lands on plan hour {hour}; give `hour` within the trace's span",
+                         parameters=("trace", "hour"))
     best = int(k.min()) + max(candidates, key=lambda h: (counts[h], -h))
     return np.flatnonzero(k == best)
 
@@ -330,8 +331,8 @@ def _run_mix(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad, reqs
 
     peak = hour_load(pd, None).hour
     if load.hour != peak:
-        raise InputError(f"--hour: a product planned from a mix has its replicas per configuration at its peak hour "
-                         f"only; give --hour {peak} or leave it out")
+        raise InputError(f"`hour`: a product planned from a mix has its replicas per configuration at its peak hour "
+                         f"only; give `hour` {peak} or leave it out", parameters=("hour",))
     which = _configuration_of(pd, reqs, settings.seed)
     out = Timings(np.full(reqs.count, np.nan), np.full(reqs.count, np.nan))
     busy, weight = 0.0, 0

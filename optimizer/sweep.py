@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable
 
 from fleetplan.catalogs.files import short
 from fleetplan.catalogs.loader import InputError
+from fleetplan.optimizer.deadline import Progress, ProgressCallback
 
 # A sweep runs at most this many points unless ``--max-points`` allows more: a point is one plan
 # of a second to a minute, so 10,000 points already keep two local workers busy for hours; a
@@ -62,13 +63,22 @@ def _number(text: str) -> Any:
     return t
 
 
+# The parameters a sweep's messages name (```axes```, see :class:`InputError`): the command shows its flags.
+PARAMETERS = ("axes", "samples", "max_points")
+
+
+def _error(message: str) -> InputError:
+    """A sweep's input error, its parameters marked."""
+    return InputError(message, parameters=PARAMETERS)
+
+
 def too_many(what: str, count: float, max_points: int) -> InputError:
     """The error for ``count`` points (or values) beyond ``max_points``: the count, the limit and
     how to raise it."""
     shown = f"{count:,.0f}" if count < _COUNT_DIGITS else f"more than {_COUNT_DIGITS:.0e}"
-    raise_it = (f"give --max-points {math.ceil(count)} to run them" if count <= MAX_POINTS
-                else f"--max-points allows at most {MAX_POINTS:,}")
-    return InputError(f"{what}: {shown} points; a sweep runs at most {max_points:,} ({raise_it}, or take fewer values)")
+    raise_it = (f"give `max_points` {math.ceil(count)} to run them" if count <= MAX_POINTS
+                else f"`max_points` allows at most {MAX_POINTS:,}")
+    return _error(f"{what}: {shown} points; a sweep runs at most {max_points:,} ({raise_it}, or take fewer values)")
 
 
 def _grid(flag: str, text: str, max_points: int = DEFAULT_MAX_POINTS) -> tuple[float, ...]:
@@ -78,9 +88,9 @@ def _grid(flag: str, text: str, max_points: int = DEFAULT_MAX_POINTS) -> tuple[f
     try:
         start, stop, step = (float(x) for x in text.split(":"))
     except ValueError:
-        raise InputError(f"{flag}: a grid is start:stop:step with three numbers (got {short(text)!r})") from None
+        raise _error(f"{flag}: a grid is start:stop:step with three numbers (got {short(text)!r})") from None
     if step <= 0 or stop < start or not all(map(math.isfinite, (start, stop, step))):
-        raise InputError(f"{flag}: a grid needs a step above 0 and stop >= start (got {short(text)!r})")
+        raise _error(f"{flag}: a grid needs a step above 0 and stop >= start (got {short(text)!r})")
     count = (stop - start) / step + 1
     if not count <= max_points + 1:  # also catches an infinite count (a span over the largest float)
         raise too_many(flag, count, max_points)
@@ -95,16 +105,16 @@ def parse_axis(text: str, max_points: int = DEFAULT_MAX_POINTS) -> Axis:
     """One ``--set PATH=VALUES`` (see the module docstring); bad syntax, or a grid of more than
     ``max_points`` values, raises naming the flag."""
     path, sep, values = text.partition("=")
-    flag = f"--set {text}"
+    flag = f"`axes` {text}"
     if not sep or not path or not values:
-        raise InputError(f"--set {text}: give PATH=VALUES, e.g. products.chat.peak_qps=50:500:50")
+        raise _error(f"`axes` {text}: give PATH=VALUES, e.g. products.chat.peak_qps=50:500:50")
     m = _DIST.match(values.strip())
     if m:
         name = m.group(1)
         if name not in DISTRIBUTIONS:
             from fleetplan.catalogs.loader import nearest
 
-            raise InputError(f"{flag}: unknown distribution {name!r}{nearest(name, DISTRIBUTIONS)}")
+            raise _error(f"{flag}: unknown distribution {name!r}{nearest(name, DISTRIBUTIONS)}")
         args = tuple(_number(a) for a in m.group(2).split(","))
         _check_distribution(flag, name, args)
         return Axis(path.strip(), distribution=name, arguments=args)
@@ -117,14 +127,14 @@ def _check_distribution(flag: str, name: str, args: tuple[Any, ...]) -> None:
     """A distribution's arguments: two numbers (the second above 0, above the first for uniform)."""
     if name == "choice":
         if not args or args == ("",):
-            raise InputError(f"{flag}: choice(...) needs at least one value")
+            raise _error(f"{flag}: choice(...) needs at least one value")
         return
     if len(args) != 2 or not all(isinstance(a, (int, float)) for a in args):
-        raise InputError(f"{flag}: {name}(a,b) takes two numbers (got {len(args)} arguments)")
+        raise _error(f"{flag}: {name}(a,b) takes two numbers (got {len(args)} arguments)")
     lo, hi = args
     if (name == "uniform" and hi <= lo) or (name != "uniform" and hi <= 0):
         why = "hi must exceed lo" if name == "uniform" else "the spread must be above 0"
-        raise InputError(f"{flag}: {name}({lo},{hi}): {why}")
+        raise _error(f"{flag}: {name}({lo},{hi}): {why}")
 
 
 def grid_points(axes: list[Axis], max_points: int = DEFAULT_MAX_POINTS) -> list[dict[str, Any]]:
@@ -132,10 +142,10 @@ def grid_points(axes: list[Axis], max_points: int = DEFAULT_MAX_POINTS) -> list[
     ``max_points`` combinations are refused before any is made."""
     bad = [a.path for a in axes if a.distribution]
     if bad:
-        raise InputError(f"--set {bad[0]}: a distribution needs --samples N (or give values: a,b or start:stop:step)")
+        raise _error(f"`axes` {bad[0]}: a distribution needs `samples` N (or give values: a,b or start:stop:step)")
     n = math.prod(len(a.values) for a in axes)
     if n > max_points:
-        raise too_many("--set", n, max_points)
+        raise too_many("`axes`", n, max_points)
     return [dict(zip((a.path for a in axes), combo)) for combo in itertools.product(*(a.values for a in axes))]
 
 
@@ -159,7 +169,7 @@ def sampled_points(axes: list[Axis], samples: int, seed: int,
     import numpy as np
 
     if samples > max_points:
-        raise too_many("--samples", samples, max_points)
+        raise too_many("`samples`", samples, max_points)
 
     rng = np.random.default_rng(seed)
     return [{a.path: _draw(rng, a) for a in axes} for _ in range(samples)]
@@ -167,12 +177,14 @@ def sampled_points(axes: list[Axis], samples: int, seed: int,
 
 @dataclass(frozen=True)
 class Sweep:
-    """What every point shares: the scenario file, extra catalogs, calibration and solver."""
+    """What every point shares: the scenario file, extra catalogs, calibration and solver, and
+    how the caller names the parameters a point's error names (``(parameter, shown as)`` pairs)."""
 
     scenario: str
     catalogs: tuple[str, ...] = ()
     calibration: str | None = None
     solver: str = "highs"
+    names: tuple[tuple[str, str], ...] = ()
 
 
 @lru_cache(maxsize=4)
@@ -198,7 +210,7 @@ def check_axes(sweep: Sweep, axes: list[Axis]) -> None:
     for a in axes:
         check_path(scenario, a.path)
         if a.path in seen:
-            raise InputError(f"--set {a.path}: given twice; give all its values in one --set (a,b,c)")
+            raise _error(f"`axes` {a.path}: given twice; give all its values in one `axes` (a,b,c)")
         seen.add(a.path)
 
 
@@ -232,7 +244,8 @@ def plan_point(task: tuple[Sweep, int, dict[str, Any]]) -> dict[str, Any]:
                          compare_first_come=False)
     except (InputError, SolverError) as exc:
         status = "infeasible" if "infeasible" in str(exc) else "error"
-        return {**row, **dict.fromkeys(OUTPUTS), "status": status, "error": str(exc)}
+        text = exc.render(dict(sweep.names)) if isinstance(exc, InputError) else str(exc)
+        return {**row, **dict.fromkeys(OUTPUTS), "status": status, "error": text}
     return {**row, **outputs(plan_to_dict(plan)), "error": None}
 
 
@@ -253,17 +266,24 @@ def outputs(d: dict[str, Any]) -> dict[str, Any]:
 Runner = Callable[[Callable[[Any], dict[str, Any]], list[Any]], Iterable[dict[str, Any]]]
 
 
-def run_points(sweep: Sweep, points: list[dict[str, Any]], runner: Runner) -> list[dict[str, Any]]:
-    """Plan every point with ``runner`` (local workers or a Dask client); rows in point order."""
+def run_points(sweep: Sweep, points: list[dict[str, Any]], runner: Runner,
+               progress: ProgressCallback | None = None) -> list[dict[str, Any]]:
+    """Plan every point with ``runner`` (local workers or a Dask client); rows in point order.
+    ``progress`` hears of each row as the runner hands it over (``done`` of ``total`` points)."""
     tasks = [(sweep, i, p) for i, p in enumerate(points)]
-    return sorted(runner(plan_point, tasks), key=lambda r: r["point"])
+    reporter = Progress(progress)
+    rows = []
+    for row in runner(plan_point, tasks):
+        rows.append(row)
+        reporter.update("sweep: points planned", len(rows), len(tasks))
+    return sorted(rows, key=lambda r: r["point"])
 
 
 def local_runner(jobs: int) -> Runner:
     """Points planned in ``jobs`` spawned worker processes (:mod:`.workers`), or in this process for one."""
-    def run(fn: Callable[[Any], dict[str, Any]], tasks: list[Any]) -> list[dict[str, Any]]:
+    def run(fn: Callable[[Any], dict[str, Any]], tasks: list[Any]) -> Iterable[dict[str, Any]]:
         if jobs <= 1:
-            return [fn(t) for t in tasks]
+            return (fn(t) for t in tasks)
         from fleetplan.optimizer.workers import worker_pool
 
         with worker_pool(jobs) as pool:

@@ -9,6 +9,8 @@ Owns paths and edits only; it plans nothing (see :mod:`.sweep` and :mod:`.sensit
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 from typing import Any
 
@@ -25,33 +27,38 @@ SECTIONS: dict[str, tuple[str, ...]] = {
 
 
 class PathError(InputError):
-    """A ``--set`` path that names no field of the scenario."""
+    """A field path (a sweep's ``axes``, an edit) that names no field of the scenario."""
 
 
-def check_path(scenario: Scenario, path: str, flag: str = "--set") -> tuple[str, ...]:
+def _marked(where: str) -> tuple[str, ...]:
+    """The parameters ``where`` marks as ```name``` (see :class:`~fleetplan.catalogs.files.InputError`)."""
+    return tuple(re.findall(r"`(\w+)`", where))
+
+
+def check_path(scenario: Scenario, path: str, flag: str = "`axes`") -> tuple[str, ...]:
     """``path`` split into its parts, after checking that each names something in ``scenario``:
     the section, the product (or ``*``) and the field; a map's key (a GPU id) is left to the
     scenario's own validation. Raises :class:`PathError` naming the nearest valid choice."""
     parts = tuple(path.split("."))
-    head = parts[0]
+    head, marks = parts[0], _marked(flag)
     if head not in SECTIONS:
-        raise PathError(f"{flag} {path}: unknown section {head!r}{nearest(head, SECTIONS)}")
+        raise PathError(f"{flag} {path}: unknown section {head!r}{nearest(head, SECTIONS)}", parameters=marks)
     if head == "preset":
         if len(parts) != 1:
-            raise PathError(f"{flag} {path}: preset has no fields (use preset=seed,default)")
+            raise PathError(f"{flag} {path}: preset has no fields (use preset=seed,default)", parameters=marks)
         return parts
     rest = parts[1:]
     if head == "products":
         names = [p.name for p in scenario.products]
         if not rest or (rest[0] != "*" and rest[0] not in names):
             got = rest[0] if rest else ""
-            raise PathError(f"{flag} {path}: unknown product {got!r}{nearest(got, [*names, '*'])}")
+            raise PathError(f"{flag} {path}: unknown product {got!r}{nearest(got, [*names, '*'])}", parameters=marks)
         rest = rest[1:]
     if not rest or rest[0] not in SECTIONS[head]:
         got = rest[0] if rest else ""
-        raise PathError(f"{flag} {path}: unknown field {got!r} of {head}{nearest(got, SECTIONS[head])}")
+        raise PathError(f"{flag} {path}: unknown field {got!r} of {head}{nearest(got, SECTIONS[head])}", parameters=marks)
     if len(rest) > 2:
-        raise PathError(f"{flag} {path}: too many parts (a field, or a field and one key such as a GPU id)")
+        raise PathError(f"{flag} {path}: too many parts (a field, or a field and one key such as a GPU id)", parameters=marks)
     return parts
 
 
@@ -62,7 +69,7 @@ def _put(doc: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
     doc[keys[-1]] = value
 
 
-def apply_edits(scenario: Scenario, edits: dict[str, Any], where: str = "--set", folder: Path | None = None
+def apply_edits(scenario: Scenario, edits: dict[str, Any], where: str = "`axes`", folder: Path | None = None
                 ) -> Scenario:
     """``scenario`` with every ``path: value`` of ``edits`` applied (paths checked by
     :func:`check_path`), validated again; an invalid value raises the scenario's one-line error.
@@ -81,19 +88,5 @@ def apply_edits(scenario: Scenario, edits: dict[str, Any], where: str = "--set",
             _put(doc, parts, value)
     try:
         return parse_scenario(doc, where, folder)
-    except ScenarioError as exc:  # "--set.products[chat].peak_qps: ..." reads "--set: products[chat]..."
-        raise PathError(str(exc).replace(f"{where}.", f"{where}: ", 1)) from None
-
-
-def current_value(scenario: Scenario, path: str) -> Any:
-    """The value ``path`` holds in ``scenario`` (for ``products.*``: the first product's), or None."""
-    parts = check_path(scenario, path)
-    if parts[0] == "preset":
-        return scenario.preset
-    obj: Any = scenario.model_dump(mode="json")
-    if parts[0] == "products":
-        obj = next(p for p in obj["products"] if parts[1] in ("*", p["name"]))
-        parts = parts[2:]
-    for k in parts:
-        obj = obj.get(k) if isinstance(obj, dict) else None
-    return obj
+    except ScenarioError as exc:  # "axes.products[chat].peak_qps: ..." reads "axes: products[chat]..."
+        raise PathError(str(exc).replace(f"{where}.", f"{where}: ", 1), parameters=_marked(where)) from None
