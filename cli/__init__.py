@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the names as a type checker sees them; at run time they load on first use
     from fleetplan.api import Breakeven, Estimate, Plan, Simulation, SweepTable, Validation, breakeven, estimate
     from fleetplan.api import load_catalog, load_scenario, plan, simulate, sweep, validate
-    from fleetplan.catalogs.loader import Catalog, InputError
+    from fleetplan.catalogs.files import InputError
+    from fleetplan.catalogs.loader import Catalog
     from fleetplan.optimizer.deadline import ProgressCallback, ProgressEvent
     from fleetplan.optimizer.scenario import Scenario
 

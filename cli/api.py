@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Union
 
 from fleetplan.catalogs.fields import ARRIVAL_SCV, SEED, SWEEP_SAMPLES
-from fleetplan.catalogs.loader import Catalog, InputError
+from fleetplan.catalogs.files import InputError
+from fleetplan.catalogs.loader import Catalog
 from fleetplan.optimizer.deadline import ProgressCallback, ProgressEvent
 from fleetplan.optimizer.scenario import Scenario
 from fleetplan.optimizer.solvers import SOLVERS

@@ -30,7 +30,7 @@ STYLE = {"svg.fonttype": "none", "svg.hashsalt": "fleetplan", "font.size": 9,
          "axes.spines.top": False, "axes.spines.right": False}
 
 
-def _styled(draw: Callable[P, R]) -> Callable[P, R]:
+def styled(draw: Callable[P, R]) -> Callable[P, R]:
     """``draw`` run with :data:`STYLE` in force (and the previous settings back afterwards)."""
     @functools.wraps(draw)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -41,7 +41,7 @@ def _styled(draw: Callable[P, R]) -> Callable[P, R]:
     return run
 
 
-def _figure(width_in: float, height_in: float) -> tuple[Any, Any]:
+def new_figure(width_in: float, height_in: float) -> tuple[Any, Any]:
     """A figure of its own and its axes: no pyplot, so neither matplotlib's backend nor its list
     of open figures changes (a notebook keeps its own)."""
     from matplotlib.figure import Figure
@@ -82,14 +82,14 @@ def hourly_tiers(d: dict[str, Any]) -> tuple[list[float], dict[str, list[float]]
     return demand, tiers
 
 
-@_styled
+@styled
 def fleet_chart(d: dict[str, Any]) -> str | None:
     """The hourly fleet against demand: capacity stacked by tier (reserved, on demand, spot) and
     the API's tokens, with demand as a line; None for a one-hour plan."""
     demand, tiers = hourly_tiers(d)
     if len(demand) < 2:
         return None
-    fig, ax = _figure(WIDTH_IN, HEIGHT_IN)
+    fig, ax = new_figure(WIDTH_IN, HEIGHT_IN)
     hours = list(range(len(demand)))
     shown = {k: v for k, v in tiers.items() if any(v)}
     ax.stackplot(hours, *shown.values(), labels=[k.replace("_", " ") for k in shown], step="post",
@@ -104,7 +104,7 @@ def fleet_chart(d: dict[str, Any]) -> str | None:
 
 def _hbar(labels: list[str], series: dict[str, list[float]], xlabel: str, colours: list[str]) -> str:
     """Horizontal bars, one group per label and one bar per series."""
-    fig, ax = _figure(WIDTH_IN, 0.5 + 0.45 * len(labels) * max(1, len(series)))
+    fig, ax = new_figure(WIDTH_IN, 0.5 + 0.45 * len(labels) * max(1, len(series)))
     n = len(series)
     height = 0.8 / n
     for i, ((name, values), colour) in enumerate(zip(series.items(), colours)):
@@ -118,7 +118,7 @@ def _hbar(labels: list[str], series: dict[str, list[float]], xlabel: str, colour
     return to_svg(fig)
 
 
-@_styled
+@styled
 def cost_chart(d: dict[str, Any]) -> str:
     """The monthly cost per product, one bar each, largest first."""
     rows = sorted(d["products"], key=lambda p: (-p["monthly_cost_usd"], p["name"]))
@@ -126,7 +126,7 @@ def cost_chart(d: dict[str, Any]) -> str:
                  [TIER_COLOURS["on_demand"]])
 
 
-@_styled
+@styled
 def usage_chart(d: dict[str, Any]) -> str | None:
     """GPUs of each type at its busiest hour against what is available (None without GPUs)."""
     usage = d.get("gpu_usage") or {}
@@ -140,7 +140,7 @@ def usage_chart(d: dict[str, Any]) -> str | None:
     return _hbar(gpus, series, "GPUs (available 0: no limit)", ["#1b6ca8", "#5fa8d3", "#cccccc"])
 
 
-@_styled
+@styled
 def tornado_chart(rows: list[dict[str, Any]], base: float) -> str | None:
     """The tornado: each input's monthly cost at -20% and +20%, as bars from the plan's cost (a
     side with no plan is left out; inputs sorted by their widest bar)."""
@@ -152,7 +152,7 @@ def tornado_chart(rows: list[dict[str, Any]], base: float) -> str | None:
     if not rows:
         return None
     rows = sorted(rows, key=lambda r: -max(abs(delta(r, s) or 0.0) for s in ("low", "high")))
-    fig, ax = _figure(WIDTH_IN, 0.6 + 0.5 * len(rows))
+    fig, ax = new_figure(WIDTH_IN, 0.6 + 0.5 * len(rows))
     labelled: set[str] = set()
     for y, r in enumerate(rows):
         for side, colour in (("low", "#8cb369"), ("high", "#e76f51")):

@@ -363,7 +363,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     """Write (or print) the launch commands and manifests of a plan file."""
     from fleetplan.catalogs import load_catalog
     from fleetplan.io import catalog_inputs, output_in, write_atomically
-    from fleetplan.optimizer.plan_file import read_plan
+    from fleetplan.io import read_plan
 
     catalog = load_catalog(args.catalog)
     plan = read_plan(args.plan, catalog)

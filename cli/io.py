@@ -108,6 +108,19 @@ def resolve_preset(name: str, calibration: str | None, preset_hint: str = "use -
     return preset
 
 
+def read_plan(path: Path | str, catalog: Any) -> dict[str, Any]:
+    """The plan file a command is given (:func:`fleetplan.optimizer.plan_file.read_plan`); a
+    scenario given instead is refused with the command that plans it."""
+    from fleetplan.optimizer.plan_file import PlanFileError
+    from fleetplan.optimizer.plan_file import read_plan as read
+
+    path = Path(path)
+    if path.suffix.lower() in (".yaml", ".yml"):
+        raise PlanFileError(f"{path}: a scenario, not a plan; plan it first with 'fleetplan plan {path} --json --out "
+                            f"plan.json' and give plan.json")
+    return read(path, catalog)
+
+
 # ---------------------------------------------------------------- errors
 # The command-line flag of each library parameter an error message may name (see
 # :class:`~fleetplan.catalogs.files.InputError`): the library speaks of parameters, a command of its flags.

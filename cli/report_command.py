@@ -80,7 +80,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from fleetplan.catalogs.files import check_output_file
     from fleetplan.html import page
     from fleetplan.io import catalog_inputs, write_atomically
-    from fleetplan.optimizer.plan_file import read_plan
+    from fleetplan.io import read_plan
 
     src = Path(args.input)
     if src.suffix.lower() in PLAN_SUFFIXES:

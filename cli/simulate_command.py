@@ -52,7 +52,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from fleetplan.io import emit, resolve_preset
     from fleetplan.optimizer.deadline import Deadline
     from fleetplan.progress import ProgressLine
-    from fleetplan.optimizer.plan_file import read_plan
+    from fleetplan.io import read_plan
     from fleetplan.optimizer.simulate_plan import Settings, simulate_plan
     from fleetplan.optimizer.trace import read_trace
 

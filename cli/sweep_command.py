@@ -57,11 +57,17 @@ def table_parquet(rows: list[dict[str, Any]], columns: list[str]) -> bytes:
 
 def plot_svg(rows: list[dict[str, Any]], x: str) -> str:
     """Cost against the swept field ``x``, one colour per winning GPU type (failed points left out)."""
-    from fleetplan.charts import _pyplot, to_svg
+    from fleetplan.charts import styled
+
+    return str(styled(_draw_plot)(rows, x))
+
+
+def _draw_plot(rows: list[dict[str, Any]], x: str) -> str:
+    """:func:`plot_svg`'s drawing, run with the charts' settings in force."""
+    from fleetplan.charts import new_figure, to_svg
     from fleetplan.escape import chart_text
 
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8.0, 3.6))
+    fig, ax = new_figure(8.0, 3.6)
     ok = [r for r in rows if r["monthly_cost_usd"] is not None and isinstance(r[x], (int, float))]
     for gpu in sorted({r["main_gpu"] for r in ok}):
         pts = sorted((r[x], r["monthly_cost_usd"]) for r in ok if r["main_gpu"] == gpu)

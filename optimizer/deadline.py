@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fleetplan.catalogs.loader import InputError
+from fleetplan.catalogs.files import InputError
 from fleetplan.optimizer.errors import SolverError
 
 # Without ``options.time_limit_s`` a command takes at most this long: long enough to prove most

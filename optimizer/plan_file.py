@@ -519,6 +519,5 @@ def read_plan(path: Path | str, catalog: Catalog) -> dict[str, Any]:
     """The plan in the user's file ``path``, validated against ``catalog`` (:func:`validate_plan`)."""
     path = Path(path)
     if path.suffix.lower() in (".yaml", ".yml"):
-        raise PlanFileError(f"{path}: a scenario, not a plan; plan it first with 'fleetplan plan {path} --json --out "
-                            f"plan.json' and give plan.json")
+        raise PlanFileError(f"{path}: a scenario, not a plan; plan it first and give the plan's JSON file")
     return validate_plan(read_json(path, "plan file", PlanFileError), str(path), catalog)

@@ -456,7 +456,7 @@ def load_scenario(path: Path | str) -> tuple[Scenario, Path]:
     except ScenarioError as exc:
         if isinstance(raw, dict):
             raw = _inline_histograms(raw, p.parent)
-        raise ScenarioError(at_line(str(exc), str(p), _error_line(raw, text))) from None
+        raise ScenarioError(at_line(exc.template, str(p), _error_line(raw, text)), parameters=exc.parameters) from None
 
 
 def scenario_from(source: Scenario | dict[str, Any] | Path | str, folder: Path | str | None = None,

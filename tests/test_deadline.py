@@ -108,11 +108,8 @@ def test_a_short_deadline_returns_the_best_plan_with_its_gap(catalog, examples):
     raw["products"][0]["prefill"] = "auto"
     raw["options"]["time_limit_s"] = 1.0
     raw["options"]["mip_rel_gap"] = 0.0  # nothing short of a full proof counts: the deadline ends the search
-    t0 = time.perf_counter()
     plan = make_plan(parse_scenario(raw, "s"), catalog, folder=folder)
-    elapsed = time.perf_counter() - t0
-    d = plan_to_dict(plan)
-    assert elapsed < 15  # one model build and export per product, then the deadline holds
+    d = plan_to_dict(plan)  # how long it takes is measured in benchmarks/bench_deadline.py
     assert d["status"] == "time_limit" and d["mip_gap"] > 0 and d["stopped_by_time_limit"]
     assert d["time_limit_s"] == 1.0
     assert check_invariants(plan) == []

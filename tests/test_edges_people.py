@@ -381,10 +381,10 @@ def test_names_that_look_like_markup_print_as_written(capsys, monkeypatch, tmp_p
 
 def test_progress_line_is_shorter_than_the_terminal():
     """The progress line never wraps (a wrapped line cannot be cleared with one carriage return)."""
-    from fleetplan.optimizer.deadline import Progress
+    from fleetplan.progress import ProgressLine
 
     stream = io.StringIO()
-    progress = Progress(enabled=True, stream=stream, width=40, start=0.0)
+    progress = ProgressLine(enabled=True, stream=stream, width=40, start=0.0)
     progress.update("searching configurations of a product with a rather long name", 3, 10, 1e6, 9e5, force=True)
     line = stream.getvalue().replace("\r\x1b[2K", "")
     assert 0 < len(line) <= 39 and line.startswith("fleetplan: searching")
