@@ -10,6 +10,9 @@ writes
 - ``pool-24h-capped-api.yaml``: one product with a prefill pool, a 24-hour profile and an API
   capped at 50%;
 - ``chat-diurnal-blend-90qps.yaml``: ``examples/chat-diurnal-blend.yaml`` at 90 QPS;
+- ``blend-auto-prefill-1s.yaml``: ``examples/chat-diurnal-blend.yaml`` with prefill left to the
+  planner, a one-second time limit and a gap of 0 (the deadline, not a proof, ends the search:
+  the command should end within seconds with a feasible plan and its gap);
 and the profiles they read. Scenarios are plain YAML, so ``fleetplan plan`` runs them as a user
 would.
 """
@@ -112,10 +115,20 @@ def blend_90qps(out: Path) -> dict:
     return raw
 
 
+def blend_auto_prefill_1s(out: Path) -> dict:
+    """``examples/chat-diurnal-blend.yaml`` with ``prefill: auto``, ``time_limit_s: 1`` and ``mip_rel_gap: 0``."""
+    raw = blend_90qps(out)
+    raw["products"][0]["peak_qps"] = 300
+    raw["products"][0]["prefill"] = "auto"
+    raw["options"].update(time_limit_s=1.0, mip_rel_gap=0.0)
+    return raw
+
+
 CASES = {
     "portfolio-50.yaml": portfolio_50,
     "pool-24h-capped-api.yaml": pool_24h_capped_api,
     "chat-diurnal-blend-90qps.yaml": blend_90qps,
+    "blend-auto-prefill-1s.yaml": blend_auto_prefill_1s,
 }
 
 

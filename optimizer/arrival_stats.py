@@ -25,13 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from fleetplan.optimizer.defaults import BURST_BIN_S, MIN_REQUESTS_FOR_SCV
+
 SECONDS_PER_HOUR = 3600.0
 # sliding windows of the peak rates, in seconds (name suffix, length)
 PEAK_WINDOWS_S: tuple[tuple[str, float], ...] = (("1s", 1.0), ("10s", 10.0), ("60s", 60.0))
-# bins of the burst length: 10 s (see the module docstring)
-BURST_BIN_S = 10.0
-# fewest requests whose gaps give an SCV (two gaps)
-MIN_REQUESTS_FOR_SCV = 3
 
 
 def interarrival_scv(arrival_s: np.ndarray) -> float:

@@ -9,7 +9,7 @@ import math
 from typing import Callable
 
 from fleetplan.optimizer.deadline import Deadline
-from fleetplan.optimizer.defaults import MONEY_TOLERANCE_USD
+from fleetplan.optimizer.defaults import BUDGET_CHECK_GAP, MONEY_TOLERANCE_USD
 from fleetplan.optimizer.errors import InfeasibleError
 from fleetplan.optimizer.scenario import Scenario
 from fleetplan.optimizer.solution import Plan
@@ -49,7 +49,7 @@ def budget_relief(scenario: Scenario, cheapest: Cheapest, with_api: bool = True,
     # a search for what fits, not a proof: each plan to 0.1% within its share of the deadline;
     # a plan found that fits is a witness whatever its gap
     opts = scenario.options
-    quick = opts.model_copy(update={"mip_rel_gap": max(opts.mip_rel_gap, 1e-3)})
+    quick = opts.model_copy(update={"mip_rel_gap": max(opts.mip_rel_gap, BUDGET_CHECK_GAP)})
     calls = [9]  # plans this search may still run (two ends and about seven bisection steps)
 
     def each() -> Deadline:

@@ -49,6 +49,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from fleetplan.optimizer.defaults import SHORTEST_SPREAD_S, SPREAD_BAND, THRESHOLD_STEPS, THROUGHPUT_TIE
 from fleetplan.catalogs.loader import Catalog, InputError, nearest
 from fleetplan.catalogs.schema import GPU, LLM, PRECISIONS
 from fleetplan.models.layout import Layout
@@ -189,7 +190,6 @@ class Candidate(_Replica):
     def usd_per_replica_hour(self) -> float:
         """Price of one replica for one hour at the plain (on-demand) price."""
         return self.gpus_per_replica * self.price.usd_per_gpu_hour
-
 
 
 @dataclass(frozen=True)
@@ -430,15 +430,6 @@ def _best_first(n: int, score: Callable[[int], float], bound: Callable[[int, int
             if b - a > 1:
                 heapq.heappush(heap, (bound(a, b), a, b))
     return best
-
-
-# relative width of the band of spreads :meth:`_Shape.spread_band` leaves undecided
-SPREAD_BAND = 1e-9
-# shortest spread searched: far below one decode step (microseconds), and positive, which the
-# queueing model needs
-SHORTEST_SPREAD_S = 1e-12
-# doublings and halvings allowed to bracket and narrow a TTFT threshold (2^-200 is below any float step)
-THRESHOLD_STEPS = 200
 
 
 def _threshold(f: Callable[[float], float], limit: float) -> tuple[float, float]:
@@ -730,11 +721,6 @@ def _best_decode(
         larger_ok = not timed or _ttft_count(shape, batches, best + 1, n_ok - 1) > 0
         limited_by = BatchLimit.RANK_ROUNDING if larger_ok else BatchLimit.MAX_TTFT
     return _candidate(shape, batches[best], price, headroom, limited_by)
-
-
-# throughputs this close (relative) are equal: in a compute-bound roofline B / step is constant in
-# the batch and differs only by float rounding, and the largest such batch is kept
-THROUGHPUT_TIE = 1e-9
 
 
 def _throughput_bound(shape: _Shape, batches: Sequence[int]) -> Callable[[int, int], float]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from fleetplan.optimizer.defaults import JOINT_MAX_COLUMNS
 from fleetplan.optimizer.deadline import Deadline
 from fleetplan.optimizer.enums import Status, Tier
 from fleetplan.optimizer.errors import InfeasibleError, SolverError
@@ -96,12 +97,6 @@ def solve_component(task: tuple[FleetProblem, list[str], str, Deadline | float |
     if res.status == "infeasible":
         return small, lp, None, None, None
     return small, lp, None, res, small
-
-
-# A coupled group whose joint MIP would have more columns than this is planned product by product
-# (see :func:`solve_one_by_one`): beyond it, building the joint model alone takes minutes and
-# gigabytes, and HiGHS rarely finds a first plan within a minute.
-JOINT_MAX_COLUMNS = 60_000
 
 
 def joint_columns(prob: FleetProblem) -> int:

@@ -18,20 +18,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from fleetplan.optimizer.defaults import CANDIDATE_SHARE, DEFAULT_TIME_LIMIT_S, MIN_SOLVE_S
 from fleetplan.catalogs.files import InputError
 from fleetplan.optimizer.errors import SolverError
 
-# Without ``options.time_limit_s`` a command takes at most this long: long enough to prove most
-# plans optimal (the shipped examples need seconds), short enough that an edit to a scenario
-# never leaves a user waiting for minutes without an answer.
-DEFAULT_TIME_LIMIT_S = 60.0
-# Candidate generation may take at most this share of the time left when it starts: cut there, the
-# MIPs and explanations still have the rest to return a plan on the configurations generated.
-CANDIDATE_SHARE = 0.5
 # The stage named in ``stopped_by_time_limit`` when candidate generation was cut short.
 CANDIDATE_STAGE = "candidate generation"
-# Every MIP gets at least this long once started, so that a solver can return the plan it has.
-MIN_SOLVE_S = 0.05
 
 
 class DeadlinePassed(InputError):

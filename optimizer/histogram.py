@@ -11,18 +11,10 @@ import io
 from pathlib import Path
 from typing import Any
 
+from fleetplan.optimizer.defaults import MAX_REQUEST_BUCKETS, SHARE_TOLERANCE
 from fleetplan.catalogs.fields import echo
 from fleetplan.catalogs.loader import InputError, read_text
 
-# how far the shares of a mix may sum from 1 (rounding in a hand-written list); they are then scaled to 1
-SHARE_TOLERANCE = 0.01
-
-# Most buckets in one request mix. A mix is planned bucket by bucket before the solver starts:
-# each bucket's configurations, then its capacity on every other bucket's (work that grows with
-# the square of the buckets; the command's deadline cuts it short, leaving a poorer plan): 256 buckets
-# of distinct sizes plan in about 6 s on every GPU type, 1,000 took 38 s and 5,000 did not end
-# within minutes. Finer than 256 log-spaced buckets, neighbouring sizes differ by a few percent.
-MAX_REQUEST_BUCKETS = 256
 
 SIZE_COLUMNS = ("input_tokens", "output_tokens")
 WEIGHT_COLUMNS = ("share", "count")

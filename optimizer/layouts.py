@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from fleetplan.optimizer.defaults import MAX_STAGE_GPUS
 from fleetplan.catalogs.schema import GPU, LLM
 from fleetplan.models.layout import Layout, layout_problem, pp_imbalance, weights_per_gpu_bytes
 from fleetplan.models.memory import weight_bytes
@@ -26,9 +27,6 @@ from fleetplan.optimizer.scenario import Options
 DEFAULT_PP: tuple[int, ...] = (1, 2, 4)
 # attention data-parallel ranks searched for mixture-of-experts models (experts over the whole stage)
 DEFAULT_DP_ATTENTION: tuple[int, ...] = (1, 8, 16, 32, 64)
-# most GPUs in one pipeline stage (tp x dp_attention), a cap on the search: it covers the EP 16-64
-# layouts reported for DeepSeek-class models on 8-GPU nodes and most of a 72-GPU NVL72 domain
-MAX_STAGE_GPUS = 64
 # the layout options, as named in a scenario's ``options``
 RESTRICTED: tuple[str, ...] = ("ep", "pp", "dp_attention")
 

@@ -29,6 +29,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
+from fleetplan.optimizer.defaults import HOUR_MIN_S, HOUR_RUNS, HOUR_RUNS_FROM
 from fleetplan.optimizer.candidates import Candidate, PoolCandidate
 from fleetplan.optimizer.deadline import Deadline, no_plan_in_time
 from fleetplan.optimizer.enums import PrefillMode, Status, Tier
@@ -41,17 +42,6 @@ from fleetplan.optimizer.solvers import SolveResult, Solver, SolverOptions, solv
 from fleetplan.optimizer.workers import jobs, map_in_copies, shared
 
 NO_POOL = ""  # the pool option of an hour served without a prefill pool
-# seconds each hour's MIP gets at least: enough for HiGHS to find a plan of a one-hour mix over
-# the whole catalog (0.2-1.1 s to prove one here). Past the deadline no hour is solved any more
-# (see :func:`_free_hours`) except those of the first pool option priced, which the plan needs
-# (see :func:`_price_option`): the plan covers every hour and its gap says what is unproven.
-HOUR_MIN_S = 1.0
-# A long horizon's hours (past the busiest) are solved in this many runs of rising demand, each on
-# its own from its quietest hour up (:func:`solve_hours`), so that worker processes can take them
-# at once; a fixed number, so that the plan is the same however many run at once. Each run costs
-# a MIP or two more than one run would (its quietest hour is never carried from a quieter one).
-HOUR_RUNS = 4
-HOUR_RUNS_FROM = 48  # hours: fewer are solved in one run
 Values = dict[tuple[str, tuple[object, ...]], float]
 
 

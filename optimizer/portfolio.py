@@ -32,6 +32,18 @@ from typing import Any
 import numpy as np
 from pyomo.core import Binary, ConcreteModel, Constraint, NonNegativeIntegers, Objective, Var, minimize
 
+from fleetplan.optimizer.defaults import (
+    BEST_RESPONSE_SAVING_USD,
+    BOUND_SHARE,
+    FINAL_CHOICE_S,
+    IMPROVEMENT_USD,
+    MASTER_GAP,
+    MAX_SWEEPS,
+    OVER_AVAILABILITY_USD,
+    OWN_SHARE,
+    PORTFOLIO_ROUNDS,
+    PRODUCT_GAP,
+)
 from fleetplan.optimizer.candidates import Candidate, GPUPriceChoice, PoolCandidate
 from fleetplan.optimizer.deadline import Deadline
 from fleetplan.optimizer.problem import SECONDS_PER_HOUR, FleetProblem, ProductData
@@ -42,9 +54,6 @@ Choice = tuple[Candidate | None, PoolCandidate | None]
 # A product plan of a search: (result, the model it solves, the problem to read it from)
 Found = tuple[SolveResult, LinearProblem, FleetProblem]
 
-# Relative gap each product of a decomposed group is searched to: the group's own gap is judged
-# against a bound of the whole group, so proving each product far below it only spends time.
-PRODUCT_GAP = 1e-3
 # The all-API option of a product in a master problem (no GPU type).
 API_ONLY = "api"
 
@@ -345,12 +354,6 @@ def instance_bound(prob: FleetProblem, names: list[str], solver: str, deadline: 
     return max(bound, alone)
 
 
-# Shares of a decomposed group's time: each product's own search first, then the instance
-# bound, then the products are planned again on the GPU types chosen together (what is left).
-OWN_SHARE = 0.8
-BOUND_SHARE = 0.05
-
-
 def _own_plans(whole: FleetProblem, known: dict[str, dict[str, Found]], solver: str, deadline: Deadline,
                gap: float) -> dict[str, float]:
     """Each product's cheapest plan on its own (shared limits left out), with a lower bound on its
@@ -435,11 +438,6 @@ def choose_types(options: dict[str, list[Option]], whole: FleetProblem, idle: di
     return {n: options[n][i].gpu for n, i in state.chosen.items()}
 
 
-# The instance bound's master is solved to this relative gap (its bound is valid at whatever gap
-# the solver proves).
-MASTER_GAP = 1e-3
-
-
 def plan_group(whole: FleetProblem, names: list[str], solver: str, deadline: Deadline, gap: float
                ) -> tuple[list[Any], GroupBound]:
     """Plan a coupled group too large for one MIP (see the module's docstring): returns each
@@ -515,7 +513,7 @@ def _plans_on_chosen_types(whole: FleetProblem, known: dict[str, dict[str, Found
                            deadline: Deadline, gap: float) -> dict[str, Found]:
     """GPU types chosen together over the plans in ``known`` (from each product's cheapest), then
     each product whose chosen plan came without a solver is searched on its type, cheapest
-    first, and the types are chosen again; at most :data:`MAX_ROUNDS` rounds, or to the deadline.
+    first, and the types are chosen again; at most :data:`PORTFOLIO_ROUNDS` rounds, or to the deadline.
     A product whose rule plans are exact is never searched: its rule plan on a decode type is its
     optimum there (the cheapest decode split on that type with the cheapest pool split).
     Last, each product is planned again with the others' GPUs in its instances
@@ -529,7 +527,7 @@ def _plans_on_chosen_types(whole: FleetProblem, known: dict[str, dict[str, Found
     # the searches stop in time for the final choice
     deadline = deadline.share(max(0.0, 1.0 - FINAL_CHOICE_S / left)) if left else deadline
     searched = {(n, g) for n in known if exact_by_rule(whole, whole.products[n]) for g in known[n]}
-    for _ in range(MAX_ROUNDS):
+    for _ in range(PORTFOLIO_ROUNDS):
         todo = [n for n in known if known[n][types[n]][0].solver == "none" and (n, types[n]) not in searched]
         for i, name in enumerate(todo):
             if deadline.expired:
@@ -550,8 +548,6 @@ def _plans_on_chosen_types(whole: FleetProblem, known: dict[str, dict[str, Found
 # Rounds of :func:`best_responses`, each product once per round: False keeps it to the
 # configurations it runs (one MIP, fast), True widens to every configuration on its decode GPU type.
 BEST_RESPONSE_ROUNDS = (False, True, False)
-# A product's plan is replaced only when the group saves more than this, USD per month.
-BEST_RESPONSE_SAVING_USD = 1.0
 
 
 def best_responses(whole: FleetProblem, known: dict[str, dict[str, Found]], plans: dict[str, Found], solver: str,
@@ -624,19 +620,6 @@ def _on_its_configuration(whole: FleetProblem, found: Found, name: str, widen: b
     if widen:
         decode, pool = tuple(c for c in mine.candidates if c.gpu == decode[0].gpu), mine.pool
     return alone.derive(products={name: replace(mine, candidates=decode, pool=pool)})
-
-
-# Rounds of planning products on the GPU types chosen together (the plans of one round can move
-# the choice of the next).
-MAX_ROUNDS = 3
-# Seconds kept from those searches for the final choice of types (:func:`_cheapest_choice`: three
-# type searches and fills, a few seconds for 50 products on 14 GPU types and 168 hours).
-FINAL_CHOICE_S = 5.0
-
-
-# A GPU over the availability of its type in some hour counts as this many USD per month in
-# :class:`TypeChoice`, so the search leaves an infeasible choice first.
-OVER_AVAILABILITY_USD = 1e7
 
 
 class TypeChoice:
@@ -744,12 +727,6 @@ class TypeChoice:
                 changed |= self._empty(gpu)
             if not changed:
                 return
-
-
-# The type search accepts a move that saves at least this much a month (ignores rounding noise),
-# and sweeps over every product and GPU type at most this many times.
-IMPROVEMENT_USD = 1.0
-MAX_SWEEPS = 50
 
 
 # ---- plans without a solver: each hour's fewest replicas, held reserved up to a level, the rest

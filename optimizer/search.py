@@ -11,6 +11,7 @@ import math
 from dataclasses import replace
 from typing import Callable
 
+from fleetplan.optimizer.defaults import ABS_GAP_USD, FIRST_ROUND_CHOICES, MIP_MAX_TRIES, MIP_SLICE_NODES
 from fleetplan.optimizer.bounds import by_quick_bound, on_demand_cost
 from fleetplan.optimizer.candidates import (
     Candidate,
@@ -129,25 +130,6 @@ def on_demand_plan(lp: LinearProblem, prob: FleetProblem, pd: ProductData,
     cost = lp.objective_constant + sum(a * v for a, v in zip(lp.objective, x))
     return SolveResult(solver="none", status=Status.TIME_LIMIT, termination="time limit reached before any MIP",
                        objective=cost, values=x, mip_gap=None)
-
-
-# First slice of one configuration's MIP in a multi-hour search, in branch-and-bound nodes: a
-# count, so where a slice ends (and so which plan the search keeps) is the same on every machine
-# and at any load, where a slice of seconds ended wherever the clock said (about a second of
-# HiGHS on these MIPs here). A MIP not finished in its slice goes back in the queue and gets four
-# times as many nodes when it comes round again.
-MIP_SLICE_NODES = 2000
-
-
-# Slices a MIP gets at most (2,000 x (1 + 4 + ... + 4^5) = 2,730,000 nodes) before its bound is left open.
-MIP_MAX_TRIES = 6
-
-
-# Dollars a month by which a proven bound may fall short of ``mip_rel_gap`` and the plan still count
-# as optimal: a MIP whose bound stalls a few cents or dollars short of its cutoff (the last
-# 0.001% of a 168-hour, three-tier model) is not searched again for the rest of the deadline.
-# The reported ``mip_gap`` is the proven one, whatever it is.
-ABS_GAP_USD = 1.0
 
 
 def solve_by_configuration(
@@ -305,11 +287,6 @@ def _search_rounds(prob: FleetProblem, product: str, ordered: list[tuple[float, 
         open_bounds += left_open
         best = found if found is not None else best
     return best, open_bounds
-
-
-# Choices whose model is built first in a multi-hour search (those with the lowest quick bound):
-# their best plan prunes the rest before the rest's model is built (in rounds four times larger).
-FIRST_ROUND_CHOICES = 8
 
 
 def with_choices(prob: FleetProblem, product: str, choices: list[Choice]) -> FleetProblem:

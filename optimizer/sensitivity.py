@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from fleetplan.optimizer.defaults import SENSITIVITY_GAP, SWING
 from fleetplan.catalogs.loader import Catalog, InputError
 from fleetplan.models.presets import Preset
 from fleetplan.optimizer.candidates import (
@@ -32,11 +33,6 @@ from fleetplan.optimizer.errors import SolverError
 from fleetplan.optimizer.problem import CandidateMemo, candidate_key, copied
 from fleetplan.optimizer.scenario import Product, Scenario
 from fleetplan.optimizer.solution import Plan, ProductPlan
-
-# The tornado's swing: every input 20% below and above the scenario's value.
-SWING = 0.20
-# Re-plans of a tornado are a picture of the slope, not a proof: each is solved to 0.1%.
-SENSITIVITY_GAP = 1e-3
 
 
 def _products(scenario: Scenario, change: Callable[[Product], dict[str, Any]]) -> Scenario:

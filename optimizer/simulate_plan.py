@@ -21,20 +21,13 @@ from typing import Any
 
 import numpy as np
 
+from fleetplan.optimizer.defaults import DEFAULT_REQUESTS, MAX_SIMULATED_REPLICAS
 from fleetplan.catalogs.loader import InputError
 from fleetplan.optimizer.simulate import (
     Fleet, Requests, StepTime, Timings, decode_fleet, fifo_pool, percentiles_ms, poisson_arrivals, tpot_s,
 )
 from fleetplan.optimizer.synthetic import renewal_gaps
 from fleetplan.optimizer.trace import SECONDS_PER_HOUR, Trace
-
-DEFAULT_REQUESTS = 20_000
-MAX_SIMULATED_REPLICAS = 10_000
-"""Most replicas (decode, a mix's configurations together, or a prefill pool's) one product's
-simulation models in an hour: each holds its own queue and batch (about 1 kB), is built before
-the first event, and every arrival scans them for the least loaded one, so memory and time grow
-with them (a hand-edited 10^12 asked for terabytes); fifty times the most any shipped example
-runs (206)."""
 
 
 @dataclass(frozen=True)

@@ -11,20 +11,12 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from fleetplan.optimizer.defaults import HIGHS_CUT_POOL_ROWS, HIGHS_NODE_LIMIT
 from fleetplan.optimizer.enums import Status
 from fleetplan.optimizer.linear import LinearProblem
 from fleetplan.optimizer.signals import PENDING_INTERRUPTS
 
 SOLVERS = ("highs", "ortools")
-# Rows HiGHS keeps in its cut pool before it evicts old cuts (its default is 10,000). Every node's
-# LP carries the pool's upkeep: portfolio-20's joint MIP (1,477 columns, under 100 after presolve)
-# held 4,000-5,000 cuts and spent 3.5 ms a node, 1.6 ms with 250. Medians of 3 on this machine
-# (benchmarks/bench_portfolio.py, 2026-12-02): portfolio-20 2.8 -> 2.2 s, its relaxed-H200 re-plan
-# 4.2 -> 3.4 s, the 40-product portfolio 4.8 -> 3.1 s; the every-hour-distinct portfolio 122 ->
-# 147 s (its search path moves with
-# the pool size: 112-155 s for pools of 962 to 10,000 rows). The stress
-# cases, the trace week's one-hour MIPs and every example plan the same in the same time.
-HIGHS_CUT_POOL_ROWS = 250
 
 
 @dataclass(frozen=True)
@@ -70,15 +62,6 @@ class SolveResult:
     def optimal(self) -> bool:
         """Proven optimal (within the requested relative gap)."""
         return self.status == "optimal"
-
-
-# HiGHS explores at most this many branch-and-bound nodes of a MIP before the same MIP goes to
-# SCIP (a count, not a time, so the hand-over is the same on every machine). Knapsack-like MIPs
-# (hours that round up against a capped API share) can leave HiGHS proving the last 0.01% for
-# minutes where SCIP's cuts close it in a second. 2,000 rather than 500: portfolio-20's joint MIP
-# on the fitted model closes in about 1,000 HiGHS nodes (3.1 s) but took 2 s of HiGHS and 3 s
-# of SCIP when handed over at 500 (plan 4.2 s instead of 6.3 s; the stress cases unchanged).
-HIGHS_NODE_LIMIT = 2000
 
 
 def solve(lp: LinearProblem, solver: Solver = "highs", time_limit_s: float | None = None, mip_rel_gap: float = 1e-6,
@@ -133,8 +116,6 @@ def with_cutoff_row(lp: LinearProblem, cutoff: float) -> LinearProblem:
     out.row_index = [*lp.row_index, nz]
     out.row_value = [*lp.row_value, [lp.objective[j] / scale for j in nz]]
     return out
-
-
 
 
 class Session:

@@ -22,17 +22,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from fleetplan.optimizer.defaults import DEFAULT_MAX_POINTS, MAX_POINTS
 from fleetplan.catalogs.files import short
 from fleetplan.catalogs.loader import InputError
 from fleetplan.optimizer.deadline import Progress, ProgressCallback
 
-# A sweep runs at most this many points unless ``--max-points`` allows more: a point is one plan
-# of a second to a minute, so 10,000 points already keep two local workers busy for hours; a
-# grid past it is more often a step typed too small than a sweep meant.
-DEFAULT_MAX_POINTS = 10_000
-# The most ``--max-points`` allows: more points than this is a sweep for a cluster scheduler's
-# batch queue, not for one command (the points and their rows are held in memory).
-MAX_POINTS = 1_000_000
 # A grid's value count is printed in full below this; above it, only its order of magnitude.
 _COUNT_DIGITS = 1e15
 # Numbers are rounded to this many significant digits when a grid is stepped, so 0.1 + 0.2

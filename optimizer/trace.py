@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from fleetplan.optimizer.defaults import DEFAULT_BUCKETS, DEFAULT_PERCENTILE
 from fleetplan.catalogs.fields import TOKENS
 from fleetplan.catalogs.loader import InputError, nearest
 
@@ -47,8 +48,6 @@ COLUMN_ALIASES: dict[str, tuple[str, ...]] = {
     "output_tokens": ("output_tokens", "GeneratedTokens", "Response tokens"),
 }
 
-DEFAULT_BUCKETS = 4
-DEFAULT_PERCENTILE = 0.95
 SECONDS_PER_HOUR = 3600.0
 SECONDS_PER_MINUTE = 60.0
 HORIZONS = (1, 24, 168)

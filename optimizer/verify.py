@@ -26,6 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from fleetplan.optimizer.defaults import CEILING_MARGIN, MAX_SCALE, REPLAY_REQUESTS, REPLAY_ROUNDS, SCALE_BISECTIONS
 from fleetplan.catalogs.loader import Catalog
 from fleetplan.optimizer.deadline import Deadline
 from fleetplan.optimizer.demand import hourly_qps
@@ -36,17 +37,6 @@ from fleetplan.optimizer.scenario import Product, Scenario
 from fleetplan.optimizer.simulate_plan import Settings, hour_load, simulate_product
 from fleetplan.optimizer.solution import Plan
 
-# requests replayed per product: the first of the trace hour (the busiest code-completion hour
-# the method was built against holds 7,717; a 1,000,000-request week's busiest about 10,000)
-REPLAY_REQUESTS = 20_000
-# tightening rounds at most (each a MIP solve and a replay); the deadline usually ends it first
-MAX_ROUNDS = 8
-# the replica scale searched on a replay: doubled up to this, then bisected
-MAX_SCALE = 64.0
-# bisection steps of the replica scale (each a replay): to the replica where counts are small
-SCALE_BISECTIONS = 4
-# planned demand kept just below the scaled capacity so the MIP's ceiling lands on it
-CEILING_MARGIN = 0.999
 SEED = 0
 
 
@@ -80,11 +70,11 @@ def make_verified_plan(scenario: Scenario, catalog: Catalog, folder: Path, deadl
     while True:
         rounds += 1
         doc = plan_to_dict(plan)
-        deadline.progress.update("replaying the trace", rounds, MAX_ROUNDS + 1, best=doc["monthly_cost_usd"])
+        deadline.progress.update("replaying the trace", rounds, REPLAY_ROUNDS + 1, best=doc["monthly_cost_usd"])
         rows = {name: _replay(doc, name, catalog, plan, source, give_up=True) for name, source in replays.items()}
         rows = {k: v for k, v in rows.items() if v is not None}
         missed = [k for k, v in rows.items() if not v["meets_targets"]]
-        if not missed or rounds > MAX_ROUNDS or deadline.expired:
+        if not missed or rounds > REPLAY_ROUNDS or deadline.expired:
             rows.update({k: _replay(doc, k, catalog, plan, replays[k]) for k in missed})  # a miss's figures in full
             break
         demand = _tightened(demand, doc, missed, rows, catalog, plan, replays, deadline)

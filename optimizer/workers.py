@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from fleetplan.optimizer.defaults import JOIN_TIMEOUT_S, MAX_DEFAULT_JOBS
+
 if TYPE_CHECKING:  # the process machinery is imported when a pool is made (not at every command's start)
     from concurrent.futures import ProcessPoolExecutor
-
-JOIN_TIMEOUT_S = 5.0
 
 
 def _end_worker(read_fd: int) -> None:
@@ -92,9 +92,6 @@ def allowed(jobs: int) -> Iterator[None]:
 def jobs() -> int:
     """How many worker processes a stage may use at once here (1 in a worker: workers never nest)."""
     return _JOBS.get()
-
-
-MAX_DEFAULT_JOBS = 4  # worker processes a plan uses by default: the CPUs it may run on, at most this many
 
 
 def default_jobs() -> int:
