@@ -19,7 +19,6 @@ from fleetplan.catalogs import fields as F
 Precision = Literal["bf16", "fp8", "fp4"]
 PRECISIONS: tuple[str, ...] = ("bf16", "fp8", "fp4")
 PricingKind = Literal["on_demand", "reserved", "spot"]
-PRICING_KINDS: tuple[str, ...] = ("on_demand", "reserved", "spot")
 
 
 class Entry(BaseModel):

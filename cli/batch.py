@@ -35,7 +35,7 @@ COLUMNS = (
 
 
 @dataclass(frozen=True)
-class Settings:
+class BatchSettings:
     """The command-line settings every scenario of a batch is planned with."""
 
     catalogs: tuple[str, ...] = ()
@@ -131,7 +131,7 @@ def one_line(message: str) -> str:
     return capped(" ".join(message.split()))
 
 
-def solve_one(path: str, settings: Settings) -> Outcome:
+def solve_one(path: str, settings: BatchSettings) -> Outcome:
     """Plan the scenario file ``path``; a user, infeasibility or solver error becomes the outcome's error.
 
     Any other exception is reported as an internal error, unless ``FLEETPLAN_DEBUG`` is set,
@@ -161,7 +161,7 @@ def solve_one(path: str, settings: Settings) -> Outcome:
         return Outcome(path, None, one_line(f"internal error: {type(exc).__name__}: {exc}"))
 
 
-def solve_all(files: list[str], settings: Settings, jobs: int = 1,
+def solve_all(files: list[str], settings: BatchSettings, jobs: int = 1,
               on_done: Callable[[Outcome], None] | None = None,
               on_start: Callable[[str], None] | None = None, client: Any = None) -> list[Outcome]:
     """Plan every file, ``jobs`` at a time; outcomes in the order of ``files``.
@@ -274,7 +274,7 @@ def summary_csv(rows: list[dict[str, Any]]) -> str:
 
 def print_summary(rows: list[dict[str, Any]], console: Any) -> None:
     """The summary as a rich table: scenario rows in bold; an error column when a scenario failed."""
-    from fleetplan.layout import Col, Row, fit_table
+    from fleetplan.table_fit import Col, Row, fit_table
     from fleetplan.optimizer.text import pct
 
     def n(x: Any, fmt: str = "{:,}") -> str:
@@ -309,7 +309,7 @@ def print_summary(rows: list[dict[str, Any]], console: Any) -> None:
     console.print(fit_table(console, title, cols, table_rows))
 
 
-def _stem_inputs(files: list[str], settings: Settings) -> list[Path]:
+def _stem_inputs(files: list[str], settings: BatchSettings) -> list[Path]:
     """Every input file of the batch: the scenarios, and the catalogs and demand profiles each
     readable scenario names, the ``--catalog`` files and the calibration profile."""
     from fleetplan.optimizer.scenario import load_scenario
@@ -326,7 +326,7 @@ def _stem_inputs(files: list[str], settings: Settings) -> list[Path]:
     return inputs
 
 
-def check_outputs(out: str, files: list[str], settings: Settings) -> Path:
+def check_outputs(out: str, files: list[str], settings: BatchSettings) -> Path:
     """The batch's output directory, checked with every file the batch would write in it.
 
     Refused before anything is planned: a directory that is a file or not writable, a scenario
@@ -347,7 +347,7 @@ def check_outputs(out: str, files: list[str], settings: Settings) -> Path:
     return out_dir
 
 
-def run_batch(paths: list[str], settings: Settings, out: str | None, as_json: bool, jobs: int, console: Any,
+def run_batch(paths: list[str], settings: BatchSettings, out: str | None, as_json: bool, jobs: int, console: Any,
               scheduler: str | None = None) -> int:
     """Plan every scenario named by ``paths``, write the plan and summary files, print the summary.
 
@@ -445,7 +445,7 @@ def _report_failures(outcomes: list[Outcome], earlier: set[str], out: str | None
     return EXIT_USER_ERROR if failed else 0
 
 
-def _on_cluster_or_here(files: list[str], settings: Settings, jobs: int, save: Callable[[Outcome], None],
+def _on_cluster_or_here(files: list[str], settings: BatchSettings, jobs: int, save: Callable[[Outcome], None],
                         scheduler: str | None) -> list[Outcome]:
     """:func:`_solve_with_progress` on the Dask cluster of ``scheduler``, or here."""
     if scheduler is None:
@@ -456,7 +456,7 @@ def _on_cluster_or_here(files: list[str], settings: Settings, jobs: int, save: C
         return _solve_with_progress(files, settings, jobs, save, client)
 
 
-def _solve_with_progress(files: list[str], settings: Settings, jobs: int, save: Callable[[Outcome], None],
+def _solve_with_progress(files: list[str], settings: BatchSettings, jobs: int, save: Callable[[Outcome], None],
                          client: Any = None) -> list[Outcome]:
     """:func:`solve_all`, with a progress bar on stderr when it is a terminal."""
     if not sys.stderr.isatty():

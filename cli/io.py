@@ -46,10 +46,10 @@ def dumps(data: Any) -> str:
 
 
 def console() -> Any:
-    """A rich console as wide as the output (:func:`fleetplan.layout.terminal_width`), no highlighting."""
+    """A rich console as wide as the output (:func:`fleetplan.table_fit.terminal_width`), no highlighting."""
     from rich.console import Console
 
-    from fleetplan.layout import terminal_width
+    from fleetplan.table_fit import terminal_width
 
     return Console(width=terminal_width(), highlight=False)
 

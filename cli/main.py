@@ -120,10 +120,10 @@ def estimate_document(args: argparse.Namespace) -> dict[str, Any]:
 # ---------------------------------------------------------------- plan
 def cmd_plan(args: argparse.Namespace) -> int:
     """Cheapest fleet for a scenario; several scenarios, or a directory of them, as a batch."""
-    from fleetplan.batch import Settings, is_batch, run_batch
+    from fleetplan.batch import BatchSettings, is_batch, run_batch
 
     if is_batch(args.scenario):
-        settings = Settings(catalogs=tuple(args.catalog), solver=args.solver, calibration=args.calibration,
+        settings = BatchSettings(catalogs=tuple(args.catalog), solver=args.solver, calibration=args.calibration,
                             alternatives=_alternatives(args))
         return run_batch(args.scenario, settings, args.out, args.json, args.jobs or 1, console(), args.scheduler)
     return _plan_one(args)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fleetplan.layout import Col, Row, fit_table
+from fleetplan.table_fit import Col, Row, fit_table
 from fleetplan.optimizer.defaults import RUNNER_UP_TYPES
 from fleetplan.optimizer.enums import LeftOut, PrefillMode, Tier
 from fleetplan.optimizer.text import gap_split, pct

@@ -19,7 +19,7 @@ from fleetplan.optimizer.solution import Plan
 Cheapest = Callable[[Scenario, Deadline], float]
 
 
-def check_budget(plan: Plan, original: Scenario, cheapest: Cheapest, with_api: bool, deadline: Deadline) -> None:
+def apply_budget(plan: Plan, original: Scenario, cheapest: Cheapest, with_api: bool, deadline: Deadline) -> None:
     """The budget is not a row of the MIP: the objective is the monthly cost, so the cheapest plan
     meets the budget if any plan does. Raise, with what would make it fit, when it does not."""
     budget = plan.problem.monthly_budget_usd

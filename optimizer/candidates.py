@@ -186,11 +186,6 @@ class Candidate(_Replica):
         """Replica throughput left for decode demand after the headroom is set aside."""
         return self.estimate.replica_tokens_per_s * (1.0 - self.headroom)
 
-    @property
-    def usd_per_replica_hour(self) -> float:
-        """Price of one replica for one hour at the plain (on-demand) price."""
-        return self.gpus_per_replica * self.price.usd_per_gpu_hour
-
 
 @dataclass(frozen=True)
 class PoolCandidate(_Replica):

@@ -23,7 +23,7 @@ VALID_LENGTHS = (24, 168)
 VALUE_RANGES: dict[str, F.Range] = {"multiplier": F.PROFILE_MULTIPLIER, "qps": F.QPS}
 
 
-def read_profile(path: Path, where: str) -> tuple[str, list[float]]:
+def read_demand_profile(path: Path, where: str) -> tuple[str, list[float]]:
     """(kind, values) from a profile CSV; ``kind`` is ``multiplier`` or ``qps``."""
     text = read_text(path, "demand profile", InputError, f"{where}: ")
     rows = [r for r in csv.reader(io.StringIO(text)) if r and any(c.strip() for c in r)]
@@ -62,7 +62,7 @@ def horizon(lengths: list[int]) -> int:
 def hourly_qps(products: list[Product], folder: Path) -> dict[str, list[float]]:
     """Queries per second of every product in each hour of the common horizon (:func:`horizon`);
     each product's profile file is read once."""
-    profiles = {p.name: read_profile(folder / p.demand_profile, f"products[{p.name}].demand_profile")
+    profiles = {p.name: read_demand_profile(folder / p.demand_profile, f"products[{p.name}].demand_profile")
                 for p in products if p.demand_profile is not None}
     profiles.update({p.name: ("multiplier", profile) for p in products if p.trace is not None
                      and len(profile := trace_fields(p, folder)["profile"]) > 1})

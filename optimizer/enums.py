@@ -19,7 +19,6 @@ class Tier(StrEnum):
 
 
 TIERS: tuple[Tier, ...] = tuple(Tier)
-HOURLY_TIERS: tuple[Tier, ...] = (Tier.ON_DEMAND, Tier.SPOT)  # chosen hour by hour
 
 
 class Status(StrEnum):

@@ -18,7 +18,7 @@ from fleetplan.catalogs.loader import Catalog
 from fleetplan.models.presets import Preset, get_preset
 from fleetplan.optimizer.baselines import first_come_cost, separate_cost
 from fleetplan.optimizer.binding import Resolve, binding_limits
-from fleetplan.optimizer.budget import check_budget
+from fleetplan.optimizer.budget import apply_budget
 from fleetplan.optimizer.components import (
     combined_result,
     gap_breakdown,
@@ -135,7 +135,7 @@ def _finish_plan(plan: Plan, scenario: Scenario, replan: Replanning, deadline: D
     _not_proven_if_cut(plan)
     resolve = replan.resolve()
     with_api = bool(replan.keywords["with_api"])
-    check_budget(plan, scenario, lambda variant, within: _cost(resolve(variant, within)), with_api, deadline)
+    apply_budget(plan, scenario, lambda variant, within: _cost(resolve(variant, within)), with_api, deadline)
     prob = plan.problem
     if compare_first_come and (prob.gpu_availability or prob.tier_availability) and len(plan.scenario.products) > 1:
         plan.first_come_monthly_cost_usd = first_come_cost(prob, list(plan.scenario.products), replan.solver,

@@ -57,7 +57,7 @@ class Requests(Trace):
 
 
 @dataclass(frozen=True)
-class Fleet:
+class DecodeReplicas:
     """The decode replicas of one product and how their steps are timed."""
 
     replicas: int
@@ -86,7 +86,7 @@ class Replica:
 
 
 @dataclass
-class Timings:
+class TokenTimes:
     """Per request: first-token and last-token times (NaN until reached)."""
 
     first_s: np.ndarray
@@ -105,7 +105,7 @@ def fifo_pool(arrival_s: np.ndarray, service_s: np.ndarray, servers: int) -> np.
     return start
 
 
-def _admit(r: Replica, reqs: Requests, fleet: Fleet) -> None:
+def _admit(r: Replica, reqs: Requests, fleet: DecodeReplicas) -> None:
     """Move queued requests into the batch while it has room."""
     while r.waiting and len(r.active) < fleet.batch:
         i = r.waiting.popleft()
@@ -114,7 +114,7 @@ def _admit(r: Replica, reqs: Requests, fleet: Fleet) -> None:
                          int(reqs.output_tokens[i])])
 
 
-def _warm_start(replicas: list[Replica], rate_per_s: float, reqs: Requests, fleet: Fleet, step_guess_s: float,
+def _warm_start(replicas: list[Replica], rate_per_s: float, reqs: Requests, fleet: DecodeReplicas, step_guess_s: float,
                 rng: np.random.Generator) -> None:
     """Fill each replica with the sequences Little's law gives at ``rate_per_s``: ids below 0
     encode their length (``-output tokens``), their progress spread uniformly."""
@@ -126,16 +126,16 @@ def _warm_start(replicas: list[Replica], rate_per_s: float, reqs: Requests, flee
             r.active.append([-length, 0, int(rng.integers(1, length)), reqs.mean_input_tokens, length])
 
 
-def decode_fleet(reqs: Requests, ready_s: np.ndarray, fleet: Fleet, rate_per_s: float, seed: int = 0,
+def decode_fleet(reqs: Requests, ready_s: np.ndarray, fleet: DecodeReplicas, rate_per_s: float, seed: int = 0,
                  step_guess_s: float = 0.03, on_progress: Callable[[float], None] | None = None,
-                 stop: Callable[[float, Timings], bool] | None = None) -> tuple[Timings, float]:
+                 stop: Callable[[float, TokenTimes], bool] | None = None) -> tuple[TokenTimes, float]:
     """Simulate the decode replicas; request ``i`` reaches them at ``ready_s[i]`` (its arrival,
     or its KV hand-off from a pool). Returns the timings and the replicas' busy share (steps
     weighted by their share of the batch in use). ``stop(now, timings)``, asked as often as
     ``on_progress``, ends the run early when true (requests not yet served keep NaN times)."""
     replicas = [Replica() for _ in range(fleet.replicas)]
     _warm_start(replicas, rate_per_s, reqs, fleet, step_guess_s, np.random.Generator(np.random.PCG64(seed)))
-    out = Timings(np.full(reqs.count, np.nan), np.full(reqs.count, np.nan))
+    out = TokenTimes(np.full(reqs.count, np.nan), np.full(reqs.count, np.nan))
     events: list[tuple[float, int, int, int]] = []  # (time, order, kind 0 ready / 1 step end, index)
     order = np.argsort(ready_s, kind="stable")
     for n, i in enumerate(order):
@@ -177,7 +177,7 @@ def decode_fleet(reqs: Requests, ready_s: np.ndarray, fleet: Fleet, rate_per_s: 
     return out, sum(r.occupancy_s for r in replicas) / (span * len(replicas))
 
 
-def _start_step(k: int, r: Replica, reqs: Requests, fleet: Fleet, now: float,
+def _start_step(k: int, r: Replica, reqs: Requests, fleet: DecodeReplicas, now: float,
                 events: list[tuple[float, int, int, int]], pending: dict[int, list[int]], counter: int) -> int:
     """Start replica ``k``'s next step if it has work; returns the next event order number."""
     _admit(r, reqs, fleet)
@@ -209,7 +209,7 @@ def _lay_out(seqs: list[list[int]], budget: int, put: Callable[[int], None]) -> 
     return budget, decoding, context
 
 
-def _chunks(r: Replica, fleet: Fleet) -> StepPlan:
+def _chunks(r: Replica, fleet: DecodeReplicas) -> StepPlan:
     """The layout of the replica's next step: prompts take the step's chunk first come first
     served, the other sequences decode a token each."""
     chunks: list[int] = []
@@ -217,7 +217,7 @@ def _chunks(r: Replica, fleet: Fleet) -> StepPlan:
     return decoding, context, fleet.chunk_tokens - budget, chunks
 
 
-def _run_step(k: int, r: Replica, fleet: Fleet, now: float, plan: StepPlan,
+def _run_step(k: int, r: Replica, fleet: DecodeReplicas, now: float, plan: StepPlan,
               events: list[tuple[float, int, int, int]], pending: dict[int, list[int]], counter: int) -> int:
     """Start replica ``k``'s step as ``plan`` lays it out; returns the next event order number."""
     decoding, context, prefill, chunks = plan
@@ -230,7 +230,7 @@ def _run_step(k: int, r: Replica, fleet: Fleet, now: float, plan: StepPlan,
     return counter + 1
 
 
-def _coast(r: Replica, fleet: Fleet, now: float, plan: StepPlan, before: float) -> tuple[float, StepPlan]:
+def _coast(r: Replica, fleet: DecodeReplicas, now: float, plan: StepPlan, before: float) -> tuple[float, StepPlan]:
     """Run, without events, the steps of a replica whose batch only decodes that end before
     ``before`` (the next arrival anywhere: none can join or be routed meanwhile) with no
     sequence finishing in them; returns when the next step starts and its layout. Each step's
@@ -267,8 +267,8 @@ def _coast(r: Replica, fleet: Fleet, now: float, plan: StepPlan, before: float) 
     return now, (decoding, context, 0, chunks)
 
 
-def _finish_step_admit_plan(r: Replica, reqs: Requests, fleet: Fleet, chunks: list[int], now: float,
-                            out: Timings) -> StepPlan | None:
+def _finish_step_admit_plan(r: Replica, reqs: Requests, fleet: DecodeReplicas, chunks: list[int], now: float,
+                            out: TokenTimes) -> StepPlan | None:
     """A finished step applied (prompts advance by their chunk, decoding sequences make a token,
     done ones leave), the queue admitted (:func:`_admit`) and the next step laid out as
     :func:`_chunks` would, in one pass over the batch (the event loop's hot path: one walk of
@@ -320,7 +320,7 @@ def percentiles_ms(values_s: np.ndarray) -> dict[str, float | None]:
     return {"p50": round(float(p[0]) * 1e3, 1), "p90": round(float(p[1]) * 1e3, 1), "p99": round(float(p[2]) * 1e3, 1)}
 
 
-def tpot_s(reqs: Requests, t: Timings) -> np.ndarray:
+def tpot_s(reqs: Requests, t: TokenTimes) -> np.ndarray:
     """Seconds per output token after the first (NaN for one-token answers and unfinished ones)."""
     tokens = reqs.output_tokens.astype(np.float64) - 1.0
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -24,7 +24,7 @@ import numpy as np
 from fleetplan.optimizer.defaults import DEFAULT_REQUESTS, MAX_SIMULATED_REPLICAS
 from fleetplan.catalogs.loader import InputError
 from fleetplan.optimizer.simulate import (
-    Fleet, Requests, StepTime, Timings, decode_fleet, fifo_pool, percentiles_ms, poisson_arrivals, tpot_s,
+    DecodeReplicas, Requests, StepTime, TokenTimes, decode_fleet, fifo_pool, percentiles_ms, poisson_arrivals, tpot_s,
 )
 from fleetplan.optimizer.synthetic import renewal_gaps
 from fleetplan.optimizer.trace import SECONDS_PER_HOUR, Trace
@@ -235,12 +235,12 @@ def _run(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad, reqs: Re
     prefill = pd.get("prefill") or {}
     pooled = prefill.get("mode") == "pool"
     hit = prefill.get("prefix_cache_hit_rate") or 0.0
-    fleet = Fleet(replicas=max(load.replicas, 1), batch=pd["batch"], step_s=_kept_step_model(llm, gpu, preset, pd, settings),
+    fleet = DecodeReplicas(replicas=max(load.replicas, 1), batch=pd["batch"], step_s=_kept_step_model(llm, gpu, preset, pd, settings),
                   chunk_tokens=_chunk_tokens(preset), prefill_on_decode=not pooled, uncached_share=1.0 - hit)
     ready = _pool_ready_s(llm, catalog, preset, pd, load, reqs) if pooled else reqs.arrival_s
     stop = _certain_miss(reqs, _ttft_targets_ms(pd), product_requests) if settings.give_up else None
-    if pooled and stop is not None and stop(math.inf, Timings(ready, ready)):
-        return Timings(np.full(reqs.count, np.nan), np.full(reqs.count, np.nan)), 0.0
+    if pooled and stop is not None and stop(math.inf, TokenTimes(ready, ready)):
+        return TokenTimes(np.full(reqs.count, np.nan), np.full(reqs.count, np.nan)), 0.0
     timings, busy = decode_fleet(reqs, ready, fleet, load.qps, settings.seed, pd["step_time_ms"] / 1e3, on_progress,
                                  None if pooled else stop)
     if pooled:
@@ -327,7 +327,7 @@ def _run_mix(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad, reqs
         raise InputError(f"`hour`: a product planned from a mix has its replicas per configuration at its peak hour "
                          f"only; give `hour` {peak} or leave it out", parameters=("hour",))
     which = _configuration_of(pd, reqs, settings.seed)
-    out = Timings(np.full(reqs.count, np.nan), np.full(reqs.count, np.nan))
+    out = TokenTimes(np.full(reqs.count, np.nan), np.full(reqs.count, np.nan))
     busy, weight = 0.0, 0
     for k, conf in enumerate(pd["configurations"]):
         idx = np.flatnonzero(which == k)

@@ -50,7 +50,6 @@ COLUMN_ALIASES: dict[str, tuple[str, ...]] = {
 
 SECONDS_PER_HOUR = 3600.0
 SECONDS_PER_MINUTE = 60.0
-HORIZONS = (1, 24, 168)
 # 1970-01-01, day 0 of the epoch, was a Thursday: Monday is 3 days earlier in the week.
 EPOCH_WEEKDAY = 3
 # Largest trace file read: it is read whole (pyarrow, then three float64 columns), so 1 GiB (some
@@ -230,7 +229,7 @@ def minute_rates(trace: Trace) -> tuple[int, np.ndarray]:
     return first_hour, rates.reshape(hours, 60)
 
 
-def hourly_qps(trace: Trace, percentile: float) -> list[float]:
+def trace_hourly_qps(trace: Trace, percentile: float) -> list[float]:
     """Requests per second planned in each hour of the horizon (:func:`horizon_hours`): the
     ``percentile`` of the per-minute rates of every trace hour, the busiest trace hour landing on
     each plan hour, the trace's busiest hour on plan hours it does not cover."""
@@ -279,7 +278,7 @@ def product_fields(path: Path | str, *, buckets: int = DEFAULT_BUCKETS,
 def _fields(path: str, size: int, mtime_ns: int, buckets: int, percentile: float) -> dict[str, Any]:
     """:func:`product_fields` of one file version (the size and time only key the cache)."""
     trace = read_trace(path)
-    qps = hourly_qps(trace, percentile)
+    qps = trace_hourly_qps(trace, percentile)
     peak = max(qps)
     if peak <= 0:
         raise InputError(f"{path}: no arrivals in any hour")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from fleetplan import layout
+from fleetplan import table_fit
 from fleetplan.catalogs.schema import GPU, LLM, MoE, APIPrice, GPUPrice, ReferencePrice
 from fleetplan.main import main
 from fleetplan.report import print_plan
@@ -102,12 +102,12 @@ def test_plan_columns_are_labelled_with_units():
 
 
 @pytest.mark.parametrize(("columns", "expected"), [
-    ("abc", layout.PIPE_COLUMNS), ("-5", layout.PIPE_COLUMNS), ("0", layout.PIPE_COLUMNS), ("", layout.PIPE_COLUMNS),
-    ("1e3", layout.PIPE_COLUMNS), ("120", 120), ("7", layout.MIN_COLUMNS), (" 90 ", 90),
+    ("abc", table_fit.PIPE_COLUMNS), ("-5", table_fit.PIPE_COLUMNS), ("0", table_fit.PIPE_COLUMNS), ("", table_fit.PIPE_COLUMNS),
+    ("1e3", table_fit.PIPE_COLUMNS), ("120", 120), ("7", table_fit.MIN_COLUMNS), (" 90 ", 90),
 ])
 def test_terminal_width_on_a_pipe(monkeypatch, columns, expected):
     monkeypatch.setenv("COLUMNS", columns)
-    assert layout.terminal_width(io.StringIO()) == expected
+    assert table_fit.terminal_width(io.StringIO()) == expected
 
 
 class _FakeTerminal(io.StringIO):
@@ -123,14 +123,14 @@ def test_terminal_width_on_a_terminal_that_cannot_say(monkeypatch, columns, expe
 
     monkeypatch.setenv("COLUMNS", columns)
     monkeypatch.setattr(shutil, "get_terminal_size", lambda fallback=(80, 24): os.terminal_size(fallback))
-    assert layout.terminal_width(_FakeTerminal()) == expected
+    assert table_fit.terminal_width(_FakeTerminal()) == expected
 
 
 @pytest.mark.parametrize("columns", ["abc", "-3", "0", "45"])
 def test_plan_with_odd_columns_prints_a_plan(capsys, monkeypatch, columns):
     monkeypatch.setenv("COLUMNS", columns)
     code, out, err = run(capsys, ["plan", str(EXAMPLES / "seed-chat-70b.yaml"), "--no-alternatives"])
-    width = layout.terminal_width(io.StringIO())
+    width = table_fit.terminal_width(io.StringIO())
     assert code == 0 and err == ""
     assert "295,650" in out and max(len(line) for line in out.splitlines()) <= width
 
@@ -393,13 +393,13 @@ def test_progress_line_is_shorter_than_the_terminal():
 def test_fit_table_stacks_in_order_then_lists():
     """Stacking keeps every value once, under a header naming each stacked column in order; a
     column that carries others moves with them; a width nothing fits gives a list."""
-    cols = (layout.Col("name", "left", lead=True), layout.Col("a"), layout.Col("b", give_way=1, under="a"),
-            layout.Col("c", give_way=3, under="name"), layout.Col("d", give_way=2, under="c"))
+    cols = (table_fit.Col("name", "left", lead=True), table_fit.Col("a"), table_fit.Col("b", give_way=1, under="a"),
+            table_fit.Col("c", give_way=3, under="name"), table_fit.Col("d", give_way=2, under="c"))
     rows = [("alpha", "1", "22", "333", "4444"), None, ("beta", "5", "", "", "")]
 
     def text(width):
         con = Console(width=width, record=True, highlight=False, file=io.StringIO())
-        con.print(layout.fit_table(con, "t", cols, rows))
+        con.print(table_fit.fit_table(con, "t", cols, rows))
         return con.export_text()
 
     wide = text(200)

@@ -418,7 +418,7 @@ def test_plan_tables_show_names_escaped_and_never_as_markup():
 
 
 def test_batch_and_sweep_refuse_an_output_that_links_outside_out(tmp_path):
-    from fleetplan.batch import Settings, check_outputs
+    from fleetplan.batch import BatchSettings, check_outputs
     from fleetplan.catalogs.loader import InputError
     from fleetplan.io import output_in
 
@@ -428,7 +428,7 @@ def test_batch_and_sweep_refuse_an_output_that_links_outside_out(tmp_path):
     victim.write_text("mine\n", encoding="utf-8")
     (out / "summary.csv").symlink_to(victim)
     with pytest.raises(InputError, match=r"^--out: .*summary.csv would be written outside"):
-        check_outputs(str(out), [str(tmp_path / "a.yaml")], Settings())
+        check_outputs(str(out), [str(tmp_path / "a.yaml")], BatchSettings())
     with pytest.raises(InputError, match=r"outside"):
         output_in(out, "../victim.csv", "--out")
     assert output_in(out, "sweep.csv", "--out") == out.resolve() / "sweep.csv"

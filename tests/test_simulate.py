@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from fleetplan.main import main
-from fleetplan.optimizer.simulate import Fleet, Requests, decode_fleet, tpot_s
+from fleetplan.optimizer.simulate import DecodeReplicas, Requests, decode_fleet, tpot_s
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -21,7 +21,7 @@ def constant_step(seconds: float):
 
 def run(arrival, tokens_in, tokens_out, batch, chunk=1000, step=0.1):
     reqs = Requests(np.array(arrival, dtype=float), np.array(tokens_in), np.array(tokens_out))
-    fleet = Fleet(replicas=1, batch=batch, step_s=constant_step(step), chunk_tokens=chunk)
+    fleet = DecodeReplicas(replicas=1, batch=batch, step_s=constant_step(step), chunk_tokens=chunk)
     timings, busy = decode_fleet(reqs, reqs.arrival_s, fleet, rate_per_s=0.0)
     return reqs, timings, busy
 

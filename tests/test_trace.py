@@ -13,7 +13,7 @@ from fleetplan.catalogs.loader import InputError
 from fleetplan.main import main
 from fleetplan.optimizer.synthetic import generate, trace_csv
 from fleetplan.optimizer.trace import (
-    Trace, horizon_hours, hourly_qps, product_fields, read_trace, size_histogram,
+    Trace, horizon_hours, trace_hourly_qps, product_fields, read_trace, size_histogram,
 )
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -76,15 +76,15 @@ def test_hour_planned_at_a_percentile_of_its_minutes_not_its_mean():
     arrival = [i * 0.1 for i in range(600)] + [60.0 * m + 1 for m in range(1, 60)]
     t = trace_of(arrival)
     assert horizon_hours(t) == 1
-    assert hourly_qps(t, 1.0) == [pytest.approx(10.0)]  # the busiest minute
-    assert hourly_qps(t, 0.5) == [pytest.approx(1 / 60)]  # the median minute
+    assert trace_hourly_qps(t, 1.0) == [pytest.approx(10.0)]  # the busiest minute
+    assert trace_hourly_qps(t, 0.5) == [pytest.approx(1 / 60)]  # the median minute
     assert (600 + 59) / 3600 < 0.2  # the hourly mean would plan 0.18/s
 
 
 def test_day_trace_hours_map_to_the_hour_of_day_and_uncovered_hours_take_the_peak():
     # two hours of a day: hour 2 at 1/s, hour 3 at 2/s; the trace spans more than an hour
     arrival = [7200 + i for i in range(3600)] + [10800 + i * 0.5 for i in range(7200)] + [86000.0]
-    qps = hourly_qps(trace_of(arrival), 0.95)
+    qps = trace_hourly_qps(trace_of(arrival), 0.95)
     assert len(qps) == 24
     assert qps[2] == pytest.approx(1.0) and qps[3] == pytest.approx(2.0)
     assert qps[0] == pytest.approx(2.0)  # not covered: the busiest hour, never too little
@@ -93,7 +93,7 @@ def test_day_trace_hours_map_to_the_hour_of_day_and_uncovered_hours_take_the_pea
 def test_week_trace_folds_weeks_taking_the_busier():
     week = 168 * 3600
     arrival = [i * 1.0 for i in range(3600)] + [week + i * 0.25 for i in range(14400)]
-    qps = hourly_qps(trace_of(arrival), 0.95)
+    qps = trace_hourly_qps(trace_of(arrival), 0.95)
     assert len(qps) == 168 and qps[0] == pytest.approx(4.0)
 
 
@@ -151,7 +151,7 @@ def test_scenario_with_a_trace_needs_no_sizes_and_plans(tmp_path):
     s, folder = load_scenario(EXAMPLES / "chat-trace.yaml")
     p = s.products[0]
     assert (p.peak_qps, p.input_tokens, p.output_tokens) == (40, 1680, 194)
-    from fleetplan.optimizer.demand import hourly_qps as demand
+    from fleetplan.optimizer.demand import trace_hourly_qps as demand
 
     qps = demand(s.products, folder)["chat"]
     assert len(qps) == 168 and max(qps) == pytest.approx(40.0)

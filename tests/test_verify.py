@@ -161,11 +161,11 @@ def _reference_decode_fleet(reqs, ready_s, fleet, rate_per_s, seed=0, step_guess
 
     import numpy as np
 
-    from fleetplan.optimizer.simulate import Replica, Timings, _warm_start
+    from fleetplan.optimizer.simulate import Replica, TokenTimes, _warm_start
 
     replicas = [Replica() for _ in range(fleet.replicas)]
     _warm_start(replicas, rate_per_s, reqs, fleet, step_guess_s, np.random.Generator(np.random.PCG64(seed)))
-    out = Timings(np.full(reqs.count, np.nan), np.full(reqs.count, np.nan))
+    out = TokenTimes(np.full(reqs.count, np.nan), np.full(reqs.count, np.nan))
     order = np.argsort(ready_s, kind="stable")
     events = [(float(ready_s[i]), n, 0, int(i)) for n, i in enumerate(order)]
     heapq.heapify(events)
@@ -236,13 +236,13 @@ def test_the_event_loop_gives_the_timings_of_one_event_per_step(prefill_on_decod
     and last token time and the busy share equal the plain one-event-per-step simulation's."""
     import numpy as np
 
-    from fleetplan.optimizer.simulate import Fleet, Requests, decode_fleet
+    from fleetplan.optimizer.simulate import DecodeReplicas, Requests, decode_fleet
     from fleetplan.optimizer.synthetic import renewal_gaps
 
     rng = np.random.Generator(np.random.PCG64(7))
     n = 600
     reqs = Requests(np.cumsum(renewal_gaps(4.0, n, 50.0, rng)), rng.integers(20, 3000, n), rng.integers(1, 400, n))
-    fleet = Fleet(replicas=3, batch=12, chunk_tokens=512, prefill_on_decode=prefill_on_decode, uncached_share=0.7,
+    fleet = DecodeReplicas(replicas=3, batch=12, chunk_tokens=512, prefill_on_decode=prefill_on_decode, uncached_share=0.7,
                   step_s=lambda b, context, prefill: 0.012 + 4e-4 * b + 3e-7 * context * b + 1.5e-5 * prefill)
     got, busy = decode_fleet(reqs, reqs.arrival_s, fleet, 4.0, seed=3)
     want, want_busy = _reference_decode_fleet(reqs, reqs.arrival_s, fleet, 4.0, seed=3)

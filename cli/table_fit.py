@@ -1,4 +1,4 @@
-"""Terminal width and tables that fit it: owns layout only, never what a table says.
+"""Terminal width and tables that fit it: owns fitting a table to the width only, never what a table says.
 
 A table is printed at its natural width when that fits. When it does not, columns give way
 in a stated order: a column either stacks beneath another (the two share one column, one
