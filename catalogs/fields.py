@@ -178,6 +178,7 @@ EXPERTS = Range(1, 1e5, "experts", "no model routes among 100,000 experts", inte
 SHARED_EXPERTS = Range(0, 1e5, "experts", "no model has 100,000 shared experts", integer=True)
 LAYER_COUNT = Range(0, 1e5, "layers", "no model has 100,000 layers", integer=True)
 VOCAB = Range(0, 1e8, "tokens", "a vocabulary of a hundred million tokens is beyond any tokenizer", integer=True)
+HOUR = Range(0, 167, "", "a plan has at most 168 hours (0 to 167)", integer=True)
 PROFILE_MULTIPLIER = Range(0, 1e3, "x peak_qps", "an hour a thousand times the stated peak is a unit error")
 CALIBRATION_SCALE = Range(0, 1e6, "", "a fitted factor beyond a million is no calibration", lo_open=True)
 DEMAND_SCALE = Range(1e-6, 1e6, "x demand", "scales demand by a millionth to a million")

@@ -13,14 +13,13 @@ import argparse
 import sys
 from typing import Any
 
-from fleetplan.catalogs.fields import Range
+from fleetplan.catalogs.fields import HOUR, Range
 from fleetplan.catalogs.loader import InputError
 from fleetplan.escape import for_terminal, terminal
 
 REQUESTS = Range(1, 1e7, "requests", "ten million requests take hours in an event loop", integer=True)
-HOUR = Range(0, 167, "", "a plan has at most 168 hours (0 to 167)", integer=True)
 TIME_LIMIT_S = Range(0, 86400, "seconds", "a day is beyond any interactive command", lo_open=True)
-DEFAULT_TIME_LIMIT_S = 300.0
+SIMULATE_TIME_LIMIT_S = 300.0  # a simulation of the default 20,000 requests takes seconds; a large one, minutes
 
 
 def _progress_hook(progress: Any, deadline: Any, limit: float) -> Any:
@@ -102,8 +101,8 @@ def register(sub: Any) -> None:
     s.add_argument("--hour", type=number_flag(HOUR), default=None, help="plan hour (default: the peak hour)")
     s.add_argument("--seed", type=number_flag(Range(0, 2**32 - 1, "", "seeds are unsigned 32-bit numbers",
                                                     integer=True)), default=0, help="seed (default 0)")
-    s.add_argument("--time-limit", type=number_flag(TIME_LIMIT_S), default=DEFAULT_TIME_LIMIT_S,
-                   help=f"seconds of wall clock at most (default {DEFAULT_TIME_LIMIT_S:g})")
+    s.add_argument("--time-limit", type=number_flag(TIME_LIMIT_S), default=SIMULATE_TIME_LIMIT_S,
+                   help=f"seconds of wall clock at most (default {SIMULATE_TIME_LIMIT_S:g})")
     add_catalog_flag(s)
     s.add_argument("--json", action="store_true", help="print JSON")
     s.set_defaults(func=cmd_simulate)

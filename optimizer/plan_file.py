@@ -57,7 +57,7 @@ REPLICAS = Range(0, MAX_PLAN_GPUS, "replicas", "a replica has at least one GPU a
 PLAN_GPUS = Range(0, MAX_PLAN_GPUS, "GPUs", "a million GPUs is several times the largest cluster built",
                   integer=True)
 HOURS = Range(1, 168, "hours", "a plan covers one hour, a day (24) or a week (168)", integer=True)
-HOUR = Range(0, 167, "", "a plan has at most 168 hours (0 to 167)", integer=True)
+HOUR = F.HOUR
 TOKENS_PER_S = Range(0, 1e14, "tokens per second",
                      "ten million requests per second of ten million tokens each is beyond any service")
 USD = Range(0, 1e12, "USD per month", "a trillion dollars a month is beyond any budget")

@@ -65,6 +65,7 @@ def test_each_row_is_the_plan_of_its_point(capsys, tmp_path):
     assert (tmp_path / "s" / "sweep.svg").read_text(encoding="utf-8").startswith("<svg")
 
 
+@pytest.mark.slow
 def test_a_dask_local_cluster_gives_the_same_bytes_as_local_workers(capsys, tmp_path):
     from distributed import LocalCluster
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each check starts mypy on the package (about a minute here)
 ROOT = Path(__file__).resolve().parents[1]
 CHECKED = ("__init__.py", "api.py", "progress.py", "optimizer/deadline.py")
 
