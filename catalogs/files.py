@@ -60,34 +60,39 @@ class InputError(ValueError):
     """Bad user input (a file, a field or a parameter); the message is one line for the user.
 
     A message may name the caller's parameters, each marked as ```name``` and listed in
-    ``parameters``: ``str()`` shows them as the library's names (``hour``), and a caller that
-    knows them by other names (a command's flags) shows its own with :meth:`render`."""
+    ``parameters``: ``str()`` shows them as the library calls them (the name itself, or its
+    entry in ``library_names``), and a caller that knows them by other names (a command's flags)
+    shows its own with :meth:`render`."""
 
-    def __init__(self, message: str = "", *, parameters: tuple[str, ...] = ()) -> None:
+    def __init__(self, message: str = "", *, parameters: tuple[str, ...] = (),
+                 library_names: Mapping[str, str] | None = None) -> None:
         self.template = message
         self.parameters = parameters
+        self.library_names = dict(library_names or {})
         super().__init__(self.render({}))
 
     def render(self, names: Mapping[str, str]) -> str:
-        """The message with each marked parameter shown as ``names`` calls it (else by its own name)."""
+        """The message with each marked parameter shown as ``names`` calls it (else as the library does)."""
         text = getattr(self, "template", None)
         if text is None:  # a subclass that set its own arguments
             return str(self)
+        own = getattr(self, "library_names", {})
         for p in getattr(self, "parameters", ()):
-            text = text.replace(f"`{p}`", names.get(p, p))
+            text = text.replace(f"`{p}`", names.get(p, own.get(p, p)))
         return text
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled with its marks (a worker's error reaches the parent as raised)."""
         if getattr(self, "template", None) is None:
             return super().__reduce__()
-        return (_rebuilt, (type(self), self.template, self.parameters))
+        return (_rebuilt, (type(self), self.template, self.parameters, self.library_names))
 
 
-def _rebuilt(cls: type[InputError], template: str, parameters: tuple[str, ...]) -> InputError:
+def _rebuilt(cls: type[InputError], template: str, parameters: tuple[str, ...],
+             library_names: dict[str, str]) -> InputError:
     """An :class:`InputError` (or subclass) unpickled with its message's marks."""
     err = cls.__new__(cls)
-    InputError.__init__(err, template, parameters=parameters)
+    InputError.__init__(err, template, parameters=parameters, library_names=library_names)
     return err
 
 

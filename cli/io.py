@@ -128,6 +128,7 @@ FLAG_OF = {
     "axes": "--set", "calibration": "--calibration", "catalog": "--catalog", "hour": "--hour",
     "max_points": "--max-points", "model_id": "--id", "replace": "--replace", "samples": "--samples",
     "scales": "--scales", "trace": "--trace",
+    "plan_json": "fleetplan plan SCENARIO.yaml --json --out PLAN.json",  # how a plan file is made
 }
 
 

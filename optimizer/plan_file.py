@@ -73,7 +73,10 @@ LIMIT_STEP = Range(0, 1e7, "GPUs", "ten million GPUs of one type exceeds the wor
 # reads its third (and fourth) part.
 LIMIT_NAME = re.compile(r"[^.]+(\.[^.]+){2,3}")
 
-PLAN_HINT = "fleetplan plan SCENARIO.yaml --json --out PLAN.json"
+# How a plan file is made, as a message names it: a mark (see :class:`InputError`) the library
+# shows as :data:`PLAN_HINT_LIBRARY` and a command as its own plan command.
+PLAN_HINT = "`plan_json`"
+PLAN_HINT_LIBRARY = {"plan_json": "fleetplan.plan(scenario).to_json()"}
 
 
 class PlanFileError(InputError):
@@ -506,11 +509,12 @@ def validate_plan(raw: Any, where: str, catalog: Catalog) -> dict[str, Any]:
     missing = keys if not isinstance(raw, dict) else [k for k in keys if k not in raw]
     if missing:
         raise PlanFileError(f"{where}: not a plan file (missing {', '.join(missing)}); write one with {PLAN_HINT}, "
-                            f"or give the scenario")
+                            f"or give the scenario", parameters=("plan_json",), library_names=PLAN_HINT_LIBRARY)
     try:
         plan = PlanFile.model_validate(raw)
     except ValidationError as err:
-        raise PlanFileError(_problem(err, raw, where)) from None
+        raise PlanFileError(_problem(err, raw, where), parameters=("plan_json",),
+                            library_names=PLAN_HINT_LIBRARY) from None
     check_ids(plan, catalog, where)
     return raw
 

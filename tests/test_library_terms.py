@@ -67,10 +67,21 @@ def test_a_worker_s_error_keeps_its_marks():
     assert error_text(back) == "--set a.b: unknown section 'a'"
 
 
-@pytest.mark.parametrize("parameter", sorted(FLAG_OF))
+@pytest.mark.parametrize("parameter", sorted(set(FLAG_OF) - {"plan_json"}))
 def test_every_mapped_parameter_is_a_flag(parameter):
     assert FLAG_OF[parameter].startswith("--") and FLAG_OF[parameter][2:].replace("-", "_") in (
         parameter, "set", "id")
+
+
+def test_a_plan_file_s_error_says_how_to_make_one_in_each_one_s_terms(catalog):
+    from fleetplan.optimizer.plan_file import PlanFileError, validate_plan
+
+    with pytest.raises(PlanFileError) as err:
+        validate_plan({"products": []}, "p.json", catalog)
+    assert "write one with fleetplan.plan(scenario).to_json(), or give the scenario" in str(err.value)
+    assert "write one with fleetplan plan SCENARIO.yaml --json --out PLAN.json, or give" in error_text(err.value)
+    back = pickle.loads(pickle.dumps(err.value))
+    assert str(back) == str(err.value) and error_text(back) == error_text(err.value)
 
 
 def test_the_simulate_command_names_its_flag_and_the_api_its_parameter(tmp_path, capsys):
