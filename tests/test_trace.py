@@ -151,7 +151,7 @@ def test_scenario_with_a_trace_needs_no_sizes_and_plans(tmp_path):
     s, folder = load_scenario(EXAMPLES / "chat-trace.yaml")
     p = s.products[0]
     assert (p.peak_qps, p.input_tokens, p.output_tokens) == (40, 1680, 194)
-    from fleetplan.optimizer.demand import trace_hourly_qps as demand
+    from fleetplan.optimizer.demand import hourly_qps as demand
 
     qps = demand(s.products, folder)["chat"]
     assert len(qps) == 168 and max(qps) == pytest.approx(40.0)
