@@ -186,7 +186,8 @@ def plan(scenario: ScenarioLike, *, catalog: CatalogLike = None, folder: str | P
     ``calibration`` is a calibration profile file; ``jobs`` worker processes (same plan for any);
     ``progress`` receives a :class:`ProgressEvent` per stage update (nothing is shown without it).
     """
-    from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline
+    from fleetplan.optimizer.deadline import Deadline
+    from fleetplan.optimizer.defaults import DEFAULT_TIME_LIMIT_S
     from fleetplan.optimizer.enums import Alternatives
     from fleetplan.optimizer.plan import make_plan
     from fleetplan.optimizer.results import plan_to_dict
@@ -229,9 +230,11 @@ def simulate(plan: Plan | Mapping[str, Any], *, catalog: CatalogLike = None, hou
     ``trace`` a request log CSV whose arrivals are replayed instead of drawn ones; ``progress``
     receives a :class:`ProgressEvent` as simulated time advances (``done``: simulated seconds)."""
     from fleetplan.optimizer.plan_file import validate_plan
-    from fleetplan.optimizer.simulate_plan import DEFAULT_REQUESTS, Settings, simulate_plan
+    from fleetplan.catalogs.fields import HOUR
+    from fleetplan.optimizer.defaults import DEFAULT_REQUESTS
+    from fleetplan.optimizer.simulate_plan import Settings, simulate_plan
     from fleetplan.optimizer.trace import read_trace
-    from fleetplan.simulate_command import HOUR, REQUESTS
+    from fleetplan.simulate_command import REQUESTS
 
     doc = plan.to_dict() if isinstance(plan, Plan) else _plan_document(plan)
     cat = _catalog(catalog)
@@ -297,7 +300,8 @@ def breakeven(scenario: ScenarioLike, *, catalog: CatalogLike = None, folder: st
     Draw the curves with :func:`fleetplan.optimizer.breakeven.plot_bytes` if wanted; ``progress``
     receives a :class:`ProgressEvent` per stage update of the plans."""
     from fleetplan.optimizer.breakeven import DEFAULT_SCALES
-    from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline
+    from fleetplan.optimizer.deadline import Deadline
+    from fleetplan.optimizer.defaults import DEFAULT_TIME_LIMIT_S
     from fleetplan.optimizer.breakeven import breakeven as compare
     from fleetplan.optimizer.scenario import scenario_from
 

@@ -127,7 +127,7 @@ def test_a_plan_whose_replay_still_misses_when_the_rounds_end_is_not_optimal_and
     from fleetplan.optimizer.results import plan_to_dict
     from fleetplan.optimizer.scenario import load_scenario
 
-    monkeypatch.setattr(verify, "MAX_ROUNDS", 0)  # no tightening round allowed: the first replay's verdict stands
+    monkeypatch.setattr(verify, "REPLAY_ROUNDS", 0)  # no tightening round allowed: the first replay's verdict stands
     scenario, folder = load_scenario(bursty_scenario(tmp_path))
     plan = verify.make_verified_plan(scenario, catalog, folder, Deadline.after(60), make_plan, alternatives=False)
     d = plan_to_dict(plan)
