@@ -102,7 +102,9 @@ def test_on_demand_plan_is_feasible_and_no_cheaper_than_the_optimum(catalog, exa
 
 def test_a_short_deadline_returns_the_best_plan_with_its_gap(catalog, examples):
     """Prefill left to the planner (colocated or pool) on the 168-hour blend with one second: the
-    command ends in seconds with a feasible plan, status time_limit, a gap > 0 and what was cut."""
+    command ends with a feasible plan, status time_limit, a gap > 0 and what was cut. An idle
+    machine now and then proves this plan within the second: then it must say optimal, with a
+    gap no wider than the search's dollar of slack (which comes first depends on the machine)."""
     scenario, folder = load_scenario(examples / "chat-diurnal-blend.yaml")
     raw = scenario.model_dump(mode="python")
     raw["products"][0]["prefill"] = "auto"
@@ -110,7 +112,12 @@ def test_a_short_deadline_returns_the_best_plan_with_its_gap(catalog, examples):
     raw["options"]["mip_rel_gap"] = 0.0  # nothing short of a full proof counts: the deadline ends the search
     plan = make_plan(parse_scenario(raw, "s"), catalog, folder=folder)
     d = plan_to_dict(plan)  # how long it takes is measured in benchmarks/bench_deadline.py
-    assert d["status"] == "time_limit" and d["mip_gap"] > 0 and d["stopped_by_time_limit"]
+    if d["status"] == "optimal":  # proven: within the dollar of slack an optimal search allows
+        from fleetplan.optimizer.defaults import ABS_GAP_USD
+
+        assert (d["mip_gap"] or 0.0) * d["monthly_cost_usd"] <= ABS_GAP_USD + 1e-6
+    else:
+        assert d["status"] == "time_limit" and d["mip_gap"] > 0 and d["stopped_by_time_limit"]
     assert d["time_limit_s"] == 1.0
     assert check_invariants(plan) == []
     assert d["monthly_cost_usd"] > 0
