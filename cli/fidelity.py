@@ -88,12 +88,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
     """Predict every measured row and print error statistics."""
     from fleetplan.catalogs import load_catalog
     from fleetplan.io import dumps, resolve_preset
-    from fleetplan.models.validation import predict_all, summarize, ttft_stats
+    from fleetplan.models.validation import MODEL_ERROR, predict_all, summarize, ttft_stats
 
     catalog = load_catalog(args.catalog)
     preset = resolve_preset(args.preset, args.calibration)
     path, rows = _read_measurements(args.file)
     preds, skipped = predict_all(rows, catalog, preset)
+    errors = [(r, why.removeprefix(MODEL_ERROR)) for r, why in skipped if why.startswith(MODEL_ERROR)]
+    skipped = [(r, why) for r, why in skipped if not why.startswith(MODEL_ERROR)]
     summary = summarize([p.row for p in preds], [p.predicted_tpot_ms for p in preds])
     summary["ttft"] = ttft_stats(preds)
     if args.json:
@@ -107,6 +109,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             d["prefix_cache_hit_rate"] = p.prefix_cache_hit_rate
             d["draft_tokens"] = p.draft_tokens
             d["accepted_tokens_per_step"] = p.accepted_tokens_per_step
+            d["running_batch"] = p.running_batch
             d["ratio_measured_to_predicted"] = _r(p.ratio)
             d["bound"] = p.estimate.bound
             d["fits"] = p.estimate.fits
@@ -117,14 +120,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
             "calibration": preset.calibration,
             "rows": out_rows,
             "skipped": [{"line": r.line, "model": r.model, "gpu": r.gpu, "reason": why} for r, why in skipped],
-            "summary": _stats_json(summary),
+            "model_errors": [{"line": r.line, "model": r.model, "gpu": r.gpu, "reason": why} for r, why in errors],
+            "summary": {**_stats_json(summary), "model_error_rows": len(errors)},
         }
         sys.stdout.write(dumps(doc))
         return 0
     label = preset.name + (f" calibrated by {preset.calibration}" if preset.calibration else "")
-    print(terminal(f"{path.name}: {len(preds)} rows predicted with preset {label}, {len(skipped)} skipped"))
+    queued = sum(1 for p in preds if p.running_batch < p.row.batch)
+    print(terminal(f"{path.name}: {len(preds)} rows predicted with preset {label} ({queued} at the running batch "
+                   f"that fits, the rest of their concurrency queued), {len(skipped)} skipped, {len(errors)} model "
+                   "errors (measured running, but the model cannot hold their weights and one sequence)"))
     for r, why in skipped:
         print(terminal(f"  skipped line {r.line}: {why}"))
+    for r, why in errors:
+        print(terminal(f"  model error line {r.line}: {why}"))
     _print_summary("time per output token (ratio = measured / predicted):", {k: v for k, v in summary.items() if k != "ttft"})
     if summary["ttft"].get("rows"):
         print("time to first token (rows that report it; ratio = measured / predicted):")

@@ -136,11 +136,34 @@ def test_validate_skips_what_the_planner_refuses(capsys, tmp_path):
     code, out, _ = run(capsys, ["validate", str(f), "--json"])
     d = json.loads(out)
     assert code == 0 and [r["line"] for r in d["rows"]] == [4]
+    assert d["rows"][0]["running_batch"] == 4
     reasons = {s["line"]: s["reason"] for s in d["skipped"]}
-    assert reasons[2].startswith("does not fit: batch 4 needs") and "1 x h200-sxm" in reasons[2]
-    assert "scale-up domain" in reasons[3]
+    assert list(reasons) == [3] and "scale-up domain" in reasons[3]
+    # 235 GB of FP8 weights on one 141 GB H200: measured running, so the model's error, counted as one
+    errors = {s["line"]: s["reason"] for s in d["model_errors"]}
+    assert list(errors) == [2] and errors[2].startswith("the weights and one sequence need 235 GB, 1 x h200-sxm hold 127 GB")
+    assert d["summary"]["model_error_rows"] == 1
     code, out, _ = run(capsys, ["validate", str(f)])
-    assert "skipped line 2: does not fit" in out
+    assert "1 skipped, 1 model errors" in out and "model error line 2: the weights and one sequence" in out
+
+
+def test_validate_runs_the_batch_that_fits_and_queues_the_rest(capsys, tmp_path):
+    """DeepSeek-R1 FP8 (671 GB) on 4 B200 (4 x 192 GB x 0.9 = 691 GB usable) at concurrency 32 with
+    8,192/1,024 tokens: each running sequence holds 8,704 tokens on average, 70,272 B each on each
+    of 4 ranks (the MLA latent is not split) = 2.447 GB, so floor(20.2 / 2.447) = 8 run at once;
+    TPOT is the 8-sequence step's and TTFT queues for 32 / 8 - 1 = 3 request times."""
+    f = tmp_path / "m.csv"
+    f.write_text("model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms\n"
+                 "deepseek-r1,b200,fp8,4,32,8192,1024,sglang,36\n"
+                 "deepseek-r1,b200,fp8,4,8,8192,1024,sglang,15\n")
+    code, out, _ = run(capsys, ["validate", str(f), "--json"])
+    d = json.loads(out)
+    assert code == 0 and d["skipped"] == [] and d["model_errors"] == []
+    queued, at8 = d["rows"]
+    assert (queued["running_batch"], at8["running_batch"]) == (8, 8)
+    assert queued["predicted_tpot_ms"] == at8["predicted_tpot_ms"]
+    service = at8["predicted_ttft_ms"] + 1024 * at8["predicted_tpot_ms"]
+    assert queued["predicted_ttft_ms"] == pytest.approx(at8["predicted_ttft_ms"] + 3 * service, rel=1e-4)
 
 
 def _rows(catalog, lines):

@@ -289,3 +289,33 @@ def test_weight_only_fp4_pays_a_fixed_time_per_layer(catalog):
     fp4, fp8 = step(catalog, precision="fp4", **kw), step(catalog, precision="fp8", **kw)
     assert fp4.overhead_time_s - fp8.overhead_time_s == pytest.approx(36 * 37.4e-6)
     assert step(catalog, precision="fp4", preset=SEED, **kw).overhead_time_s == 0.0
+
+
+def test_fp4_checkpoints_hold_their_block_scales_on_the_quantised_experts_only(catalog):
+    """gpt-oss-120b: 36 layers x 128 experts x 3 x 2,880^2 = 114.66e9 expert weights in MXFP4 (4.25
+    bits: 32-element blocks with an 8-bit scale) = 60.91 GB, the other 2.17e9 in BF16 = 4.28 GB:
+    65.19 GB, the model card's 60.8 GiB (65.3 GB), not 116.8e9 x 0.5 = 58.4 GB. DeepSeek-R1 NVFP4 on
+    NVIDIA (4.5 bits: 16-element blocks with an FP8 scale), MXFP4 on AMD; FP8 and BF16 unchanged."""
+    from fleetplan.models.memory import held_weight_bytes, weight_bytes
+
+    cat = catalog
+    oss, r1 = cat.models["gpt-oss-120b"], cat.models["deepseek-r1"]
+    experts = 36 * 128 * 3 * 2880**2
+    assert held_weight_bytes(oss, "fp4") == pytest.approx(experts * 4.25 / 8 + (116.8e9 - experts) * 2)
+    assert held_weight_bytes(oss, "fp4") / 1e9 == pytest.approx(65.19, abs=0.01)
+    r1_experts = 58 * 256 * 3 * 7168 * 2048
+    assert held_weight_bytes(r1, "fp4", "nvidia") == pytest.approx(r1_experts * 4.5 / 8 + (671e9 - r1_experts) * 2)
+    assert held_weight_bytes(r1, "fp4", "amd") == pytest.approx(r1_experts * 4.25 / 8 + (671e9 - r1_experts) * 2)
+    assert held_weight_bytes(r1, "fp8") == weight_bytes(r1, "fp8") == 671e9
+
+
+def test_b200_engines_allocate_from_its_192_gb(catalog):
+    """The catalog's 180 GB is NVIDIA's stated figure; engines allocate from the 192 GB it holds, so
+    DeepSeek-R1 FP8 (671 GB) on 4 B200 fits with one 9,216-token sequence, as it was measured running."""
+    from fleetplan.models.roofline import decode_step
+
+    cat = catalog
+    e = decode_step(cat.models["deepseek-r1"], cat.gpus["b200"], precision="fp8", tp=4, batch=1,
+                    input_tokens=8192, output_tokens=1024, preset=DEFAULT)
+    assert e.memory_usable_bytes == pytest.approx(4 * 192e9 * 0.9)
+    assert e.fits and e.memory_needed_bytes == pytest.approx(671e9 + 9216 * 70272 * 4)
