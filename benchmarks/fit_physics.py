@@ -69,7 +69,11 @@ NVIDIA = ("ampere", "hopper", "blackwell")
 # The speculative runs' rule (engine, release, model id prefix, drafted tokens); its accepted
 # tokens per step are fitted
 SPECULATION = DEFAULT_PHYSICS.benchmark_speculation[0][:4]
-ENGINES = ("sglang", "trtllm", "vllm")
+ENGINES = ("atom", "sglang", "trtllm", "vllm")
+# AMD families with their own fitted bandwidth efficiency (MI300X; MI325X and MI355X), the fixed
+# costs per step and layer shared with NVIDIA's; a family no remaining row measures takes the
+# other's, else NVIDIA's
+AMD = ("cdna3", "cdna4")
 # Engine releases with their own share of a wave's prefill before a first token (fitted)
 RELEASES = tuple((e, r) for e, r, _ in DEFAULT_PHYSICS.benchmark_release_shares)
 # (name, lower bound, upper bound); engines' shares are appended
@@ -81,7 +85,8 @@ PARAMETERS: tuple[tuple[str, float, float], ...] = (
     ("sequence_overhead_s", 0.0, 2e-4), ("busy_share_exponent", 0.0, 8.0),
     ("comm_bandwidth_efficiency", 0.1, 0.9), ("hit_rate_vllm_0.12", 0.0, 0.98),
     ("accepted_trtllm_1.2.0rc6.post3", 1.0, 1.0 + SPECULATION[3]),
-) + tuple((f"share_{e}", 0.0, 1.0) for e in ENGINES) + tuple((f"admission_{e}", 0.0, 0.5) for e in ENGINES) + tuple(
+) + tuple(
+    (f"bandwidth_{fam}", 0.3, 0.9) for fam in AMD) + tuple((f"share_{e}", 0.0, 1.0) for e in ENGINES) + tuple((f"admission_{e}", 0.0, 0.5) for e in ENGINES) + tuple(
     (f"share_{e}_{r}", 0.0, 1.0) for e, r in RELEASES)
 TTFT_WEIGHT = 0.5
 HUBER = 0.25
@@ -97,6 +102,8 @@ def current() -> np.ndarray:
               p.sequence_overhead_s, p.busy_share_exponent, p.comm_bandwidth_efficiency,
               p.benchmark_hit_rate("vllm", "0.12"),
               p.benchmark_speculative(SPECULATION[0], SPECULATION[1], SPECULATION[2])[1]]
+    for fam in AMD:
+        values += [p.family(fam).bandwidth_efficiency]
     values += [p.engine(e).prefill_before_first_token for e in ENGINES]
     values += [p.engine(e).admission_latency_s or p.admission_latency_s for e in ENGINES]
     values += [p.prefill_before_first_token(e, r) for e, r in RELEASES]
@@ -108,13 +115,18 @@ def preset_of(x: np.ndarray) -> Preset:
     v = dict(zip((name for name, _, _ in PARAMETERS), (float(t) for t in x), strict=True))
     families = tuple(
         FamilyPhysics(f.family, v["bandwidth_efficiency"], v["step_overhead_s"], v["layer_overhead_s"],
-                      v["collective_latency_s"], 0.0) if f.family in NVIDIA else f
+                      v["collective_latency_s"], 0.0) if f.family in NVIDIA
+        else FamilyPhysics(f.family, v[f"bandwidth_{f.family}"], v["step_overhead_s"], v["layer_overhead_s"],
+                           f.collective_latency_s, f.hop_latency_s) if f.family in AMD else f
         for f in DEFAULT_PHYSICS.families
     )
     engines = tuple(EnginePhysics(e, v[f"share_{e}"], DEFAULT_PHYSICS.engine(e).chunk_tokens, v[f"admission_{e}"])
                     for e in ENGINES)
+    fallback = EnginePhysics("any", float(np.mean([v[f"share_{e}"] for e in ENGINES])),
+                             DEFAULT_PHYSICS.engine_fallback.chunk_tokens)
     physics = dataclasses.replace(
-        DEFAULT_PHYSICS, families=families, engines=engines, kv_bandwidth_efficiency=v["kv_bandwidth_efficiency"],
+        DEFAULT_PHYSICS, families=families, engines=engines, engine_fallback=fallback,
+        admission_latency_s=float(np.mean([v[f"admission_{e}"] for e in ENGINES])), kv_bandwidth_efficiency=v["kv_bandwidth_efficiency"],
         moe_small_group_tokens=v["moe_small_group_tokens"],
         weight_only_fp4_dequant_factor=v["weight_only_fp4_dequant_factor"],
         weight_only_fp4_layer_s=v["weight_only_fp4_layer_s"],
@@ -264,6 +276,21 @@ def unmeasured_engines(x: np.ndarray, rows: list[Measurement]) -> np.ndarray:
     return x
 
 
+def unmeasured_families(x: np.ndarray, rows: list[Measurement], catalog: Catalog) -> np.ndarray:
+    """``x`` with the figures of each family of :data:`AMD` that no row of ``rows`` measures set to
+    the other AMD family's where some row measures it, else to NVIDIA's (a fit without its rows
+    cannot know them)."""
+    names = [name for name, _, _ in PARAMETERS]
+    seen = {catalog.gpus[r.gpu].family for r in rows}
+    x = x.copy()
+    for fam in AMD:
+        if fam in seen:
+            continue
+        other = [f for f in AMD if f in seen]
+        x[names.index(f"bandwidth_{fam}")] = x[names.index(f"bandwidth_{other[0]}" if other else "bandwidth_efficiency")]
+    return x
+
+
 def residual_rows(rows: list[Measurement]) -> np.ndarray:
     """The row index of every element of :func:`residuals`' vector (TPOT first, then TTFT)."""
     return np.array(list(range(len(rows))) + [i for i, r in enumerate(rows) if r.measured_ttft_ms])
@@ -323,12 +350,22 @@ def held_out(rows: list[Measurement], fitted_rows: list[Measurement], catalog: C
         else:
             keep = np.array([id(fitted_rows[k]) not in out for k in range(len(fitted_rows))])
             xf = fold_fit(x, full[0], full[1], train, keep[owner], catalog)
-        preset = preset_of(unmeasured_engines(unmeasured_releases(xf, train), train))
+        preset = preset_of(unmeasured_families(unmeasured_engines(unmeasured_releases(xf, train), train), train, catalog))
         for i in members:
             p = predict(rows[i], catalog, preset)
             held[i] = (p.predicted_tpot_ms, p.predicted_ttft_ms)
         print(f"  cv {scheme}: fold {n}/{len(all_folds)} {key} ({len(members)} rows)", file=sys.stderr, flush=True)
     return held
+
+
+def by_fold(scheme: str, rows: list[Measurement], preds: list[tuple[float, float] | None]) -> None:
+    """TPOT MAPE and TTFT within 1.5x of each fold of ``scheme`` held out."""
+    for key, members in folds(rows, scheme).items():
+        t = error_stats([rows[i].measured_tpot_ms for i in members], [preds[i][0] for i in members])  # type: ignore[index]
+        f = error_stats([rows[i].measured_ttft_ms or 0.0 for i in members if rows[i].measured_ttft_ms],
+                        [preds[i][1] for i in members if rows[i].measured_ttft_ms])  # type: ignore[index]
+        print(f"  {scheme} {key[0]:<12} rows {len(members):>4}  TPOT MAPE {t['mape']:6.1%}  "
+              f"TTFT within 1.5x {f.get('within_1.5x', 0.0):6.1%}")
 
 
 def figure_of_record(results: dict[str, list[tuple[float, float] | None]], rows: list[Measurement],
@@ -387,6 +424,8 @@ def main(argv: list[str]) -> int:
         for scheme in args.schemes.split(","):
             results[scheme] = held_out(rows, fitted_rows, catalog, x, scheme, args.fold_iterations, full)
             report(f"held out {scheme}", rows, results[scheme], catalog)
+            if scheme in ("gpu", "engine"):
+                by_fold(scheme, rows, results[scheme])
         figure_of_record(results, rows, catalog)
     return 0
 

@@ -110,6 +110,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             d["draft_tokens"] = p.draft_tokens
             d["accepted_tokens_per_step"] = p.accepted_tokens_per_step
             d["running_batch"] = p.running_batch
+            d["engine_known"] = p.engine_known
             d["ratio_measured_to_predicted"] = _r(p.ratio)
             d["bound"] = p.estimate.bound
             d["fits"] = p.estimate.fits
@@ -134,6 +135,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(terminal(f"  skipped line {r.line}: {why}"))
     for r, why in errors:
         print(terminal(f"  model error line {r.line}: {why}"))
+    unknown = sorted({p.row.engine for p in preds if not p.engine_known})
+    if unknown:
+        print(terminal(f"  note: no fitted figures for engine {', '.join(unknown)}: the engines' mean prefill share "
+                       "and fixed latency used"))
     _print_summary("time per output token (ratio = measured / predicted):", {k: v for k, v in summary.items() if k != "ttft"})
     if summary["ttft"].get("rows"):
         print("time to first token (rows that report it; ratio = measured / predicted):")

@@ -63,6 +63,7 @@ class Prediction:
     draft_tokens: int = 0
     accepted_tokens_per_step: float = 1.0
     running_batch: int = 0
+    engine_known: bool = True
 
     @property
     def ratio(self) -> float:
@@ -122,6 +123,14 @@ def running_batch(row: Measurement, catalog: Catalog, preset: Preset) -> int:
     free = e.memory_usable_bytes - (e.memory_needed_bytes - row.batch * e.kv_bytes_held_per_sequence)
     cap = e.batch_cap if e.batch_cap is not None else row.batch
     return max(1, min(row.batch, cap, math.floor(free / max(held, 1.0))))
+
+
+def engine_known(row: Measurement, preset: Preset) -> bool:
+    """Whether the preset has fitted figures for ``row``'s engine (else the engines' mean share and
+    fixed latency stand in); a preset without physics uses none, so every engine is known to it."""
+    if preset.physics is None:
+        return True
+    return any(e.engine == normalize_engine(row.engine) for e in preset.physics.engines)
 
 
 def prompt_hit_rate(row: Measurement, preset: Preset) -> float:
@@ -196,7 +205,7 @@ def _predict_running(row: Measurement, catalog: Catalog, preset: Preset) -> Pred
     return Prediction(row=row, estimate=est, predicted_tpot_ms=tpot * 1e3, predicted_ttft_ms=ttft * 1e3,
                       decode_step_time_ms=decode_only.step_time_s * 1e3, prefill_flops_per_request=work,
                       prefix_cache_hit_rate=hits, draft_tokens=draft, accepted_tokens_per_step=accepted,
-                      running_batch=row.batch)
+                      running_batch=row.batch, engine_known=engine_known(row, preset))
 
 
 def predict_all(

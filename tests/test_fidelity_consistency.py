@@ -76,7 +76,7 @@ def test_estimate_plan_and_validate_agree(capsys, tmp_path, catalog):
     # latency (44 ms) where the planner, which names no engine, pays the engines' mean (156 ms);
     # the benchmark one is validate's
     cand = plan.products[0].candidate
-    assert (admission_s(DEFAULT, "vllm"), admission_s(DEFAULT)) == pytest.approx((0.044, 0.156))
+    assert (admission_s(DEFAULT, "vllm"), admission_s(DEFAULT)) == pytest.approx((0.030, 0.091))
     shift = admission_s(DEFAULT) - admission_s(DEFAULT, "vllm")
     assert est["ttft_ms"] + shift * 1e3 == pytest.approx(cand.ttft_at(0.0) * 1e3, rel=1e-9)
     assert est["benchmark_ttft_ms"] == pytest.approx(row["predicted_ttft_ms"], rel=1e-5)
@@ -96,27 +96,27 @@ def test_benchmark_ttft_hand_value(catalog):
     # the prompt's GEMMs at the prefill efficiency, then its activations all-reduced over TP 2
     comm = parallel_comm_time_s(llm, gpu, DEFAULT.physics, tp=2, ep=1, tokens=prompt / (2 * 70.55e9))
     assert comm > 0.0
-    assert service == pytest.approx(prompt / (2 * 1978.9e12 * 0.776) + comm)
-    ahead = 0.116 * 63
-    steps = 3  # ceil((1 + 7.308) x 2000 / 8192) = ceil(2.03)
+    assert service == pytest.approx(prompt / (2 * 1978.9e12 * 0.693) + comm)
+    ahead = 0.098 * 63
+    steps = 2  # ceil((1 + 6.174) x 2000 / 8192) = ceil(1.75)
     got = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="vLLM 0.11")
-    assert got == pytest.approx(0.044 + (1 + ahead) * service + steps * 0.03)
+    assert got == pytest.approx(0.030 + (1 + ahead) * service + steps * 0.03)
     assert got == pytest.approx(ttft_s(prefill_s=service, requests_ahead=ahead, steps=steps, step_s=0.03,
-                                       utilisation=0.0, admission_s=0.044))
-    # with the fitted busy-share exponent (0.383), where prefill takes 60% of the cycle, 0.4^0.383
+                                       utilisation=0.0, admission_s=0.030))
+    # with the fitted busy-share exponent (0.218), where prefill takes 60% of the cycle, 0.4^0.218
     # of that share is ahead
-    assert DEFAULT.physics.busy_share_exponent == 0.383
+    assert DEFAULT.physics.busy_share_exponent == 0.218
     busy = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="vllm",
                             busy_share=0.6)
-    ahead = 0.116 * 0.4**0.383 * 63  # 5.14
-    assert busy == pytest.approx(0.044 + (1 + ahead) * service + 2 * 0.03) and busy < got
+    ahead = 0.098 * 0.4**0.218 * 63  # 5.06
+    assert busy == pytest.approx(0.030 + (1 + ahead) * service + 2 * 0.03) and busy < got
     # SGLang prefills about as much of the wave first and answers later: longer TTFT
     sglang = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="sglang")
-    assert sglang == pytest.approx(0.323 + (1 + 0.117 * 63) * service + 3 * 0.03) and sglang > got + 0.25
+    assert sglang == pytest.approx(0.209 + (1 + 0.113 * 63) * service + 2 * 0.03) and sglang > got + 0.15
     # SGLang 0.5.1 (its own release share) prefilled most of the wave first; 0.5.10 is another release
     old = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="sglang",
                            engine_version="0.5.1.post1")
-    assert old == pytest.approx(0.323 + (1 + 0.617 * 63) * service + 10 * 0.03)  # ceil(39.87 x 2000 / 8192)
+    assert old == pytest.approx(0.209 + (1 + 0.568 * 63) * service + 9 * 0.03)  # ceil(36.78 x 2000 / 8192)
     for version in ("0.5.10", "0.5.6.post2", ""):
         assert benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000,
                                 engine="sglang", engine_version=version) == pytest.approx(sglang)
@@ -124,7 +124,7 @@ def test_benchmark_ttft_hand_value(catalog):
                             engine_version="0.5.1") == pytest.approx(got)
     # an engine without figures (and the planner) gets the engines' mean
     assert benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000,
-                            engine=None) == pytest.approx(0.156 + (1 + 0.119 * 63) * service + 3 * 0.03)
+                            engine=None) == pytest.approx(0.091 + (1 + 0.082 * 63) * service + 2 * 0.03)
 
 
 def test_validate_skips_what_the_planner_refuses(capsys, tmp_path):
@@ -249,3 +249,22 @@ def test_presets_differ_by_data_not_by_name():
     assert DEFAULT.prefill_attention is True
     assert dataclasses.replace(DEFAULT, factors=(CalibrationFactors(kind="moe", bandwidth_scale=2.0),)).factors_for(
         "b200", "blackwell", None, "dense").bandwidth_scale == 1.0
+
+
+def test_validate_says_when_an_engine_has_no_fitted_figures(capsys, tmp_path):
+    """An engine the physics does not know takes the engines' mean share and latency, and says so;
+    AMD's ATOM is a known engine."""
+    f = tmp_path / "m.csv"
+    f.write_text("model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms,measured_ttft_ms\n"
+                 "llama-3.1-8b,h200-sxm,fp8,1,4,1000,100,lmdeploy,5,60\n"
+                 "llama-3.1-8b,h200-sxm,fp8,1,4,1000,100,vllm,5,60\n"
+                 "gpt-oss-120b,mi355x,fp4,1,4,1024,1024,atom,5,60\n")
+    code, out, _ = run(capsys, ["validate", str(f), "--json"])
+    rows = json.loads(out)["rows"]
+    assert code == 0 and [r["engine_known"] for r in rows] == [False, True, True]
+    fallback = DEFAULT.physics.engine(None)
+    assert DEFAULT.physics.engine("lmdeploy") == fallback
+    shares = [e.prefill_before_first_token for e in DEFAULT.physics.engines]
+    assert fallback.prefill_before_first_token == pytest.approx(sum(shares) / len(shares), abs=1e-3)
+    code, out, _ = run(capsys, ["validate", str(f)])
+    assert "note: no fitted figures for engine lmdeploy: the engines' mean prefill share and fixed latency used" in out
