@@ -13,9 +13,10 @@ share of a wave's prefill before a request's first token and its fixed latency p
 the share of each prompt vLLM 0.12 benchmark runs served from the prefix cache; the tokens
 TensorRT-LLM 1.2.0rc6.post3's speculative DeepSeek runs accept per step; and the share of a
 wave's prefill before a first token of each engine release in
-``Physics.benchmark_release_shares`` (SGLang 0.5.1). Nothing is per
-model or GPU id. (The shared ``admission_latency_s`` is not fitted: every row names its engine;
-the physics gives the fallback engine the mean of the three.) The loss is robust least squares
+``Physics.benchmark_release_shares`` (SGLang 0.5.1); the bandwidth efficiency of each AMD family
+(:data:`AMD`). Nothing is per model or GPU id. (The fallback engine's share and the shared
+``admission_latency_s`` are not fitted: every row names its engine; they are the fitted engines'
+means.) The loss is robust least squares
 (Huber at 0.25) on the relative error of TPOT
 (predicted/measured - 1, the error the MAPE targets count) plus half the weight on log TTFT,
 over the rows the planner would run, less the rows whose measured TPOT is below their step's

@@ -281,8 +281,9 @@ DEFAULT_PHYSICS = Physics(
     # 10.1 ms against 4.4 ms) and least at batch 128 (27.0 against 20.5 ms), where the steps turn
     # compute-bound, as speculative decoding predicts (verifying a drafted token costs little
     # while a step reads weights and nearly doubles a compute-bound one). One drafted token (the MTP
-    # layer run once) fits 1.86 accepted tokens per step (1.92 fitted on silicon-train.csv alone), what DeepSeek-V3's report gives for its
-    # MTP (85-90% of second tokens accepted; arXiv 2412.19437, sec. 5.4.3); two or three drafted
+    # layer run once) fits 1.86 accepted tokens per step (1.92 on silicon-train.csv alone), what
+    # DeepSeek-V3's report gives for its MTP (85-90% of second tokens accepted; arXiv 2412.19437,
+    # sec. 5.4.3); two or three drafted
     # tokens fit 2.19 and 2.41 with a slightly worse fit. MoE TPOT MAPE held out by configuration
     # group falls from 20.2% to 14.4%. A measurement file can give each row's own
     # ``draft_tokens`` and ``accepted_tokens_per_step`` instead.
