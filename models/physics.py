@@ -116,6 +116,16 @@ class Physics:
     benchmark_prefix_cache: tuple[tuple[str, str, float], ...] = ()
     benchmark_speculation: tuple[tuple[str, str, str, int, float], ...] = ()
     benchmark_release_shares: tuple[tuple[str, str, float], ...] = ()
+    benchmark_kv_cache: tuple[tuple[str, tuple[str, ...], str], ...] = ()
+    whole_context_admission: tuple[str, ...] = ()
+
+    def benchmark_kv_cache_precision(self, engine: str | None, precision: str) -> str | None:
+        """KV-cache precision ``engine`` (normalised) allocates in benchmark runs of ``precision``
+        weights: the :attr:`benchmark_kv_cache` entry that matches, else None (the row's own)."""
+        for name, weights, kv in self.benchmark_kv_cache:
+            if name == engine and precision in weights:
+                return kv
+        return None
 
     def benchmark_hit_rate(self, engine: str | None, version: str) -> float:
         """Share of a closed-loop benchmark's prompt tokens served from the prefix cache in runs
@@ -298,6 +308,25 @@ DEFAULT_PHYSICS = Physics(
     # group: dense TPOT MAPE 11.4% -> 11.1% (within 1.5x 96.6% -> 97.4%), dense TTFT within 1.5x
     # 61.4% -> 63.6% (all rows 62.5% -> 65.1%), the 0.5.1 rows held out at SGLang's share.
     benchmark_release_shares=(("sglang", "0.5.1", 0.568),),
+    # TensorRT-LLM's quantised checkpoints (FP8, NVFP4) carry an FP8 KV-cache recipe, so its runs
+    # hold twice the sequences of a BF16 cache in the memory left by the weights: read so for the
+    # running batch of a benchmark whose concurrency the cache cannot hold (validate), not for the
+    # bytes a step reads (a step reading FP8 KV was tried and made TPOT worse held out). With the
+    # whole-context admission below it changes the running batch of TensorRT-LLM's rows that the
+    # cache cannot all hold (Llama-3.1-70B FP4 on one B200 at concurrency 128 with 8,192-token
+    # prompts: 88 running, not 46; measured TPOT 62.6 ms and TTFT 22.8 s, a queue, predicted 59.0 ms
+    # and 31.1 s, 35.5 ms and 69 s before). Held out four ways (fit_physics.py --cv), the worst
+    # figures: dense TPOT MAPE 15.2% -> 15.1%, within 1.5x 96.3% -> 96.7%, TTFT within 1.5x 57.9%
+    # -> 58.9%; MoE 18.5% -> 18.3%, 90.3% -> 91.1%, 41.3% -> 41.3%. FP8 without whole-context
+    # admission ran two 1,024/8,192-token rows at a batch their measured TPOT is below the
+    # bandwidth floor of (they queued: 67 s TTFT) and made dense TPOT MAPE held out by engine worse
+    # (15.6%).
+    benchmark_kv_cache=(("trtllm", ("fp8", "fp4"), "fp8"),),
+    # TensorRT-LLM's default capacity scheduler (GUARANTEED_NO_EVICT) admits a request only with
+    # cache blocks for its whole context, prompt and every output token; vLLM and SGLang allocate
+    # blocks as a sequence grows (and preempt when they run out), so their running sequences hold
+    # their prompt and half their output on average.
+    whole_context_admission=("trtllm",),
 )
 
 

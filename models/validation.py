@@ -36,6 +36,7 @@ from typing import Any
 from fleetplan.catalogs.loader import Catalog, nearest
 from fleetplan.models.layout import Layout, layout_problem
 from fleetplan.models.measurements import Measurement
+from fleetplan.models.memory import bytes_per_value
 from fleetplan.models.moe import ep_problem
 from fleetplan.models.parallel import tp_problem
 from fleetplan.models.presets import Preset, normalize_engine
@@ -109,7 +110,10 @@ def running_batch(row: Measurement, catalog: Catalog, preset: Preset) -> int:
     A paged cache allocates a sequence's blocks as it grows, so under continuous batching the
     running sequences hold on average their prompt and half their output (requests in a closed loop
     are spread evenly over their decode), not the full context the planner reserves; a static batch
-    holds the full context at its end."""
+    holds the full context at its end, and so does an engine that admits a request only with room
+    for its whole context (``Physics.whole_context_admission``). An engine whose quantised checkpoints carry an FP8 cache
+    recipe (:meth:`~fleetplan.models.physics.Physics.benchmark_kv_cache_precision`) holds each
+    sequence at that precision where the row names none."""
     e = _step(row, catalog, preset, aggregated=False)
     if e.fits:
         return row.batch
@@ -118,8 +122,13 @@ def running_batch(row: Measurement, catalog: Catalog, preset: Preset) -> int:
         return 0
     full = row.input_tokens + row.output_tokens
     held = e.kv_bytes_held_per_sequence
-    if row.batching == "continuous":
+    engine = normalize_engine(row.engine)
+    if row.batching == "continuous" and (preset.physics is None or engine not in preset.physics.whole_context_admission):
         held *= (row.input_tokens + 0.5 * row.output_tokens) / full
+    kv = preset.physics.benchmark_kv_cache_precision(engine, row.precision) \
+        if preset.physics is not None and row.kv_precision is None else None
+    if kv is not None:  # the engine's cache precision, against the one the step was held at
+        held *= bytes_per_value(kv) / bytes_per_value(e.kv_precision)
     free = e.memory_usable_bytes - (e.memory_needed_bytes - row.batch * e.kv_bytes_held_per_sequence)
     cap = e.batch_cap if e.batch_cap is not None else row.batch
     return max(1, min(row.batch, cap, math.floor(free / max(held, 1.0))))

@@ -268,3 +268,18 @@ def test_validate_says_when_an_engine_has_no_fitted_figures(capsys, tmp_path):
     assert fallback.prefill_before_first_token == pytest.approx(sum(shares) / len(shares), abs=1e-3)
     code, out, _ = run(capsys, ["validate", str(f)])
     assert "note: no fitted figures for engine lmdeploy: the engines' mean prefill share and fixed latency used" in out
+
+
+def test_tensorrt_llm_holds_quantised_runs_at_an_fp8_cache(capsys, tmp_path):
+    """Llama-3.1-70B NVFP4 (70.55e9 x 4.5 bits = 39.7 GB) on one B200 (172.8 GB usable) at
+    concurrency 128 with 8,192/1,024 tokens: 133.1 GB for sequences. vLLM holds 8,704 tokens on
+    average x 327,680 B = 2.85 GB each in BF16: 46 run; TensorRT-LLM admits a request with room for
+    its whole 9,216 tokens in its FP8 cache, 1.51 GB: 88 run; a row naming a BF16 cache, 3.02 GB: 44."""
+    f = tmp_path / "m.csv"
+    f.write_text("model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms,kv_precision\n"
+                 "llama-3.1-70b,b200,fp4,1,128,8192,1024,vllm,60,\n"
+                 "llama-3.1-70b,b200,fp4,1,128,8192,1024,trtllm,60,\n"
+                 "llama-3.1-70b,b200,fp4,1,128,8192,1024,trtllm,60,bf16\n")  # a row's own cache wins
+    code, out, _ = run(capsys, ["validate", str(f), "--json"])
+    rows = json.loads(out)["rows"]
+    assert code == 0 and [r["running_batch"] for r in rows] == [46, 88, 44]
