@@ -92,8 +92,11 @@ class Physics:
     prefix, drafted tokens per step, accepted tokens per step) of runs that decode speculatively;
     ``benchmark_release_shares``: (engine, release, share) of releases whose scheduler prefilled
     another share of a benchmark's other prompts before a request's first token than the
-    engine's :attr:`EnginePhysics.prefill_before_first_token`. All three describe how
-    measurements were taken, for ``validate``; the planner uses none of them.
+    engine's :attr:`EnginePhysics.prefill_before_first_token`; ``benchmark_kv_cache``: (engine,
+    weight precisions, KV-cache precision) an engine's runs of quantised checkpoints hold their
+    cache at; ``whole_context_admission``: engines that admit a request only with cache room for
+    its whole context. All five describe how measurements were taken, for ``validate``; the
+    planner uses none of them.
     """
 
     families: tuple[FamilyPhysics, ...]
