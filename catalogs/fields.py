@@ -139,6 +139,8 @@ WHOLE_TOKENS = replace(TOKENS, integer=True)
 CONTEXT_TOKENS = Range(1, 1e8, "tokens", "a context window of a hundred million tokens is beyond any model")
 TOKENS_PER_S_PER_USER = Range(0, 1e5, "tokens per second", "faster would need a decode step under 10 microseconds",
                               lo_open=True)
+ARRIVAL_SCV = Range(0, 1e4, "", "inter-arrival variance over squared mean: 1 is Poisson, real bursty traces "
+                    "measure up to a few hundred")
 TTFT_MS = Range(0, 1e7, "milliseconds", "a first token later than about three hours is no latency target",
                 lo_open=True)
 TPOT_MS = Range(1e-3, 1e6, "milliseconds", "a measured step under a microsecond or over 1000 s is a unit error")

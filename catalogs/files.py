@@ -17,7 +17,7 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,21 @@ FIELD_ECHO_CHARS = 40
 MAX_MESSAGE_CHARS = 1000
 """Most characters of one error line; a longer one keeps its head and tail."""
 
+MAX_ALIASED_NODES = 100_000
+"""Most YAML nodes that aliases (``*name``) may repeat in one document, each counted as if written
+out: reusing a block of options in a hundred products repeats a few thousand, while nested
+aliases ("billion laughs") repeat billions from a few lines, which no check downstream could
+walk, validate or quote back in a message in bounded time."""
+
+MAX_CATALOG_FILES = 32
+"""Most extra catalog files one command merges (a scenario's ``catalogs:`` and ``--catalog``
+together): overlays of one's own prices, GPUs and models are a handful, and each may hold
+:data:`MAX_INPUT_BYTES`, so the count bounds what a command reads (a list repeating one file
+thousands of times took minutes, outside the command's deadline)."""
+
+_REPR_DEPTH = 20
+# Nesting levels :func:`bounded_repr` descends before writing "…": deeper values are no input.
+
 _PLAIN_TAGS = frozenset(
     f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq", "timestamp", "merge")
 )
@@ -45,14 +60,63 @@ class InputError(ValueError):
 
 
 def short(value: Any, limit: int = ECHO_CHARS) -> str:
-    """``value`` as text (strings as themselves) cut to ``limit`` characters with "…"."""
-    text = value if isinstance(value, str) else repr(value)
+    """``value`` as text (strings as themselves, anything else as :func:`bounded_repr`) cut to
+    ``limit`` characters with "…"."""
+    text = value[: limit + 1] if isinstance(value, str) else bounded_repr(value, limit)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def short_repr(value: Any, limit: int = ECHO_CHARS) -> str:
     """``repr(value)`` cut to ``limit`` characters with "…" (for quoting a user's value)."""
-    return short(repr(value), limit)
+    return short(bounded_repr(value, limit), limit)
+
+
+def bounded_repr(value: Any, limit: int) -> str:
+    """``repr(value)`` when it is at most ``limit`` characters long; otherwise its first
+    ``limit + 1`` or more characters, rendered without rendering the rest.
+
+    A user's value is cut before it is rendered: the ``repr`` of a list with a billion items, or
+    of a number of a million digits, would take minutes and gigabytes only to be cut to a few
+    dozen characters. Lists, tuples and dicts are written piece by piece and stop once past
+    ``limit``; strings are cut first; integers too long to print are described by their size.
+    """
+    out: list[str] = []
+    length = 0
+    for piece in _repr_pieces(value, 0):
+        out.append(piece)
+        length += len(piece)
+        if length > limit:
+            break
+    return "".join(out)
+
+
+def _repr_pieces(value: Any, depth: int) -> Iterator[str]:
+    """The text of ``repr(value)`` in pieces, each piece bounded, so a caller may stop early."""
+    if isinstance(value, str):
+        yield repr(value[:MAX_MESSAGE_CHARS])  # a longer one is cut by the caller anyway
+    elif isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 3000:
+        yield f"<a whole number of about {int(value.bit_length() * 0.30103):,} digits>"
+    elif isinstance(value, (list, tuple, dict)):
+        if depth >= _REPR_DEPTH:
+            yield "…"
+            return
+        brackets = "[]" if isinstance(value, list) else "()" if isinstance(value, tuple) else "{}"
+        yield brackets[0]
+        items = value.items() if isinstance(value, dict) else value
+        for i, item in enumerate(items):
+            if i:
+                yield ", "
+            if isinstance(value, dict):
+                yield from _repr_pieces(item[0], depth + 1)
+                yield ": "
+                yield from _repr_pieces(item[1], depth + 1)
+            else:
+                yield from _repr_pieces(item, depth + 1)
+        if isinstance(value, tuple) and len(value) == 1:
+            yield ","
+        yield brackets[1]
+    else:
+        yield repr(value)
 
 
 def one_line(message: str, limit: int = MAX_MESSAGE_CHARS) -> str:
@@ -152,6 +216,14 @@ class StrictLoader(_BaseLoader):  # type: ignore[misc,valid-type]
     schemas do not expect. Both are reported with their line.
     """
 
+    def get_single_data(self) -> Any:
+        """The document's value, built only after :func:`check_aliases` has bounded it."""
+        node = self.get_single_node()
+        if node is None:
+            return None
+        check_aliases(node)
+        return self.construct_document(node)
+
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         """Construct ``node`` after checking that its tag is a plain one."""
         if node.tag not in _PLAIN_TAGS:
@@ -177,7 +249,7 @@ class StrictLoader(_BaseLoader):  # type: ignore[misc,valid-type]
                 if value_node.tag not in _PLAIN_TAGS:  # named by its field, not only its line
                     tag = value_node.tag.replace("tag:yaml.org,2002:", "!!")
                     raise yaml.constructor.ConstructorError(
-                        None, None, f"{short(str(key), 40)}: tag {short(tag, 40)} is not allowed (use plain mappings, "
+                        None, None, f"{short(key, 40)}: tag {short(tag, 40)} is not allowed (use plain mappings, "
                                     "lists, strings, numbers, booleans and dates)", value_node.start_mark)
                 try:
                     first = seen.get(key)
@@ -192,6 +264,61 @@ class StrictLoader(_BaseLoader):  # type: ignore[misc,valid-type]
 
 
 
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    """The nodes a composed YAML node holds: a list's items, a mapping's keys and values."""
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def check_aliases(root: yaml.Node, limit: int = MAX_ALIASED_NODES) -> None:
+    """Refuse a composed document whose aliases repeat more than ``limit`` nodes, or one whose
+    alias stands for a node that contains it, before any value is built.
+
+    A composed document shares the node an alias names instead of copying it, so a "billion
+    laughs" composes in microseconds; its size written out is counted here instead, walking
+    each list and mapping once (depth first, without recursion): every repeated reference to
+    one adds the written-out size of what it names (an alias of a single value adds one node,
+    as writing the value out would, and is not counted). Raises a ``ConstructorError`` at the mapping or list
+    that holds the alias crossing the limit.
+    """
+    size: dict[int, int] = {}  # written-out size of each finished node, by id
+    open_nodes: set[int] = set()  # nodes on the current path (an alias to one is a cycle)
+    repeated = 0
+    stack: list[list[Any]] = [[root, iter(_children(root)), 1]]
+    open_nodes.add(id(root))
+    while stack:
+        frame = stack[-1]
+        for child in frame[1]:
+            if isinstance(child, yaml.ScalarNode):  # an alias of one value adds one node, as writing it out does
+                frame[2] += 1
+                continue
+            key = id(child)
+            if key in size:
+                repeated += size[key]
+                frame[2] += size[key]
+                if repeated > limit:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"aliases repeat more than {limit:,} nodes (nested aliases expand "
+                                    "exponentially); write the values out or repeat fewer", frame[0].start_mark)
+            elif key in open_nodes:
+                raise yaml.constructor.ConstructorError(
+                    None, None, "aliases refer to a value that contains them (a value cannot hold itself)",
+                    frame[0].start_mark)
+            else:
+                open_nodes.add(key)
+                stack.append([child, iter(_children(child)), 1])
+                break
+        else:
+            stack.pop()
+            open_nodes.discard(id(frame[0]))
+            size[id(frame[0])] = frame[2]
+            if stack:
+                stack[-1][2] += frame[2]
+
+
 def parse_yaml(text: str, where: Path | str, error: type[InputError] = InputError) -> Any:
     """Parse YAML ``text`` with :class:`StrictLoader`; a problem raises ``error`` naming
     ``where`` and the line."""
@@ -201,7 +328,7 @@ def parse_yaml(text: str, where: Path | str, error: type[InputError] = InputErro
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        what = "" if problem.startswith(("tag ", "key ", "cannot read")) or ": tag " in problem else "malformed YAML: "
+        what = "" if problem.startswith(("tag ", "key ", "cannot read", "aliases ")) or ": tag " in problem else "malformed YAML: "
         raise error(f"{where}:{line}: {what}{problem}") from None
     except RecursionError:
         raise error(f"{where}: malformed YAML: nested too deeply") from None

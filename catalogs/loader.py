@@ -17,7 +17,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
-from fleetplan.catalogs.files import InputError, parse_yaml, read_text, short_repr
+from fleetplan.catalogs.files import MAX_CATALOG_FILES, InputError, parse_yaml, read_text, short_repr
 from fleetplan.catalogs.schema import GPU, LLM, APIPrice, GPUPrice, ReferencePrice
 from fleetplan.catalogs.problems import entry_problems, join_problems
 
@@ -190,6 +190,10 @@ def load_catalog(extra_files: Iterable[Path | str] = (), include_shipped: bool =
             if resource.is_file():
                 _merge_document(raw, parse_yaml(resource.read_text(encoding="utf-8"), name, CatalogError), f"catalogs/data/{name}")
                 files.append(f"catalogs/data/{name}")
+    extra_files = list(extra_files)
+    if len(extra_files) > MAX_CATALOG_FILES:
+        raise CatalogError(f"--catalog: {len(extra_files):,} extra catalog files (a scenario's catalogs: and --catalog "
+                           f"together); a command merges at most {MAX_CATALOG_FILES}: merge them into fewer files")
     for extra in extra_files:
         path = Path(extra)
         text = read_text(path, "file", CatalogError, "--catalog: ")

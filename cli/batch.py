@@ -138,16 +138,19 @@ def solve_one(path: str, settings: Settings) -> Outcome:
     """
     from fleetplan.catalogs import load_catalog
     from fleetplan.optimizer.errors import SolverError
+    from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline
     from fleetplan.optimizer.plan import make_plan
     from fleetplan.optimizer.results import plan_to_dict
     from fleetplan.optimizer.scenario import load_scenario
+    from fleetplan.optimizer.verify import make_verified_plan
 
     try:
         scenario, folder = load_scenario(path)
         catalog = load_catalog([*(folder / c for c in scenario.catalogs), *settings.catalogs])
         preset = resolve_preset(scenario.preset, settings.calibration, SCENARIO_PRESET_HINT) if settings.calibration else None
-        plan = make_plan(scenario, catalog, solver=settings.solver, alternatives=settings.alternatives,
-                         preset=preset, folder=folder)
+        deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S)
+        plan = make_verified_plan(scenario, catalog, folder, deadline, make_plan, solver=settings.solver,
+                                  alternatives=settings.alternatives, preset=preset)
         return Outcome(path, plan_to_dict(plan), None)
     except (InputError, SolverError) as exc:
         return Outcome(path, None, one_line(str(exc)))

@@ -363,12 +363,11 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     """Write (or print) the launch commands and manifests of a plan file."""
     from fleetplan.catalogs import load_catalog
     from fleetplan.io import catalog_inputs, output_in, write_atomically
-    from fleetplan.report_command import read_plan
+    from fleetplan.optimizer.plan_file import read_plan
 
-    plan = read_plan(Path(args.plan))
-    if "context_tokens" not in (plan["products"] or [{}])[0]:
-        raise InputError(f"{args.plan}: the plan lacks context_tokens; plan the scenario again with this version")
-    sets = replica_sets(plan, load_catalog(args.catalog))
+    catalog = load_catalog(args.catalog)
+    plan = read_plan(args.plan, catalog)
+    sets = replica_sets(plan, catalog)
     docs = documents(args, sets)
     if not args.out:
         print("\n---\n".join(f"# {name}\n{text}" for name, text in docs.items()), end="")

@@ -84,10 +84,14 @@ def typed_cells(m: Any) -> dict[str, Any]:
     return d
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
-    """Predict every measured row and print error statistics."""
+def _validation(
+    args: argparse.Namespace,
+) -> tuple[Path, Any, list[Any], list[Any], list[Any], dict[str, Any]]:
+    """Every measured row of ``args.file`` predicted: the file, the preset, the predictions, the
+    rows skipped (with why), the model errors (measured running but not held by the model; with
+    why) and the error statistics."""
     from fleetplan.catalogs import load_catalog
-    from fleetplan.io import dumps, resolve_preset
+    from fleetplan.io import resolve_preset
     from fleetplan.models.validation import MODEL_ERROR, predict_all, summarize, ttft_stats
 
     catalog = load_catalog(args.catalog)
@@ -98,34 +102,48 @@ def cmd_validate(args: argparse.Namespace) -> int:
     skipped = [(r, why) for r, why in skipped if not why.startswith(MODEL_ERROR)]
     summary = summarize([p.row for p in preds], [p.predicted_tpot_ms for p in preds])
     summary["ttft"] = ttft_stats(preds)
+    return path, preset, preds, skipped, errors, summary
+
+
+def validation_document(args: argparse.Namespace) -> dict[str, Any]:
+    """``validate --json``'s document: every row with its prediction, the skipped rows and the
+    statistics (the command and :func:`fleetplan.api.validate` both give it)."""
+    path, preset, preds, skipped, errors, summary = _validation(args)
+    out_rows = []
+    for p in preds:
+        d: dict[str, Any] = {"line": p.row.line, **typed_cells(p.row)}
+        d["predicted_tpot_ms"] = _r(p.predicted_tpot_ms)
+        d["predicted_ttft_ms"] = _r(p.predicted_ttft_ms)
+        d["step_time_ms"] = _r(p.decode_step_time_ms)
+        d["prefill_flops_per_request"] = p.prefill_flops_per_request
+        d["prefix_cache_hit_rate"] = p.prefix_cache_hit_rate
+        d["draft_tokens"] = p.draft_tokens
+        d["accepted_tokens_per_step"] = p.accepted_tokens_per_step
+        d["running_batch"] = p.running_batch
+        d["engine_known"] = p.engine_known
+        d["ratio_measured_to_predicted"] = _r(p.ratio)
+        d["bound"] = p.estimate.bound
+        d["fits"] = p.estimate.fits
+        out_rows.append(d)
+    return {
+        "file": path.name,
+        "preset": preset.name,
+        "calibration": preset.calibration,
+        "rows": out_rows,
+        "skipped": [{"line": r.line, "model": r.model, "gpu": r.gpu, "reason": why} for r, why in skipped],
+        "model_errors": [{"line": r.line, "model": r.model, "gpu": r.gpu, "reason": why} for r, why in errors],
+        "summary": {**_stats_json(summary), "model_error_rows": len(errors)},
+    }
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    """Predict every measured row and print error statistics."""
+    from fleetplan.io import dumps
+
     if args.json:
-        out_rows = []
-        for p in preds:
-            d: dict[str, Any] = {"line": p.row.line, **typed_cells(p.row)}
-            d["predicted_tpot_ms"] = _r(p.predicted_tpot_ms)
-            d["predicted_ttft_ms"] = _r(p.predicted_ttft_ms)
-            d["step_time_ms"] = _r(p.decode_step_time_ms)
-            d["prefill_flops_per_request"] = p.prefill_flops_per_request
-            d["prefix_cache_hit_rate"] = p.prefix_cache_hit_rate
-            d["draft_tokens"] = p.draft_tokens
-            d["accepted_tokens_per_step"] = p.accepted_tokens_per_step
-            d["running_batch"] = p.running_batch
-            d["engine_known"] = p.engine_known
-            d["ratio_measured_to_predicted"] = _r(p.ratio)
-            d["bound"] = p.estimate.bound
-            d["fits"] = p.estimate.fits
-            out_rows.append(d)
-        doc = {
-            "file": path.name,
-            "preset": preset.name,
-            "calibration": preset.calibration,
-            "rows": out_rows,
-            "skipped": [{"line": r.line, "model": r.model, "gpu": r.gpu, "reason": why} for r, why in skipped],
-            "model_errors": [{"line": r.line, "model": r.model, "gpu": r.gpu, "reason": why} for r, why in errors],
-            "summary": {**_stats_json(summary), "model_error_rows": len(errors)},
-        }
-        sys.stdout.write(dumps(doc))
+        sys.stdout.write(dumps(validation_document(args)))
         return 0
+    path, preset, preds, skipped, errors, summary = _validation(args)
     label = preset.name + (f" calibrated by {preset.calibration}" if preset.calibration else "")
     queued = sum(1 for p in preds if p.running_batch < p.row.batch)
     print(terminal(f"{path.name}: {len(preds)} rows predicted with preset {label} ({queued} at the running batch "

@@ -95,7 +95,11 @@ def summary(d: dict[str, Any]) -> Markup:
     note = render("<p class=note>preset <b>{}</b>, calibration {}; {} hour(s) modelled, tiers {}. Model fidelity: {} ({}).</p>",
                   preset, d.get("calibration") or "none", d["hours"], ", ".join(map(str, d["tiers"])),
                   FIDELITY.get(preset, ""), FIDELITY_SOURCE)
-    return Markup(f'<div class=cards>{"".join(cards)}</div>{note}{split}')
+    from fleetplan.report import verification_line
+
+    replay = verification_line(d.get("verification"))
+    verified = render('<p class=note id="verification">{}.</p>', replay) if replay else ""
+    return Markup(f'<div class=cards>{"".join(cards)}</div>{note}{split}{verified}')
 
 
 def configuration(d: dict[str, Any]) -> Markup:

@@ -53,19 +53,30 @@ def _benchmark_prediction(catalog: Any, preset: Any, args: argparse.Namespace) -
 
     row = Measurement(line=0, model=args.model, gpu=args.gpu, precision=args.precision, tp=args.tp, batch=args.batch,
                       input_tokens=args.input_tokens, output_tokens=args.output_tokens, engine=args.engine or "",
-                      measured_tpot_ms=1.0, kv_precision=args.kv_precision)
+                      measured_tpot_ms=1.0, kv_precision=args.kv_precision, pp=args.pp, ep=args.ep,
+                      dp_attention=args.dp_attention)
     p = predict(row, catalog, preset)
     return {"engine": args.engine, "benchmark_tpot_ms": p.predicted_tpot_ms, "benchmark_ttft_ms": p.predicted_ttft_ms}
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    """Roofline breakdown of one configuration."""
+    """Roofline breakdown of one configuration (:func:`estimate_document`), as a table or JSON."""
+    from fleetplan.report import print_estimate
+
+    return emit(estimate_document(args), args.json, print_estimate)
+
+
+def estimate_document(args: argparse.Namespace) -> dict[str, Any]:
+    """Roofline breakdown of one configuration, every field through its layout as the planner
+    computes it: the decode step and the colocated step and TTFT on the whole replica (each
+    attention rank with its share of the batch and of the prefill), the prefill service time on
+    ``tp x pp`` GPUs as a prefill pool of that layout runs it (pools have no attention ranks).
+    The command and :func:`fleetplan.api.estimate` both print this document."""
     from fleetplan.catalogs import load_catalog
     from fleetplan.catalogs.loader import InputError
     from fleetplan.models.layout import Layout, layout_problem, memory_per_gpu_bytes
     from fleetplan.models.prefill import prefill_flops
     from fleetplan.models.roofline import decode_step
-    from fleetplan.report import print_estimate
     from fleetplan.models.ttft import colocated_configuration_ttft_s, prefill_service_s
 
     catalog = load_catalog(args.catalog)
@@ -93,16 +104,17 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     d.update(e.as_dict())
     work = prefill_flops(llm, preset, args.input_tokens)
     d["prefill_flops_per_request"] = work
-    d["prefill_service_ms"] = prefill_service_s(llm, gpu, preset, precision=args.precision, tp=args.tp, flops=work) * 1e3
+    d["prefill_service_ms"] = prefill_service_s(llm, gpu, preset, precision=args.precision, tp=args.tp, flops=work,
+                                                pp=args.pp) * 1e3
     mixed, ttft = colocated_configuration_ttft_s(
         llm, gpu, preset, precision=args.precision, tp=args.tp, batch=args.batch, input_tokens=args.input_tokens,
         output_tokens=args.output_tokens, kv_precision=args.kv_precision, flops_per_request=work, utilisation=0.0,
-        engine=args.engine,
+        engine=args.engine, layout=layout,
     )
     d["colocated_step_time_ms"] = mixed.step_time_s * 1e3
     d["ttft_ms"] = ttft * 1e3
     d.update(_benchmark_prediction(catalog, preset, args))
-    return emit(d, args.json, print_estimate)
+    return d
 
 
 # ---------------------------------------------------------------- plan
@@ -130,6 +142,7 @@ def _plan_one(args: argparse.Namespace) -> int:
     from fleetplan.optimizer.plan import make_plan
     from fleetplan.optimizer.results import plan_to_dict
     from fleetplan.optimizer.scenario import load_scenario
+    from fleetplan.optimizer.verify import make_verified_plan
     from fleetplan.report import print_plan
 
     scenario, folder = load_scenario(args.scenario[0])
@@ -141,9 +154,11 @@ def _plan_one(args: argparse.Namespace) -> int:
     preset = resolve_preset(scenario.preset, args.calibration, SCENARIO_PRESET_HINT) if args.calibration else None
     progress = Progress.for_terminal(quiet=args.json)
     deadline = Deadline.after(scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S, progress)
+    keywords = dict(solver=args.solver, alternatives=_alternatives(args), preset=preset,
+                    jobs=args.jobs or default_jobs())
     try:
-        plan = make_plan(scenario, catalog, solver=args.solver, alternatives=_alternatives(args),
-                         preset=preset, folder=folder, jobs=args.jobs or default_jobs(), deadline=deadline)
+        plan = make_verified_plan(scenario, catalog, folder, deadline, make_plan, verify=not args.no_verify,
+                                  **keywords)
     finally:
         progress.close()
     d = plan_to_dict(plan)
@@ -160,6 +175,9 @@ def _plan_notes(d: dict[str, Any]) -> None:
         print(terminal(f"fleetplan: warning: {d['termination']}: not proven optimal"), file=sys.stderr)
     for what in d.get("stopped_by_time_limit", []):
         print(terminal(f"fleetplan: note: time limit ({d['time_limit_s']:g} s): {what} cut short"), file=sys.stderr)
+    v = d.get("verification")
+    if v is not None and v["meets_targets"] is None:
+        print(terminal(f"fleetplan: note: unverified: {v['method']}"), file=sys.stderr)
 
 
 # ---------------------------------------------------------------- breakeven
@@ -339,6 +357,9 @@ def _add_plan(sub: Any) -> None:
                          f"{MAX_DEFAULT_JOBS}; the same plan for any value)")
     pl.add_argument("--calibration", help=CALIBRATION_HELP)
     pl.add_argument("--scheduler", help="a batch: " + SCHEDULER_HELP)
+    pl.add_argument("--no-verify", action="store_true",
+                    help="a scenario with a trace: return the plan without replaying the trace's peak hour on it "
+                         "(the plan is then unverified)")
     which = pl.add_mutually_exclusive_group()
     which.add_argument("--no-alternatives", action="store_true",
                        help="skip the per-GPU-type runner-up solves (and, for a request mix, the mix kept to each "
@@ -390,9 +411,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     from fleetplan.fidelity import register
     from fleetplan.report_command import register as register_report
-    from fleetplan.sweep import register as register_sweep
+    from fleetplan.sweep_command import register as register_sweep
     from fleetplan.deploy import register as register_deploy
-    from fleetplan.simulate import register as register_simulate
+    from fleetplan.simulate_command import register as register_simulate
     from fleetplan.trace import register as register_trace
 
     p = Parser(prog="fleetplan", description="Cheapest GPU fleet for LLM inference, as a mixed-integer program.")

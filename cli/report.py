@@ -276,6 +276,23 @@ def print_plan(d: dict[str, Any], console: Console) -> None:
         _print_reasons(p, name, hours, console)
     print_portfolio(d, console)
     _print_model_notes(d, console)
+    line = verification_line(d.get("verification"))
+    if line:
+        console.print(line)
+
+
+def verification_line(v: dict[str, Any] | None) -> str | None:
+    """One sentence on the replay of a plan from a trace (None for a plan without a trace)."""
+    if v is None:
+        return None
+    if v["meets_targets"] is None:
+        return f"verification: unverified ({v['method']})"
+    verdict = "meets its targets" if v["meets_targets"] else "MISSES its targets"
+    t, s = v["ttft_ms"], v["tpot_ms"]
+    return (f"verification: {verdict} on the replay of hour(s) {', '.join(str(h) for h in v['hours'])} after "
+            f"{v['rounds']} round(s): TTFT p50/p90/p99 {t['p50']}/{t['p90']}/{t['p99']} ms, TPOT p50/p90/p99 "
+            f"{s['p50']}/{s['p90']}/{s['p99']} ms, {v['missed_requests']:,} requests missed a target "
+            f"({v['method']})")
 
 
 def _print_reasons(p: dict[str, Any], name: str, hours: int, console: Console) -> None:
@@ -330,7 +347,7 @@ def _print_model_notes(d: dict[str, Any], console: Console) -> None:
     for name, c in d["candidates"].items():
         line = (f"{name}: decode configurations (GPU x TP x precision x mode x batch): {c['generated']:,} generated, "
                 f"{c['feasible']:,} feasible; {c['after_pruning']:,} decode candidates after pruning "
-                f"(largest feasible batch per shape, dominated dropped)")
+                f"(per shape the feasible batch with the most throughput per replica, dominated dropped)")
         if c.get("pool_generated"):
             line += (f"; prefill-pool shapes (GPU x TP x precision): {c['pool_generated']:,} generated, "
                      f"{c['pool_feasible']:,} feasible, {c['pool_after_pruning']:,} after pruning")

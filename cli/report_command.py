@@ -5,8 +5,9 @@ worker process meanwhile, :mod:`~fleetplan.optimizer.ahead`) and then prices the
 configurations with each tornado input moved by ±20%
 (:meth:`~fleetplan.optimizer.sensitivity.Replanner.kept_cost`), all
 within the one deadline of the command (``options.time_limit_s`` or the default);
-from a plan file (``fleetplan plan ... --json`` output) it draws that plan and says the
-sensitivities need the scenario. The page is written atomically, only when everything
+from a plan file (``fleetplan plan ... --json`` output, checked field by field by
+:mod:`~fleetplan.optimizer.plan_file`) it draws that plan and says the sensitivities need the
+scenario. The page is written atomically, only when everything
 succeeded. Owns this command's flow; the page is :mod:`fleetplan.html`."""
 
 from __future__ import annotations
@@ -15,27 +16,11 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fleetplan.catalogs.loader import InputError
-
 if TYPE_CHECKING:
     from fleetplan.html import Figures
 
 HTML_SUFFIXES = (".html", ".htm")
 PLAN_SUFFIXES = (".json",)
-# A plan file must hold these keys (the plan JSON's own).
-PLAN_KEYS = ("status", "monthly_cost_usd", "products", "totals", "monthly_cost_breakdown_usd", "gpu_usage")
-
-
-def read_plan(path: Path) -> dict[str, Any]:
-    """A plan written by ``fleetplan plan --json`` (checked to hold the plan's keys)."""
-    from fleetplan.catalogs.files import read_json
-
-    d = read_json(path, "plan file", InputError)
-    missing = [k for k in PLAN_KEYS if not isinstance(d, dict) or k not in d]
-    if missing:
-        raise InputError(f"{path}: not a plan file (missing {', '.join(missing)}); write one with "
-                         f"fleetplan plan SCENARIO.yaml --json --out PLAN.json, or give the scenario")
-    return d
 
 
 def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dict[str, Any]], Figures, Path]:
@@ -52,6 +37,7 @@ def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dic
     from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline, Progress
     from fleetplan.optimizer.defaults import EXPLAIN_SHARE
     from fleetplan.optimizer.plan import make_plan
+    from fleetplan.optimizer.verify import make_verified_plan
     from fleetplan.optimizer.problem import CandidateMemo
     from fleetplan.optimizer.results import plan_to_dict
     from fleetplan.optimizer.scenario import load_scenario
@@ -73,8 +59,8 @@ def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dic
         with worker_pool(1, finish=False, copy=True) as pool:
             ahead = LimitsAhead(pool, scenario, catalog, args.solver, preset or get_preset(scenario.preset), folder,
                                 deadline.share(0.5).left())
-            plan = make_plan(scenario, catalog, solver=args.solver, preset=preset, folder=folder,
-                             deadline=deadline.share(0.5), memo=memo, value_limits=False)
+            plan = make_verified_plan(scenario, catalog, folder, deadline.share(0.5), make_plan, solver=args.solver,
+                                      preset=preset, memo=memo, value_limits=False)
             ahead.keep(binding_relaxations(plan, scenario))
             rows = tornado(scenario, Replanner(catalog, preset, folder, args.solver, memo), deadline.share(0.5), plan)
             charts.load()
@@ -89,14 +75,16 @@ def plan_and_tornado(args: argparse.Namespace) -> tuple[dict[str, Any], list[dic
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Write the HTML report of a scenario or of a plan file."""
+    from fleetplan.catalogs import load_catalog
     from fleetplan.catalogs.files import check_output_file
     from fleetplan.html import page
     from fleetplan.io import catalog_inputs, write_atomically
+    from fleetplan.optimizer.plan_file import read_plan
 
     src = Path(args.input)
     if src.suffix.lower() in PLAN_SUFFIXES:
         out = check_output_file(args.out, "--out", [src, *catalog_inputs(args.catalog)], suffixes=HTML_SUFFIXES)
-        d, rows, drawn = read_plan(src), None, None
+        d, rows, drawn = read_plan(src, load_catalog(args.catalog)), None, None
     else:
         d, rows, drawn, out = plan_and_tornado(args)
     write_atomically(out, page(d, rows, f"fleetplan: {src.name}", drawn))

@@ -12,10 +12,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from fleetplan.escape import terminal
 from fleetplan.catalogs.fields import Range
 
 # valid flag values
 REQUESTS = Range(1, 1e8, "requests", "a hundred million requests is beyond a few GB of CSV", integer=True)
+HOURS = Range(1, 168, "hours", "a synthetic trace spans at most a week", integer=True)
 PERCENTILE = Range(0, 1, "", "a share of the hour's minutes, above 0 and at most 1", lo_open=True)
 
 
@@ -28,10 +30,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from fleetplan.optimizer.synthetic import TraceShape, generate, trace_csv
 
     out = check_output_file(args.out, "--out", [])
-    shape = replace(TraceShape(), days=args.days)
+    shape = replace(TraceShape(), days=args.days, hours=args.hours, arrival_scv=args.arrival_scv)
     arrival, tokens_in, tokens_out = generate(args.requests, args.seed, shape)
     write_atomically(out, trace_csv(arrival, tokens_in, tokens_out))
-    print(f"wrote {out}: {args.requests:,} requests over {args.days} days (seed {args.seed})")
+    span = f"{args.hours} hours at a flat rate" if args.hours is not None else f"{args.days} days"
+    print(terminal(f"wrote {out}: {args.requests:,} requests over {span}, inter-arrival SCV {args.arrival_scv:g} "
+                   f"(seed {args.seed})"))
     return 0
 
 
@@ -41,10 +45,29 @@ def _print_fields(d: dict[str, Any], con: Any) -> None:
               f"mean {d['input_tokens']:,} input and {d['output_tokens']:,} output tokens")
     for b in d["requests"]:
         con.print(f"  {b['share']:7.2%}  {b['input_tokens']:>7,} in  {b['output_tokens']:>6,} out")
+    _print_variability(d, con)
+
+
+def _print_variability(d: dict[str, Any], con: Any) -> None:
+    """Arrival variability of the busiest planned hour and of the burstiest one (``--json``: every hour)."""
+    hours = d["arrivals"]
+    peak = max(range(len(d["profile"])), key=lambda h: (d["profile"][h], -h))
+    rows = [("busiest hour", peak)]
+    burstiest = max(range(len(hours)), key=lambda h: (hours[h]["arrival_scv"], -h))
+    if burstiest != peak:
+        rows.append(("burstiest hour", burstiest))
+    con.print(f"arrivals planned at inter-arrival SCV {d['arrival_scv']:g} (Poisson: 1)")
+    for label, h in rows:
+        r = hours[h]
+        con.print(f"  {label} {h} (trace hour {r['trace_hour']}): {r['requests']:,} requests, mean "
+                  f"{r['mean_qps']:g}/s, SCV {r['arrival_scv']:g}; peak {r['peak_qps_1s']:g}/s over 1 s, "
+                  f"{r['peak_qps_10s']:g}/s over 10 s, {r['peak_qps_60s']:g}/s over 60 s; longest burst above "
+                  f"the mean {r['longest_burst_s']:g} s")
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    """Print the peak, the mean sizes, the size mix and (``--json``) the hourly profile."""
+    """Print the peak, the mean sizes, the size mix, the arrival variability and (``--json``)
+    the hourly profile and every hour's variability."""
     from fleetplan.io import emit
     from fleetplan.optimizer.trace import product_fields
 
@@ -66,6 +89,11 @@ def register(sub: Any) -> None:
     g.add_argument("--out", required=True, help="CSV file to write")
     g.add_argument("--requests", type=number_flag(REQUESTS), default=100_000, help="requests (default 100000)")
     g.add_argument("--days", type=int, choices=range(1, 8), default=7, metavar="{1..7}", help="days (default 7)")
+    g.add_argument("--hours", type=number_flag(HOURS), default=None,
+                   help="a flat rate over this many hours instead of --days' diurnal profile")
+    g.add_argument("--arrival-scv", type=number_flag(F.ARRIVAL_SCV), default=1.0,
+                   help="squared coefficient of variation of the gaps between requests (default 1: Poisson; "
+                        "above 1: bursts of geometric size, e.g. 170 like a bursty code-completion trace)")
     g.add_argument("--seed", type=number_flag(F.SEED), default=0, help="seed (default 0)")
     g.set_defaults(func=cmd_generate)
     s = tsub.add_parser("show", help="peak, hourly profile and size mix a product takes from a trace")

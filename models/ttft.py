@@ -34,8 +34,10 @@ Queueing: each replica is an M/D/1 queue, so a request spends ``1 + rho / (2 (1 
 service times in it at utilisation ``rho``.
 
 With the documented invariants of the decode step (step time non-decreasing in ``B``, step
-time per sequence non-increasing), the colocated TTFT is non-increasing in ``B`` up to ``O``
-and non-decreasing beyond it.
+time per sequence non-increasing), the colocated TTFT of a tensor-parallel replica is
+non-increasing in ``B`` up to ``O`` and non-decreasing beyond it. A replica with attention ranks
+or micro-batches breaks the second invariant: its step jumps one sequence past each multiple of
+them, so below ``O`` its TTFT saw-tooths, and the planner relies only on the first.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from fleetplan.models.physics import DEFAULT_TTFT_QUEUE_MULTIPLE
 from fleetplan.models.presets import Preset, normalize_engine
 from fleetplan.models.communication import parallel_comm_time_s
 from fleetplan.models.memory import weight_bytes
+from fleetplan.models.layout import Layout
 from fleetplan.models.roofline import (
     StepEstimate, bandwidth_efficiency, benchmark_share_ahead, decode_step, model_kind, usable_flop_rate,
 )
@@ -139,14 +142,16 @@ def benchmark_ttft_s(preset: Preset, *, prefill_s: float, step_s: float, batch: 
 def colocated_configuration_ttft_s(
     llm: LLM, gpu: GPU, preset: Preset, *, precision: str, tp: int, batch: int, input_tokens: float,
     output_tokens: float, kv_precision: str | None, flops_per_request: float, utilisation: float,
-    engine: str | None = None,
+    engine: str | None = None, layout: Layout | None = None,
 ) -> tuple[StepEstimate, float]:
     """(the decode step carrying its steady-state prefill share, the TTFT of a colocated replica
-    of this configuration at ``utilisation``): what ``estimate`` reports and the planner checks."""
+    of this configuration at ``utilisation``): what ``estimate`` reports and the planner checks.
+    ``layout``: the replica's pipeline, expert and attention-data parallelism, timed as
+    :func:`~fleetplan.models.roofline.decode_step` times it (each rank carries its share of the prefill)."""
     step = decode_step(
         llm, gpu, precision=precision, tp=tp, batch=batch, input_tokens=input_tokens, output_tokens=output_tokens,
         preset=preset, kv_precision=kv_precision, prefill_flops_per_step=batch / output_tokens * flops_per_request,
-        engine=engine,
+        engine=engine, layout=layout,
     )
     return step, colocated_ttft_s(step.step_time_s, batch, output_tokens, utilisation, admission_s(preset, engine))
 

@@ -17,7 +17,7 @@ from fleetplan.catalogs import fields as F
 from fleetplan.catalogs.loader import Catalog, InputError
 from fleetplan.models.presets import Preset, get_preset
 from fleetplan.optimizer.api import resolve_api
-from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline
+from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline, DeadlinePassed
 from fleetplan.optimizer.demand import hourly_qps
 from fleetplan.optimizer.errors import InfeasibleError, SolverError
 from fleetplan.optimizer.plan import make_plan
@@ -181,7 +181,7 @@ def _point(scenario: Scenario, catalog: Catalog, folder: Path, solver: Solver, s
            share: Deadline, demand: dict[str, list[float]]) -> BreakevenPoint:
     """Plan ``scenario`` and its ``demand`` (both already scaled) self-hosted only, in half of
     ``share``, then with the API, in what is left of it; a strategy without a plan (infeasible,
-    solver error) costs None."""
+    solver error, no configuration found before the deadline) costs None."""
     proven = True
     costs: list[float | None] = []
     for with_api, part in ((False, share.share(0.5)), (True, share)):
@@ -190,7 +190,7 @@ def _point(scenario: Scenario, catalog: Catalog, folder: Path, solver: Solver, s
                              compare_first_come=False, deadline=part, demand=demand)
             costs.append(plan.monthly_cost_usd)
             proven = proven and plan.solve_result.optimal
-        except (InfeasibleError, SolverError):
+        except (InfeasibleError, SolverError, DeadlinePassed):
             costs.append(None)
     return BreakevenPoint(scale, all_api_usd, costs[0], costs[1], proven)
 
@@ -217,19 +217,25 @@ def _crossing(points: list[BreakevenPoint], field: str) -> float | None:
 
 
 def plot(result: BreakevenResult, path: Path, title: str) -> None:
-    """Write the three cost curves (costs rounded to cents, as in the JSON) to ``path``, a PNG or
-    SVG file by its extension (:data:`PLOT_SUFFIXES`), atomically."""
-    import io
-
-    import matplotlib
+    """Write the three cost curves (:func:`plot_bytes`) to ``path``, a PNG or SVG file by its
+    extension (:data:`PLOT_SUFFIXES`), atomically: the one write of this module, asked for by path."""
     from fleetplan.catalogs.files import write_atomically
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    write_atomically(path, plot_bytes(result, title, path.suffix.lower().lstrip(".") or "png"))
+
+
+def plot_bytes(result: BreakevenResult, title: str, fmt: str = "png") -> bytes:
+    """The three cost curves (costs rounded to cents, as in the JSON) as a ``fmt`` image (``png``
+    or ``svg``). Drawn on a :class:`matplotlib.figure.Figure` of its own: no pyplot, so neither
+    matplotlib's backend nor its list of open figures changes (a notebook keeps its own)."""
+    import io
+
+    from matplotlib.figure import Figure
 
     pts = [p.as_dict() for p in result.points]
     xs = [p["scale"] for p in pts]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.subplots()
     ax.plot(xs, [p["all_api_usd"] for p in pts], marker="o", label="all API")
     ax.plot(xs, [p["self_host_usd"] if p["self_host_usd"] is not None else float("nan") for p in pts], marker="s",
             label="self-host only")
@@ -244,6 +250,5 @@ def plot(result: BreakevenResult, path: Path, title: str) -> None:
     ax.legend()
     fig.tight_layout()
     buf = io.BytesIO()
-    fig.savefig(buf, format=path.suffix.lower().lstrip(".") or "png")
-    plt.close(fig)
-    write_atomically(path, buf.getvalue())
+    fig.savefig(buf, format=fmt)
+    return buf.getvalue()

@@ -1,11 +1,13 @@
 """Candidate configurations: enumerate (GPU x layout x precision x batch), keep the feasible, prune.
 
-Decode candidates. Every decode-step quantity the roofline gives gets worse as the batch grows
-(step time, per-user speed, memory), while replica throughput B / step only grows. So for one
-(GPU, TP, precision, prefill mode) shape the batches meeting speed and memory form a prefix
-of the sorted batch options, found by binary search, and the largest feasible batch gives the
-most throughput for the same price. With a TTFT target (colocated and headroom modes) the
-largest batch of that prefix whose TTFT meets it is searched exactly (:func:`_largest_ok`).
+Decode candidates. Step time, per-user speed and memory get worse as the batch grows, so for
+one (GPU, layout, precision, prefill mode) shape the batches meeting speed and memory form a
+prefix of the sorted batch options, found by binary search. Replica throughput B / step is not
+monotone in the batch once a replica has attention ranks or micro-batches (one sequence past a
+multiple of them makes every rank run one more), nor is TTFT, so the candidate is the feasible
+batch with the most throughput (every replica of a shape costs the same), found by an exact
+branch and bound that needs only the step time to grow with the batch (:func:`_best_first`);
+with a TTFT target (colocated and headroom modes) over the batches that meet it, wherever they lie.
 
 Prefill modes of a decode candidate:
     headroom   decode only; the product's headroom (30% by default) stands in for prefill;
@@ -33,13 +35,18 @@ Percentile TTFT targets (``ttft_percentiles_ms``) are checked by the rules of
 utilisation 1 - headroom, a pool's utilisation is capped so that every one is met. A product
 with a request mix has its pool timed by the mix's service-time distribution
 (:func:`pool_service_time`); its decode candidates come from :mod:`.mix`, bucket by bucket.
+
+Given a deadline, generation checks it before each replica layout (and each pool GPU type), each
+GPU type within its share of the time: a GPU type whose share has passed is left there, and the
+set is then the candidates found by then, marked ``cut``.
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from fleetplan.catalogs.loader import Catalog, InputError, nearest
@@ -60,10 +67,12 @@ from fleetplan.models.ttft import (
     max_utilisation,
     pool_ttft_s,
     prefill_service_s,
+    queue_factor,
 )
+from fleetplan.optimizer.deadline import CANDIDATE_STAGE, Deadline
 from fleetplan.optimizer.defaults import RACK_SCALE_GPUS
 from fleetplan.optimizer.enums import BatchLimit, Tier
-from fleetplan.optimizer.layouts import layout_batches, pool_stages, replica_layouts
+from fleetplan.optimizer.layouts import RESTRICTED, layout_batches, pool_stages, replica_layouts, restriction_problem
 from fleetplan.optimizer.percentiles import Targets, colocated_ratio, pool_utilisation_cap, targets
 from fleetplan.optimizer.scenario import Options, Product
 
@@ -129,7 +138,7 @@ class _Replica:
 
 @dataclass(frozen=True)
 class Candidate(_Replica):
-    """One decode replica configuration of one product, at its largest feasible batch."""
+    """One decode replica configuration of one product, at its feasible batch with the most throughput."""
 
     product: str
     gpu: str
@@ -237,7 +246,7 @@ class CandidateSet:
     Decode counts are of configurations (GPU x TP x precision x prefill mode x batch) on priced
     GPUs: ``generated`` enumerated, ``invalid_shapes`` of them with a TP the model cannot be
     split by, ``feasible`` fitting in memory and meeting the speed and TTFT targets. Decode
-    candidates (``candidates``) are one per feasible shape, at its largest feasible batch,
+    candidates (``candidates``) are one per feasible shape, at its feasible batch with the most throughput,
     less the dominated ones. Prefill-pool counts are of shapes (GPU x TP x precision):
     ``pool_generated`` enumerated, ``pool_feasible`` fitting and meeting the TTFT target.
     """
@@ -257,6 +266,18 @@ class CandidateSet:
     any_meets_speed: bool = False
     best_ttft_s: float = math.inf
     best_ttft_at: str = ""
+    # the deadline stopped generation before every shape was searched: the candidates are the
+    # ones found by then, and a plan on them is not proven optimal
+    cut: bool = False
+
+    def out_of_time(self, deadline: Deadline | None) -> bool:
+        """Whether ``deadline`` has passed: the set is then ``cut`` (and the stage
+        :data:`~.deadline.CANDIDATE_STAGE` noted once)."""
+        if deadline is None or not deadline.expired:
+            return False
+        self.cut = True
+        deadline.note(CANDIDATE_STAGE)
+        return True
 
     @property
     def after_pruning(self) -> int:
@@ -318,8 +339,10 @@ def resolve_gpu_price(catalog: Catalog, options: Options, gpu_id: str) -> GPUPri
     return GPUPriceChoice(gpu_id, usd, source, tuple(tiers), tuple(sources))
 
 
-def check_options(catalog: Catalog, options: Options) -> None:
-    """Reject option values naming GPUs, providers or shapes the catalog does not know."""
+def check_options(catalog: Catalog, options: Options, products: Sequence[Product] = ()) -> None:
+    """Reject option values naming GPUs, providers or shapes the catalog does not know, and layout
+    restrictions (``options.ep``, ``pp``, ``dp_attention``) the models of ``products`` cannot run
+    (:func:`~fleetplan.optimizer.layouts.restriction_problem`)."""
     for what, ids in (
         ("options.gpus", options.gpus or ()),
         ("options.prefill_gpus", options.prefill_gpus or ()),
@@ -339,6 +362,12 @@ def check_options(catalog: Catalog, options: Options) -> None:
     for tp in options.tp or ():
         if tp & (tp - 1):
             raise InputError(f"options.tp: {tp} is not a power of two (nearest valid choice: {1 << (tp.bit_length() - 1)})")
+    llms = [catalog.models[p.model] for p in products if p.model in catalog.models]
+    if llms and any(getattr(options, name) for name in RESTRICTED):
+        gpus = [catalog.gpus[g] for g in sorted(set(options.gpus or catalog.gpus))]
+        problem = restriction_problem(llms, gpus, sorted(set(options.tp or DEFAULT_TP)), options)
+        if problem:
+            raise InputError(problem)
 
 
 def prefill_modes(product: Product) -> tuple[str, ...]:
@@ -357,40 +386,89 @@ def _shape_precisions(product: Product, options: Options) -> tuple[str, ...]:
     return product.precisions or tuple(options.precisions or PRECISIONS)
 
 
-# batch lists up to this long are scanned in full when a TTFT target is checked (no assumption on
-# the shape of TTFT against the batch); longer ones (the default 1..max_batch) are searched in
-# O(log n) steps using the shape models.ttft documents
-SCAN_BATCHES = 64
+# The batch searches below rely on one invariant of the decode step, the one that makes the
+# batches meeting speed and memory a prefix: step time never falls as the batch grows (with or
+# without the prefill share). Throughput B / step and TTFT need not be monotone (with attention
+# ranks or micro-batches, one sequence past a multiple of them makes every rank run one more),
+# so both are searched by branch and bound over batch intervals: over batches lo..hi, throughput
+# is at most B_hi / step(B_lo), and TTFT at least its value for a prompt spread over B_hi's steps
+# of B_lo's length (at most: B_lo's steps of B_hi's length). Exact, and most intervals are
+# dropped after evaluating their ends.
 
 
-def _lowest(batches: list[int], n: int, f: Callable[[int], float]) -> int:
-    """Index of the lowest ``f`` over ``batches[:n]`` (the first of equals when scanned).
+def _best_first(n: int, score: Callable[[int], float], bound: Callable[[int, int], float],
+                ok: Callable[[int], bool] | None = None,
+                may_hold: Callable[[int, int], bool] | None = None) -> int | None:
+    """Index ``i`` in ``range(n)`` with ``ok(i)`` and the lowest ``score(i)`` (the largest index
+    among equals found), or None when no index is ok.
 
-    Up to :data:`SCAN_BATCHES` batches every one is evaluated. Beyond, ``f`` is taken to be
-    non-increasing then non-decreasing: the first index whose successor is strictly larger is
-    a global minimum of such a function wherever its turn lies, found by binary search.
+    ``bound(lo, hi)`` is at most ``score`` of every index from lo to hi; ``may_hold(lo, hi)`` is
+    False only when no index from lo to hi is ok. Intervals are split at their middle, the one
+    with the lowest bound first, until no bound is below the best score found.
     """
-    if n <= SCAN_BATCHES:
-        return min(range(n), key=lambda i: (f(batches[i]), i))
-    return bisect.bisect_left(range(n - 1), True, key=lambda i: f(batches[i + 1]) > f(batches[i]))
+    if n <= 0:
+        return None
+    best: int | None = None
+
+    def consider(i: int) -> None:
+        nonlocal best
+        if (best is None or (score(i), -i) < (score(best), -best)) and (ok is None or ok(i)):
+            best = i
+
+    consider(n - 1)
+    consider(0)
+    heap = [(bound(0, n - 1), 0, n - 1)] if n > 2 else []
+    while heap:
+        low, lo, hi = heapq.heappop(heap)
+        if best is not None and low >= score(best):
+            break
+        if may_hold is not None and not may_hold(lo, hi):
+            continue
+        mid = (lo + hi) // 2
+        consider(mid)
+        for a, b in ((lo, mid), (mid, hi)):
+            if b - a > 1:
+                heapq.heappush(heap, (bound(a, b), a, b))
+    return best
 
 
-def _largest_ok(batches: list[int], n: int, f: Callable[[int], float], limit: float) -> tuple[int, int]:
-    """(count of batches up to the largest index < ``n`` whose ``f`` is at most ``limit``, or 0 if
-    none; index of the lowest ``f`` in ``batches[:n]``).
+# relative width of the band of spreads :meth:`_Shape.spread_band` leaves undecided
+SPREAD_BAND = 1e-9
+# shortest spread searched: far below one decode step (microseconds), and positive, which the
+# queueing model needs
+SHORTEST_SPREAD_S = 1e-12
+# doublings and halvings allowed to bracket and narrow a TTFT threshold (2^-200 is below any float step)
+THRESHOLD_STEPS = 200
 
-    Short lists are scanned. Longer ones use the shape :func:`_lowest` relies on: the batches
-    meeting the limit form a run around the minimum, and beyond the minimum ``f`` only grows,
-    so the end of the run is found by binary search.
-    """
-    if n == 0:
-        return 0, -1
-    m = _lowest(batches, n, f)
-    if f(batches[m]) > limit:
-        return 0, m
-    if n <= SCAN_BATCHES:
-        return max(i for i in range(m, n) if f(batches[i]) <= limit) + 1, m
-    return m + bisect.bisect_left(range(m, n), True, key=lambda i: f(batches[i]) > limit), m
+
+def _threshold(f: Callable[[float], float], limit: float) -> tuple[float, float]:
+    """(lo, hi) with ``f(s) <= limit`` for every spread s <= lo and ``f(s) > limit`` for every
+    s >= hi, for ``f`` rising in s, from :data:`SHORTEST_SPREAD_S` on (lo = -1 when f there
+    already exceeds the limit; hi = inf when no s up to 2^200 s does)."""
+    f0 = f(SHORTEST_SPREAD_S)
+    if f0 > limit:
+        return -1.0, SHORTEST_SPREAD_S
+    slope = (f(1.0) - f0) / (1.0 - SHORTEST_SPREAD_S)
+    guess = SHORTEST_SPREAD_S + (limit - f0) / slope if slope > 0 else math.inf
+    lo, hi = SHORTEST_SPREAD_S, math.inf
+    if math.isfinite(guess):
+        for s in (guess * (1.0 - SPREAD_BAND), guess * (1.0 + SPREAD_BAND)):
+            if s > lo and s < hi:
+                lo, hi = (s, hi) if f(s) <= limit else (lo, s)
+    probe = max(lo * 2.0, 1.0)
+    for _ in range(THRESHOLD_STEPS):
+        if math.isfinite(hi):
+            break
+        if f(probe) > limit:
+            hi = probe
+        else:
+            lo, probe = probe, probe * 2.0
+    for _ in range(THRESHOLD_STEPS):
+        if not math.isfinite(hi) or hi - lo <= SPREAD_BAND * hi:
+            break
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if f(mid) <= limit else (lo, mid)
+    return lo, hi
 
 
 @dataclass(frozen=True)
@@ -413,27 +491,36 @@ def generate_candidates(
     *,
     prune: bool = True,
     shapes: Shapes | None = None,
+    deadline: Deadline | None = None,
 ) -> CandidateSet:
-    """All feasible decode shapes of ``product`` at their largest feasible batch, and its pool
-    shapes; with ``shapes``, only those (see :class:`Shapes`)."""
+    """All feasible decode shapes of ``product`` at their feasible batch with the most throughput, and its pool
+    shapes; with ``shapes``, only those (see :class:`Shapes`). With ``deadline``, only those found
+    before it passes (the set is then ``cut``): each GPU type, and the pool shapes after them, get an
+    equal share of the time left, so a cut keeps some configurations of every type rather than
+    every configuration of the first types."""
     gpu_ids = sorted(options.gpus) if options.gpus else sorted(catalog.gpus)
     gpus: list[GPU] = [catalog.gpus[g] for g in gpu_ids]
     tps = sorted(set(options.tp or DEFAULT_TP))
-    batches = sorted(set(options.batch)) if options.batch else list(range(1, options.max_batch + 1))
+    batches: Sequence[int] = sorted(set(options.batch)) if options.batch else range(1, options.max_batch + 1)
     result = CandidateSet(product=product.name)
     modes = prefill_modes(product)
     work = prefill_work_per_request(llm, product, preset)
     max_ttft_s = product.max_ttft_ms / 1e3 if product.max_ttft_ms is not None else None
     headroom = product.effective_headroom
     prices = {g.id: resolve_gpu_price(catalog, options, g.id) for g in gpus}
+    pool_part = int("pool" in modes and (shapes is None or bool(shapes.pool)))
 
-    for gpu in gpus:
+    for i, gpu in enumerate(gpus):
         price = prices[gpu.id]
         if price is None:
             result.unpriced_gpus.append(gpu.id)
             continue
+        within = None if deadline is None else deadline.split(len(gpus) - i + pool_part)
+        stopped = False
         for tp in tps:
             for precision in _shape_precisions(product, options):
+                if stopped:
+                    break
                 if tp_problem(llm, gpu, tp) is not None:
                     result.generated += len(batches) * len(modes)
                     result.invalid_shapes += len(batches) * len(modes)
@@ -442,6 +529,9 @@ def generate_candidates(
                 if not wanted:
                     continue
                 for layout in replica_layouts(llm, gpu, tp, precision, options, preset):
+                    if result.out_of_time(within):
+                        stopped = True
+                        break
                     searched = layout_batches(batches, layout, options)
                     for mode in wanted:
                         result.generated += len(searched)
@@ -450,7 +540,7 @@ def generate_candidates(
                         if cand is not None:
                             result.candidates.append(cand)
     if "pool" in modes and (shapes is None or shapes.pool):
-        result.pool = generate_pool_candidates(product, llm, catalog, options, preset, work, result)
+        result.pool = generate_pool_candidates(product, llm, catalog, options, preset, work, result, deadline)
         if shapes is not None:
             result.pool = [k for k in result.pool if (k.gpu, k.tp, k.precision) in shapes.pool]
         if not result.pool:
@@ -488,6 +578,8 @@ class _Shape:
     max_ttft_s: float | None = None
     _plain: dict[int, StepEstimate] = field(default_factory=dict)
     _mixed: dict[int, StepEstimate] = field(default_factory=dict)
+    _ttft_ok: dict[int, bool] = field(default_factory=dict)
+    _band: tuple[float, float] | None = None
 
     @property
     def per_request(self) -> float:
@@ -534,21 +626,65 @@ class _Shape:
         ratio = colocated_ratio(spread, self.rho, admission_s(self.preset), self.goals)
         return max(ratio, self.ttft(b) / self.max_ttft_s) if self.max_ttft_s is not None else ratio
 
+    def spread(self, b_steps: int, b_step: int) -> float:
+        """Seconds a prompt is spread over: the prefill steps of batch ``b_steps``, each as long as
+        a step (with prefill) of batch ``b_step``. Every TTFT target is a rising function of the
+        spread at batch ``b = b_steps = b_step`` (:meth:`measure_of_spread`); over batches lo..hi
+        the spread lies between ``spread(hi, lo)`` and ``spread(lo, hi)``, as the steps it covers
+        fall and a step lengthens with the batch."""
+        return colocated_prefill_steps(b_steps, self.product.output_tokens) * self.prefill_step(b_step).step_time_s
+
+    def measure_of_spread(self, spread_s: float) -> float:
+        """What the TTFT targets compare for a prompt spread over ``spread_s`` seconds: the mean
+        TTFT in seconds against a plain target alone, else the largest ratio of a target to its
+        budget (as :meth:`ttft_ratio`); rising in the spread. Within :attr:`ttft_limit`: met."""
+        adm = admission_s(self.preset)
+        plain = adm + spread_s * queue_factor(self.rho)
+        if not self.goals:
+            return plain
+        ratio = colocated_ratio(spread_s, self.rho, adm, self.goals)
+        return max(ratio, plain / self.max_ttft_s) if self.max_ttft_s is not None else ratio
+
+    @property
+    def ttft_limit(self) -> float:
+        """The bound :meth:`measure_of_spread` must stay within: ``max_ttft_s`` alone, else 1."""
+        return self.max_ttft_s if not self.goals and self.max_ttft_s is not None else 1.0
+
+    def ttft_ok(self, b: int) -> bool:
+        """Whether batch ``b`` meets every TTFT target."""
+        if b not in self._ttft_ok:
+            low, high = self.spread_band()
+            spread = self.spread(b, b)
+            self._ttft_ok[b] = spread <= low or (spread < high and self.measure_of_spread(spread) <= self.ttft_limit)
+        return self._ttft_ok[b]
+
+    def spread_band(self) -> tuple[float, float]:
+        """(lo, hi): spreads with every spread up to ``lo`` meeting the TTFT targets and every one
+        from ``hi`` missing them (``lo`` < 0: none meets them), ``hi - lo`` at most
+        :data:`SPREAD_BAND` of ``hi``. Found from an affine guess (exact for a mean target, close
+        for quantiles, which scale with a deterministic service time), checked, and otherwise by
+        bisection; batches between the two are checked one by one."""
+        if self._band is None:
+            self._band = _threshold(self.measure_of_spread, self.ttft_limit)
+        return self._band
+
     def where(self, b: int) -> str:
         """The shape at batch ``b``, for messages."""
         return f"{self.gpu.id} {self.layout.label()} {self.precision} batch {b}"
 
 
 def _best_decode(
-    product: Product, llm: LLM, gpu: GPU, layout: Layout, precision: str, mode: str, batches: list[int],
+    product: Product, llm: LLM, gpu: GPU, layout: Layout, precision: str, mode: str, batches: Sequence[int],
     preset: Preset, price: GPUPriceChoice, work: float, headroom: float, max_ttft_s: float | None,
     result: CandidateSet,
 ) -> Candidate | None:
-    """The largest feasible batch of one shape in one prefill mode, as a candidate (or None).
+    """The feasible batch of one shape in one prefill mode with the most throughput per replica,
+    as a candidate (or None); a shape's replicas all cost the same, so it is also the cheapest.
 
     Speed and memory are checked on the step the replica runs (with its prefill share when
-    colocated); TTFT (colocated and headroom modes) on a step carrying the prefill share, at
-    utilisation 1 - headroom.
+    colocated): the batches meeting them are a prefix of ``batches``. TTFT (colocated and headroom
+    modes) is checked on a step carrying the prefill share, at utilisation 1 - headroom; the
+    batches meeting it need not be contiguous. Both searches are exact (:func:`_best_first`).
     """
     goals = targets(product)
     if mode != "pool":
@@ -566,31 +702,86 @@ def _best_decode(
     n_ok = bisect.bisect_left(range(len(batches)), True, key=lambda i: not shape.speed_ok(batches[i]))
     limited_by = (BatchLimit.BATCH_OPTIONS if n_ok == len(batches) else
                   BatchLimit.MEMORY if not shape.est(batches[n_ok]).fits else BatchLimit.PER_USER_SPEED)
-    if mode != "pool" and (max_ttft_s is not None or goals):
-        n_ttft = _ttft_batches(shape, batches, n_ok, max_ttft_s, result)
-        if n_ttft == 0:
-            return None
-        limited_by = BatchLimit.MAX_TTFT if n_ttft < n_ok else limited_by
-        n_ok = n_ttft
-    else:
+    timed = mode != "pool" and (max_ttft_s is not None or bool(goals))
+    if not timed:
         result.feasible += n_ok
-    return _candidate(shape, batches[n_ok - 1], price, headroom, limited_by)
+        best = _most_throughput(shape, batches, n_ok)
+        assert best is not None
+    else:
+        best = _most_throughput_meeting_ttft(shape, batches, n_ok, result)
+        if best is None:
+            return None
+    if best < n_ok - 1:
+        larger_ok = not timed or _ttft_count(shape, batches, best + 1, n_ok - 1) > 0
+        limited_by = BatchLimit.RANK_ROUNDING if larger_ok else BatchLimit.MAX_TTFT
+    return _candidate(shape, batches[best], price, headroom, limited_by)
 
 
-def _ttft_batches(shape: _Shape, batches: list[int], n_ok: int, max_ttft_s: float | None,
-                  result: CandidateSet) -> int:
-    """How many of the first ``n_ok`` batches may run given the TTFT targets (0: none), counting
-    the feasible ones: TTFT falls then rises with the batch, so the batches meeting it run from
-    the first one that does (on the falling side) to the largest. A plain target compares the
-    TTFT with ``max_ttft_s``; percentile targets compare :meth:`_Shape.ttft_ratio` with 1."""
-    f, limit = (shape.ttft, max_ttft_s) if max_ttft_s is not None and not shape.goals else (shape.ttft_ratio, 1.0)
-    n_ttft, low = _largest_ok(batches, n_ok, f, limit)
+# throughputs this close (relative) are equal: in a compute-bound roofline B / step is constant in
+# the batch and differs only by float rounding, and the largest such batch is kept
+THROUGHPUT_TIE = 1e-9
+
+
+def _throughput_bound(shape: _Shape, batches: Sequence[int]) -> Callable[[int, int], float]:
+    """Minus an upper bound of replica throughput over batches lo..hi: ``B_hi / step(B_lo)``."""
+    return lambda lo, hi: -batches[hi] / shape.est(batches[lo]).step_time_s
+
+
+def _most_throughput(shape: _Shape, batches: Sequence[int], n: int, ok: Callable[[int], bool] | None = None,
+                     may_hold: Callable[[int, int], bool] | None = None) -> int | None:
+    """Index of the largest batch of ``batches[:n]`` (all meeting speed and memory) with the most
+    replica throughput (within :data:`THROUGHPUT_TIE`) among those ``ok``, or None when none is;
+    ``may_hold`` as for :func:`_best_first`."""
+    def thr(i: int) -> float:
+        return shape.est(batches[i]).replica_tokens_per_s
+
+    bound = _throughput_bound(shape, batches)
+    best = _best_first(n, lambda i: -thr(i), bound, ok, may_hold)
+    if best is None:
+        return None
+    floor = thr(best) * (1.0 - THROUGHPUT_TIE)
+    return _best_first(n, lambda i: -i, lambda lo, hi: -hi, lambda i: thr(i) >= floor and (ok is None or ok(i)),
+                       lambda lo, hi: -bound(lo, hi) >= floor and (may_hold is None or may_hold(lo, hi)))
+
+
+def _ttft_count(shape: _Shape, batches: Sequence[int], lo: int, hi: int) -> int:
+    """How many of ``batches[lo..hi]`` meet the TTFT targets: intervals whose spreads all lie
+    below the band of :meth:`_Shape.spread_band` count whole, those above it not at all, a batch
+    inside it is checked on its own."""
+    low, high = shape.spread_band()
+    count, stack = 0, [(lo, hi)] if lo <= hi else []
+    while stack:
+        a, b = stack.pop()
+        if shape.spread(batches[b], batches[a]) >= high:
+            continue
+        if shape.spread(batches[a], batches[b]) <= low:
+            count += b - a + 1
+        elif a == b:
+            count += shape.ttft_ok(batches[a])
+        else:
+            mid = (a + b) // 2
+            stack += [(a, mid), (mid + 1, b)]
+    return count
+
+
+def _most_throughput_meeting_ttft(shape: _Shape, batches: Sequence[int], n: int, result: CandidateSet) -> int | None:
+    """Index of the batch of ``batches[:n]`` with the most replica throughput among those meeting
+    the TTFT targets, or None (noting the lowest TTFT reachable); counts the feasible ones."""
+    count = _ttft_count(shape, batches, 0, n - 1)
+    result.feasible += count
     mode = "colocated" if shape.mode == "colocated" else "headroom mode"
-    result.note_ttft(shape.ttft(batches[low]), f"{mode} on {shape.where(batches[low])} at {shape.rho:.0%} utilisation")
-    if n_ttft:
-        first_ok = bisect.bisect_left(range(n_ttft - 1), True, key=lambda i: f(batches[i]) <= limit)
-        result.feasible += n_ttft - first_ok
-    return n_ttft
+    if count == 0:
+        low = _best_first(n, lambda i: shape.spread(batches[i], batches[i]),
+                          lambda lo, hi: shape.spread(batches[hi], batches[lo]))
+        assert low is not None
+        result.note_ttft(shape.ttft(batches[low]), f"{mode} on {shape.where(batches[low])} at {shape.rho:.0%} utilisation")
+        return None
+    high = shape.spread_band()[1]
+    best = _most_throughput(shape, batches, n, ok=lambda i: shape.ttft_ok(batches[i]),
+                            may_hold=lambda lo, hi: shape.spread(batches[hi], batches[lo]) < high)
+    assert best is not None
+    result.note_ttft(shape.ttft(batches[best]), f"{mode} on {shape.where(batches[best])} at {shape.rho:.0%} utilisation")
+    return best
 
 
 def _candidate(shape: _Shape, b: int, price: GPUPriceChoice, headroom: float, limited_by: str) -> Candidate:
@@ -617,9 +808,11 @@ def kv_link(gpu: GPU) -> tuple[str, float]:
 
 
 def generate_pool_candidates(
-    product: Product, llm: LLM, catalog: Catalog, options: Options, preset: Preset, work: float, result: CandidateSet
+    product: Product, llm: LLM, catalog: Catalog, options: Options, preset: Preset, work: float, result: CandidateSet,
+    deadline: Deadline | None = None,
 ) -> list[PoolCandidate]:
-    """Prefill-pool shapes of ``product`` that fit and can meet its TTFT target."""
+    """Prefill-pool shapes of ``product`` that fit and can meet its TTFT target (with ``deadline``,
+    those found before it passes; ``result`` is then marked ``cut``)."""
     ids = product.prefill_gpus or options.prefill_gpus or options.gpus or sorted(catalog.gpus)
     for gpu_id in ids:
         catalog.gpu(gpu_id, f"products[{product.name}].prefill_gpus")
@@ -630,6 +823,8 @@ def generate_pool_candidates(
     admission = admission_s(preset)
     out: list[PoolCandidate] = []
     for gpu_id in sorted(set(ids)):
+        if result.out_of_time(deadline):
+            break
         gpu = catalog.gpus[gpu_id]
         price = resolve_gpu_price(catalog, options, gpu_id)
         if price is None:

@@ -18,15 +18,44 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from fleetplan.catalogs.loader import InputError
+from fleetplan.optimizer.errors import SolverError
+
 # Without ``options.time_limit_s`` a command takes at most this long: long enough to prove most
 # plans optimal (the shipped examples need seconds), short enough that an edit to a scenario
 # never leaves a user waiting for minutes without an answer.
 DEFAULT_TIME_LIMIT_S = 60.0
+# Candidate generation may take at most this share of the time left when it starts: cut there, the
+# MIPs and explanations still have the rest to return a plan on the configurations generated.
+CANDIDATE_SHARE = 0.5
+# The stage named in ``stopped_by_time_limit`` when candidate generation was cut short.
+CANDIDATE_STAGE = "candidate generation"
 # Every MIP gets at least this long once started, so that a solver can return the plan it has.
 MIN_SOLVE_S = 0.05
 # The progress line appears once a command has run this long, and is redrawn at most this often.
 PROGRESS_AFTER_S = 2.0
 PROGRESS_EVERY_S = 0.5
+
+
+class DeadlinePassed(InputError):
+    """The deadline passed in candidate generation before a product had any configuration to
+    plan with, or in a solve before the solver found any plan: a user error (exit code 2) naming
+    ``options.time_limit_s``, never a crash."""
+
+
+class NoPlanInTime(DeadlinePassed, SolverError):
+    """A solve the deadline ended before the solver found any plan: one line and exit code 2 for
+    the user, and still a :class:`~.errors.SolverError` for the searches that treat a solve
+    without a plan as "nothing found in time" (runner-ups, baselines, portfolio rounds)."""
+
+    def __init__(self, message: str) -> None:
+        SolverError.__init__(self, message)
+
+
+def no_plan_in_time(solver: str, where: str) -> NoPlanInTime:
+    """The error for a solve the deadline ended before ``solver`` found any plan for ``where``."""
+    return NoPlanInTime(f"options.time_limit_s: the deadline passed before {solver} found any plan for {where}; "
+                          "allow more time, or search fewer GPUs, tp, batches or request buckets")
 
 
 @dataclass
@@ -116,6 +145,11 @@ class Deadline:
             return self
         now = time.perf_counter()
         return Deadline(at=now + max(0.0, self.at - now) * fraction, progress=self.progress, stopped=self.stopped)
+
+    def split(self, parts: int) -> Deadline:
+        """An equal share of the time left for the first of ``parts`` stages still to run (its
+        unused time goes to the next ones); the same object without a limit."""
+        return self.share(1.0 / max(1, parts))
 
     def solver_limit(self) -> float | None:
         """Time limit to give one solver call: what is left, at least :data:`MIN_SOLVE_S`."""

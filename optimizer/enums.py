@@ -76,3 +76,4 @@ class BatchLimit(StrEnum):
     MEMORY = "memory"
     BATCH_OPTIONS = "batch_options"
     MAX_TTFT = "max_ttft_ms"
+    RANK_ROUNDING = "rank_rounding"  # larger feasible batches add a sequence to every attention rank or micro-batch

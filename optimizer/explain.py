@@ -140,6 +140,8 @@ def _configuration_reason(pp: ProductPlan) -> str:
                                    f"tokens/s per user",
         BatchLimit.MEMORY: "a larger batch would not fit in memory",
         BatchLimit.BATCH_OPTIONS: "the largest batch allowed",
+        BatchLimit.RANK_ROUNDING: "a larger batch would put one more sequence on every attention rank or "
+                                  "micro-batch for fewer tokens/s per replica",
         BatchLimit.MAX_TTFT: "a larger batch would break the " + (
             f"{pp.product.max_ttft_ms:g} ms TTFT target" if pp.product.max_ttft_ms else "TTFT percentile targets"),
     }[BatchLimit(c.batch_limited_by)]

@@ -44,6 +44,7 @@ from typing import Callable
 
 from fleetplan.optimizer.candidates import Candidate, PoolCandidate
 from fleetplan.optimizer.enums import Tier
+from fleetplan.optimizer.errors import InfeasibleError
 from fleetplan.optimizer.mix import BucketData
 from fleetplan.optimizer.problem import (
     PETA,
@@ -420,6 +421,11 @@ def define_bucket_demand_covered(m: ConcreteModel, prob: FleetProblem) -> None:
             if b.demand_tokens_per_s[h] > 0]
     if not rows:
         return
+    for p, i, _ in rows:  # a row with nothing to serve it would be the constant 0 >= 1
+        pd = prob.products[p]
+        if not pd.has_api and not pd.eligible(pd.buckets[i]):
+            raise InfeasibleError(f"products[{p}].requests[{i}]: no configuration left may serve its requests "
+                                  f"({pd.buckets[i].label} tokens) and the product may not use an API")
 
     def rule(m: ConcreteModel, p: str, i: int, h: int) -> object:
         pd = prob.products[p]

@@ -3,8 +3,9 @@ the configurations that may serve it at what capacity.
 
 The design (the Mélange formulation on fleetplan's candidates). A product with ``requests:``
 is planned from its buckets. Candidates are generated for each bucket as for a plain product
-of that bucket's sizes (largest feasible batch per shape, dominance pruning); the product's
-configurations are the union of them. Each configuration is then timed for every bucket *at its
+of that bucket's sizes (per shape, the feasible batch with the most throughput per replica, the
+larger batch among equals; dominance pruning); the product's configurations are the union of
+them. Each configuration is then timed for every bucket *at its
 own batch*: a bucket is eligible on it when it fits the configuration's memory at that batch and
 meets the product's speed and TTFT targets there (:func:`~.candidates.bucket_capacity`), and
 serves it at ``capacity[b][c]`` usable tokens/s per replica. The MIP (:mod:`.formulation`)
@@ -23,6 +24,10 @@ more GPUs per replica, no dearer, at least the capacity for every bucket it serv
 dropped. Prefill-pool configurations are generated once for the whole mix, timed by the mix's
 service-time distribution (:func:`~.candidates.pool_service_time`).
 
+Within a deadline, each bucket's generation gets an equal share of what is left, and once it has
+passed a configuration is timed only for the buckets that generated it (the union is then
+``cut``): a smaller set of configurations, each still timed exactly.
+
 Owns these data; it builds no model and solves nothing."""
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from fleetplan.catalogs.loader import Catalog
 from fleetplan.catalogs.schema import LLM
 from fleetplan.models.presets import Preset
 from fleetplan.optimizer.candidates import Candidate, CandidateSet, bucket_capacity, prefill_work_per_request
+from fleetplan.optimizer.deadline import Deadline
 from fleetplan.optimizer.defaults import CEILING_TOLERANCE
 from fleetplan.optimizer.scenario import Product
 
@@ -71,29 +77,40 @@ def replicas_alone(bucket_demand: list[tuple[float, float]]) -> int:
     return max(0, math.ceil(sum(d / cap for d, cap in bucket_demand) - CEILING_TOLERANCE))
 
 
-def _dominated(c: Candidate, by: Candidate, caps: list[dict[str, float]]) -> bool:
-    """Whether ``by`` beats ``c`` for every bucket ``c`` serves (same GPU type and prefill mode)."""
+def _dominated(c: Candidate, by: Candidate, by_key: str, served: list[tuple[dict[str, float], float]]) -> bool:
+    """Whether ``by`` (key ``by_key``) beats ``c`` for every bucket ``c`` serves (same GPU type and
+    prefill mode); ``served`` holds each such bucket's capacities and ``c``'s capacity in it."""
     return (by.gpu == c.gpu and by.mode == c.mode and by.gpus_per_replica <= c.gpus_per_replica
             and by.monthly_cost_per_replica_usd <= c.monthly_cost_per_replica_usd
-            and all(by.key in cap and cap[by.key] >= cap[c.key] for cap in caps if c.key in cap))
+            and all(by_key in cap and cap[by_key] >= own for cap, own in served))
 
 
 def prune_mix(cands: list[Candidate], caps: list[dict[str, float]]) -> list[Candidate]:
-    """Drop configurations another one beats on every bucket (ties kept by key order)."""
-    order = sorted(cands, key=lambda c: (c.monthly_cost_per_replica_usd, c.key))
-    kept: list[Candidate] = []
+    """Drop configurations another one beats on every bucket (ties kept by key order). Keys and
+    the buckets each configuration serves are found once, and only configurations of one GPU type
+    and prefill mode are compared: the comparison is over pairs, and a mix of many buckets has
+    thousands of configurations."""
+    keys = {id(c): c.key for c in cands}
+    order = sorted(cands, key=lambda c: (c.monthly_cost_per_replica_usd, keys[id(c)]))
+    kept: dict[tuple[str, str], list[Candidate]] = {}  # by GPU type and prefill mode: only these compare
     for c in order:
-        if not any(_dominated(c, k, caps) for k in kept):
-            kept.append(c)
-    return sorted(kept, key=lambda c: c.key)
+        served = [(cap, cap[keys[id(c)]]) for cap in caps if keys[id(c)] in cap]
+        rivals = kept.setdefault((c.gpu, c.mode), [])
+        if not any(_dominated(c, k, keys[id(k)], served) for k in rivals):
+            rivals.append(c)
+    return sorted((c for group in kept.values() for c in group), key=lambda c: keys[id(c)])
 
 
 def mix_candidates(product: Product, llm: LLM, catalog: Catalog, preset: Preset,
-                   make_cs: Callable[[Product], CandidateSet]) -> tuple[CandidateSet, list[dict[str, float]]]:
-    """The union of every bucket's candidates (:func:`make_cs` of each bucket's product), less the
-    dominated, with each bucket's capacity on each configuration it is eligible for."""
+                   make_cs: Callable[[Product, Deadline | None], CandidateSet], deadline: Deadline | None = None,
+                   ) -> tuple[CandidateSet, list[dict[str, float]]]:
+    """The union of every bucket's candidates (:func:`make_cs` of each bucket's product, within an
+    equal share of ``deadline``), less the dominated, with each bucket's capacity on each
+    configuration it is eligible for (once the deadline has passed, only on its own)."""
     assert product.requests is not None
-    per_bucket = [make_cs(bucket_product(product, i)) for i in range(len(product.requests))]
+    n = len(product.requests)
+    per_bucket = [make_cs(bucket_product(product, i), None if deadline is None else deadline.split(n - i)) for i in range(n)]
+    merged = CandidateSet(product=product.name)
     union: dict[str, Candidate] = {}
     for cs in per_bucket:
         for c in cs.candidates:
@@ -104,11 +121,13 @@ def mix_candidates(product: Product, llm: LLM, catalog: Catalog, preset: Preset,
         bp = bucket_product(product, i)
         cap: dict[str, float] = {}
         for key, c in sorted(union.items()):
+            if key not in own and merged.out_of_time(deadline):
+                continue
             u = own[key] if key in own else bucket_capacity(bp, llm, catalog.gpus[c.gpu], c, preset)
             if u is not None and u > 0:
                 cap[key] = u
         caps.append(cap)
-    merged = CandidateSet(product=product.name, candidates=prune_mix(list(union.values()), caps))
+    merged.candidates = prune_mix(list(union.values()), caps)
     for cs in per_bucket:
         _add_counts(merged, cs)
     kept = {c.key for c in merged.candidates}
@@ -123,6 +142,7 @@ def _add_counts(total: CandidateSet, cs: CandidateSet) -> None:
     total.unpriced_gpus = sorted(set(total.unpriced_gpus) | set(cs.unpriced_gpus))
     total.any_fits_memory |= cs.any_fits_memory
     total.any_meets_speed |= cs.any_meets_speed
+    total.cut |= cs.cut
     if cs.best_per_user_tokens_per_s > total.best_per_user_tokens_per_s:
         total.best_per_user_tokens_per_s, total.best_per_user_at = cs.best_per_user_tokens_per_s, cs.best_per_user_at
     if cs.best_ttft_s < total.best_ttft_s:

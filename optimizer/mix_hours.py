@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from fleetplan.optimizer.candidates import Candidate, PoolCandidate
-from fleetplan.optimizer.deadline import Deadline
+from fleetplan.optimizer.deadline import Deadline, no_plan_in_time
 from fleetplan.optimizer.enums import PrefillMode, Status, Tier
 from fleetplan.optimizer.errors import SolverError
 from fleetplan.optimizer.formulation import build_model
@@ -182,6 +182,8 @@ def solve_hour(prob: FleetProblem, pd: ProductData, h: int, pool: str | None, so
     res = solve(lp, hour_solver(solver), time_limit_s=None if limit is None else max(limit, HOUR_MIN_S), mip_rel_gap=gap)
     if res.status == Status.INFEASIBLE:
         return None
+    if (not res.values or res.objective is None) and res.status == Status.TIME_LIMIT:
+        raise no_plan_in_time(str(solver), f"products[{pd.name}] in hour {h}")
     if not res.values or res.objective is None:
         raise SolverError(f"{solver} returned no plan for {pd.name} in hour {h}: {res.termination}")
     cost = float(res.objective)

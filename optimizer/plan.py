@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +25,10 @@ from fleetplan.optimizer.components import (
     one_by_one_result,
     solve_components,
 )
-from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline
+from fleetplan.optimizer.deadline import CANDIDATE_SHARE, DEFAULT_TIME_LIMIT_S, Deadline, DeadlinePassed
 from fleetplan.optimizer.defaults import EXPLAIN_SHARE, MAIN_SOLVE_SHARE, MONEY_TOLERANCE_USD
 from fleetplan.optimizer.demand import hourly_qps
-from fleetplan.optimizer.enums import Alternatives
+from fleetplan.optimizer.enums import Alternatives, Status
 from fleetplan.optimizer.errors import InfeasibleError, SolverError
 from fleetplan.optimizer.explain import explain_products
 from fleetplan.optimizer.problem import CandidateMemo, build_problem
@@ -100,6 +101,7 @@ def make_plan(
     with allowed(jobs):
         plan = _solve_plan(scenario, catalog, solver, alternatives, preset, folder, with_api, jobs, deadline,
                            dict(reductions=reductions, demand=demand, memo=memo), start)
+    _not_proven_if_cut(plan)
     check_budget(plan, scenario, lambda variant, within: _cost(resolve(variant, within)), with_api, deadline)
     prob = plan.problem
     if compare_first_come and (prob.gpu_availability or prob.tier_availability) and len(plan.scenario.products) > 1:
@@ -121,7 +123,7 @@ def _replanner(catalog: Catalog, solver: Solver, preset: Preset, folder: Path | 
         try:
             found = make_plan(variant, catalog, solver, False, preset, folder, compare_first_come=False,
                               deadline=within, **keywords)
-        except (InfeasibleError, SolverError):
+        except (InfeasibleError, SolverError, DeadlinePassed):
             return None
         return found.monthly_cost_usd, found.solve_result.optimal
     return resolve
@@ -132,6 +134,14 @@ def relaxed_cost(variant: Scenario, catalog: Catalog, solver: Solver, preset: Pr
     """:func:`make_plan`'s cost of ``variant`` (no explanations) within ``seconds``, from a cold
     start: what a worker process computes for a binding limit's value (see :mod:`.ahead`)."""
     return _replanner(catalog, solver, preset, folder, {})(variant, Deadline.after(seconds))
+
+
+def _not_proven_if_cut(plan: Plan) -> None:
+    """A plan on candidates the deadline cut is the best over the configurations generated, with no
+    bound over the others: status ``time_limit`` and no gap, never optimal."""
+    if any(cs.cut for cs in plan.candidate_sets.values()):
+        plan.solve_result = replace(plan.solve_result, status=Status.TIME_LIMIT, mip_gap=None, termination=(
+            "time limit reached in candidate generation: the best plan over the configurations generated"))
 
 
 def _alternatives(value: bool | Alternatives) -> Alternatives:
@@ -154,7 +164,8 @@ def _solve_plan(scenario: Scenario, catalog: Catalog, solver: Solver, alternativ
     ``build`` holds the keywords of :func:`build_problem` (reductions, demand)."""
     timings = Timings()
     t0 = time.perf_counter()
-    prob, sets, planned = build_problem(scenario, catalog, preset, folder, with_api=with_api, **build)
+    prob, sets, planned = build_problem(scenario, catalog, preset, folder, with_api=with_api,
+                                        deadline=deadline.share(CANDIDATE_SHARE), **build)
     pooled = any(pd.members for pd in prob.products.values())
     own = deadline.share(0.5) if pooled else deadline
     products = [u.request for u in planned]

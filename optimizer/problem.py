@@ -29,6 +29,7 @@ from fleetplan.optimizer.candidates import (
     prefill_work_per_request,
     prune_dominated_pool,
 )
+from fleetplan.optimizer.deadline import CANDIDATE_STAGE, DEFAULT_TIME_LIMIT_S, Deadline, DeadlinePassed
 from fleetplan.optimizer.defaults import CEILING_TOLERANCE
 from fleetplan.optimizer.demand import hourly_qps
 from fleetplan.optimizer.enums import Tier
@@ -69,7 +70,19 @@ class ProductData:
 
     def eligible(self, bucket: BucketData) -> list[str]:
         """Keys of the product's configurations ``bucket`` may run on (a problem cut to fewer
-        configurations keeps the buckets' capacities of the others, unused)."""
+        configurations keeps the buckets' capacities of the others, unused). Found once per bucket
+        of this product: a mix's model asks for them in every row and hour."""
+        if bucket.index < len(self.buckets) and self.buckets[bucket.index] is bucket:
+            return list(self._eligible_by_bucket[bucket.index])
+        return self._eligible_keys(bucket)
+
+    @cached_property
+    def _eligible_by_bucket(self) -> tuple[tuple[str, ...], ...]:
+        """:meth:`eligible` of each of the product's buckets, in bucket order."""
+        return tuple(tuple(self._eligible_keys(b)) for b in self.buckets)
+
+    def _eligible_keys(self, bucket: BucketData) -> list[str]:
+        """Keys of ``bucket``'s capacities that are the product's configurations, sorted."""
         keys = self.candidate_keys
         return sorted(k for k in bucket.capacity if k in keys)
 
@@ -105,8 +118,9 @@ class ProductData:
         if self.buckets:
             if hour is None:
                 return max(self.replica_bound(c, h) for h in range(len(self.demand_tokens_per_s)))
-            return replicas_alone([(b.demand_tokens_per_s[hour], b.capacity[c.key]) for b in self.buckets
-                                   if c.key in b.capacity])
+            key = c.key  # built from the candidate's fields: once, not per bucket
+            return replicas_alone([(b.demand_tokens_per_s[hour], b.capacity[key]) for b in self.buckets
+                                   if key in b.capacity])
         d = self.peak_demand_tokens_per_s if hour is None else self.demand_tokens_per_s[hour]
         return max(0, math.ceil(d / c.usable_tokens_per_s - CEILING_TOLERANCE))
 
@@ -271,12 +285,14 @@ class CandidateMemo:
 
     sets: dict[tuple[str, str, int, int], CandidateSet] = field(default_factory=dict)
 
-    def generate(self, product: Product, llm: LLM, catalog: Catalog, scenario: Scenario, preset: Preset
-                 ) -> CandidateSet:
-        """The product's candidate set, generated once per key; the caller gets its own lists."""
+    def generate(self, product: Product, llm: LLM, catalog: Catalog, scenario: Scenario, preset: Preset,
+                 deadline: Deadline | None = None) -> CandidateSet:
+        """The product's candidate set, generated once per key (within ``deadline``: a set the
+        deadline cut is kept too, so the command's re-plans see the plan's candidates); the caller
+        gets its own lists."""
         key = candidate_key(product, catalog, scenario, preset)
         if key not in self.sets:
-            self.sets[key] = generate_candidates(product, llm, catalog, scenario.options, preset)
+            self.sets[key] = generate_candidates(product, llm, catalog, scenario.options, preset, deadline=deadline)
         return copied(self.sets[key])
 
 
@@ -294,24 +310,38 @@ def copied(cs: CandidateSet) -> CandidateSet:
 def build_problem(
     scenario: Scenario, catalog: Catalog, preset: Preset, folder: Path | None = None, *, with_api: bool = True,
     reductions: bool = True, demand: dict[str, list[float]] | None = None, memo: CandidateMemo | None = None,
+    deadline: Deadline | None = None,
 ) -> tuple[FleetProblem, dict[str, CandidateSet], list[Planned]]:
     """Candidates and demand of every product as MIP data; a product with no candidate is an error
     unless it may go entirely to its API. Also returns what is planned (:class:`Planned`): with
     ``allow_pooling``, one unit for each pooled group. ``demand``
     is each product's queries per second hour by hour, when the caller has read the profiles;
-    ``memo`` keeps candidate sets across the builds of one command."""
-    check_options(catalog, scenario.options)
+    ``memo`` keeps candidate sets across the builds of one command.
+
+    Within ``deadline``, each product's generation gets an equal share of the time left (pooled
+    groups share one more), so a cut leaves every product the configurations found in its share:
+    a product that found none then is an error naming ``options.time_limit_s``
+    (:class:`~.deadline.DeadlinePassed`), a pooled group that found none stays unpooled."""
+    check_options(catalog, scenario.options, scenario.products)
     qps = demand if demand is not None else hourly_qps(scenario.products, folder or Path("."))
     memo = memo if memo is not None else CandidateMemo()
     sets: dict[str, CandidateSet] = {}
     data: dict[str, ProductData] = {}
-    for product in scenario.products:
+    pooling = scenario.limits.allow_pooling and len(scenario.products) > 1
+    for i, product in enumerate(scenario.products):
+        share = None if deadline is None else deadline.split(len(scenario.products) - i + int(pooling))
+        if deadline is not None:
+            deadline.progress.update(CANDIDATE_STAGE, i, len(scenario.products))
         data[product.name], sets[product.name] = _product_data(product, qps[product.name], scenario, catalog, preset,
-                                                               with_api, memo)
+                                                               with_api, memo, share)
     planned = [Planned(p, (p,)) for p in scenario.products]
-    if scenario.limits.allow_pooling:
-        for members in pooling_groups(scenario, data):
-            group, pdata, cs = pooled_product(members, scenario, catalog, preset, data, memo)
+    if pooling:
+        groups = pooling_groups(scenario, data)
+        for j, members in enumerate(groups):
+            share = None if deadline is None else deadline.split(len(groups) - j)
+            if (found := pooled_product(members, scenario, catalog, preset, data, memo, share)) is None:
+                continue
+            group, pdata, cs = found
             for m in members:
                 del data[m.name]
             data[group.name], sets[group.name] = pdata, cs
@@ -340,10 +370,11 @@ def _limits(scenario: Scenario, catalog: Catalog) -> dict[str, Any]:
 
 
 def _candidates(product: Product, llm: LLM, catalog: Catalog, scenario: Scenario, preset: Preset,
-                memo: CandidateMemo) -> CandidateSet:
-    """The product's configurations; with whole instances, only replicas that fit in one instance
-    or fill whole instances (a TP group never spans instances; a replica spanning nodes takes whole ones)."""
-    cs = memo.generate(product, llm, catalog, scenario, preset)
+                memo: CandidateMemo, deadline: Deadline | None = None) -> CandidateSet:
+    """The product's configurations (those found before ``deadline``); with whole instances, only
+    replicas that fit in one instance or fill whole instances (a TP group never spans instances; a
+    replica spanning nodes takes whole ones)."""
+    cs = memo.generate(product, llm, catalog, scenario, preset, deadline)
     per_instance = scenario.limits.gpus_per_instance
     if scenario.limits.instance_gpus is not None:
         cs.candidates = [c for c in cs.candidates if fits_instances(c.tp, c.gpus_per_replica, per_instance(c.gpu))]
@@ -359,19 +390,31 @@ def fits_instances(tp: int, gpus_per_replica: int, per_instance: int | None) -> 
     return tp <= per_instance and (gpus_per_replica <= per_instance or gpus_per_replica % per_instance == 0)
 
 
+def out_of_time(where: str, scenario: Scenario) -> DeadlinePassed:
+    """The error for a product (or bucket) ``where`` that the deadline left without a configuration."""
+    limit = scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S
+    return DeadlinePassed(
+        f"options.time_limit_s: the deadline ({limit:g} s) passed in candidate generation before {where} had a "
+        f"configuration that meets its targets; allow more time, or search fewer GPUs, tp, pp, dp_attention or batches")
+
+
 def _product_data(product: Product, qps: list[float], scenario: Scenario, catalog: Catalog, preset: Preset,
-                  with_api: bool, memo: CandidateMemo) -> tuple[ProductData, CandidateSet]:
-    """One product's MIP data and candidates; an error when the request does not fit the model's
-    context, or no configuration serves it and it may not go all-API."""
+                  with_api: bool, memo: CandidateMemo, deadline: Deadline | None = None
+                  ) -> tuple[ProductData, CandidateSet]:
+    """One product's MIP data and candidates (generated within ``deadline``); an error when the
+    request does not fit the model's context, or no configuration serves it (or none was found
+    before the deadline) and it may not go all-API."""
     llm = catalog.model(product.model, f"products[{product.name}].model")
     if (problem := context_problem(product, llm)) is not None:
         raise InputError(problem)
     offer = resolve_api(product, catalog) if with_api else None
     api_only_possible = offer is not None and product.api is not None and product.api.max_fraction >= 1.0
     if product.requests is not None:
-        return _mix_data(product, llm, qps, scenario, catalog, preset, offer, api_only_possible, memo)
-    cs = _candidates(product, llm, catalog, scenario, preset, memo)
+        return _mix_data(product, llm, qps, scenario, catalog, preset, offer, api_only_possible, memo, deadline)
+    cs = _candidates(product, llm, catalog, scenario, preset, memo, deadline)
     if not cs.candidates and not api_only_possible:
+        if cs.cut:
+            raise out_of_time(f"products[{product.name}]", scenario)
         raise InfeasibleError(explain_no_candidates(product, cs))
     data = ProductData(
         name=product.name,
@@ -388,7 +431,7 @@ def _product_data(product: Product, qps: list[float], scenario: Scenario, catalo
 
 
 def _mix_data(product: Product, llm: LLM, qps: list[float], scenario: Scenario, catalog: Catalog, preset: Preset,
-              offer: APIOffer | None, api_only_possible: bool, memo: CandidateMemo,
+              offer: APIOffer | None, api_only_possible: bool, memo: CandidateMemo, deadline: Deadline | None = None,
               ) -> tuple[ProductData, CandidateSet]:
     """A product with a request mix as MIP data (:mod:`.mix`): every bucket's configurations and
     capacities, one prefill pool timed by the mix; an error when a bucket does not fit the
@@ -399,7 +442,8 @@ def _mix_data(product: Product, llm: LLM, qps: list[float], scenario: Scenario, 
     for i in range(len(product.requests)):
         if (problem := context_problem(bucket_product(product, i), llm)) is not None:
             raise InputError(problem.replace(".input_tokens:", f".requests[{i}]:", 1))
-    cs, caps = mix_candidates(product, llm, catalog, preset, lambda bp: _candidates(bp, llm, catalog, scenario, preset, memo))
+    cs, caps = mix_candidates(product, llm, catalog, preset,
+                              lambda bp, within: _candidates(bp, llm, catalog, scenario, preset, memo, within), deadline)
     if "pool" in prefill_modes(product):
         cs.pool = _mix_pool(product, llm, catalog, scenario, preset, cs)
         if not cs.pool:
@@ -408,6 +452,8 @@ def _mix_data(product: Product, llm: LLM, qps: list[float], scenario: Scenario, 
             caps = [{k: u for k, u in cap.items() if k in keep} for cap in caps]
     for i, cap in enumerate(caps):
         if not cap and not api_only_possible:
+            if cs.cut:
+                raise out_of_time(f"products[{product.name}].requests[{i}]", scenario)
             bp = bucket_product(product, i)
             why = explain_no_candidates(bp, _candidates(bp, llm, catalog, scenario, preset, memo))
             raise InfeasibleError(why.replace(f"products[{product.name}]", f"products[{product.name}].requests[{i}]", 1))
@@ -500,13 +546,16 @@ def pooled_request(members: list[Product]) -> Product:
 
 def pooled_product(
     members: list[Product], scenario: Scenario, catalog: Catalog, preset: Preset, data: dict[str, ProductData],
-    memo: CandidateMemo,
-) -> tuple[Planned, ProductData, CandidateSet]:
+    memo: CandidateMemo, deadline: Deadline | None = None,
+) -> tuple[Planned, ProductData, CandidateSet] | None:
     """A pooled group as one unit of the MIP: summed hourly demand, candidates sized for the
     merged request (:func:`pooled_request`), prefill work per token the larger of the members'
-    demand-weighted mean and maximum."""
+    demand-weighted mean and maximum. None when ``deadline`` passed before the group had a
+    configuration: pooling is allowed, not imposed, so its members are planned on their own."""
     request = pooled_request(members)
-    cs = _candidates(request, catalog.models[request.model], catalog, scenario, preset, memo)
+    cs = _candidates(request, catalog.models[request.model], catalog, scenario, preset, memo, deadline)
+    if not cs.candidates and cs.cut:
+        return None
     if not cs.candidates:
         raise InfeasibleError(explain_no_candidates(request, cs))
     hours = len(data[members[0].name].demand_tokens_per_s)

@@ -19,6 +19,7 @@ LIMITERS = {
     "memory": "memory",
     "batch_options": "options.batch",
     "max_ttft_ms": "max_ttft_ms",
+    "rank_rounding": "rank_rounding",
 }
 
 
@@ -106,6 +107,7 @@ def _configuration_fields(pp: ProductPlan) -> dict[str, Any]:
         "output_tokens": pp.product.output_tokens,
         "min_tokens_per_s_per_user": pp.product.min_tokens_per_s_per_user,
         "max_ttft_ms": _ttft_target(pp),
+        "arrival_scv": pp.product.arrival_scv,
         "replicas": pp.replicas,
         "gpus": pp.gpus,
         "per_user_tokens_per_s": _r(e.per_user_tokens_per_s) if e else None,
@@ -304,6 +306,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "gpu_usage": plan.instances,
         "first_come_monthly_cost_usd": _r(plan.first_come_monthly_cost_usd, 2),
         "binding_limits": plan.binding_limits,
+        "verification": plan.verification,
     }
 
 

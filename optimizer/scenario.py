@@ -37,7 +37,7 @@ from fleetplan.optimizer.defaults import (
     SPOT_DISCOUNT,
 )
 from fleetplan.optimizer.enums import PrefillMode, Tier
-from fleetplan.optimizer.histogram import SHARE_TOLERANCE, read_histogram
+from fleetplan.optimizer.histogram import MAX_REQUEST_BUCKETS, SHARE_TOLERANCE, read_histogram
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -56,6 +56,10 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# most products in one scenario: each product's configurations are searched on their own (0.1-0.3 s
+# each on the full catalog), and demand, MIP rows and explanations grow with the count; 1,000 is 20
+# times the largest stress case (50 products) and already needs minutes of candidate search alone
+MAX_PRODUCTS = 1000
 # prefill sizing of a product that leaves ``prefill`` out, per preset
 PRESET_PREFILL: dict[str, PrefillMode] = {"seed": PrefillMode.HEADROOM, "default": PrefillMode.AUTO}
 
@@ -147,6 +151,10 @@ class Product(_Strict):
         description="how prefill is sized; left out: the preset's rule (auto in default, headroom in seed)")
     prefill_gpus: list[str] | None = None
     max_ttft_ms: Annotated[float | None, F.TTFT_MS] = Field(default=None, description="time-to-first-token target")
+    arrival_scv: Annotated[float | None, F.ARRIVAL_SCV] = Field(
+        default=None, description="squared coefficient of variation of the inter-arrival times the percentile "
+                                  "TTFT targets are planned at; left out: 1 (Poisson; a plan from a trace is "
+                                  "replayed on its own arrivals instead)")
     ttft_percentiles_ms: TTFTPercentiles | None = Field(
         default=None, description="percentile TTFT targets (given as max_ttft_ms: {p50: .., p99: ..})")
     requests: list[RequestBucket] | None = Field(
@@ -195,6 +203,9 @@ class Product(_Strict):
             return v
         if not v:
             raise ValueError("must list at least one bucket (leave it out for one request size)")
+        if len(v) > MAX_REQUEST_BUCKETS:
+            raise ValueError(f"{len(v):,} buckets; a mix may have at most {MAX_REQUEST_BUCKETS} (each bucket is planned "
+                             "on its own): merge neighbouring sizes")
         total = sum(b.share for b in v)
         if abs(total - 1.0) > SHARE_TOLERANCE:
             raise ValueError(f"shares sum to {total:.4g}; they must sum to 1 (within {SHARE_TOLERANCE:g})")
@@ -354,6 +365,15 @@ class Scenario(_Strict):
         object.__setattr__(self, "products", products)
         return self
 
+    @field_validator("products", mode="before")
+    @classmethod
+    def _not_too_many(cls, v: Any) -> Any:
+        """At most :data:`MAX_PRODUCTS`, counted before any product is validated."""
+        if isinstance(v, list) and len(v) > MAX_PRODUCTS:
+            raise ValueError(f"{len(v):,} products; a scenario may have at most {MAX_PRODUCTS:,} (each product's "
+                             "configurations are searched on their own): split it into several scenarios")
+        return v
+
     @field_validator("products")
     @classmethod
     def _unique_names(cls, v: list[Product]) -> list[Product]:
@@ -374,17 +394,38 @@ def _inline_histograms(raw: dict[str, Any], folder: Path) -> dict[str, Any]:
     out = []
     for i, p in enumerate(products):
         if isinstance(p, dict) and isinstance(p.get("requests"), str):
-            name = short(str(p.get("name", i)))
+            name = short(p.get("name", i))
             p = {**p, "requests": read_histogram(folder / p["requests"], f"products[{name}].requests")}
         out.append(p)
     return {**raw, "products": out}
 
 
-def parse_scenario(raw: Any, where: str, folder: Path | None = None) -> Scenario:
-    """Validate a parsed YAML document as a scenario; errors name ``where`` and the field. A
-    product's ``requests:`` CSV path is read relative to ``folder`` (the current one by default)."""
+def parse_scenario(raw: Any, where: str, folder: Path | str | None = None) -> Scenario:
+    """Validate a parsed YAML document (or the same as a dict) as a complete scenario; errors
+    name ``where`` and the field.
+
+    The one path from a document to a scenario the planner can take: a product's ``requests:``
+    CSV path is read and its ``trace:`` resolved (peak, mean lengths and size mix,
+    :func:`fleetplan.optimizer.trace.resolve_traces`), both relative to ``folder`` (the current
+    one by default). :func:`load_scenario` and :func:`scenario_from` go through it, so no
+    scenario reaches the planner with a trace left unread."""
+    base = Path(".") if folder is None else Path(folder)
+    return _completed(_validated(raw, where, base), base)
+
+
+def _completed(scenario: Scenario, folder: Path) -> Scenario:
+    """``scenario`` with every product's trace read (relative to ``folder``) into the fields it
+    leaves out; unchanged without a trace, and for a scenario already completed."""
+    from fleetplan.optimizer.trace import resolve_traces  # trace builds RequestBucket, defined here
+
+    return resolve_traces(scenario, folder)
+
+
+def _validated(raw: Any, where: str, folder: Path) -> Scenario:
+    """``raw`` validated as a :class:`Scenario`, request histograms read relative to ``folder``;
+    a validation error becomes one :class:`ScenarioError` line naming the product by name."""
     if isinstance(raw, dict):
-        raw = _inline_histograms(raw, folder or Path("."))
+        raw = _inline_histograms(raw, folder)
     if not isinstance(raw, dict):
         raise ScenarioError(f"{where}: a scenario must be a mapping with 'products' (and optional 'preset', 'options')")
     if raw and "products" not in raw and set(raw) <= set(CATALOG_SECTIONS):
@@ -400,7 +441,7 @@ def parse_scenario(raw: Any, where: str, folder: Path | None = None) -> Scenario
         if len(loc) >= 2 and loc[0] == "products" and isinstance(loc[1], int):
             products = raw.get("products") or []
             if loc[1] < len(products) and isinstance(products[loc[1]], dict) and "name" in products[loc[1]]:
-                msg = msg.replace(f"products.{loc[1]}", f"products[{short(str(products[loc[1]]['name']))}]", 1)
+                msg = msg.replace(f"products.{loc[1]}", f"products[{short(products[loc[1]]['name'])}]", 1)
         raise ScenarioError(msg) from None
 
 
@@ -409,15 +450,31 @@ def load_scenario(path: Path | str) -> tuple[Scenario, Path]:
     p = Path(path)
     text = read_text(p, "scenario file", ScenarioError)
     raw = parse_yaml(text, p, ScenarioError)
-    if isinstance(raw, dict):
-        raw = _inline_histograms(raw, p.parent)
     try:
-        scenario = parse_scenario(raw, str(p), p.parent)
+        return parse_scenario(raw, str(p), p.parent), p.parent
     except ScenarioError as exc:
+        if isinstance(raw, dict):
+            raw = _inline_histograms(raw, p.parent)
         raise ScenarioError(at_line(str(exc), str(p), _error_line(raw, text))) from None
-    from fleetplan.optimizer.trace import resolve_traces
 
-    return resolve_traces(scenario, p.parent), p.parent
+
+def scenario_from(source: Scenario | dict[str, Any] | Path | str, folder: Path | str | None = None,
+                  where: str = "scenario") -> tuple[Scenario, Path]:
+    """A complete scenario and the folder its relative paths are read from, from any of the forms
+    a caller holds: a file path (its folder unless ``folder`` is given), a parsed document as a
+    dict, or a :class:`Scenario` (both relative to ``folder``, the current one by default).
+
+    A :class:`Scenario` built directly (``Scenario(...)`` or ``Scenario.model_validate``) has had
+    no trace read: it is completed here too (a no-op for one already complete)."""
+    if isinstance(source, (str, Path)):
+        scenario, own = load_scenario(source)
+        return scenario, (own if folder is None else Path(folder))
+    base = Path(".") if folder is None else Path(folder)
+    if isinstance(source, Scenario):
+        return _completed(source, base), base
+    if not isinstance(source, dict):
+        raise ScenarioError(f"{where}: a path, a dict or a Scenario, not {type(source).__name__}")
+    return parse_scenario(source, where, base), base
 
 
 def _error_line(raw: Any, text: str) -> int | None:

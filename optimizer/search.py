@@ -16,7 +16,7 @@ from fleetplan.optimizer.candidates import (
     Candidate,
     PoolCandidate,
 )
-from fleetplan.optimizer.deadline import Deadline
+from fleetplan.optimizer.deadline import Deadline, no_plan_in_time
 from fleetplan.optimizer.enums import PrefillMode, Status, Tier
 from fleetplan.optimizer.errors import SolverError
 from fleetplan.optimizer.formulation import build_model
@@ -254,6 +254,8 @@ def _solve_one_hour(prob: FleetProblem, pd: ProductData, decode: list[Candidate]
         lower[j], upper[j] = lp.col_lower[j], lp.col_upper[j]
     res = Session(lp, solver).solve(lower, upper, time_limit_s=deadline.solver_limit(), mip_rel_gap=mip_rel_gap)
     if res.status == Status.INFEASIBLE or not res.values:
+        if res.status == Status.TIME_LIMIT:
+            raise no_plan_in_time(str(solver), f"products[{pd.name}]")
         if res.status not in (Status.INFEASIBLE, Status.OPTIMAL):
             raise SolverError(f"{solver} returned no plan for {pd.name}: {res.termination}")
         return None

@@ -20,6 +20,7 @@ from typing import Any, Callable
 from fleetplan.catalogs.loader import Catalog, InputError
 from fleetplan.models.presets import Preset
 from fleetplan.optimizer.candidates import (
+    Candidate,
     CandidateSet,
     Shapes,
     generate_candidates,
@@ -30,7 +31,7 @@ from fleetplan.optimizer.enums import Tier
 from fleetplan.optimizer.errors import SolverError
 from fleetplan.optimizer.problem import CandidateMemo, candidate_key, copied
 from fleetplan.optimizer.scenario import Product, Scenario
-from fleetplan.optimizer.solution import Plan
+from fleetplan.optimizer.solution import Plan, ProductPlan
 
 # The tornado's swing: every input 20% below and above the scenario's value.
 SWING = 0.20
@@ -54,8 +55,16 @@ def speed_target(scenario: Scenario, catalog: Catalog, f: float) -> Scenario:
 
 
 def input_length(scenario: Scenario, catalog: Catalog, f: float) -> Scenario:
-    """Every product's ``input_tokens`` times ``f``, rounded to whole tokens (at least one)."""
-    return _products(scenario, lambda p: {"input_tokens": max(1, round(p.input_tokens * f))})
+    """Every product's ``input_tokens`` times ``f``, rounded to whole tokens (at least one); a
+    request mix's buckets each (they, not the mean, are what a mix is planned from)."""
+    def change(p: Product) -> dict[str, Any]:
+        update: dict[str, Any] = {"input_tokens": max(1, round(p.input_tokens * f))}
+        if p.requests:
+            update["requests"] = [b.model_copy(update={"input_tokens": max(1, round(b.input_tokens * f))})
+                                  for b in p.requests]
+        return update
+
+    return _products(scenario, change)
 
 
 def gpu_price(scenario: Scenario, catalog: Catalog, f: float) -> Scenario:
@@ -124,9 +133,9 @@ class Replanner:
             except InputError:
                 prob, _, planned = build_problem(scenario, self.catalog, preset, self.folder, memo=self.memo)
             kept = {name: _kept(pd, plan) for name, pd in prob.products.items()}
-            empty = [name for name, pd in kept.items() if not pd.candidates and not pd.has_api]
-            if empty:
-                return None, False, f"{empty[0]}: its configuration no longer meets the targets"
+            why = next((w for pd in kept.values() if (w := unserved(pd)) is not None), None)
+            if why is not None:
+                return None, False, why
             gap = max(scenario.options.mip_rel_gap, SENSITIVITY_GAP)
             solved = solve_components(prob.derive(products=kept), [u.request for u in planned],
                                       self.solver, within, gap)  # type: ignore[arg-type]
@@ -147,33 +156,57 @@ class _KeptShapes(CandidateMemo):
         if scenario.limits.allow_pooling:
             return
         for pp in plan.products:
-            c, k = pp.candidate, pp.pool
-            if c is not None:
-                pool = frozenset({(k.gpu, k.tp, k.precision)}) if k is not None else frozenset()
-                self.shapes[pp.product.name] = Shapes(frozenset({(c.gpu, c.tp, c.precision, c.mode)}), pool)
+            shapes = kept_shapes(pp)
+            if shapes is not None:
+                self.shapes[pp.product.name] = shapes
 
-    def generate(self, product: Product, llm: Any, catalog: Catalog, scenario: Scenario, preset: Preset
-                 ) -> CandidateSet:
+    def generate(self, product: Product, llm: Any, catalog: Catalog, scenario: Scenario, preset: Preset,
+                 deadline: Deadline | None = None) -> CandidateSet:
         shapes = self.shapes.get(product.name)
         if shapes is None:
-            return super().generate(product, llm, catalog, scenario, preset)
+            return super().generate(product, llm, catalog, scenario, preset, deadline)
         key = (*candidate_key(product, catalog, scenario, preset), repr(shapes))
         if key not in self.sets:
             self.sets[key] = generate_candidates(product, llm, catalog, scenario.options, preset, shapes=shapes)
         return copied(self.sets[key])
 
 
+def kept_shapes(pp: ProductPlan) -> Shapes | None:
+    """The configuration shapes product plan ``pp`` runs: the shape of each of its decode
+    configurations (every configuration of a request mix, whose buckets may each need another)
+    and of its prefill pool; None when it runs on its API alone."""
+    decode = frozenset((c.gpu, c.tp, c.precision, c.mode) for f in pp.fleets
+                       if isinstance(c := f.part, Candidate))
+    if pp.candidate is None or not decode:
+        return None
+    k = pp.pool
+    return Shapes(decode, frozenset({(k.gpu, k.tp, k.precision)}) if k is not None else frozenset())
+
+
 def _kept(pd: Any, plan: Plan) -> Any:
-    """``pd`` with only the candidates of the configuration shape its product runs in ``plan``
-    (unchanged when the plan has no such product, or runs it on its API alone)."""
+    """``pd`` with only the candidates of the configuration shapes its product runs in ``plan``
+    (:func:`kept_shapes`; unchanged when the plan has no such product, or runs it on its API alone)."""
     pp = next((p for p in plan.products if p.product.name == pd.name), None)
-    if pp is None or pp.candidate is None:
+    shapes = kept_shapes(pp) if pp is not None else None
+    if shapes is None:
         return pd
-    c, k = pp.candidate, pp.pool
-    shape = (c.gpu, c.tp, c.precision, c.mode)
-    pool = tuple(q for q in pd.pool if k is not None and (q.gpu, q.tp, q.precision) == (k.gpu, k.tp, k.precision))
-    return replace(pd, candidates=tuple(x for x in pd.candidates if (x.gpu, x.tp, x.precision, x.mode) == shape),
-                   pool=pool)
+    return replace(pd, candidates=tuple(x for x in pd.candidates if (x.gpu, x.tp, x.precision, x.mode) in shapes.decode),
+                   pool=tuple(q for q in pd.pool if (q.gpu, q.tp, q.precision) in shapes.pool))
+
+
+def unserved(pd: Any) -> str | None:
+    """Why the kept configurations of ``pd`` cannot serve it: a product with neither a
+    configuration nor the API, or a bucket of its request mix with demand that none of them may
+    serve and no API to send it to; None when they can."""
+    if not pd.candidates and not pd.has_api:
+        return f"{pd.name}: its configuration no longer meets the targets"
+    if pd.has_api:
+        return None
+    for b in pd.buckets:
+        if any(d > 0 for d in b.demand_tokens_per_s) and not pd.eligible(b):
+            return (f"{pd.name}: no kept configuration serves its requests of {b.input_tokens:,} input and "
+                    f"{b.output_tokens:,} output tokens any more")
+    return None
 
 
 def scaled_by_gpu_price(plan: Plan, f: float) -> tuple[float, bool, None] | None:

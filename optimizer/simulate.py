@@ -32,6 +32,12 @@ import numpy as np
 
 from fleetplan.optimizer.trace import Trace
 
+# events between progress calls (and early-stop checks)
+PROGRESS_EVENTS = 4096
+# arrivals between early-stop checks as well: a batch that only decodes runs its steps without
+# events, so step events alone can leave a run that must miss going for a long stretch; a check
+# scans every request (tens of microseconds at 20,000), so at most a hundred or so a run
+STOP_ARRIVALS = 256
 StepTime = Callable[[int, float, int], float]  # (decoding sequences, their mean context tokens, prefill tokens) -> s
 
 
@@ -64,7 +70,8 @@ class Fleet:
 
 @dataclass
 class Replica:
-    """One decode replica's state: queued request ids and active ``[id, prompt left, tokens made]``."""
+    """One decode replica's state: queued request ids and active ``[id, prompt left, tokens made,
+    prompt tokens, output tokens]`` (the sizes copied in, so a step reads no array)."""
 
     waiting: deque[int] = field(default_factory=deque)
     active: list[list[int]] = field(default_factory=list)
@@ -103,43 +110,8 @@ def _admit(r: Replica, reqs: Requests, fleet: Fleet) -> None:
     while r.waiting and len(r.active) < fleet.batch:
         i = r.waiting.popleft()
         prompt = max(1, math.ceil(reqs.input_tokens[i] * fleet.uncached_share)) if fleet.prefill_on_decode else 0
-        r.active.append([i, prompt, 0 if fleet.prefill_on_decode else 1])
-
-
-def _plan_step(r: Replica, reqs: Requests, fleet: Fleet) -> tuple[float, list[int]]:
-    """(step time, prompt tokens each active sequence prefills in it) of the replica's next step."""
-    budget, chunks, decoding, context = fleet.chunk_tokens, [], 0, 0.0
-    for seq in r.active:
-        take = min(seq[1], budget)
-        budget -= take
-        chunks.append(take)
-        if seq[1] == 0:
-            decoding += 1
-            context += (reqs.input_tokens[seq[0]] if seq[0] >= 0 else reqs.mean_input_tokens) + seq[2]
-    mean_context = context / decoding if decoding else 0.0
-    return fleet.step_s(decoding, mean_context, fleet.chunk_tokens - budget), chunks
-
-
-def _finish_step(r: Replica, reqs: Requests, chunks: list[int], now: float, out: Timings) -> None:
-    """Apply a finished step: prompts advance, decoding sequences make a token, done ones leave."""
-    keep = []
-    for seq, take in zip(r.active, chunks):
-        i = seq[0]
-        if seq[1] > 0:
-            seq[1] -= take
-            if seq[1] == 0:
-                seq[2] = 1
-                if i >= 0:
-                    out.first_s[i] = now
-        else:
-            seq[2] += 1
-        target = reqs.output_tokens[i] if i >= 0 else -i
-        if seq[1] == 0 and seq[2] >= target:
-            if i >= 0:
-                out.last_s[i] = now
-            continue
-        keep.append(seq)
-    r.active = keep
+        r.active.append([i, prompt, 0 if fleet.prefill_on_decode else 1, int(reqs.input_tokens[i]),
+                         int(reqs.output_tokens[i])])
 
 
 def _warm_start(replicas: list[Replica], rate_per_s: float, reqs: Requests, fleet: Fleet, step_guess_s: float,
@@ -151,14 +123,16 @@ def _warm_start(replicas: list[Replica], rate_per_s: float, reqs: Requests, flee
     for r in replicas:
         for _ in range(min(fleet.batch, int(round(per_replica)))):
             length = max(2, int(round(mean_out)))
-            r.active.append([-length, 0, int(rng.integers(1, length))])
+            r.active.append([-length, 0, int(rng.integers(1, length)), reqs.mean_input_tokens, length])
 
 
 def decode_fleet(reqs: Requests, ready_s: np.ndarray, fleet: Fleet, rate_per_s: float, seed: int = 0,
-                 step_guess_s: float = 0.03, on_progress: Callable[[float], None] | None = None) -> tuple[Timings, float]:
+                 step_guess_s: float = 0.03, on_progress: Callable[[float], None] | None = None,
+                 stop: Callable[[float, Timings], bool] | None = None) -> tuple[Timings, float]:
     """Simulate the decode replicas; request ``i`` reaches them at ``ready_s[i]`` (its arrival,
     or its KV hand-off from a pool). Returns the timings and the replicas' busy share (steps
-    weighted by their share of the batch in use)."""
+    weighted by their share of the batch in use). ``stop(now, timings)``, asked as often as
+    ``on_progress``, ends the run early when true (requests not yet served keep NaN times)."""
     replicas = [Replica() for _ in range(fleet.replicas)]
     _warm_start(replicas, rate_per_s, reqs, fleet, step_guess_s, np.random.Generator(np.random.PCG64(seed)))
     out = Timings(np.full(reqs.count, np.nan), np.full(reqs.count, np.nan))
@@ -171,20 +145,34 @@ def decode_fleet(reqs: Requests, ready_s: np.ndarray, fleet: Fleet, rate_per_s: 
     counter, start, end = len(events), float(np.min(ready_s)) if reqs.count else 0.0, 0.0
     for k, r in enumerate(replicas):
         counter = _start_step(k, r, reqs, fleet, start, events, pending, counter)
+    pop = heapq.heappop
+    arriving = np.append(np.asarray(ready_s, dtype=np.float64)[order], math.inf).tolist()
+    arrived = 0
     while events:
-        now, _, kind, idx = heapq.heappop(events)
-        end = max(end, now)
+        now, _, kind, idx = pop(events)
+        if now > end:
+            end = now
         if kind == 0:
+            arrived += 1
+            if stop is not None and arrived % STOP_ARRIVALS == 0 and stop(now, out):
+                break
             k = min(range(len(replicas)), key=lambda j: (replicas[j].load, j))
             replicas[k].waiting.append(idx)
-        else:
-            k = idx
-            _finish_step(replicas[k], reqs, pending.pop(k), now, out)
-            replicas[k].running = False
-            if on_progress is not None and counter % 4096 == 0:
+            if not replicas[k].running:
+                counter = _start_step(k, replicas[k], reqs, fleet, now, events, pending, counter)
+            continue
+        r = replicas[idx]
+        chunks = _finish_step_admit_plan(r, reqs, fleet, pending.pop(idx), now, out)
+        r.running = False
+        if counter % PROGRESS_EVENTS == 0:
+            if on_progress is not None:
                 on_progress(now)
-        if not replicas[k].running:
-            counter = _start_step(k, replicas[k], reqs, fleet, now, events, pending, counter)
+            if stop is not None and stop(now, out):
+                break
+        if chunks is not None:
+            if not chunks[2]:
+                now, chunks = _coast(r, fleet, now, chunks, arriving[arrived])
+            counter = _run_step(idx, r, fleet, now, chunks, events, pending, counter)
     span = max(end - start, 1e-12)
     return out, sum(r.occupancy_s for r in replicas) / (span * len(replicas))
 
@@ -195,13 +183,132 @@ def _start_step(k: int, r: Replica, reqs: Requests, fleet: Fleet, now: float,
     _admit(r, reqs, fleet)
     if not r.active:
         return counter
-    dt, chunks = _plan_step(r, reqs, fleet)
+    return _run_step(k, r, fleet, now, _chunks(r, fleet), events, pending, counter)
+
+
+# a step's layout: (decoding sequences, their context tokens summed, prompt tokens prefilled in
+# all, prompt tokens each active sequence prefills)
+StepPlan = tuple[int, float, int, list[int]]
+
+
+def _lay_out(seqs: list[list[int]], budget: int, put: Callable[[int], None]) -> tuple[int, int, float]:
+    """Lay ``seqs`` out in a step: prompts take what is left of the chunk ``budget`` first come
+    first served, the others decode a token each; ``put`` gets each one's prompt tokens. Returns
+    the budget left, the decoding sequences and their summed context (whole tokens, so exact)."""
+    decoding, context = 0, 0.0
+    for seq in seqs:
+        left = seq[1]
+        if left:
+            take = left if left < budget else budget
+            budget -= take
+            put(take)
+        else:
+            put(0)
+            decoding += 1
+            context += seq[3] + seq[2]
+    return budget, decoding, context
+
+
+def _chunks(r: Replica, fleet: Fleet) -> StepPlan:
+    """The layout of the replica's next step: prompts take the step's chunk first come first
+    served, the other sequences decode a token each."""
+    chunks: list[int] = []
+    budget, decoding, context = _lay_out(r.active, fleet.chunk_tokens, chunks.append)
+    return decoding, context, fleet.chunk_tokens - budget, chunks
+
+
+def _run_step(k: int, r: Replica, fleet: Fleet, now: float, plan: StepPlan,
+              events: list[tuple[float, int, int, int]], pending: dict[int, list[int]], counter: int) -> int:
+    """Start replica ``k``'s step as ``plan`` lays it out; returns the next event order number."""
+    decoding, context, prefill, chunks = plan
+    dt = fleet.step_s(decoding, context / decoding if decoding else 0.0, prefill)
     r.running = True
     r.busy_s += dt
     r.occupancy_s += dt * len(r.active) / fleet.batch
     pending[k] = chunks
     heapq.heappush(events, (now + dt, counter, 1, k))
     return counter + 1
+
+
+def _coast(r: Replica, fleet: Fleet, now: float, plan: StepPlan, before: float) -> tuple[float, StepPlan]:
+    """Run, without events, the steps of a replica whose batch only decodes that end before
+    ``before`` (the next arrival anywhere: none can join or be routed meanwhile) with no
+    sequence finishing in them; returns when the next step starts and its layout. Each step's
+    time, token and busy share are those its own event would give, in the same order, so the
+    timings are the same; what it saves is the event queue's round trip of every plain step."""
+    decoding, context, prefill, chunks = plan
+    active = r.active
+    if prefill or decoding != len(active):
+        return now, plan
+    room = min(seq[4] - seq[2] for seq in active)  # steps until the first sequence ends (it ends in its own event)
+    # whole prompt sizes (not a warm start's mean) sum exactly, so a step's context is the last
+    # one's plus a token per sequence, and the tokens are added when the run ends
+    whole = all(type(seq[3]) is int for seq in active)
+    step_s, batch, steps = fleet.step_s, fleet.batch, 0
+    while room > 1:
+        dt = step_s(decoding, context / decoding, 0)
+        end = now + dt
+        if end >= before:
+            break
+        r.busy_s += dt
+        r.occupancy_s += dt * decoding / batch
+        if whole:
+            context += decoding
+            steps += 1
+        else:
+            context = 0.0
+            for seq in active:
+                seq[2] += 1
+                context += seq[3] + seq[2]
+        now, room = end, room - 1
+    if steps:
+        for seq in active:
+            seq[2] += steps
+    return now, (decoding, context, 0, chunks)
+
+
+def _finish_step_admit_plan(r: Replica, reqs: Requests, fleet: Fleet, chunks: list[int], now: float,
+                            out: Timings) -> StepPlan | None:
+    """A finished step applied (prompts advance by their chunk, decoding sequences make a token,
+    done ones leave), the queue admitted (:func:`_admit`) and the next step laid out as
+    :func:`_chunks` would, in one pass over the batch (the event loop's hot path: one walk of
+    the batch a step, not two); None when the replica is left with no work."""
+    keep: list[list[int]] = []
+    nxt: list[int] = []
+    add, put = keep.append, nxt.append
+    budget, decoding, context = fleet.chunk_tokens, 0, 0.0
+    first_s, last_s = out.first_s, out.last_s
+    for seq, take in zip(r.active, chunks):
+        if seq[1] > 0:
+            seq[1] -= take
+            left = seq[1]
+            if left:
+                add(seq)
+                take = left if left < budget else budget
+                budget -= take
+                put(take)
+                continue
+            seq[2] = 1
+            if seq[0] >= 0:
+                first_s[seq[0]] = now
+        else:
+            seq[2] += 1
+        if seq[2] >= seq[4]:
+            if seq[0] >= 0:
+                last_s[seq[0]] = now
+            continue
+        add(seq)
+        put(0)
+        decoding += 1
+        context += seq[3] + seq[2]
+    r.active = keep
+    if r.waiting and len(keep) < fleet.batch:
+        admitted = len(keep)
+        _admit(r, reqs, fleet)
+        budget, new_decoding, new_context = _lay_out(keep[admitted:], budget, put)
+        decoding += new_decoding
+        context += new_context
+    return (decoding, context, fleet.chunk_tokens - budget, nxt) if keep else None
 
 
 def percentiles_ms(values_s: np.ndarray) -> dict[str, float | None]:

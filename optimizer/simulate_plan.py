@@ -16,18 +16,25 @@ them are simulated (the first). Targets: a ``max_ttft_ms`` number is checked as 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from fleetplan.catalogs.loader import InputError
 from fleetplan.optimizer.simulate import (
-    Fleet, Requests, StepTime, decode_fleet, fifo_pool, percentiles_ms, poisson_arrivals, tpot_s,
+    Fleet, Requests, StepTime, Timings, decode_fleet, fifo_pool, percentiles_ms, poisson_arrivals, tpot_s,
 )
+from fleetplan.optimizer.synthetic import renewal_gaps
 from fleetplan.optimizer.trace import SECONDS_PER_HOUR, Trace
 
 DEFAULT_REQUESTS = 20_000
+MAX_SIMULATED_REPLICAS = 10_000
+"""Most replicas (decode, a mix's configurations together, or a prefill pool's) one product's
+simulation models in an hour: each holds its own queue and batch (about 1 kB), is built before
+the first event, and every arrival scans them for the least loaded one, so memory and time grow
+with them (a hand-edited 10^12 asked for terabytes); fifty times the most any shipped example
+runs (206)."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,11 @@ class Settings:
     requests: int = DEFAULT_REQUESTS
     seed: int = 0
     trace: Trace | None = None
+    arrival_scv: float | None = None  # of drawn arrivals; None: the product's stated arrival_scv, else 1 (Poisson)
+    give_up: bool = False  # stop a run once it must miss a TTFT target (a search's verdict, not its figures)
+    # step-time models kept across runs that share this dict (a search replaying one plan at
+    # several replica counts computes each step time once); None: each run its own
+    step_times: dict[tuple[Any, ...], StepTime] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -113,13 +125,30 @@ def step_model(llm: Any, gpu: Any, preset: Any, pd: dict[str, Any]) -> StepTime:
     scale = pd["step_time_ms"] / 1e3 / full if pd.get("step_time_ms") else 1.0
     memo: dict[tuple[int, int, int], float] = {}
 
+    log2 = math.log2
+
     def step(b: int, context: float, prefill: int) -> float:
-        key = (b, round(8 * math.log2(max(context, 1.0))), -(-prefill // 64))
-        if key not in memo:
-            memo[key] = raw(b, 2 ** (key[1] / 8) if b else 1.0, key[2] * 64) * scale
-        return memo[key]
+        key = (b, round(8 * log2(context if context > 1.0 else 1.0)), -(-prefill // 64))
+        seconds = memo.get(key)
+        if seconds is None:
+            seconds = memo[key] = raw(b, 2 ** (key[1] / 8) if b else 1.0, key[2] * 64) * scale
+        return seconds
 
     return step
+
+
+def _kept_step_model(llm: Any, gpu: Any, preset: Any, pd: dict[str, Any], settings: Settings) -> StepTime:
+    """:func:`step_model`, taken from ``settings.step_times`` when a run sharing it built it for
+    the same configuration (every field :func:`step_model` reads)."""
+    if settings.step_times is None:
+        return step_model(llm, gpu, preset, pd)
+    prefill = pd.get("prefill") or {}
+    key = (pd["model"], pd["gpu"], preset, prefill.get("mode"), prefill.get("prefix_cache_hit_rate"),
+           *(pd.get(k) for k in ("tp", "pp", "ep", "dp_attention", "precision", "kv_precision", "batch", "step_time_ms",
+                                 "input_tokens", "output_tokens", "step_input_tokens", "step_output_tokens")))
+    if key not in settings.step_times:
+        settings.step_times[key] = step_model(llm, gpu, preset, pd)
+    return settings.step_times[key]
 
 
 def _trace_hour(trace: Trace, hour: int, hours: int) -> np.ndarray:
@@ -134,7 +163,9 @@ def _trace_hour(trace: Trace, hour: int, hours: int) -> np.ndarray:
 
 
 def arrivals(pd: dict[str, Any], load: HourLoad, hours: int, settings: Settings) -> Requests:
-    """The hour's self-hosted requests: from the trace, or a Poisson sample of the product's sizes."""
+    """The hour's self-hosted requests: from the trace, or a sample of the product's sizes
+    arriving at the hour's rate (Poisson, or bursty at ``settings.arrival_scv`` or else the
+    product's stated ``arrival_scv``: :func:`~.synthetic.renewal_gaps`)."""
     rng = np.random.Generator(np.random.PCG64(settings.seed))
     if settings.trace is not None:
         t = settings.trace
@@ -148,7 +179,12 @@ def arrivals(pd: dict[str, Any], load: HourLoad, hours: int, settings: Settings)
     pick = rng.choice(len(buckets), size=n, p=shares / shares.sum())
     tokens_in = np.array([b["input_tokens"] for b in buckets], dtype=np.int64)[pick]
     tokens_out = np.array([b["output_tokens"] for b in buckets], dtype=np.int64)[pick]
-    return Requests(poisson_arrivals(load.qps, n, rng), tokens_in, tokens_out)
+    scv = settings.arrival_scv if settings.arrival_scv is not None else pd.get("arrival_scv") or 1.0
+    if scv == 1.0:
+        times = poisson_arrivals(load.qps, n, rng)
+    else:
+        times = np.cumsum(renewal_gaps(load.qps, n, scv, rng)) if load.qps > 0 else np.zeros(n)
+    return Requests(times, tokens_in, tokens_out)
 
 
 def _chunk_tokens(preset: Any) -> int:
@@ -197,25 +233,51 @@ def analytic_pool_ttft_ms(pd: dict[str, Any], catalog: Any, preset: Any, load: H
 
 
 def _run(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad, reqs: Requests, settings: Settings,
-         on_progress: Any) -> tuple[Any, float]:
-    """One configuration's replicas (``pd``: its fields, ``load.replicas`` of them) serving ``reqs``."""
+         on_progress: Any, product_requests: int | None = None) -> tuple[Any, float]:
+    """One configuration's replicas (``pd``: its fields, ``load.replicas`` of them) serving ``reqs``,
+    part of the product's ``product_requests`` (None: all of them; what a TTFT percentile allows
+    to be late counts over the product's requests, not the configuration's share)."""
     llm, gpu = catalog.model(pd["model"], "model"), catalog.gpu(pd["gpu"], "gpu")
     prefill = pd.get("prefill") or {}
     pooled = prefill.get("mode") == "pool"
     hit = prefill.get("prefix_cache_hit_rate") or 0.0
-    fleet = Fleet(replicas=max(load.replicas, 1), batch=pd["batch"], step_s=step_model(llm, gpu, preset, pd),
+    fleet = Fleet(replicas=max(load.replicas, 1), batch=pd["batch"], step_s=_kept_step_model(llm, gpu, preset, pd, settings),
                   chunk_tokens=_chunk_tokens(preset), prefill_on_decode=not pooled, uncached_share=1.0 - hit)
     ready = _pool_ready_s(llm, catalog, preset, pd, load, reqs) if pooled else reqs.arrival_s
-    timings, busy = decode_fleet(reqs, ready, fleet, load.qps, settings.seed, pd["step_time_ms"] / 1e3, on_progress)
+    stop = _certain_miss(reqs, _ttft_targets_ms(pd), product_requests) if settings.give_up else None
+    if pooled and stop is not None and stop(math.inf, Timings(ready, ready)):
+        return Timings(np.full(reqs.count, np.nan), np.full(reqs.count, np.nan)), 0.0
+    timings, busy = decode_fleet(reqs, ready, fleet, load.qps, settings.seed, pd["step_time_ms"] / 1e3, on_progress,
+                                 None if pooled else stop)
     if pooled:
         timings.first_s[:] = ready
     return timings, busy
+
+
+def _certain_miss(reqs: Requests, targets_ms: dict[str, float], product_requests: int | None = None) -> Any:
+    """``stop(now, timings)``: true once more requests than a TTFT target's percentile allows
+    (of ``product_requests``, the product's requests ``reqs`` are part of; None: ``reqs`` are
+    all) have had no first token for longer than its budget (served late, or still waiting at
+    ``now``): the product's run must miss that target whatever happens after."""
+    from fleetplan.optimizer.scenario import PERCENTILES
+
+    count = reqs.count if product_requests is None else product_requests
+    limits = [(v / 1e3, math.floor((1.0 - PERCENTILES[k]) * count)) for k, v in targets_ms.items()]
+
+    def stop(now: float, timings: Any) -> bool:
+        for budget, allowed in limits:
+            first = np.where(np.isnan(timings.first_s), now, timings.first_s)
+            if int(np.count_nonzero(first - reqs.arrival_s > budget)) > allowed:
+                return True
+        return False
+    return stop
 
 
 def simulate_product(pd: dict[str, Any], catalog: Any, preset: Any, hours: int, settings: Settings,
                      on_progress: Any = None) -> dict[str, Any]:
     """One product's hour simulated: its TTFT and TPOT percentiles against its targets."""
     load = hour_load(pd, settings.hour)
+    _check_size(pd, load)
     reqs = arrivals(pd, load, hours, settings)
     if pd.get("configurations"):
         timings, busy = _run_mix(pd, catalog, preset, load, reqs, settings, on_progress)
@@ -227,6 +289,17 @@ def simulate_product(pd: dict[str, Any], catalog: Any, preset: Any, hours: int, 
     if (pd.get("prefill") or {}).get("mode") == "pool" and not pd.get("configurations"):
         row["analytic_ttft_ms"] = analytic_pool_ttft_ms(pd, catalog, preset, load, reqs)
     return row
+
+
+def _check_size(pd: dict[str, Any], load: HourLoad) -> None:
+    """Refuse an hour with more replicas (decode, a mix's configurations or the pool's) than a
+    simulation models (:data:`MAX_SIMULATED_REPLICAS`)."""
+    decode = (sum(c.get("peak_hour_replicas", c.get("replicas")) or 0 for c in pd["configurations"])
+              if pd.get("configurations") else load.replicas)
+    most = max(decode, load.pool_replicas)
+    if most > MAX_SIMULATED_REPLICAS:
+        raise InputError(f"plan: products[{pd['name']}] runs {most:,} replicas in hour {load.hour}; simulate models "
+                         f"each replica and takes at most {MAX_SIMULATED_REPLICAS:,}")
 
 
 def _configuration_of(pd: dict[str, Any], reqs: Requests, seed: int) -> np.ndarray:
@@ -255,8 +328,6 @@ def _run_mix(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad, reqs
     (``peak_hour_replicas``; ``replicas`` in older plans) serve the
     requests its buckets send it; timings merged, utilisation weighted by replicas."""
 
-    from fleetplan.optimizer.simulate import Timings
-
     peak = hour_load(pd, None).hour
     if load.hour != peak:
         raise InputError(f"--hour: a product planned from a mix has its replicas per configuration at its peak hour "
@@ -274,7 +345,7 @@ def _run_mix(pd: dict[str, Any], catalog: Any, preset: Any, load: HourLoad, reqs
         fields = {**pd, **conf, "prefill": prefill, "input_tokens": max(1, round(float(np.mean(sub.input_tokens)))),
                   "output_tokens": max(1, round(float(np.mean(sub.output_tokens))))}
         part = replace(load, replicas=replicas, qps=load.qps * idx.size / reqs.count)
-        t, b = _run(fields, catalog, preset, part, sub, settings, on_progress)
+        t, b = _run(fields, catalog, preset, part, sub, settings, on_progress, reqs.count)
         out.first_s[idx], out.last_s[idx] = t.first_s, t.last_s
         busy, weight = busy + b * replicas, weight + replicas
     return out, busy / weight if weight else 0.0

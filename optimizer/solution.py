@@ -187,6 +187,12 @@ class ProductPlan:
         h = self.peak_hour
         return sum(self._mix_capacity(f, h) for f in self.mix.fleets)
 
+    def hour_capacity_tokens_per_s(self, h: int) -> float:
+        """Usable decode throughput in hour ``h`` (after headroom), as :attr:`capacity_tokens_per_s`."""
+        if self.mix is None:
+            return self.replicas_in_hour(h) * (self.candidate.usable_tokens_per_s if self.candidate else 0.0)
+        return sum(self._mix_capacity(f, h) for f in self.mix.fleets)
+
     @property
     def peak_hour(self) -> int:
         """The hour of highest demand (the first of equals)."""
@@ -382,6 +388,8 @@ class Plan:
     pooling: dict[str, Any] | None = None
     stopped: list[str] = field(default_factory=list)  # stages cut short by the deadline
     binding_limits: list[dict[str, Any]] = field(default_factory=list)  # see :mod:`.binding`
+    # the replay of a plan from a trace (:mod:`.verify`); None for a plan without a trace
+    verification: dict[str, Any] | None = None
     # where the gap lies when groups were planned product by product (:func:`.components.gap_breakdown`)
     gap_breakdown_usd: dict[str, float] | None = None
     # the solvers' values by column key (not in the plan's JSON): a start for re-plans of variants

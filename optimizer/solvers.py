@@ -5,9 +5,8 @@ Statuses are reported as the solver gives them; only ``optimal`` counts as a pla
 
 from __future__ import annotations
 
+import functools
 import math
-import os
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -273,17 +272,27 @@ def _start_from(h: Any, highspy: Any, values: list[float]) -> None:
 
 
 def _quiet_highs(highspy: Any) -> Any:
-    """A HiGHS instance created with file descriptor 1 muted: its constructor prints a banner."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    null = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(null, 1)
-        return highspy.Highs()
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(null)
+    """A HiGHS instance whose ``output_flag`` is off from its first moment, so it prints nothing.
+
+    ``highspy.Highs()`` prints a banner while it registers its callbacks, before a caller can set
+    any option. A class placed between ``Highs`` and its C++ base in the method resolution order
+    switches the log off right after the C++ object is made, before ``Highs.__init__`` registers
+    them: no file descriptor or stream of the process is touched."""
+    return _silent_highs_class(highspy)()
+
+
+@functools.cache
+def _silent_highs_class(highspy: Any) -> type:
+    """``highspy.Highs`` whose C++ base starts with ``output_flag`` off (see :func:`_quiet_highs`);
+    made once per process."""
+    base = highspy.Highs.__mro__[1]  # the C++ class that Highs wraps
+
+    def __init__(self: Any) -> None:
+        base.__init__(self)
+        self.setOptionValue("output_flag", False)
+
+    silent = type("_SilentBase", (base,), {"__init__": __init__})
+    return type("QuietHighs", (highspy.Highs, silent), {})
 
 
 def _load_highs(lp: LinearProblem, options: SolverOptions) -> Any:

@@ -22,10 +22,18 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from fleetplan.catalogs.files import short
 from fleetplan.catalogs.loader import InputError
 
-# More points than this is a sweep for a cluster scheduler's batch queue, not for one command.
-MAX_POINTS = 100_000
+# A sweep runs at most this many points unless ``--max-points`` allows more: a point is one plan
+# of a second to a minute, so 10,000 points already keep two local workers busy for hours; a
+# grid past it is more often a step typed too small than a sweep meant.
+DEFAULT_MAX_POINTS = 10_000
+# The most ``--max-points`` allows: more points than this is a sweep for a cluster scheduler's
+# batch queue, not for one command (the points and their rows are held in memory).
+MAX_POINTS = 1_000_000
+# A grid's value count is printed in full below this; above it, only its order of magnitude.
+_COUNT_DIGITS = 1e15
 # Numbers are rounded to this many significant digits when a grid is stepped, so 0.1 + 0.2
 # lands on 0.3 and every machine gets the same points.
 GRID_DIGITS = 12
@@ -54,23 +62,38 @@ def _number(text: str) -> Any:
     return t
 
 
-def _grid(flag: str, text: str) -> tuple[float, ...]:
-    """``start:stop:step`` as its values, both ends included."""
+def too_many(what: str, count: float, max_points: int) -> InputError:
+    """The error for ``count`` points (or values) beyond ``max_points``: the count, the limit and
+    how to raise it."""
+    shown = f"{count:,.0f}" if count < _COUNT_DIGITS else f"more than {_COUNT_DIGITS:.0e}"
+    raise_it = (f"give --max-points {math.ceil(count)} to run them" if count <= MAX_POINTS
+                else f"--max-points allows at most {MAX_POINTS:,}")
+    return InputError(f"{what}: {shown} points; a sweep runs at most {max_points:,} ({raise_it}, or take fewer values)")
+
+
+def _grid(flag: str, text: str, max_points: int = DEFAULT_MAX_POINTS) -> tuple[float, ...]:
+    """``start:stop:step`` as its values, both ends included; more than ``max_points`` values
+    are refused before any is made (the count is computed in floating point, so a range such
+    as ``0:1e308:1e-308`` is refused rather than overflowing)."""
     try:
         start, stop, step = (float(x) for x in text.split(":"))
     except ValueError:
-        raise InputError(f"{flag}: a grid is start:stop:step with three numbers (got {text!r})") from None
+        raise InputError(f"{flag}: a grid is start:stop:step with three numbers (got {short(text)!r})") from None
     if step <= 0 or stop < start or not all(map(math.isfinite, (start, stop, step))):
-        raise InputError(f"{flag}: a grid needs a step above 0 and stop >= start (got {text!r})")
+        raise InputError(f"{flag}: a grid needs a step above 0 and stop >= start (got {short(text)!r})")
+    count = (stop - start) / step + 1
+    if not count <= max_points + 1:  # also catches an infinite count (a span over the largest float)
+        raise too_many(flag, count, max_points)
     n = math.floor((stop - start) / step + 1e-9) + 1
-    if n > MAX_POINTS:
-        raise InputError(f"{flag}: {n:,} values; at most {MAX_POINTS:,} (take a larger step)")
+    if n > max_points:
+        raise too_many(flag, n, max_points)
     whole = all(float(x).is_integer() for x in (start, step))
     return tuple(int(start + i * step) if whole else float(f"{start + i * step:.{GRID_DIGITS}g}") for i in range(n))
 
 
-def parse_axis(text: str) -> Axis:
-    """One ``--set PATH=VALUES`` (see the module docstring); bad syntax raises naming the flag."""
+def parse_axis(text: str, max_points: int = DEFAULT_MAX_POINTS) -> Axis:
+    """One ``--set PATH=VALUES`` (see the module docstring); bad syntax, or a grid of more than
+    ``max_points`` values, raises naming the flag."""
     path, sep, values = text.partition("=")
     flag = f"--set {text}"
     if not sep or not path or not values:
@@ -86,7 +109,7 @@ def parse_axis(text: str) -> Axis:
         _check_distribution(flag, name, args)
         return Axis(path.strip(), distribution=name, arguments=args)
     if ":" in values:
-        return Axis(path.strip(), _grid(flag, values))
+        return Axis(path.strip(), _grid(flag, values, max_points))
     return Axis(path.strip(), tuple(_number(v) for v in values.split(",")))
 
 
@@ -104,14 +127,15 @@ def _check_distribution(flag: str, name: str, args: tuple[Any, ...]) -> None:
         raise InputError(f"{flag}: {name}({lo},{hi}): {why}")
 
 
-def grid_points(axes: list[Axis]) -> list[dict[str, Any]]:
-    """Every combination of the axes' values (the last axis varies fastest)."""
+def grid_points(axes: list[Axis], max_points: int = DEFAULT_MAX_POINTS) -> list[dict[str, Any]]:
+    """Every combination of the axes' values (the last axis varies fastest); more than
+    ``max_points`` combinations are refused before any is made."""
     bad = [a.path for a in axes if a.distribution]
     if bad:
         raise InputError(f"--set {bad[0]}: a distribution needs --samples N (or give values: a,b or start:stop:step)")
     n = math.prod(len(a.values) for a in axes)
-    if n > MAX_POINTS:
-        raise InputError(f"--set: {n:,} grid points; at most {MAX_POINTS:,}")
+    if n > max_points:
+        raise too_many("--set", n, max_points)
     return [dict(zip((a.path for a in axes), combo)) for combo in itertools.product(*(a.values for a in axes))]
 
 
@@ -127,10 +151,15 @@ def _draw(rng: Any, a: Axis) -> Any:
     return float(f"{x:.6g}")
 
 
-def sampled_points(axes: list[Axis], samples: int, seed: int) -> list[dict[str, Any]]:
+def sampled_points(axes: list[Axis], samples: int, seed: int,
+                   max_points: int = DEFAULT_MAX_POINTS) -> list[dict[str, Any]]:
     """``samples`` Monte-Carlo points: every axis drawn independently from one generator seeded
-    with ``seed`` (a list of values is drawn from uniformly)."""
+    with ``seed`` (a list of values is drawn from uniformly); more than ``max_points`` samples
+    are refused before any is drawn."""
     import numpy as np
+
+    if samples > max_points:
+        raise too_many("--samples", samples, max_points)
 
     rng = np.random.default_rng(seed)
     return [{a.path: _draw(rng, a) for a in axes} for _ in range(samples)]
@@ -164,7 +193,7 @@ def check_axes(sweep: Sweep, axes: list[Axis]) -> None:
     """Every axis's path names a field of the scenario (raises naming the nearest valid one)."""
     from fleetplan.optimizer.whatif import check_path
 
-    scenario = _loaded(sweep)[0]
+    scenario, folder = _loaded(sweep)[:2]
     seen: set[str] = set()
     for a in axes:
         check_path(scenario, a.path)
@@ -178,13 +207,13 @@ def check_points(sweep: Sweep, points: list[dict[str, Any]]) -> None:
     field and the range), before any point is planned."""
     from fleetplan.optimizer.whatif import apply_edits
 
-    scenario = _loaded(sweep)[0]
+    scenario, folder = _loaded(sweep)[:2]
     seen: set[tuple[Any, ...]] = set()
     for p in points:
         key = tuple(sorted(p.items()))
         if key not in seen:  # draws and grids repeat values; each distinct point is checked once
             seen.add(key)
-            apply_edits(scenario, p)
+            apply_edits(scenario, p, folder=folder)
 
 
 def plan_point(task: tuple[Sweep, int, dict[str, Any]]) -> dict[str, Any]:
@@ -199,7 +228,7 @@ def plan_point(task: tuple[Sweep, int, dict[str, Any]]) -> dict[str, Any]:
     scenario, folder, catalog, preset = _loaded(sweep)
     row: dict[str, Any] = {"point": index, **values}
     try:
-        plan = make_plan(apply_edits(scenario, values), catalog, sweep.solver, False, preset, folder,  # type: ignore[arg-type]
+        plan = make_plan(apply_edits(scenario, values, folder=folder), catalog, sweep.solver, False, preset, folder,  # type: ignore[arg-type]
                          compare_first_come=False)
     except (InputError, SolverError) as exc:
         status = "infeasible" if "infeasible" in str(exc) else "error"

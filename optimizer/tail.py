@@ -17,7 +17,7 @@ from fleetplan.models.queueing import ServiceTime
 from fleetplan.models.ttft import admission_s
 from fleetplan.optimizer.candidates import Candidate, colocated_spread_s
 from fleetplan.optimizer.mix import bucket_product
-from fleetplan.optimizer.percentiles import percentiles_ms
+from fleetplan.optimizer.percentiles import arrival_scv, percentiles_ms
 from fleetplan.optimizer.solution import Fleet, ProductPlan
 
 
@@ -33,7 +33,8 @@ def _pool_row(pp: ProductPlan) -> dict[str, float] | None:
     k = pp.pool
     if k is None or pp.prefill_pool.peak == 0:
         return None
-    return percentiles_ms(k.service_time, pp.pool_peak_utilisation or 0.0, k.transfer_s + k.admission_s)
+    return percentiles_ms(k.service_time, pp.pool_peak_utilisation or 0.0, k.transfer_s + k.admission_s,
+                          arrival_scv(pp.product))
 
 
 def _colocated_rows(pp: ProductPlan, f: Fleet, catalog: Catalog, preset: Preset) -> list[dict[str, float]]:
@@ -45,11 +46,11 @@ def _colocated_rows(pp: ProductPlan, f: Fleet, catalog: Catalog, preset: Preset)
     llm, gpu = catalog.models[pp.product.model], catalog.gpus[c.gpu]
     if pp.mix is None:
         return [percentiles_ms(ServiceTime(colocated_spread_s(pp.product, llm, gpu, c, preset)),
-                               pp.decode_peak_utilisation or 0.0, admission_s(preset))]
+                               pp.decode_peak_utilisation or 0.0, admission_s(preset), arrival_scv(pp.product))]
     load = max((pp.mix_load(f, h) for h in range(len(f.on_demand))), default=0.0)
     served = [b for b in pp.mix.buckets if any(x > 0 for x in pp.mix.serve.get((b.index, c.key), []))]
     return [percentiles_ms(ServiceTime(colocated_spread_s(bucket_product(pp.product, b.index), llm, gpu, c, preset)),
-                           load, admission_s(preset)) for b in served]
+                           load, admission_s(preset), arrival_scv(pp.product)) for b in served]
 
 
 def ttft_percentiles(pp: ProductPlan, catalog: Catalog, preset: Preset, *, always: bool = False

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from fleetplan.catalogs.fields import TOKENS
 from fleetplan.catalogs.loader import InputError, nearest
 
 # The canonical columns and the names the public traces give them.
@@ -53,6 +54,20 @@ SECONDS_PER_MINUTE = 60.0
 HORIZONS = (1, 24, 168)
 # 1970-01-01, day 0 of the epoch, was a Thursday: Monday is 3 days earlier in the week.
 EPOCH_WEEKDAY = 3
+# Largest trace file read: it is read whole (pyarrow, then three float64 columns), so 1 GiB (some
+# 40 million requests of 25 bytes, a week of the busiest public trace) keeps reading within a few
+# GB of memory.
+MAX_TRACE_BYTES = 1 << 30
+# Most requests in one trace: beyond it the columns alone take gigabytes (and the synthetic
+# traces of ``trace generate`` stop at the same count).
+MAX_TRACE_REQUESTS = 100_000_000
+# Longest span from the first to the last request (a year with a leap day): demand is counted per
+# minute of the span (8 bytes a minute, 4 MB a year) and folded onto at most a week; the public
+# traces span days to months, so a longer span is a unit error (milliseconds read as seconds).
+MAX_TRACE_SPAN_S = 366 * 86_400.0
+# Largest timestamp in seconds either side of second 0 (some 3,000 years): beyond it a number is
+# no time of a request, and its whole minutes would not fit the 64-bit integers they are counted in.
+MAX_TIMESTAMP_S = 1e11
 
 
 @dataclass(frozen=True)
@@ -81,6 +96,10 @@ def column_names(path: Path) -> dict[str, str]:
         raise InputError(f"{path}: trace file not found")
     if not path.is_file():
         raise InputError(f"{path}: not a regular file; a trace is a CSV file")
+    size = path.stat().st_size
+    if size > MAX_TRACE_BYTES:
+        raise InputError(f"{path}: {size / 2**30:.1f} GiB; a trace file may hold at most {MAX_TRACE_BYTES / 2**30:.0f} "
+                         "GiB (it is read whole into memory): cut it to the weeks to plan for")
     try:
         with path.open("r", encoding="utf-8-sig", newline="") as f:
             header = f.readline()
@@ -144,10 +163,11 @@ def _seconds(path: Path, column: Any, name: str) -> np.ndarray:
 def _tokens(path: Path, column: Any, name: str) -> np.ndarray:
     """Token counts of one column: whole, non-negative, none missing (the line named otherwise)."""
     values = column.to_numpy(zero_copy_only=False).astype(np.float64)
-    bad = ~np.isfinite(values) | (values < 0) | (values != np.floor(values))
+    bad = ~np.isfinite(values) | (values < 0) | (values > TOKENS.hi) | (values != np.floor(values))
     if bad.any():
         row = int(np.argmax(bad))
-        raise InputError(f"{path}: line {row + 2}: column {name!r} must be a whole number of tokens, 0 or more "
+        raise InputError(f"{path}: line {row + 2}: column {name!r} must be a whole number of tokens from 0 to "
+                         f"{TOKENS.hi:g} ({TOKENS.reason}) "
                          f"(got {'nothing' if not np.isfinite(values[row]) else repr(float(values[row]))})")
     return values.astype(np.int64)
 
@@ -159,10 +179,14 @@ def read_trace(path: Path | str) -> Trace:
     table = _read_table(p, cols)
     if table.num_rows == 0:
         raise InputError(f"{p}: no requests after the header; a trace needs at least one row")
+    if table.num_rows > MAX_TRACE_REQUESTS:
+        raise InputError(f"{p}: {table.num_rows:,} requests; a trace may hold at most {MAX_TRACE_REQUESTS:,}: "
+                         "cut it to the weeks to plan for")
     arrival = _seconds(p, table.column(cols["timestamp"]), cols["timestamp"])
     if np.isnan(arrival).any():
         row = int(np.argmax(np.isnan(arrival)))
         raise InputError(f"{p}: line {row + 2}: column {cols['timestamp']!r} is empty; every request needs a time")
+    _check_times(p, arrival, cols["timestamp"])
     tokens_in = _tokens(p, table.column(cols["input_tokens"]), cols["input_tokens"])
     tokens_out = _tokens(p, table.column(cols["output_tokens"]), cols["output_tokens"])
     keep = (tokens_in > 0) & (tokens_out > 0)
@@ -170,6 +194,22 @@ def read_trace(path: Path | str) -> Trace:
         raise InputError(f"{p}: no request with input and output tokens above 0; a trace needs at least one")
     order = np.argsort(arrival[keep], kind="stable")
     return Trace(arrival[keep][order], tokens_in[keep][order], tokens_out[keep][order])
+
+
+def _check_times(path: Path, arrival: np.ndarray, name: str) -> None:
+    """Arrival seconds within :data:`MAX_TIMESTAMP_S` of second 0 and within
+    :data:`MAX_TRACE_SPAN_S` of each other; otherwise an error naming the line."""
+    far = ~(np.abs(arrival) <= MAX_TIMESTAMP_S)
+    if far.any():
+        row = int(np.argmax(far))
+        raise InputError(f"{path}: line {row + 2}: column {name!r} must be seconds from {-MAX_TIMESTAMP_S:g} to "
+                         f"{MAX_TIMESTAMP_S:g} (some 3,000 years either side of second 0) (got {float(arrival[row])!r})")
+    first, last = int(np.argmin(arrival)), int(np.argmax(arrival))
+    span = float(arrival[last] - arrival[first])
+    if span > MAX_TRACE_SPAN_S:
+        raise InputError(f"{path}: column {name!r}: the requests span {span / 86_400:,.0f} days (line {first + 2} to "
+                         f"line {last + 2}); a trace may span at most {MAX_TRACE_SPAN_S / 86_400:.0f} days (its demand "
+                         "is counted minute by minute): are the timestamps milliseconds? give seconds")
 
 
 def horizon_hours(trace: Trace) -> int:
@@ -224,8 +264,10 @@ def product_fields(path: Path | str, *, buckets: int = DEFAULT_BUCKETS,
                    percentile: float = DEFAULT_PERCENTILE) -> dict[str, Any]:
     """What a product planned from the trace at ``path`` takes from it: ``peak_qps`` (the
     busiest planned hour), ``profile`` (each plan hour as a multiple of it), the mean
-    ``input_tokens`` and ``output_tokens`` and the size mix ``requests``. Read once per file
-    version (path, size and modification time)."""
+    ``input_tokens`` and ``output_tokens``, the size mix ``requests``, each plan hour's arrival
+    variability ``arrivals`` (:func:`.arrival_stats.planned_hour_stats`) and the ``arrival_scv``
+    the product is planned at (its busiest hour's). Read once per file version (path, size and
+    modification time)."""
     p = Path(path)
     try:
         stat = p.stat()
@@ -248,7 +290,16 @@ def _fields(path: str, size: int, mtime_ns: int, buckets: int, percentile: float
         "input_tokens": max(1, round(float(trace.input_tokens.mean()))),
         "output_tokens": max(1, round(float(trace.output_tokens.mean()))),
         "requests": size_histogram(trace, buckets),
+        **_variability(trace, qps),
     }
+
+
+def _variability(trace: Trace, qps: list[float]) -> dict[str, Any]:
+    """``arrivals`` (each plan hour's arrival statistics) and ``arrival_scv`` (the busiest planned hour's)."""
+    from fleetplan.optimizer.arrival_stats import planned_hour_stats, planning_scv
+
+    hours = planned_hour_stats(trace.arrival_s, len(qps))
+    return {"arrival_scv": planning_scv(hours, qps), "arrivals": hours}
 
 
 def resolve_traces(scenario: Any, folder: Path) -> Any:

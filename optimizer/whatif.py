@@ -9,6 +9,7 @@ Owns paths and edits only; it plans nothing (see :mod:`.sweep` and :mod:`.sensit
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from fleetplan.catalogs.loader import InputError, nearest
@@ -61,9 +62,12 @@ def _put(doc: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
     doc[keys[-1]] = value
 
 
-def apply_edits(scenario: Scenario, edits: dict[str, Any], where: str = "--set") -> Scenario:
+def apply_edits(scenario: Scenario, edits: dict[str, Any], where: str = "--set", folder: Path | None = None
+                ) -> Scenario:
     """``scenario`` with every ``path: value`` of ``edits`` applied (paths checked by
-    :func:`check_path`), validated again; an invalid value raises the scenario's one-line error."""
+    :func:`check_path`), validated again; an invalid value raises the scenario's one-line error.
+    ``folder`` is the scenario's own (where its traces and histograms are read; the current one
+    by default)."""
     doc = scenario.model_dump(mode="json", exclude_unset=True)
     for path, value in edits.items():
         parts = check_path(scenario, path, where)
@@ -76,7 +80,7 @@ def apply_edits(scenario: Scenario, edits: dict[str, Any], where: str = "--set")
         else:
             _put(doc, parts, value)
     try:
-        return parse_scenario(doc, where)
+        return parse_scenario(doc, where, folder)
     except ScenarioError as exc:  # "--set.products[chat].peak_qps: ..." reads "--set: products[chat]..."
         raise PathError(str(exc).replace(f"{where}.", f"{where}: ", 1)) from None
 

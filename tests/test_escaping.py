@@ -369,7 +369,7 @@ def test_summary_csv_writes_formulas_as_text_and_numbers_as_numbers():
 
 
 def test_sweep_csv_keeps_negative_numbers_and_quotes_formula_text():
-    from fleetplan.sweep import table_csv
+    from fleetplan.sweep_command import table_csv
 
     text = table_csv([{"point": 0, "x": -1.5, "main_gpu": "=cmd", "error": None},
                       {"point": 1, "x": "+2", "main_gpu": "h100-sxm", "error": "@bad"}],

@@ -184,7 +184,9 @@ def test_options_restrict_the_layout(catalog):
                               "options": {"gpus": ["h100-sxm"], "ep": [16], "dp_attention": [16]}}, "s")
     cs = generate_candidates(product.products[0], catalog.models["deepseek-v3"], catalog, product.options,
                              get_preset("default"))
-    assert cs.candidates and {(c.tp, c.ep, c.dp_attention, c.pp) for c in cs.candidates} == {(1, 16, 16, 1)}
+    # exactly the listed degrees: experts over 16 of the GPUs of a 16-rank stage (up to 64 GPUs)
+    assert cs.candidates and {(c.ep, c.dp_attention, c.pp) for c in cs.candidates} == {(16, 16, 1)}
+    assert {c.tp for c in cs.candidates} <= {1, 2, 4}
 
 
 def test_estimate_flags_and_errors(capsys):

@@ -134,7 +134,7 @@ def test_cli_generate_then_show(tmp_path, capsys):
     capsys.readouterr()
     assert main(["trace", "show", str(out), "--json", "--buckets", "3"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert set(d) == {"peak_qps", "profile", "input_tokens", "output_tokens", "requests"}
+    assert set(d) == {"peak_qps", "profile", "input_tokens", "output_tokens", "requests", "arrival_scv", "arrivals"}
     assert len(d["requests"]) <= 3
 
 

@@ -1,4 +1,4 @@
-"""``fleetplan simulate PLAN.json [--trace FILE.csv | --requests N] [--hour H] [--seed S] [--json]``.
+"""``fleetplan simulate PLAN.json [--trace FILE.csv | --requests N [--arrival-scv X]] [--hour H] [--seed S] [--json]``.
 
 Replays one hour of requests on a plan's replicas (:mod:`fleetplan.optimizer.simulate_plan`)
 and prints the achieved TTFT and TPOT percentiles against the plan's targets, the replicas'
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from fleetplan.catalogs.fields import Range
@@ -22,24 +21,6 @@ REQUESTS = Range(1, 1e7, "requests", "ten million requests take hours in an even
 HOUR = Range(0, 167, "", "a plan has at most 168 hours (0 to 167)", integer=True)
 TIME_LIMIT_S = Range(0, 86400, "seconds", "a day is beyond any interactive command", lo_open=True)
 DEFAULT_TIME_LIMIT_S = 300.0
-
-
-def _read_plan(path: str) -> dict[str, Any]:
-    """The plan document (as ``plan --out`` or ``plan --json`` writes it); needs its products'
-    sizes and targets."""
-    from fleetplan.catalogs.files import read_json
-
-    if Path(path).suffix.lower() in (".yaml", ".yml"):
-        raise InputError(f"{path}: a scenario, not a plan; plan it first with 'fleetplan plan {path} --out plan.json' "
-                         f"and simulate plan.json")
-    plan = read_json(Path(path), "plan", InputError, "")
-    if not isinstance(plan, dict) or not isinstance(plan.get("products"), list):
-        raise InputError(f"{path}: not a plan (no 'products' list); give the JSON of 'fleetplan plan --out'")
-    for p in plan["products"]:
-        if p.get("gpu") and "output_tokens" not in p and not p.get("requests"):
-            raise InputError(f"{path}: products[{p.get('name')}] has no 'output_tokens'; plan it again with this "
-                             f"version of fleetplan")
-    return plan
 
 
 def _progress_hook(progress: Any, deadline: Any, limit: float) -> Any:
@@ -70,14 +51,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from fleetplan.catalogs import load_catalog
     from fleetplan.io import emit, resolve_preset
     from fleetplan.optimizer.deadline import Deadline, Progress
+    from fleetplan.optimizer.plan_file import read_plan
     from fleetplan.optimizer.simulate_plan import Settings, simulate_plan
     from fleetplan.optimizer.trace import read_trace
 
-    plan = _read_plan(args.plan)
     catalog = load_catalog(args.catalog)
+    plan = read_plan(args.plan, catalog)
     preset = resolve_preset(plan.get("preset") or "default", plan.get("calibration"))
     trace = read_trace(args.trace) if args.trace else None
-    settings = Settings(hour=args.hour, requests=args.requests, seed=args.seed, trace=trace)
+    if trace is not None and args.arrival_scv is not None:
+        raise InputError("--arrival-scv: a trace brings its own arrivals; give --trace or --arrival-scv, not both")
+    settings = Settings(hour=args.hour, requests=args.requests, seed=args.seed, trace=trace,
+                        arrival_scv=args.arrival_scv)
     progress = Progress.for_terminal(quiet=args.json)
     deadline = Deadline.after(args.time_limit, progress)
     try:
@@ -97,6 +82,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add ``simulate`` to the CLI's subparsers."""
+    from fleetplan.catalogs import fields as F
     from fleetplan.flags import add_catalog_flag, number_flag
     from fleetplan.optimizer.simulate_plan import DEFAULT_REQUESTS
 
@@ -109,6 +95,9 @@ def register(sub: Any) -> None:
     s.add_argument("--trace", help="request trace CSV (timestamp, input_tokens, output_tokens, or Azure/BurstGPT names)")
     s.add_argument("--requests", type=number_flag(REQUESTS), default=DEFAULT_REQUESTS,
                    help=f"requests to simulate (a trace hour: the first this many; default {DEFAULT_REQUESTS})")
+    s.add_argument("--arrival-scv", type=number_flag(F.ARRIVAL_SCV), default=None,
+                   help="inter-arrival SCV of the drawn requests (default: the product's arrival_scv, else 1: "
+                        "Poisson; above 1: bursts)")
     s.add_argument("--hour", type=number_flag(HOUR), default=None, help="plan hour (default: the peak hour)")
     s.add_argument("--seed", type=number_flag(Range(0, 2**32 - 1, "", "seeds are unsigned 32-bit numbers",
                                                     integer=True)), default=0, help="seed (default 0)")

@@ -106,10 +106,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from fleetplan.cluster import check_reachable
     from fleetplan.optimizer.sweep import OUTPUTS, Sweep, check_axes, check_points, grid_points, parse_axis, sampled_points
 
-    axes = [parse_axis(s) for s in args.set]
+    axes = [parse_axis(s, args.max_points) for s in args.set]
     sweep = Sweep(args.scenario, tuple(args.catalog), args.calibration, args.solver)
     check_axes(sweep, axes)
-    points = sampled_points(axes, args.samples, args.seed) if args.samples else grid_points(axes)
+    points = sampled_points(axes, args.samples, args.seed, args.max_points) if args.samples \
+        else grid_points(axes, args.max_points)
     check_points(sweep, points)
     scenario, folder = load_scenario(args.scenario)
     if args.scheduler:
@@ -117,6 +118,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = _out_dir(args.out)
     inputs = scenario_inputs(args.scenario, scenario, folder, args.catalog, args.calibration)
     paths = [output_in(out, name, "--out", inputs) for name in FILES]
+    print(f"fleetplan: sweep: {len(points):,} points to plan", file=sys.stderr)
     rows = _rows(args, sweep, points)
     columns = ["point", *(a.path for a in axes), *OUTPUTS, "error"]
     write_atomically(paths[0], table_csv(rows, columns))
@@ -134,7 +136,12 @@ def register(sub: Any) -> None:
     """Add ``sweep`` to the CLI's subparsers."""
     from fleetplan.catalogs import fields as F
     from fleetplan.cluster import SCHEDULER_HELP
+    from fleetplan.catalogs.fields import Range
     from fleetplan.flags import CALIBRATION_HELP, add_catalog_flag, add_solver_flag, number_flag
+    from fleetplan.optimizer.sweep import DEFAULT_MAX_POINTS, MAX_POINTS
+
+    MAX_POINTS_FLAG = Range(1, MAX_POINTS, "points", "more plans than this is a batch queue's work, not one command's",
+                            integer=True)
 
     s = sub.add_parser("sweep", help="plan a grid or Monte-Carlo draws of scenario fields",
                        description="Plan the scenario at every point of a grid (--set PATH=start:stop:step or "
@@ -147,6 +154,8 @@ def register(sub: Any) -> None:
     s.add_argument("--samples", type=number_flag(F.SWEEP_SAMPLES), help="Monte-Carlo: this many draws")
     s.add_argument("--seed", type=number_flag(F.SEED), default=0, help="seed of the draws (default 0)")
     s.add_argument("--out", required=True, help="directory for sweep.csv, sweep.parquet and sweep.svg (created if needed)")
+    s.add_argument("--max-points", type=number_flag(MAX_POINTS_FLAG), default=DEFAULT_MAX_POINTS,
+                   help=f"run at most this many points (default {DEFAULT_MAX_POINTS:,}; up to {MAX_POINTS:,})")
     s.add_argument("--jobs", type=number_flag(F.JOBS), default=2, help="local worker processes (default 2)")
     s.add_argument("--scheduler", help=SCHEDULER_HELP)
     add_solver_flag(s)
