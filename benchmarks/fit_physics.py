@@ -73,7 +73,7 @@ SPECULATION = DEFAULT_PHYSICS.benchmark_speculation[0][:4]
 ENGINES = ("atom", "sglang", "trtllm", "vllm")
 # AMD families with their own fitted bandwidth efficiency (MI300X; MI325X and MI355X), the fixed
 # costs per step and layer shared with NVIDIA's; a family no remaining row measures takes the
-# other's, else NVIDIA's
+# bandwidth efficiency the physics gives a family without figures (``Physics.fallback``)
 AMD = ("cdna3", "cdna4")
 # Engine releases with their own share of a wave's prefill before a first token (fitted)
 RELEASES = tuple((e, r) for e, r, _ in DEFAULT_PHYSICS.benchmark_release_shares)
@@ -278,17 +278,16 @@ def unmeasured_engines(x: np.ndarray, rows: list[Measurement]) -> np.ndarray:
 
 
 def unmeasured_families(x: np.ndarray, rows: list[Measurement], catalog: Catalog) -> np.ndarray:
-    """``x`` with the figures of each family of :data:`AMD` that no row of ``rows`` measures set to
-    the other AMD family's where some row measures it, else to NVIDIA's (a fit without its rows
-    cannot know them)."""
+    """``x`` with the bandwidth efficiency of each family of :data:`AMD` that no row of ``rows``
+    measures set to the one the physics gives a GPU family without figures
+    (``DEFAULT_PHYSICS.fallback``): a fit without its rows cannot know it, and a user's new GPU
+    family gets that figure from the shipped physics."""
     names = [name for name, _, _ in PARAMETERS]
     seen = {catalog.gpus[r.gpu].family for r in rows}
     x = x.copy()
     for fam in AMD:
-        if fam in seen:
-            continue
-        other = [f for f in AMD if f in seen]
-        x[names.index(f"bandwidth_{fam}")] = x[names.index(f"bandwidth_{other[0]}" if other else "bandwidth_efficiency")]
+        if fam not in seen:
+            x[names.index(f"bandwidth_{fam}")] = DEFAULT_PHYSICS.fallback.bandwidth_efficiency
     return x
 
 
