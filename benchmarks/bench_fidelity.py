@@ -15,7 +15,7 @@ for the physics, which was fitted on every group; ``--nested SPLITS`` measures c
 the physics has not seen the groups either: physics fitted on half of the groups, calibration on
 a quarter, prediction of the last quarter.
 
-The default preset's physical parameters were fitted on silicon-train.csv
+The default preset's physical parameters were fitted on silicon-train.csv and inferencemax-train.csv
 (``benchmarks/fit_physics.py``); their own leave-groups-out error is printed by
 ``python benchmarks/fit_physics.py --cv``.
 """

@@ -1,6 +1,6 @@
 """Fit the default preset's physical parameters to measured TPOT and TTFT, and cross-validate them.
 
-Usage: python benchmarks/fit_physics.py [MEASUREMENTS.csv] [--cv] [--iterations N]
+Usage: python benchmarks/fit_physics.py [MEASUREMENTS.csv ...] [--cv] [--iterations N] [--fold-iterations N]
 
 The parameters (:data:`PARAMETERS`) are the few the default preset shares across every model
 and GPU: NVIDIA bandwidth efficiency (at most 0.90), per-step, per-layer and per-sequence
@@ -13,9 +13,10 @@ share of a wave's prefill before a request's first token and its fixed latency p
 the share of each prompt vLLM 0.12 benchmark runs served from the prefix cache; the tokens
 TensorRT-LLM 1.2.0rc6.post3's speculative DeepSeek runs accept per step; and the share of a
 wave's prefill before a first token of each engine release in
-``Physics.benchmark_release_shares`` (SGLang 0.5.1). Nothing is per
-model or GPU id. (The shared ``admission_latency_s`` is not fitted: every row names its engine;
-the physics gives the fallback engine the mean of the three.) The loss is robust least squares
+``Physics.benchmark_release_shares`` (SGLang 0.5.1); the bandwidth efficiency of each AMD family
+(:data:`AMD`). Nothing is per model or GPU id. (The fallback engine's share and the shared
+``admission_latency_s`` are not fitted: every row names its engine; they are the fitted engines'
+means.) The loss is robust least squares
 (Huber at 0.25) on the relative error of TPOT
 (predicted/measured - 1, the error the MAPE targets count) plus half the weight on log TTFT,
 over the rows the planner would run, less the rows whose measured TPOT is below their step's
@@ -23,11 +24,21 @@ bandwidth floor (:func:`below_bandwidth_floor`: printed, and scored but not fitt
 the project's own (:func:`fleetplan.models.validation.predict`), so what is fitted is what plans
 use.
 
-``--cv`` refits leaving out one configuration group (model, GPU, engine, TP, precision) at a time
-(warm-started from the full fit) and prints the held-out error by dense / MoE model: the error a
-user sees on a configuration no fit has seen. A release's share that no remaining row measures
-falls back to its engine's share, as it would for a release the fit never saw. It takes a few
-minutes.
+The default files are ``silicon-train.csv`` and ``inferencemax-train.csv``, fitted together.
+
+``--cv`` predicts every row from fits that never saw it, in four ways a user meets an unmeasured
+configuration (:data:`CV_SCHEMES`): leaving out one configuration group (model, GPU, engine, TP,
+precision, EP, attention-DP) at a time; one TP degree of a model x GPU x engine measured at
+several (its every precision); one GPU; one engine. It prints TPOT MAPE and share within 1.5x and
+TTFT share within 1.5x, dense and MoE apart, for each, and the worst of them as the figure of
+record (a group split alone leaks: the configurations users ask about differ from the measured
+ones mostly by TP degree, GPU or engine). A release's share that no remaining row measures falls
+back to its engine's share, and an engine no remaining row measures to the fitted engines' mean,
+as they would for a release or engine the fit never saw. Each fold starts from the full fit; by
+default it takes damped Gauss-Newton steps on the full fit's Jacobian restricted to the fold's
+rows (each step accepted only if it lowers the fold's loss), which keeps a CV run to a few minutes;
+``--fold-iterations N`` instead refits each fold with N full iterations (about 15 s per
+iteration and fold on one core). Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -49,12 +60,21 @@ from fleetplan.models.roofline import model_kind
 from fleetplan.models.validation import error_stats, predict, skip_reason, speculation
 
 HERE = Path(__file__).resolve().parent
-SILICON = HERE.parent.parent / "shared" / "reference" / "measurements" / "silicon-train.csv"
+MEASUREMENTS = HERE.parent.parent / "shared" / "reference" / "measurements"
+SILICON = MEASUREMENTS / "silicon-train.csv"
+INFERENCEMAX = MEASUREMENTS / "inferencemax-train.csv"
+# Damped Gauss-Newton steps per fold on the full fit's Jacobian (the fast path): the fold's loss
+# stops falling after two or three
+FOLD_STEPS = 3
 NVIDIA = ("ampere", "hopper", "blackwell")
 # The speculative runs' rule (engine, release, model id prefix, drafted tokens); its accepted
 # tokens per step are fitted
 SPECULATION = DEFAULT_PHYSICS.benchmark_speculation[0][:4]
-ENGINES = ("sglang", "trtllm", "vllm")
+ENGINES = ("atom", "sglang", "trtllm", "vllm")
+# AMD families with their own fitted bandwidth efficiency (MI300X; MI325X and MI355X), the fixed
+# costs per step and layer shared with NVIDIA's; a family no remaining row measures takes the
+# bandwidth efficiency the physics gives a family without figures (``Physics.fallback``)
+AMD = ("cdna3", "cdna4")
 # Engine releases with their own share of a wave's prefill before a first token (fitted)
 RELEASES = tuple((e, r) for e, r, _ in DEFAULT_PHYSICS.benchmark_release_shares)
 # (name, lower bound, upper bound); engines' shares are appended
@@ -66,7 +86,8 @@ PARAMETERS: tuple[tuple[str, float, float], ...] = (
     ("sequence_overhead_s", 0.0, 2e-4), ("busy_share_exponent", 0.0, 8.0),
     ("comm_bandwidth_efficiency", 0.1, 0.9), ("hit_rate_vllm_0.12", 0.0, 0.98),
     ("accepted_trtllm_1.2.0rc6.post3", 1.0, 1.0 + SPECULATION[3]),
-) + tuple((f"share_{e}", 0.0, 1.0) for e in ENGINES) + tuple((f"admission_{e}", 0.0, 0.5) for e in ENGINES) + tuple(
+) + tuple(
+    (f"bandwidth_{fam}", 0.3, 0.9) for fam in AMD) + tuple((f"share_{e}", 0.0, 1.0) for e in ENGINES) + tuple((f"admission_{e}", 0.0, 0.5) for e in ENGINES) + tuple(
     (f"share_{e}_{r}", 0.0, 1.0) for e, r in RELEASES)
 TTFT_WEIGHT = 0.5
 HUBER = 0.25
@@ -82,6 +103,8 @@ def current() -> np.ndarray:
               p.sequence_overhead_s, p.busy_share_exponent, p.comm_bandwidth_efficiency,
               p.benchmark_hit_rate("vllm", "0.12"),
               p.benchmark_speculative(SPECULATION[0], SPECULATION[1], SPECULATION[2])[1]]
+    for fam in AMD:
+        values += [p.family(fam).bandwidth_efficiency]
     values += [p.engine(e).prefill_before_first_token for e in ENGINES]
     values += [p.engine(e).admission_latency_s or p.admission_latency_s for e in ENGINES]
     values += [p.prefill_before_first_token(e, r) for e, r in RELEASES]
@@ -93,13 +116,18 @@ def preset_of(x: np.ndarray) -> Preset:
     v = dict(zip((name for name, _, _ in PARAMETERS), (float(t) for t in x), strict=True))
     families = tuple(
         FamilyPhysics(f.family, v["bandwidth_efficiency"], v["step_overhead_s"], v["layer_overhead_s"],
-                      v["collective_latency_s"], 0.0) if f.family in NVIDIA else f
+                      v["collective_latency_s"], 0.0) if f.family in NVIDIA
+        else FamilyPhysics(f.family, v[f"bandwidth_{f.family}"], v["step_overhead_s"], v["layer_overhead_s"],
+                           f.collective_latency_s, f.hop_latency_s) if f.family in AMD else f
         for f in DEFAULT_PHYSICS.families
     )
     engines = tuple(EnginePhysics(e, v[f"share_{e}"], DEFAULT_PHYSICS.engine(e).chunk_tokens, v[f"admission_{e}"])
                     for e in ENGINES)
+    fallback = EnginePhysics("any", float(np.mean([v[f"share_{e}"] for e in ENGINES])),
+                             DEFAULT_PHYSICS.engine_fallback.chunk_tokens)
     physics = dataclasses.replace(
-        DEFAULT_PHYSICS, families=families, engines=engines, kv_bandwidth_efficiency=v["kv_bandwidth_efficiency"],
+        DEFAULT_PHYSICS, families=families, engines=engines, engine_fallback=fallback,
+        admission_latency_s=float(np.mean([v[f"admission_{e}"] for e in ENGINES])), kv_bandwidth_efficiency=v["kv_bandwidth_efficiency"],
         moe_small_group_tokens=v["moe_small_group_tokens"],
         weight_only_fp4_dequant_factor=v["weight_only_fp4_dequant_factor"],
         weight_only_fp4_layer_s=v["weight_only_fp4_layer_s"],
@@ -134,10 +162,6 @@ def fit(rows: list[Measurement], catalog: Catalog, x0: np.ndarray, iterations: i
     f: Callable[[np.ndarray], np.ndarray] = lambda x: residuals(x, rows, catalog)  # noqa: E731
     x, r, lam = x0.copy(), f(x0), 1e-2
 
-    def loss(res: np.ndarray) -> float:
-        a = np.abs(res)
-        return float(np.sum(np.where(a <= HUBER, 0.5 * res**2, HUBER * (a - 0.5 * HUBER))))
-
     for _ in range(iterations):
         w = np.where(np.abs(r) <= HUBER, 1.0, HUBER / np.maximum(np.abs(r), 1e-12))
         jac = np.stack([(f(x + e) - r) / e[i] for i, e in enumerate(np.diag(1e-4 * scale))], axis=1)
@@ -145,7 +169,7 @@ def fit(rows: list[Measurement], catalog: Catalog, x0: np.ndarray, iterations: i
         for _ in range(8):
             cand = np.clip(x + np.linalg.solve(h + lam * np.diag(np.diag(h) + 1e-12), -g), lo, hi)
             rc = f(cand)
-            if loss(rc) < loss(r):
+            if huber_loss(rc) < huber_loss(r):
                 x, r, lam = cand, rc, lam / 3
                 break
             lam *= 4
@@ -154,15 +178,31 @@ def fit(rows: list[Measurement], catalog: Catalog, x0: np.ndarray, iterations: i
     return x
 
 
-def report(label: str, rows: list[Measurement], preds: list[tuple[float, float]], catalog: Catalog) -> None:
+KINDS = ("all", "dense", "moe")
+
+
+def figures(rows: list[Measurement], preds: list[tuple[float, float] | None], catalog: Catalog,
+            kind: str) -> dict[str, float] | None:
+    """TPOT MAPE, TPOT within 1.5x, TTFT within 1.5x and the row count of ``kind``'s rows that
+    ``preds`` predicts (None entries are rows the scheme does not hold out), or None if none."""
+    pick = [i for i, r in enumerate(rows) if preds[i] is not None
+            and (kind == "all" or model_kind(catalog.models[r.model]) == kind)]
+    if not pick:
+        return None
+    t = error_stats([rows[i].measured_tpot_ms for i in pick], [preds[i][0] for i in pick])  # type: ignore[index]
+    m = [i for i in pick if rows[i].measured_ttft_ms]
+    f = error_stats([rows[i].measured_ttft_ms or 0.0 for i in m], [preds[i][1] for i in m])  # type: ignore[index]
+    return {"rows": float(t["rows"]), "tpot_mape": float(t["mape"]), "tpot_within": float(t["within_1.5x"]),
+            "ttft_within": float(f.get("within_1.5x", 0.0))}
+
+
+def report(label: str, rows: list[Measurement], preds: list[tuple[float, float] | None], catalog: Catalog) -> None:
     """TPOT MAPE and share within 1.5x, TTFT share within 1.5x, overall and dense / MoE."""
-    for kind in ("all", "dense", "moe"):
-        pick = [i for i, r in enumerate(rows) if kind == "all" or model_kind(catalog.models[r.model]) == kind]
-        t = error_stats([rows[i].measured_tpot_ms for i in pick], [preds[i][0] for i in pick])
-        m = [i for i in pick if rows[i].measured_ttft_ms]
-        f = error_stats([rows[i].measured_ttft_ms or 0.0 for i in m], [preds[i][1] for i in m])
-        print(f"{label:<14} {kind:<6} rows {t['rows']:>4}  TPOT MAPE {t['mape']:6.1%}  within 1.5x "
-              f"{t['within_1.5x']:6.1%}  | TTFT within 1.5x {f.get('within_1.5x', 0.0):6.1%}  MAPE {f.get('mape', 0.0):6.1%}")
+    for kind in KINDS:
+        f = figures(rows, list(preds), catalog, kind)
+        if f is not None:
+            print(f"{label:<16} {kind:<6} rows {f['rows']:>4.0f}  TPOT MAPE {f['tpot_mape']:6.1%}  within 1.5x "
+                  f"{f['tpot_within']:6.1%}  | TTFT within 1.5x {f['ttft_within']:6.1%}")
 
 
 def below_bandwidth_floor(row: Measurement, catalog: Catalog) -> bool:
@@ -187,35 +227,190 @@ def unmeasured_releases(x: np.ndarray, rows: list[Measurement]) -> np.ndarray:
     return x
 
 
+def cv_group(row: Measurement) -> tuple[object, ...]:
+    """A configuration group: what stays fixed across a batch sweep (model, GPU, engine, TP,
+    precision, EP, attention-DP)."""
+    return row.configuration + (row.ep, row.dp_attention)
+
+
+def tp_fold(row: Measurement) -> tuple[object, ...]:
+    """One TP degree of one model x GPU x engine (all its precisions)."""
+    return (row.model, row.gpu, normalize_engine(row.engine) or "", row.tp)
+
+
+# (name, the fold a row belongs to, whether a fold counts): a TP degree counts only where its model x
+# GPU x engine was measured at another TP degree too (else it is the leave-one-group-out case)
+CV_SCHEMES: tuple[tuple[str, Callable[[Measurement], tuple[object, ...]]], ...] = (
+    ("group", cv_group),
+    ("tp", tp_fold),
+    ("gpu", lambda r: (r.gpu,)),
+    ("engine", lambda r: (normalize_engine(r.engine) or "",)),
+)
+
+
+def folds(rows: list[Measurement], scheme: str) -> dict[tuple[object, ...], list[int]]:
+    """The held-out folds of ``scheme`` over ``rows``: fold key -> row indices (the ``tp`` scheme
+    keeps only model x GPU x engine measured at two TP degrees or more)."""
+    key = dict(CV_SCHEMES)[scheme]
+    out: dict[tuple[object, ...], list[int]] = {}
+    for i, r in enumerate(rows):
+        out.setdefault(key(r), []).append(i)
+    if scheme == "tp":
+        tps: dict[tuple[object, ...], set[int]] = {}
+        for k in out:
+            tps.setdefault(k[:3], set()).add(int(k[3]))  # type: ignore[call-overload]
+        out = {k: v for k, v in out.items() if len(tps[k[:3]]) > 1}
+    return dict(sorted(out.items(), key=lambda kv: repr(kv[0])))
+
+
+def unmeasured_engines(x: np.ndarray, rows: list[Measurement]) -> np.ndarray:
+    """``x`` with the share and latency of each engine of :data:`ENGINES` that no row of ``rows``
+    measures set to the mean of the engines' that some row does (as an unknown engine gets)."""
+    names = [name for name, _, _ in PARAMETERS]
+    seen = {normalize_engine(r.engine) for r in rows}
+    known = [e for e in ENGINES if e in seen]
+    x = x.copy()
+    for e in ENGINES:
+        if e not in seen and known:
+            for what in ("share", "admission"):
+                x[names.index(f"{what}_{e}")] = float(np.mean([x[names.index(f"{what}_{k}")] for k in known]))
+    return x
+
+
+def unmeasured_families(x: np.ndarray, rows: list[Measurement], catalog: Catalog) -> np.ndarray:
+    """``x`` with the bandwidth efficiency of each family of :data:`AMD` that no row of ``rows``
+    measures set to the one the physics gives a GPU family without figures
+    (``DEFAULT_PHYSICS.fallback``): a fit without its rows cannot know it, and a user's new GPU
+    family gets that figure from the shipped physics."""
+    names = [name for name, _, _ in PARAMETERS]
+    seen = {catalog.gpus[r.gpu].family for r in rows}
+    x = x.copy()
+    for fam in AMD:
+        if fam not in seen:
+            x[names.index(f"bandwidth_{fam}")] = DEFAULT_PHYSICS.fallback.bandwidth_efficiency
+    return x
+
+
+def residual_rows(rows: list[Measurement]) -> np.ndarray:
+    """The row index of every element of :func:`residuals`' vector (TPOT first, then TTFT)."""
+    return np.array(list(range(len(rows))) + [i for i, r in enumerate(rows) if r.measured_ttft_ms])
+
+
+def jacobian(x: np.ndarray, rows: list[Measurement], catalog: Catalog) -> tuple[np.ndarray, np.ndarray]:
+    """(residuals at ``x``, their forward-difference Jacobian), as :func:`fit` takes them."""
+    r = residuals(x, rows, catalog)
+    scale = np.maximum(np.abs(x), 1e-3)
+    return r, np.stack([(residuals(x + e, rows, catalog) - r) / e[i]
+                        for i, e in enumerate(np.diag(1e-4 * scale))], axis=1)
+
+
+def huber_loss(res: np.ndarray) -> float:
+    """The fit's robust loss of residuals ``res``."""
+    a = np.abs(res)
+    return float(np.sum(np.where(a <= HUBER, 0.5 * res**2, HUBER * (a - 0.5 * HUBER))))
+
+
+def fold_fit(x: np.ndarray, r: np.ndarray, jac: np.ndarray, train: list[Measurement], mask: np.ndarray,
+             catalog: Catalog) -> np.ndarray:
+    """The fast path: damped Gauss-Newton steps from the full fit ``x`` on its Jacobian ``jac``
+    restricted to the training rows' residuals (``mask``), each kept only where it lowers the
+    training rows' loss, recomputed at the step."""
+    lo = np.array([b for _, b, _ in PARAMETERS])
+    hi = np.array([b for _, _, b in PARAMETERS])
+    j, res, lam = jac[mask], r[mask], 1e-2
+    for _ in range(FOLD_STEPS):
+        w = np.where(np.abs(res) <= HUBER, 1.0, HUBER / np.maximum(np.abs(res), 1e-12))
+        h, g = j.T @ (j * w[:, None]), j.T @ (w * res)
+        for _ in range(4):
+            cand = np.clip(x + np.linalg.solve(h + lam * np.diag(np.diag(h) + 1e-12), -g), lo, hi)
+            rc = residuals(cand, train, catalog)
+            if huber_loss(rc) < huber_loss(res):
+                x, res, lam = cand, rc, lam / 3
+                break
+            lam *= 4
+        else:
+            break
+    return x
+
+
 def held_out(rows: list[Measurement], fitted_rows: list[Measurement], catalog: Catalog, x: np.ndarray,
-             iterations: int) -> list[tuple[float, float]]:
-    """(TPOT, TTFT) of every row predicted by a fit on the other configuration groups' ``fitted_rows``."""
-    held: list[tuple[float, float]] = [(0.0, 0.0)] * len(rows)
-    for g in sorted({r.configuration for r in rows}, key=repr):
-        train = [r for r in fitted_rows if r.configuration != g]
-        preset = preset_of(unmeasured_releases(fit(train, catalog, x, max(3, iterations // 5)), train))
-        for i, r in enumerate(rows):
-            if r.configuration == g:
-                p = predict(r, catalog, preset)
-                held[i] = (p.predicted_tpot_ms, p.predicted_ttft_ms)
+             scheme: str, fold_iterations: int, full: tuple[np.ndarray, np.ndarray] | None
+             ) -> list[tuple[float, float] | None]:
+    """(TPOT, TTFT) of every row ``scheme`` holds out, predicted by a fit on the other folds'
+    ``fitted_rows`` (None for rows no fold of the scheme holds out). ``full`` is the full fit's
+    (residuals, Jacobian) over ``fitted_rows`` for the fast path; ``fold_iterations`` > 0 refits."""
+    held: list[tuple[float, float] | None] = [None] * len(rows)
+    owner = residual_rows(fitted_rows)
+    all_folds = folds(rows, scheme)
+    for n, (key, members) in enumerate(all_folds.items(), 1):
+        out = {id(rows[i]) for i in members}
+        train = [r for r in fitted_rows if id(r) not in out]
+        if fold_iterations > 0 or full is None:
+            xf = fit(train, catalog, x, max(1, fold_iterations))
+        else:
+            keep = np.array([id(fitted_rows[k]) not in out for k in range(len(fitted_rows))])
+            xf = fold_fit(x, full[0], full[1], train, keep[owner], catalog)
+        preset = preset_of(unmeasured_families(unmeasured_engines(unmeasured_releases(xf, train), train), train, catalog))
+        for i in members:
+            p = predict(rows[i], catalog, preset)
+            held[i] = (p.predicted_tpot_ms, p.predicted_ttft_ms)
+        print(f"  cv {scheme}: fold {n}/{len(all_folds)} {key} ({len(members)} rows)", file=sys.stderr, flush=True)
     return held
+
+
+def by_fold(scheme: str, rows: list[Measurement], preds: list[tuple[float, float] | None]) -> None:
+    """TPOT MAPE and TTFT within 1.5x of each fold of ``scheme`` held out."""
+    for key, members in folds(rows, scheme).items():
+        t = error_stats([rows[i].measured_tpot_ms for i in members], [preds[i][0] for i in members])  # type: ignore[index]
+        f = error_stats([rows[i].measured_ttft_ms or 0.0 for i in members if rows[i].measured_ttft_ms],
+                        [preds[i][1] for i in members if rows[i].measured_ttft_ms])  # type: ignore[index]
+        print(f"  {scheme} {key[0]:<12} rows {len(members):>4}  TPOT MAPE {t['mape']:6.1%}  "
+              f"TTFT within 1.5x {f.get('within_1.5x', 0.0):6.1%}")
+
+
+def figure_of_record(results: dict[str, list[tuple[float, float] | None]], rows: list[Measurement],
+                     catalog: Catalog) -> None:
+    """The worst held-out figure over the schemes, per kind: the highest TPOT MAPE, the lowest
+    TPOT and TTFT shares within 1.5x (each scheme that holds out rows of the kind)."""
+    for kind in KINDS:
+        per = {s: figures(rows, preds, catalog, kind) for s, preds in results.items()}
+        got = {s: f for s, f in per.items() if f is not None}
+        if not got:
+            continue
+        mape = max(got, key=lambda s: got[s]["tpot_mape"])
+        within = min(got, key=lambda s: got[s]["tpot_within"])
+        ttft = min(got, key=lambda s: got[s]["ttft_within"])
+        print(f"{'of record':<16} {kind:<6} TPOT MAPE {got[mape]['tpot_mape']:6.1%} ({mape})  within 1.5x "
+              f"{got[within]['tpot_within']:6.1%} ({within})  | TTFT within 1.5x {got[ttft]['ttft_within']:6.1%} ({ttft})")
+
+
+def load(paths: list[Path], catalog: Catalog) -> list[Measurement]:
+    """The rows of every file that the planner would run."""
+    rows: list[Measurement] = []
+    for path in paths:
+        rows += [r for r in parse_measurements(path.read_text(encoding="utf-8"), path.name)
+                 if skip_reason(r, catalog, DEFAULT) is None]
+    return rows
 
 
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("file", nargs="?", default=str(SILICON))
-    ap.add_argument("--cv", action="store_true", help="also leave each configuration group out in turn")
+    ap.add_argument("files", nargs="*", default=[str(SILICON), str(INFERENCEMAX)])
+    ap.add_argument("--cv", action="store_true", help="also predict each row from fits that left it out, four ways")
     ap.add_argument("--iterations", type=int, default=25)
+    ap.add_argument("--fold-iterations", type=int, default=0,
+                    help="refit each fold with this many full iterations (0: the fast Gauss-Newton path)")
+    ap.add_argument("--schemes", default=",".join(name for name, _ in CV_SCHEMES),
+                    help="the cross-validation schemes to run, comma-separated (group, tp, gpu, engine)")
     args = ap.parse_args(argv)
     catalog = load_catalog()
-    path = Path(args.file)
-    rows = [r for r in parse_measurements(path.read_text(encoding="utf-8"), path.name)
-            if skip_reason(r, catalog, DEFAULT) is None]
+    rows = load([Path(f) for f in args.files], catalog)
     fitted_rows = [r for r in rows if not below_bandwidth_floor(r, catalog)]
     for r in rows:
         if r not in fitted_rows:
             print(f"not fitted (TPOT below the bandwidth floor): {r.model} {r.gpu} {r.engine} tp {r.tp} "
                   f"batch {r.batch} {r.input_tokens:g}/{r.output_tokens:g} tokens, {r.measured_tpot_ms} ms")
+    print(f"fitting {len(PARAMETERS)} parameters to {len(fitted_rows)} rows", file=sys.stderr, flush=True)
     x = fit(fitted_rows, catalog, current(), args.iterations)
     for (name, _, _), value in zip(PARAMETERS, x, strict=True):
         print(f"{name:<32} {value:.4g}")
@@ -224,11 +419,16 @@ def main(argv: list[str]) -> int:
     fitted = [predict(r, catalog, preset_of(x)) for r in rows]
     report("refitted", rows, [(p.predicted_tpot_ms, p.predicted_ttft_ms) for p in fitted], catalog)
     if args.cv:
-        held = held_out(rows, fitted_rows, catalog, x, args.iterations)
-        report("held out", rows, held, catalog)
-        keep = [i for i, r in enumerate(rows) if r in fitted_rows]
-        report("held, floor ok", [rows[i] for i in keep], [held[i] for i in keep], catalog)
+        full = None if args.fold_iterations > 0 else jacobian(x, fitted_rows, catalog)
+        results = {}
+        for scheme in args.schemes.split(","):
+            results[scheme] = held_out(rows, fitted_rows, catalog, x, scheme, args.fold_iterations, full)
+            report(f"held out {scheme}", rows, results[scheme], catalog)
+            if scheme in ("gpu", "engine"):
+                by_fold(scheme, rows, results[scheme])
+        figure_of_record(results, rows, catalog)
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

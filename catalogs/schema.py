@@ -39,6 +39,9 @@ class GPU(Entry):
     vendor: str
     family: str
     memory_bytes: Annotated[float, F.MEMORY_BYTES] = Field(description="HBM capacity")
+    physical_memory_bytes: Annotated[float | None, F.MEMORY_BYTES] = Field(
+        default=None, description="HBM the engines allocate from where the datasheet's capacity is less; "
+        "left out: memory_bytes")
     mem_bandwidth_bytes_per_s: Annotated[float, F.BANDWIDTH_BYTES_PER_S] = Field(description="HBM bandwidth")
     dense_flops_per_s: dict[Precision, Annotated[float, F.FLOPS_PER_S]] = Field(
         description="dense tensor-core rate per precision")
@@ -56,6 +59,12 @@ class GPU(Entry):
         if "bf16" not in self.dense_flops_per_s:
             raise ValueError("dense_flops_per_s must give at least bf16")
         return self
+
+    @property
+    def allocatable_memory_bytes(self) -> float:
+        """HBM an engine allocates weights, KV cache and activations from: the physical figure
+        where the catalog gives one, else ``memory_bytes``."""
+        return self.physical_memory_bytes if self.physical_memory_bytes is not None else self.memory_bytes
 
     @property
     def node_gpus(self) -> int:

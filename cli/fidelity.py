@@ -84,26 +84,31 @@ def typed_cells(m: Any) -> dict[str, Any]:
     return d
 
 
-def _validation(args: argparse.Namespace) -> tuple[Path, Any, list[Any], list[Any], dict[str, Any]]:
+def _validation(
+    args: argparse.Namespace,
+) -> tuple[Path, Any, list[Any], list[Any], list[Any], dict[str, Any]]:
     """Every measured row of ``args.file`` predicted: the file, the preset, the predictions, the
-    rows skipped (with why) and the error statistics."""
+    rows skipped (with why), the model errors (measured running but not held by the model; with
+    why) and the error statistics."""
     from fleetplan.catalogs import load_catalog
     from fleetplan.io import resolve_preset
-    from fleetplan.models.validation import predict_all, summarize, ttft_stats
+    from fleetplan.models.validation import MODEL_ERROR, predict_all, summarize, ttft_stats
 
     catalog = load_catalog(args.catalog)
     preset = resolve_preset(args.preset, args.calibration)
     path, rows = _read_measurements(args.file)
     preds, skipped = predict_all(rows, catalog, preset)
+    errors = [(r, why.removeprefix(MODEL_ERROR)) for r, why in skipped if why.startswith(MODEL_ERROR)]
+    skipped = [(r, why) for r, why in skipped if not why.startswith(MODEL_ERROR)]
     summary = summarize([p.row for p in preds], [p.predicted_tpot_ms for p in preds])
     summary["ttft"] = ttft_stats(preds)
-    return path, preset, preds, skipped, summary
+    return path, preset, preds, skipped, errors, summary
 
 
 def validation_document(args: argparse.Namespace) -> dict[str, Any]:
     """``validate --json``'s document: every row with its prediction, the skipped rows and the
     statistics (the command and :func:`fleetplan.api.validate` both give it)."""
-    path, preset, preds, skipped, summary = _validation(args)
+    path, preset, preds, skipped, errors, summary = _validation(args)
     out_rows = []
     for p in preds:
         d: dict[str, Any] = {"line": p.row.line, **typed_cells(p.row)}
@@ -114,6 +119,8 @@ def validation_document(args: argparse.Namespace) -> dict[str, Any]:
         d["prefix_cache_hit_rate"] = p.prefix_cache_hit_rate
         d["draft_tokens"] = p.draft_tokens
         d["accepted_tokens_per_step"] = p.accepted_tokens_per_step
+        d["running_batch"] = p.running_batch
+        d["engine_known"] = p.engine_known
         d["ratio_measured_to_predicted"] = _r(p.ratio)
         d["bound"] = p.estimate.bound
         d["fits"] = p.estimate.fits
@@ -124,7 +131,8 @@ def validation_document(args: argparse.Namespace) -> dict[str, Any]:
         "calibration": preset.calibration,
         "rows": out_rows,
         "skipped": [{"line": r.line, "model": r.model, "gpu": r.gpu, "reason": why} for r, why in skipped],
-        "summary": _stats_json(summary),
+        "model_errors": [{"line": r.line, "model": r.model, "gpu": r.gpu, "reason": why} for r, why in errors],
+        "summary": {**_stats_json(summary), "model_error_rows": len(errors)},
     }
 
 
@@ -135,11 +143,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(dumps(validation_document(args)))
         return 0
-    path, preset, preds, skipped, summary = _validation(args)
+    path, preset, preds, skipped, errors, summary = _validation(args)
     label = preset.name + (f" calibrated by {preset.calibration}" if preset.calibration else "")
-    print(terminal(f"{path.name}: {len(preds)} rows predicted with preset {label}, {len(skipped)} skipped"))
+    queued = sum(1 for p in preds if p.running_batch < p.row.batch)
+    print(terminal(f"{path.name}: {len(preds)} rows predicted with preset {label} ({queued} at the running batch "
+                   f"that fits, the rest of their concurrency queued), {len(skipped)} skipped, {len(errors)} model "
+                   "errors (measured running, but the model cannot hold their weights and one sequence)"))
     for r, why in skipped:
         print(terminal(f"  skipped line {r.line}: {why}"))
+    for r, why in errors:
+        print(terminal(f"  model error line {r.line}: {why}"))
+    unknown = sorted({p.row.engine for p in preds if not p.engine_known})
+    if unknown:
+        print(terminal(f"  note: no fitted figures for engine {', '.join(unknown)}: the engines' mean prefill share "
+                       "and fixed latency used"))
     _print_summary("time per output token (ratio = measured / predicted):", {k: v for k, v in summary.items() if k != "ttft"})
     if summary["ttft"].get("rows"):
         print("time to first token (rows that report it; ratio = measured / predicted):")

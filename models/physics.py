@@ -3,15 +3,15 @@
 Every number the ``default`` preset uses for communication, fixed and per-sequence overheads,
 kernel efficiencies, the paged KV cache, the engines' prefill scheduling and the sequence cap
 lives in :data:`DEFAULT_PHYSICS`, with the reason for its value next to it. The values marked
-*fitted* were fitted once, all together, to 780 of the 784 rows of
-``../shared/reference/measurements/silicon-train.csv`` that the planner would run (41
-configuration groups; robust least squares on the relative error of TPOT and on log TTFT,
-script ``benchmarks/fit_physics.py``), and judged by leaving whole configuration groups out
-(``--cv``); no value is per model, and only the engines' scheduling figures and one engine
-release's prefix-cache share are per engine. The 4 rows left out of the fit report a TPOT
-shorter than reading their step's bytes at the datasheet bandwidth (a gpt-oss-120b row at batch
-512, a Qwen3-32B row and two duplicate DeepSeek-R1 rows): those runs did not hold the batch they
-name. `fleetplan calibrate` fits a scale on top of
+*fitted* were fitted once, all together, to 1,022 of the 1,025 rows of
+``../shared/reference/measurements/silicon-train.csv`` and ``inferencemax-train.csv`` that the
+planner would run (59 configuration groups; robust least squares on the relative error of TPOT
+and on log TTFT, script ``benchmarks/fit_physics.py``), and judged by leaving out configuration
+groups, TP degrees, GPUs and engines (``--cv``); no value is per model, only the engines'
+scheduling figures and one engine release's prefix-cache share are per engine, and only the
+bandwidth efficiency is per AMD family. The 3 rows left out of the fit report a TPOT shorter
+than reading their step's bytes at the datasheet bandwidth (two gpt-oss-120b rows at batch 512
+and a Qwen3-32B row): those runs did not hold the batch they name. `fleetplan calibrate` fits a scale on top of
 these values from the user's own measurements.
 
 Units are SI base units with the unit in the field name (seconds, bytes, bytes/s).
@@ -92,8 +92,11 @@ class Physics:
     prefix, drafted tokens per step, accepted tokens per step) of runs that decode speculatively;
     ``benchmark_release_shares``: (engine, release, share) of releases whose scheduler prefilled
     another share of a benchmark's other prompts before a request's first token than the
-    engine's :attr:`EnginePhysics.prefill_before_first_token`. All three describe how
-    measurements were taken, for ``validate``; the planner uses none of them.
+    engine's :attr:`EnginePhysics.prefill_before_first_token`; ``benchmark_kv_cache``: (engine,
+    weight precisions, KV-cache precision) an engine's runs of quantised checkpoints hold their
+    cache at; ``whole_context_admission``: engines that admit a request only with cache room for
+    its whole context. All five describe how measurements were taken, for ``validate``; the
+    planner uses none of them.
     """
 
     families: tuple[FamilyPhysics, ...]
@@ -116,6 +119,16 @@ class Physics:
     benchmark_prefix_cache: tuple[tuple[str, str, float], ...] = ()
     benchmark_speculation: tuple[tuple[str, str, str, int, float], ...] = ()
     benchmark_release_shares: tuple[tuple[str, str, float], ...] = ()
+    benchmark_kv_cache: tuple[tuple[str, tuple[str, ...], str], ...] = ()
+    whole_context_admission: tuple[str, ...] = ()
+
+    def benchmark_kv_cache_precision(self, engine: str | None, precision: str) -> str | None:
+        """KV-cache precision ``engine`` (normalised) allocates in benchmark runs of ``precision``
+        weights: the :attr:`benchmark_kv_cache` entry that matches, else None (the row's own)."""
+        for name, weights, kv in self.benchmark_kv_cache:
+            if name == engine and precision in weights:
+                return kv
+        return None
 
     def benchmark_hit_rate(self, engine: str | None, version: str) -> float:
         """Share of a closed-loop benchmark's prompt tokens served from the prefix cache in runs
@@ -165,13 +178,13 @@ class Physics:
 
 # Fitted NVIDIA figures (hopper, blackwell; ampere shares them): see the module docstring.
 # Bandwidth efficiency reached 0.90, the bound the fit allows (streaming kernels reach 85-90%
-# of datasheet bandwidth in microbenchmarks); the per-layer cost of 60.8 us (kernel ramp and tail
+# of datasheet bandwidth in microbenchmarks); the per-layer cost of 61.0 us (kernel ramp and tail
 # of a layer's dozen kernels, norms, rotary embedding, routing) and the host's work per sequence
 # (``sequence_overhead_s``; the fixed part per step fitted to zero) explain why small per-GPU
 # shards run far below the roofline; a one-shot all-reduce costs 2 us of latency whatever the
 # TP degree (no per-hop cost; the fit's lower bound, an NVLink round trip and a kernel's
 # launch), its bytes at the link's effective bandwidth on top.
-_NVIDIA = (0.90, 0.0, 60.8e-6, 2.0e-6, 0.0)
+_NVIDIA = (0.90, 0.0, 61.0e-6, 2.0e-6, 0.0)
 
 DEFAULT_PHYSICS = Physics(
     families=(
@@ -182,19 +195,24 @@ DEFAULT_PHYSICS = Physics(
         # collectives run as rings over PCIe with a per-step cost (TP > 1 is outside its
         # scale-up domain anyway); overheads as for the other NVIDIA parts.
         FamilyPhysics("ada", 0.80, 0.38e-3, 64e-6, 15e-6, 5.0e-6),
-        # Not fitted: AMD CDNA3/CDNA4 (MI300X, MI325X, MI355X): ROCm decode kernels sustain ~65%
-        # of the 5.3-8 TB/s datasheet figure; RCCL all-reduce over xGMI has higher fixed latency
-        # and each peer link is only 64 GB/s one way, hence a per-hop latency.
-        FamilyPhysics("cdna3", 0.65, 1.0e-3, 64e-6, 15e-6, 5.0e-6),
-        FamilyPhysics("cdna4", 0.65, 1.0e-3, 64e-6, 15e-6, 5.0e-6),
+        # AMD CDNA3 (MI300X, MI325X) and CDNA4 (MI355X): the bandwidth efficiency fitted per family
+        # on inferencemax-train.csv (MI300X: DeepSeek-R1 FP8 with SGLang at TP 8, 15 rows, 0.619;
+        # MI355X: the same and gpt-oss-120b MXFP4 with ATOM at TP 1, 29 rows, 0.90, the bound);
+        # the fixed costs per step and per layer are NVIDIA's (fitted with their own per-layer cost,
+        # MI300X took 181 us and MI355X 0, each standing in for its engine and model, and with
+        # MI355X left out MoE TPOT within 1.5x fell from 90.3% to 87.2%). Not fitted (no
+        # measurement isolates them): RCCL all-reduce over xGMI has a higher fixed latency and
+        # each peer link is only 64 GB/s one way, hence a per-hop latency.
+        FamilyPhysics("cdna3", 0.619, 0.0, 61.0e-6, 15e-6, 5.0e-6),
+        FamilyPhysics("cdna4", 0.90, 0.0, 61.0e-6, 15e-6, 5.0e-6),
     ),
     # Unknown families (user catalogs) get conservative mid-range figures.
     fallback=FamilyPhysics("other", 0.75, 0.8e-3, 64e-6, 12e-6, 4.0e-6),
     # Fitted (all 780 rows above the bandwidth floor, see the module docstring): the all-reduces of
     # a step that carries prompt tokens move 1-50 MB per call, where NCCL reaches about half of the
     # one-direction link bandwidth (70% only for messages of hundreds of MB), and they share the
-    # GPUs' memory and SMs with the step's GEMMs: 0.462 of the scale-up bandwidth.
-    comm_bandwidth_efficiency=0.462,
+    # GPUs' memory and SMs with the step's GEMMs: 0.426 of the scale-up bandwidth.
+    comm_bandwidth_efficiency=0.426,
     # Activations exchanged by tensor-parallel all-reduces are bf16 whatever the weights.
     activation_bytes=2.0,
     # Megatron-style tensor parallelism: one all-reduce after attention, one after the MLP.
@@ -208,45 +226,48 @@ DEFAULT_PHYSICS = Physics(
     # Fitted, per engine: the share of a wave's other prompts prefilled before a request's first
     # token (the rest lands in its time per output token), and the engine's fixed latency per
     # request (its HTTP server, tokeniser, scheduler and detokeniser). The three engines' current
-    # releases hold about the same share (SGLang 0.117, TensorRT-LLM 0.125, vLLM 0.116); SGLang
-    # has the longest fixed latency (323 ms: small-batch, short-prompt SGLang TTFTs are 260-610 ms
-    # where the prefill is 19-35 ms), TensorRT-LLM 101 ms and vLLM 44 ms (its 1,024-token TTFTs at
+    # releases hold about the same share (SGLang 0.113, TensorRT-LLM 0.110, vLLM 0.098); SGLang
+    # has the longest fixed latency (209 ms: small-batch, short-prompt SGLang TTFTs are 260-610 ms
+    # where the prefill is 19-35 ms), TensorRT-LLM 91 ms and vLLM 30 ms (its 1,024-token TTFTs at
     # batch 4 are 30-137 ms). One latency shared by the three engines (81 ms) left vLLM's short
     # TTFTs 1.5-3x over and SGLang's under; per engine, dense TTFT within 1.5x held out by
     # configuration group rose from 56% to 60-61%. SGLang 0.5.1 held far more of a wave before a
     # first token (``benchmark_release_shares`` below).
+    # AMD's ATOM (gpt-oss-120b on one MI355X, 14 rows of inferencemax-train.csv) prefills almost
+    # none of a wave before a request's first token (0.008) and answers in 34 ms.
     engines=(
-        EnginePhysics("sglang", 0.117, 8192, 0.323),
-        EnginePhysics("trtllm", 0.125, 8192, 0.101),
-        EnginePhysics("vllm", 0.116, 8192, 0.044),
+        EnginePhysics("atom", 0.008, 8192, 0.034),
+        EnginePhysics("sglang", 0.113, 8192, 0.209),
+        EnginePhysics("trtllm", 0.110, 8192, 0.091),
+        EnginePhysics("vllm", 0.098, 8192, 0.030),
     ),
     # An unknown engine (and the planner, which plans no particular one) gets the engines' mean
     # share, and their mean latency from ``admission_latency_s`` below.
-    engine_fallback=EnginePhysics("any", 0.119, 8192),
+    engine_fallback=EnginePhysics("any", 0.082, 8192),
     # Fitted, at the bound the fit allows (1 / 0.90: the datasheet bandwidth): paged attention
     # streams the KV cache at full bandwidth, faster than the weight GEMMs at small batch.
     kv_bandwidth_efficiency=1.11,
     # Fitted: a grouped GEMM whose experts each get few tokens does not stream an expert's weights
-    # at full rate; reading a touched expert costs (1 + 0.792 / tokens per touched expert) times
+    # at full rate; reading a touched expert costs (1 + 0.694 / tokens per touched expert) times
     # its bytes (about 1.8x at one token per expert, nothing once experts get dozens). It was
     # 0.40 while the speculative DeepSeek runs (below) were read as plain steps and pulled it down.
-    moe_small_group_tokens=0.792,
+    moe_small_group_tokens=0.694,
     # Fitted on gpt-oss-120b (MXFP4 weights) on H100/H200, which have no FP4 tensor cores (6
-    # configuration groups, 118 rows): unpacking the weights to bf16 costs a fixed 37.4 us per layer
+    # configuration groups, 118 rows): unpacking the weights to bf16 costs a fixed 36.9 us per layer
     # per step (the MoE kernels' dequantising passes and their launches), not a slower read of
     # the bytes: fitted alone, a read 1.46x slower left gpt-oss on Hopper 1.2-1.7x under at small
     # batches, where a step reads few experts; with the fixed time the read factor fits to 1 (no
     # slowdown) and MoE TPOT MAPE held out by configuration group falls from 23.1% to 20.2%.
     weight_only_fp4_dequant_factor=1.0,
-    weight_only_fp4_layer_s=37.4e-6,
+    weight_only_fp4_layer_s=36.9e-6,
     # Time from a request's arrival to its admission and from its first token to the client
     # (HTTP, tokenisation, scheduling, detokenisation) of an engine without its own figure (the
-    # fallback engine: an unknown one, or the planner's): the mean of the three fitted ones.
-    admission_latency_s=0.156,
+    # fallback engine: an unknown one, or the planner's): the mean of the four fitted ones.
+    admission_latency_s=0.091,
     # Fitted: host work per running sequence per decode step (input preparation, sampling,
-    # detokenisation, the scheduler's bookkeeping): 20.5 us, which no GPU parallelism shortens, so
+    # detokenisation, the scheduler's bookkeeping): 13.9 us, which no GPU parallelism shortens, so
     # TP 8 at batch 128 and more runs well below its roofline.
-    sequence_overhead_s=20.5e-6,
+    sequence_overhead_s=13.9e-6,
     # The prompt tokens a decode step prefills are all-reduced with its decode tokens (one message
     # of batch + prefill tokens per all-reduce), and a prefill's service time pays its own.
     prefill_communication=True,
@@ -255,8 +276,8 @@ DEFAULT_PHYSICS = Physics(
     # is most of the cycle, a wave's first tokens spread over it). Fitted alone with one fixed
     # latency for all engines gamma was 0.46; with each engine's own latency the fit left it
     # nothing (0.01, then 0) while SGLang 0.5.1's runs pulled SGLang's share up to 0.26; with that
-    # release's own share it is 0.383.
-    busy_share_exponent=0.383,
+    # release's own share it is 0.383, and 0.218 fitted with inferencemax-train.csv too.
+    busy_share_exponent=0.218,
     # Fitted on the 20 vLLM 0.12.0 rows of silicon-train (Llama-3.1-8B FP8 on H200 at TP 1, 2, 4;
     # Qwen3-32B FP8 on H100 at TP 2): at 100 output tokens they go through their prompts faster
     # than the GPUs' peak FLOPs allow (Llama-3.1-8B at TP 1, batch 112, 1,000-token prompts: a
@@ -266,29 +287,49 @@ DEFAULT_PHYSICS = Physics(
     # The other vLLM releases measured (0.11.2, 0.15.1, 0.18.0 and the unversioned Llama-3.1-70B
     # runs) and every SGLang and TensorRT-LLM run pay their whole prefill. A measurement file can
     # give each row's share in its own ``prefix_cache_hit_rate`` column instead.
-    benchmark_prefix_cache=(("vllm", "0.12", 0.827),),
+    benchmark_prefix_cache=(("vllm", "0.12", 0.794),),
     # DeepSeek-V3/R1 runs of TensorRT-LLM 1.2.0rc6.post3 decode speculatively with the models'
     # multi-token-prediction (MTP) layer. The same configurations measured with 1.2.0rc6.post2 run
     # 1.3-2.3x slower per token, most at small batch (FP8, 8 B200, batch 4, 1,024/8,192 tokens:
     # 10.1 ms against 4.4 ms) and least at batch 128 (27.0 against 20.5 ms), where the steps turn
     # compute-bound, as speculative decoding predicts (verifying a drafted token costs little
     # while a step reads weights and nearly doubles a compute-bound one). One drafted token (the MTP
-    # layer run once) fits 1.92 accepted tokens per step, what DeepSeek-V3's report gives for its
-    # MTP (85-90% of second tokens accepted; arXiv 2412.19437, sec. 5.4.3); two or three drafted
+    # layer run once) fits 1.86 accepted tokens per step (1.92 on silicon-train.csv alone), what
+    # DeepSeek-V3's report gives for its MTP (85-90% of second tokens accepted; arXiv 2412.19437,
+    # sec. 5.4.3); two or three drafted
     # tokens fit 2.19 and 2.41 with a slightly worse fit. MoE TPOT MAPE held out by configuration
     # group falls from 20.2% to 14.4%. A measurement file can give each row's own
     # ``draft_tokens`` and ``accepted_tokens_per_step`` instead.
-    benchmark_speculation=(("trtllm", "1.2.0rc6.post3", "deepseek", 1, 1.92),),
+    benchmark_speculation=(("trtllm", "1.2.0rc6.post3", "deepseek", 1, 1.86),),
     # SGLang 0.5.1 (Qwen3-32B BF16 on 4 H100s, 1,024-4,096-token prompts, 128-512 output tokens, 27
     # rows: the only 0.5.1 runs of silicon-train) prefilled most of a wave before a request's first
-    # token: fitted 0.617 of the other prompts, five times the 0.117 of SGLang 0.5.6 and 0.5.9.
+    # token: fitted 0.568 of the other prompts, five times the 0.113 of SGLang 0.5.6 and 0.5.9.
     # With SGLang's one share its TPOT was over-predicted on every row (0.76-0.95x) and its TTFT
     # under-predicted (1.3-1.8x at batch 64 and 128), the two errors pointing the same way; and the
     # 0.5.1 rows pulled SGLang's share to 0.26, under-predicting 0.5.6's TPOT at 100 output tokens
     # (1.5-1.7x) and over-predicting its TTFT (2x). Fitted with this rule, held out by configuration
     # group: dense TPOT MAPE 11.4% -> 11.1% (within 1.5x 96.6% -> 97.4%), dense TTFT within 1.5x
     # 61.4% -> 63.6% (all rows 62.5% -> 65.1%), the 0.5.1 rows held out at SGLang's share.
-    benchmark_release_shares=(("sglang", "0.5.1", 0.617),),
+    benchmark_release_shares=(("sglang", "0.5.1", 0.568),),
+    # TensorRT-LLM's quantised checkpoints (FP8, NVFP4) carry an FP8 KV-cache recipe, so its runs
+    # hold twice the sequences of a BF16 cache in the memory left by the weights: read so for the
+    # running batch of a benchmark whose concurrency the cache cannot hold (validate), not for the
+    # bytes a step reads (a step reading FP8 KV was tried and made TPOT worse held out). With the
+    # whole-context admission below it changes the running batch of TensorRT-LLM's rows that the
+    # cache cannot all hold (Llama-3.1-70B FP4 on one B200 at concurrency 128 with 8,192-token
+    # prompts: 88 running, not 46; measured TPOT 62.6 ms and TTFT 22.8 s, a queue, predicted 59.0 ms
+    # and 31.1 s, 35.5 ms and 69 s before). Held out four ways (fit_physics.py --cv), the worst
+    # figures: dense TPOT MAPE 15.2% -> 15.1%, within 1.5x 96.3% -> 96.7%, TTFT within 1.5x 57.9%
+    # -> 58.9%; MoE 18.5% -> 18.3%, 90.3% -> 91.1%, 41.3% -> 41.3%. FP8 without whole-context
+    # admission ran two 1,024/8,192-token rows at a batch their measured TPOT is below the
+    # bandwidth floor of (they queued: 67 s TTFT) and made dense TPOT MAPE held out by engine worse
+    # (15.6%).
+    benchmark_kv_cache=(("trtllm", ("fp8", "fp4"), "fp8"),),
+    # TensorRT-LLM's default capacity scheduler (GUARANTEED_NO_EVICT) admits a request only with
+    # cache blocks for its whole context, prompt and every output token; vLLM and SGLang allocate
+    # blocks as a sequence grows (and preempt when they run out), so their running sequences hold
+    # their prompt and half their output on average.
+    whole_context_admission=("trtllm",),
 )
 
 

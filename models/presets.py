@@ -149,10 +149,10 @@ SEED = Preset(name="seed")
 DEFAULT = Preset(
     name="default",
     # Fitted with the physics (see fleetplan.models.physics): decode GEMMs at small M reach
-    # 46.4% of the dense datasheet rate of the weights' precision, prefill GEMMs at large M 77.6%
-    # (silicon-train.csv, the 780 rows above the bandwidth floor).
-    compute_efficiency=0.464,
-    prefill_compute_efficiency=0.776,
+    # 42.1% of the dense datasheet rate of the weights' precision, prefill GEMMs at large M 69.3%
+    # (silicon-train.csv and inferencemax-train.csv, the 1,022 rows above the bandwidth floor).
+    compute_efficiency=0.421,
+    prefill_compute_efficiency=0.693,
     prefill_attention=True,
     decode_context="average",
     compute_precision="weights",

@@ -9,7 +9,8 @@ For one decode step of a replica (a TP group of ``tp`` GPUs) running ``batch`` s
     step_time    = max(memory_time, compute_time)
     per-user tokens/s = 1 / step_time;  replica tokens/s = B / step_time
 
-Memory check: W + B x KV_seq_held <= tp x memory x usable_memory_fraction.
+Memory check: W_held + B x KV_seq_held <= tp x allocatable memory x usable_memory_fraction (W_held: the
+checkpoint's bytes by tensor class, FP4 block scales included, :func:`~fleetplan.models.memory.held_weight_bytes`).
 
 That is the ``seed`` preset exactly. The ``default`` preset (``composition="kernels"``)
 treats the weight GEMMs and attention as separate kernels and adds the terms of
@@ -38,7 +39,8 @@ from fleetplan.models.communication import parallel_comm_time_s
 from fleetplan.models.interference import prefill_busy_share, share_before_first_token
 from fleetplan.models.interference import prefill_flops_per_step as aggregated_prefill_flops
 from fleetplan.models.prefill import prefill_flops_per_request
-from fleetplan.models.memory import bytes_per_value, kv_bytes_per_sequence, kv_replication_factor, weight_bytes
+from fleetplan.models.memory import (bytes_per_value, held_weight_bytes, kv_bytes_per_sequence, kv_replication_factor,
+                                     usable_memory_bytes, weight_bytes)
 from fleetplan.models.moe import grouped_params_read_per_step, params_read_per_step
 from fleetplan.models.overhead import dequant_time_s, host_time_s, layer_time_s
 from fleetplan.models.presets import CalibrationFactors, Preset, normalize_engine
@@ -302,7 +304,7 @@ def decode_step(
     prefill_flops_per_step += extra
     kv_prec = effective_kv_precision(preset, kv_precision)
     kv_read, kv_held = kv_bytes_read_and_held(llm, preset, tp, kv_prec, input_tokens, output_tokens)
-    w = weight_bytes(llm, precision)
+    w = held_weight_bytes(llm, precision, gpu.vendor)  # held; the bytes a step reads are weight_bytes_read's
     w_read, w_timed = weight_bytes_read(llm, gpu, preset, precision, tokens)
     factors = preset.factors_for(gpu.id, gpu.family, engine, model_kind(llm))
     bandwidth = tp * gpu.mem_bandwidth_bytes_per_s * bandwidth_efficiency(preset, gpu) * factors.bandwidth_scale
@@ -336,7 +338,7 @@ def decode_step(
         step_time_s=step, bound=bound, per_user_tokens_per_s=accepted_tokens_per_step / step,
         replica_tokens_per_s=batch * accepted_tokens_per_step / step,
         memory_needed_bytes=w + batch * kv_held,
-        memory_usable_bytes=tp * gpu.memory_bytes * preset.usable_memory_fraction,
+        memory_usable_bytes=tp * usable_memory_bytes(gpu, preset.usable_memory_fraction),
         kv_precision=kv_prec, compute_precision=compute_precision(preset, gpu, precision), weight_bytes_read=w_read,
         weights_time_s=weights_time, kv_time_s=kv_time, prefill_time_s=prefill_time, comm_time_s=comm,
         overhead_time_s=overhead, batch=batch, batch_cap=cap, ep=ep, prefill_busy_share=busy,

@@ -13,8 +13,12 @@ engine's share of their prompts and its own, prefilled in chunks with decode ste
 plus the admission latency; under static batching all ``batch`` prompts are prefilled first.
 
 Rows the planner would refuse are not predicted but skipped with the reason: an unknown model
-or GPU, an impossible TP or EP degree (beyond the scale-up domain, heads that do not split), or a
-batch whose weights and KV cache do not fit in the replica's usable memory.
+or GPU, or an impossible TP or EP degree (beyond the scale-up domain, heads that do not split).
+A benchmark's concurrency may exceed the sequences whose KV cache fits next to the weights (or the
+engine's cap): the engine then runs the sequences that fit (:func:`running_batch`) and queues the
+rest, so such a row is predicted at that running batch, with the queue in its TTFT. A measured row
+whose weights and one sequence do not fit was run all the same, so it is the model's error
+(:data:`MODEL_ERROR`), listed and counted as one.
 
 Error statistics use the ratio measured / predicted: its median, the share of rows within a
 factor of 1.25, 1.5 and 2 either way, and the mean absolute percentage error
@@ -25,12 +29,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from fleetplan.catalogs.loader import Catalog, nearest
 from fleetplan.models.layout import Layout, layout_problem
 from fleetplan.models.measurements import Measurement
+from fleetplan.models.memory import bytes_per_value
 from fleetplan.models.moe import ep_problem
 from fleetplan.models.parallel import tp_problem
 from fleetplan.models.presets import Preset, normalize_engine
@@ -39,6 +45,8 @@ from fleetplan.models.roofline import StepEstimate, decode_step
 from fleetplan.models.ttft import benchmark_ttft_s, prefill_service_s, ttft_s
 
 WITHIN: tuple[float, ...] = (1.25, 1.5, 2.0)
+# How a skip reason starts when the row ran but the model cannot hold its weights and one sequence
+MODEL_ERROR = "model error: "
 GROUPS: tuple[str, ...] = ("gpu", "tp", "engine", "model")
 
 
@@ -55,6 +63,8 @@ class Prediction:
     prefix_cache_hit_rate: float = 0.0
     draft_tokens: int = 0
     accepted_tokens_per_step: float = 1.0
+    running_batch: int = 0
+    engine_known: bool = True
 
     @property
     def ratio(self) -> float:
@@ -68,8 +78,9 @@ def row_layout(row: Measurement) -> Layout:
 
 
 def skip_reason(row: Measurement, catalog: Catalog, preset: Preset) -> str | None:
-    """Why the planner would not run ``row``'s configuration (unknown model or GPU, impossible
-    TP or EP degree, a batch that does not fit in memory), or None."""
+    """Why ``row`` is not predicted (unknown model or GPU, impossible TP or EP degree; weights and
+    one sequence that do not fit in memory, the model's error, starting :data:`MODEL_ERROR`), or
+    None."""
     if row.model not in catalog.models:
         return f"unknown model {row.model!r}{nearest(row.model, catalog.models)}"
     if row.gpu not in catalog.gpus:
@@ -83,13 +94,52 @@ def skip_reason(row: Measurement, catalog: Catalog, preset: Preset) -> str | Non
         problem = tp_problem(llm, gpu, row.tp) or ep_problem(llm, row.tp, row.ep)
     if problem:
         return problem
-    e = _step(row, catalog, preset, aggregated=False)
-    if not e.fits:
+    if running_batch(row, catalog, preset) < 1:
+        e = _step(dataclasses.replace(row, batch=1), catalog, preset, aggregated=False)
         need, usable = e.memory_needed_bytes / 1e9, e.memory_usable_bytes / 1e9
-        if e.batch_cap is not None and row.batch > e.batch_cap:
-            return f"batch {row.batch} exceeds the engine cap of {e.batch_cap} concurrent sequences"
-        return f"does not fit: batch {row.batch} needs {need:,.0f} GB, {row.tp} x {row.gpu} hold {usable:,.0f} GB usable"
+        return (f"{MODEL_ERROR}the weights and one sequence need {need:,.0f} GB, {row.tp} x {row.gpu} hold "
+                f"{usable:,.0f} GB usable, yet the row was measured running")
     return None
+
+
+def running_batch(row: Measurement, catalog: Catalog, preset: Preset) -> int:
+    """Sequences ``row``'s engine decodes at once: its concurrency, or fewer where their KV cache
+    does not fit next to the weights in usable memory or the engine caps them (the rest queue for
+    a slot); 0 where not even one fits.
+
+    A paged cache allocates a sequence's blocks as it grows, so under continuous batching the
+    running sequences hold on average their prompt and half their output (requests in a closed loop
+    are spread evenly over their decode), not the full context the planner reserves; a static batch
+    holds the full context at its end, and so does an engine that admits a request only with room
+    for its whole context (``Physics.whole_context_admission``). An engine whose quantised checkpoints carry an FP8 cache
+    recipe (:meth:`~fleetplan.models.physics.Physics.benchmark_kv_cache_precision`) holds each
+    sequence at that precision where the row names none."""
+    e = _step(row, catalog, preset, aggregated=False)
+    if e.fits:
+        return row.batch
+    one = _step(dataclasses.replace(row, batch=1), catalog, preset, aggregated=False)
+    if not one.fits:
+        return 0
+    full = row.input_tokens + row.output_tokens
+    held = e.kv_bytes_held_per_sequence
+    engine = normalize_engine(row.engine)
+    if row.batching == "continuous" and (preset.physics is None or engine not in preset.physics.whole_context_admission):
+        held *= (row.input_tokens + 0.5 * row.output_tokens) / full
+    kv = preset.physics.benchmark_kv_cache_precision(engine, row.precision) \
+        if preset.physics is not None and row.kv_precision is None else None
+    if kv is not None:  # the engine's cache precision, against the one the step was held at
+        held *= bytes_per_value(kv) / bytes_per_value(e.kv_precision)
+    free = e.memory_usable_bytes - (e.memory_needed_bytes - row.batch * e.kv_bytes_held_per_sequence)
+    cap = e.batch_cap if e.batch_cap is not None else row.batch
+    return max(1, min(row.batch, cap, math.floor(free / max(held, 1.0))))
+
+
+def engine_known(row: Measurement, preset: Preset) -> bool:
+    """Whether the preset has fitted figures for ``row``'s engine (else the engines' mean share and
+    fixed latency stand in); a preset without physics uses none, so every engine is known to it."""
+    if preset.physics is None:
+        return True
+    return any(e.engine == normalize_engine(row.engine) for e in preset.physics.engines)
 
 
 def prompt_hit_rate(row: Measurement, preset: Preset) -> float:
@@ -128,7 +178,23 @@ def _step(row: Measurement, catalog: Catalog, preset: Preset, aggregated: bool, 
 
 
 def predict(row: Measurement, catalog: Catalog, preset: Preset) -> Prediction:
-    """The preset's TPOT and TTFT for one measured configuration (model and GPU must be known)."""
+    """The preset's TPOT and TTFT for one measured configuration (model and GPU must be known).
+
+    Where the engine runs fewer sequences than the row's concurrency (:func:`running_batch`), TPOT
+    is that of the running batch, and a closed loop of B clients over R slots makes each request
+    queue for ``(B / R - 1)`` request times (Little's law: R slots each serve one request per
+    TTFT + O x TPOT) before its own TTFT at the running batch."""
+    running = running_batch(row, catalog, preset)
+    if 1 <= running < row.batch:
+        p = _predict_running(dataclasses.replace(row, batch=running), catalog, preset)
+        service_ms = p.predicted_ttft_ms + row.output_tokens * p.predicted_tpot_ms
+        queue_ms = (row.batch / running - 1.0) * service_ms if row.batching == "continuous" else 0.0
+        return dataclasses.replace(p, row=row, predicted_ttft_ms=p.predicted_ttft_ms + queue_ms)
+    return _predict_running(row, catalog, preset)
+
+
+def _predict_running(row: Measurement, catalog: Catalog, preset: Preset) -> Prediction:
+    """:func:`predict` for a row whose batch all runs at once."""
     llm, gpu = catalog.models[row.model], catalog.gpus[row.gpu]
     continuous = row.batching == "continuous"
     hits = prompt_hit_rate(row, preset)
@@ -147,7 +213,8 @@ def predict(row: Measurement, catalog: Catalog, preset: Preset) -> Prediction:
     tpot = est.step_time_s / est.accepted_tokens_per_step  # the step over the tokens it gains a sequence
     return Prediction(row=row, estimate=est, predicted_tpot_ms=tpot * 1e3, predicted_ttft_ms=ttft * 1e3,
                       decode_step_time_ms=decode_only.step_time_s * 1e3, prefill_flops_per_request=work,
-                      prefix_cache_hit_rate=hits, draft_tokens=draft, accepted_tokens_per_step=accepted)
+                      prefix_cache_hit_rate=hits, draft_tokens=draft, accepted_tokens_per_step=accepted,
+                      running_batch=row.batch, engine_known=engine_known(row, preset))
 
 
 def predict_all(

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from fleetplan.optimizer.defaults import MAX_STAGE_GPUS
 from fleetplan.catalogs.schema import GPU, LLM
 from fleetplan.models.layout import Layout, layout_problem, pp_imbalance, weights_per_gpu_bytes
-from fleetplan.models.memory import weight_bytes
+from fleetplan.models.memory import held_weight_bytes, usable_memory_bytes
 from fleetplan.models.presets import Preset
 from fleetplan.optimizer.scenario import Options
 
@@ -73,7 +73,7 @@ def replica_layouts(llm: LLM, gpu: GPU, tp: int, precision: str, options: Option
     grow by ranks instead and keep one stage)."""
     listed = options.pp is not None
     pps = sorted(set(options.pp or DEFAULT_PP))
-    usable = gpu.memory_bytes * preset.usable_memory_fraction
+    usable = usable_memory_bytes(gpu, preset.usable_memory_fraction)
     out: list[Layout] = []
     for stage in stage_layouts(llm, tp, options):
         for pp in pps:
@@ -177,8 +177,8 @@ def pool_stages(
 ) -> list[int]:
     """Pipeline stages of a ``tp``-GPU pool replica that hold the weights and one prompt's KV:
     the fewest of ``options.pp`` (or :data:`DEFAULT_PP`) that fit, none if none does."""
-    w = weight_bytes(llm, precision)
+    w = held_weight_bytes(llm, precision, gpu.vendor)
     for pp in sorted(set(options.pp or DEFAULT_PP)):
-        if w + kv_bytes <= tp * pp / pp_imbalance(llm.num_layers, pp) * gpu.memory_bytes * preset.usable_memory_fraction:
+        if w + kv_bytes <= tp * pp / pp_imbalance(llm.num_layers, pp) * usable_memory_bytes(gpu, preset.usable_memory_fraction):
             return [pp]
     return []

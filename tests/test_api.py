@@ -228,6 +228,10 @@ def test_validate_is_the_command_s_json(capsys):
     assert v.to_json() == cli_json(capsys, "validate", str(data), "--json")
     d = v.to_dict()
     assert d["file"] == "public-measurements.csv" and d["preset"] == "default" and len(d["rows"]) > 30
+    # the fidelity keys survive the API: each row's running batch and engine, the model errors counted
+    assert all(1 <= r["running_batch"] <= r["batch"] and r["engine_known"] in (True, False) for r in d["rows"])
+    assert sum(r["running_batch"] < r["batch"] for r in d["rows"]) == 2
+    assert len(d["model_errors"]) == d["summary"]["model_error_rows"]
     with pytest.raises(fleetplan.InputError, match=r"^preset: 'sed' is not one of .*nearest valid choice: seed"):
         fleetplan.validate(data, preset="sed")
 

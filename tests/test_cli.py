@@ -188,8 +188,8 @@ def test_all_alternatives_searches_what_the_default_lists_by_bound(capsys, monke
 
 
 def test_estimate_ttft_pays_the_named_engines_fixed_latency(capsys):
-    """The planner names no engine and pays the engines' mean fixed latency (156 ms); an estimate
-    for vLLM pays vLLM's (44 ms) and for SGLang SGLang's (323 ms), with the same step."""
+    """The planner names no engine and pays the engines' mean fixed latency (91 ms); an estimate
+    for vLLM pays vLLM's (30 ms) and for SGLang SGLang's (209 ms), with the same step."""
     base = [a for a in ESTIMATE if a != "seed"]
     base[base.index("--preset") + 1:base.index("--preset") + 1] = ["default"]
     got = {}
@@ -198,5 +198,5 @@ def test_estimate_ttft_pays_the_named_engines_fixed_latency(capsys):
         assert code == 0
         got[engine] = json.loads(out)
     assert got["vllm"]["step_time_ms"] == pytest.approx(got[None]["step_time_ms"])
-    assert got["vllm"]["ttft_ms"] - got[None]["ttft_ms"] == pytest.approx(44 - 156, abs=0.01)
-    assert got["sglang"]["ttft_ms"] - got[None]["ttft_ms"] == pytest.approx(323 - 156, abs=0.01)
+    assert got["vllm"]["ttft_ms"] - got[None]["ttft_ms"] == pytest.approx(30 - 91, abs=0.01)
+    assert got["sglang"]["ttft_ms"] - got[None]["ttft_ms"] == pytest.approx(209 - 91, abs=0.01)

@@ -76,7 +76,7 @@ def test_estimate_plan_and_validate_agree(capsys, tmp_path, catalog):
     # latency (44 ms) where the planner, which names no engine, pays the engines' mean (156 ms);
     # the benchmark one is validate's
     cand = plan.products[0].candidate
-    assert (admission_s(DEFAULT, "vllm"), admission_s(DEFAULT)) == pytest.approx((0.044, 0.156))
+    assert (admission_s(DEFAULT, "vllm"), admission_s(DEFAULT)) == pytest.approx((0.030, 0.091))
     shift = admission_s(DEFAULT) - admission_s(DEFAULT, "vllm")
     assert est["ttft_ms"] + shift * 1e3 == pytest.approx(cand.ttft_at(0.0) * 1e3, rel=1e-9)
     assert est["benchmark_ttft_ms"] == pytest.approx(row["predicted_ttft_ms"], rel=1e-5)
@@ -96,27 +96,27 @@ def test_benchmark_ttft_hand_value(catalog):
     # the prompt's GEMMs at the prefill efficiency, then its activations all-reduced over TP 2
     comm = parallel_comm_time_s(llm, gpu, DEFAULT.physics, tp=2, ep=1, tokens=prompt / (2 * 70.55e9))
     assert comm > 0.0
-    assert service == pytest.approx(prompt / (2 * 1978.9e12 * 0.776) + comm)
-    ahead = 0.116 * 63
-    steps = 3  # ceil((1 + 7.308) x 2000 / 8192) = ceil(2.03)
+    assert service == pytest.approx(prompt / (2 * 1978.9e12 * 0.693) + comm)
+    ahead = 0.098 * 63
+    steps = 2  # ceil((1 + 6.174) x 2000 / 8192) = ceil(1.75)
     got = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="vLLM 0.11")
-    assert got == pytest.approx(0.044 + (1 + ahead) * service + steps * 0.03)
+    assert got == pytest.approx(0.030 + (1 + ahead) * service + steps * 0.03)
     assert got == pytest.approx(ttft_s(prefill_s=service, requests_ahead=ahead, steps=steps, step_s=0.03,
-                                       utilisation=0.0, admission_s=0.044))
-    # with the fitted busy-share exponent (0.383), where prefill takes 60% of the cycle, 0.4^0.383
+                                       utilisation=0.0, admission_s=0.030))
+    # with the fitted busy-share exponent (0.218), where prefill takes 60% of the cycle, 0.4^0.218
     # of that share is ahead
-    assert DEFAULT.physics.busy_share_exponent == 0.383
+    assert DEFAULT.physics.busy_share_exponent == 0.218
     busy = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="vllm",
                             busy_share=0.6)
-    ahead = 0.116 * 0.4**0.383 * 63  # 5.14
-    assert busy == pytest.approx(0.044 + (1 + ahead) * service + 2 * 0.03) and busy < got
+    ahead = 0.098 * 0.4**0.218 * 63  # 5.06
+    assert busy == pytest.approx(0.030 + (1 + ahead) * service + 2 * 0.03) and busy < got
     # SGLang prefills about as much of the wave first and answers later: longer TTFT
     sglang = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="sglang")
-    assert sglang == pytest.approx(0.323 + (1 + 0.117 * 63) * service + 3 * 0.03) and sglang > got + 0.25
+    assert sglang == pytest.approx(0.209 + (1 + 0.113 * 63) * service + 2 * 0.03) and sglang > got + 0.15
     # SGLang 0.5.1 (its own release share) prefilled most of the wave first; 0.5.10 is another release
     old = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="sglang",
                            engine_version="0.5.1.post1")
-    assert old == pytest.approx(0.323 + (1 + 0.617 * 63) * service + 10 * 0.03)  # ceil(39.87 x 2000 / 8192)
+    assert old == pytest.approx(0.209 + (1 + 0.568 * 63) * service + 9 * 0.03)  # ceil(36.78 x 2000 / 8192)
     for version in ("0.5.10", "0.5.6.post2", ""):
         assert benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000,
                                 engine="sglang", engine_version=version) == pytest.approx(sglang)
@@ -124,7 +124,7 @@ def test_benchmark_ttft_hand_value(catalog):
                             engine_version="0.5.1") == pytest.approx(got)
     # an engine without figures (and the planner) gets the engines' mean
     assert benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000,
-                            engine=None) == pytest.approx(0.156 + (1 + 0.119 * 63) * service + 3 * 0.03)
+                            engine=None) == pytest.approx(0.091 + (1 + 0.082 * 63) * service + 2 * 0.03)
 
 
 def test_validate_skips_what_the_planner_refuses(capsys, tmp_path):
@@ -136,11 +136,34 @@ def test_validate_skips_what_the_planner_refuses(capsys, tmp_path):
     code, out, _ = run(capsys, ["validate", str(f), "--json"])
     d = json.loads(out)
     assert code == 0 and [r["line"] for r in d["rows"]] == [4]
+    assert d["rows"][0]["running_batch"] == 4
     reasons = {s["line"]: s["reason"] for s in d["skipped"]}
-    assert reasons[2].startswith("does not fit: batch 4 needs") and "1 x h200-sxm" in reasons[2]
-    assert "scale-up domain" in reasons[3]
+    assert list(reasons) == [3] and "scale-up domain" in reasons[3]
+    # 235 GB of FP8 weights on one 141 GB H200: measured running, so the model's error, counted as one
+    errors = {s["line"]: s["reason"] for s in d["model_errors"]}
+    assert list(errors) == [2] and errors[2].startswith("the weights and one sequence need 235 GB, 1 x h200-sxm hold 127 GB")
+    assert d["summary"]["model_error_rows"] == 1
     code, out, _ = run(capsys, ["validate", str(f)])
-    assert "skipped line 2: does not fit" in out
+    assert "1 skipped, 1 model errors" in out and "model error line 2: the weights and one sequence" in out
+
+
+def test_validate_runs_the_batch_that_fits_and_queues_the_rest(capsys, tmp_path):
+    """DeepSeek-R1 FP8 (671 GB) on 4 B200 (4 x 192 GB x 0.9 = 691 GB usable) at concurrency 32 with
+    8,192/1,024 tokens: each running sequence holds 8,704 tokens on average, 70,272 B each on each
+    of 4 ranks (the MLA latent is not split) = 2.447 GB, so floor(20.2 / 2.447) = 8 run at once;
+    TPOT is the 8-sequence step's and TTFT queues for 32 / 8 - 1 = 3 request times."""
+    f = tmp_path / "m.csv"
+    f.write_text("model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms\n"
+                 "deepseek-r1,b200,fp8,4,32,8192,1024,sglang,36\n"
+                 "deepseek-r1,b200,fp8,4,8,8192,1024,sglang,15\n")
+    code, out, _ = run(capsys, ["validate", str(f), "--json"])
+    d = json.loads(out)
+    assert code == 0 and d["skipped"] == [] and d["model_errors"] == []
+    queued, at8 = d["rows"]
+    assert (queued["running_batch"], at8["running_batch"]) == (8, 8)
+    assert queued["predicted_tpot_ms"] == at8["predicted_tpot_ms"]
+    service = at8["predicted_ttft_ms"] + 1024 * at8["predicted_tpot_ms"]
+    assert queued["predicted_ttft_ms"] == pytest.approx(at8["predicted_ttft_ms"] + 3 * service, rel=1e-4)
 
 
 def _rows(catalog, lines):
@@ -226,3 +249,37 @@ def test_presets_differ_by_data_not_by_name():
     assert DEFAULT.prefill_attention is True
     assert dataclasses.replace(DEFAULT, factors=(CalibrationFactors(kind="moe", bandwidth_scale=2.0),)).factors_for(
         "b200", "blackwell", None, "dense").bandwidth_scale == 1.0
+
+
+def test_validate_says_when_an_engine_has_no_fitted_figures(capsys, tmp_path):
+    """An engine the physics does not know takes the engines' mean share and latency, and says so;
+    AMD's ATOM is a known engine."""
+    f = tmp_path / "m.csv"
+    f.write_text("model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms,measured_ttft_ms\n"
+                 "llama-3.1-8b,h200-sxm,fp8,1,4,1000,100,lmdeploy,5,60\n"
+                 "llama-3.1-8b,h200-sxm,fp8,1,4,1000,100,vllm,5,60\n"
+                 "gpt-oss-120b,mi355x,fp4,1,4,1024,1024,atom,5,60\n")
+    code, out, _ = run(capsys, ["validate", str(f), "--json"])
+    rows = json.loads(out)["rows"]
+    assert code == 0 and [r["engine_known"] for r in rows] == [False, True, True]
+    fallback = DEFAULT.physics.engine(None)
+    assert DEFAULT.physics.engine("lmdeploy") == fallback
+    shares = [e.prefill_before_first_token for e in DEFAULT.physics.engines]
+    assert fallback.prefill_before_first_token == pytest.approx(sum(shares) / len(shares), abs=1e-3)
+    code, out, _ = run(capsys, ["validate", str(f)])
+    assert "note: no fitted figures for engine lmdeploy: the engines' mean prefill share and fixed latency used" in out
+
+
+def test_tensorrt_llm_holds_quantised_runs_at_an_fp8_cache(capsys, tmp_path):
+    """Llama-3.1-70B NVFP4 (70.55e9 x 4.5 bits = 39.7 GB) on one B200 (172.8 GB usable) at
+    concurrency 128 with 8,192/1,024 tokens: 133.1 GB for sequences. vLLM holds 8,704 tokens on
+    average x 327,680 B = 2.85 GB each in BF16: 46 run; TensorRT-LLM admits a request with room for
+    its whole 9,216 tokens in its FP8 cache, 1.51 GB: 88 run; a row naming a BF16 cache, 3.02 GB: 44."""
+    f = tmp_path / "m.csv"
+    f.write_text("model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms,kv_precision\n"
+                 "llama-3.1-70b,b200,fp4,1,128,8192,1024,vllm,60,\n"
+                 "llama-3.1-70b,b200,fp4,1,128,8192,1024,trtllm,60,\n"
+                 "llama-3.1-70b,b200,fp4,1,128,8192,1024,trtllm,60,bf16\n")  # a row's own cache wins
+    code, out, _ = run(capsys, ["validate", str(f), "--json"])
+    rows = json.loads(out)["rows"]
+    assert code == 0 and [r["running_batch"] for r in rows] == [46, 88, 44]

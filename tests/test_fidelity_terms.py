@@ -41,8 +41,8 @@ def test_alltoall_hand_value():
 def test_tp_comm_per_step_llama70b(catalog):
     llm, gpu = catalog.models["llama-3.1-70b"], catalog.gpus["h100-sxm"]
     # 2 all-reduces x 80 layers of 64 tokens x 8192 x 2 B = 1,048,576 B over 2 GPUs: one-shot
-    # latency 2 us (no per-hop cost on NVLink) + 2 x 1/2 x bytes / (450 GB/s x 0.462)
-    per = 2.0e-6 + 1.0 * 1_048_576 / (450e9 * 0.462)
+    # latency 2 us (no per-hop cost on NVLink) + 2 x 1/2 x bytes / (450 GB/s x 0.426)
+    per = 2.0e-6 + 1.0 * 1_048_576 / (450e9 * 0.426)
     assert parallel_comm_time_s(llm, gpu, DEFAULT_PHYSICS, tp=2, ep=1, tokens=64) == pytest.approx(160 * per)
     assert parallel_comm_time_s(llm, gpu, DEFAULT_PHYSICS, tp=1, ep=1, tokens=64) == 0.0
     assert step(catalog).comm_time_s == pytest.approx(160 * per)
@@ -55,8 +55,8 @@ def test_tp_comm_per_step_llama70b(catalog):
 def test_expert_parallel_comm_replaces_moe_allreduce(catalog):
     llm, gpu = catalog.models["deepseek-v3"], catalog.gpus["h200-sxm"]
     tokens = 32
-    ar = allreduce_time_s(tokens * 7168 * 2, 8, 450e9, 2.0e-6, 0.0, 0.462)
-    a2a = alltoall_time_s(tokens / 8 * 8 * 7168 * 2, 8, 450e9, 2.0e-6, 0.0, 0.462)
+    ar = allreduce_time_s(tokens * 7168 * 2, 8, 450e9, 2.0e-6, 0.0, 0.426)
+    a2a = alltoall_time_s(tokens / 8 * 8 * 7168 * 2, 8, 450e9, 2.0e-6, 0.0, 0.426)
     expected = 61 * ar + 3 * ar + 58 * 2 * a2a  # attention every layer, MLP of 3 dense layers, MoE a2a
     assert parallel_comm_time_s(llm, gpu, DEFAULT_PHYSICS, tp=8, ep=8, tokens=tokens) == pytest.approx(expected)
     assert parallel_comm_time_s(llm, gpu, DEFAULT_PHYSICS, tp=8, ep=1, tokens=tokens) == pytest.approx(122 * ar)
@@ -108,13 +108,17 @@ def test_ep_problem(catalog):
 def test_step_overhead_per_family(catalog):
     llm = catalog.models["llama-3.1-70b"]
     h100, mi300x = catalog.gpus["h100-sxm"], catalog.gpus["mi300x"]
-    assert layer_time_s(llm, h100, DEFAULT_PHYSICS) == pytest.approx(80 * 60.8e-6)
-    assert layer_time_s(llm, mi300x, DEFAULT_PHYSICS) == pytest.approx(80 * 64e-6)
-    # host work: a fixed part per family (fitted to zero on NVIDIA) and 20.5 us per sequence
-    assert host_time_s(h100, DEFAULT_PHYSICS, 64) == pytest.approx(64 * 20.5e-6)
-    assert host_time_s(mi300x, DEFAULT_PHYSICS, 64) == pytest.approx(1.0e-3 + 64 * 20.5e-6)
+    assert layer_time_s(llm, h100, DEFAULT_PHYSICS) == pytest.approx(80 * 61.0e-6)
+    # AMD's fixed costs are NVIDIA's (per-family ones stood in for engine and model); its own
+    # bandwidth efficiency (MI300X 0.619, MI355X 0.90) and xGMI collective latency
+    assert layer_time_s(llm, mi300x, DEFAULT_PHYSICS) == pytest.approx(80 * 61.0e-6)
+    assert DEFAULT_PHYSICS.family("cdna3").bandwidth_efficiency == 0.619
+    assert DEFAULT_PHYSICS.family("cdna3").collective_latency_s > DEFAULT_PHYSICS.family("hopper").collective_latency_s
+    # host work: a fixed part per family (fitted to zero) and 13.9 us per sequence
+    assert host_time_s(h100, DEFAULT_PHYSICS, 64) == pytest.approx(64 * 13.9e-6)
+    assert host_time_s(mi300x, DEFAULT_PHYSICS, 64) == pytest.approx(64 * 13.9e-6)
     assert DEFAULT_PHYSICS.family("unknown-family") is DEFAULT_PHYSICS.fallback
-    assert step(catalog).overhead_time_s == pytest.approx(80 * 60.8e-6 + 64 * 20.5e-6)
+    assert step(catalog).overhead_time_s == pytest.approx(80 * 61.0e-6 + 64 * 13.9e-6)
     # the host's share does not shrink with tensor parallelism
     assert step(catalog, tp=8).overhead_time_s == pytest.approx(step(catalog).overhead_time_s)
 
@@ -156,25 +160,25 @@ def test_prefill_interference_hand_values(catalog):
     assert prefill_flops_per_step(llm, 64, 2000, 400) == pytest.approx(64 / 400 * per_request)
     assert prefill_flops_per_step(llm, 64, 2000, 400, 0.5) == pytest.approx(32 / 400 * per_request)
     plain, agg = step(catalog), step(catalog, aggregated=True)
-    rate = 2 * 1978.9e12 * 0.776  # prefill GEMMs at the prefill efficiency
+    rate = 2 * 1978.9e12 * 0.693  # prefill GEMMs at the prefill efficiency
     # a closed-loop benchmark: the other 63 requests' prompts, less the share the engine prefills
-    # before a request's first token (0.119 for an unnamed engine, 0.117 for SGLang, 0.617 for
-    # SGLang 0.5.1), that share lowered as (1 - rho)^0.383 with the share rho of the cycle spent
+    # before a request's first token (0.082 for an unnamed engine, 0.113 for SGLang, 0.568 for
+    # SGLang 0.5.1), that share lowered as (1 - rho)^0.218 with the share rho of the cycle spent
     # prefilling 64 prompts against 400 steps
-    assert DEFAULT_PHYSICS.busy_share_exponent == 0.383
+    assert DEFAULT_PHYSICS.busy_share_exponent == 0.218
     rho = 64 * per_request / rate / (64 * per_request / rate + 400 * plain.step_time_s)
     assert agg.prefill_busy_share == pytest.approx(rho) and 0.3 < rho < 0.4
-    carried = 1 - 0.119 * (1 - rho) ** 0.383
+    carried = 1 - 0.082 * (1 - rho) ** 0.218
     assert agg.prefill_time_s == pytest.approx(carried * 63 / 400 * per_request / rate)
-    for engine, version, share in (("sglang", "", 0.117), ("sglang", "0.5.1.post1", 0.617), ("sglang", "0.5.10", 0.117),
-                                   ("vllm", "0.5.1", 0.116)):
+    for engine, version, share in (("sglang", "", 0.113), ("sglang", "0.5.1.post1", 0.568), ("sglang", "0.5.10", 0.113),
+                                   ("vllm", "0.5.1", 0.098)):
         got = step(catalog, aggregated=True, engine=engine, engine_version=version)
-        assert got.prefill_time_s == pytest.approx((1 - share * (1 - rho) ** 0.383) * 63 / 400 * per_request / rate)
+        assert got.prefill_time_s == pytest.approx((1 - share * (1 - rho) ** 0.218) * 63 / 400 * per_request / rate)
     # at exponent 0 the share is the engine's whatever the busy share (which is then not computed)
     flat = dataclasses.replace(DEFAULT, physics=dataclasses.replace(DEFAULT_PHYSICS, busy_share_exponent=0.0))
     shared = step(catalog, aggregated=True, preset=flat)
     assert shared.prefill_busy_share == 0.0
-    assert shared.prefill_time_s == pytest.approx((1 - 0.119) * 63 / 400 * per_request / rate)
+    assert shared.prefill_time_s == pytest.approx((1 - 0.082) * 63 / 400 * per_request / rate)
     # the prefilled tokens' activations are all-reduced with the batch's
     tokens = carried * 63 / 400 * per_request / (2 * 70.55e9)
     gpu = catalog.gpus["h100-sxm"]
@@ -196,7 +200,7 @@ def test_busy_share_lowers_the_share_ahead():
     assert share_before_first_token(0.45, 0.5, 0.46) == pytest.approx(0.45 * 0.5**0.46)
     assert share_before_first_token(0.45, 1.0, 0.46) == 0.0
     assert share_before_first_token(0.45, 0.5, 0.0) == 0.45  # exponent 0: the engine's share
-    assert DEFAULT_PHYSICS.busy_share_exponent == 0.383
+    assert DEFAULT_PHYSICS.busy_share_exponent == 0.218
 
 
 # ---------------------------------------------------------------- the seed is untouched
@@ -281,11 +285,41 @@ def test_weight_only_fp4_pays_a_fixed_time_per_layer(catalog):
 
     llm = catalog.models["gpt-oss-120b"]
     h100, b200 = catalog.gpus["h100-sxm"], catalog.gpus["b200"]
-    assert llm.num_layers == 36 and DEFAULT_PHYSICS.weight_only_fp4_layer_s == pytest.approx(37.4e-6)
-    assert dequant_time_s(llm, h100, DEFAULT_PHYSICS, "fp4") == pytest.approx(36 * 37.4e-6)
+    assert llm.num_layers == 36 and DEFAULT_PHYSICS.weight_only_fp4_layer_s == pytest.approx(36.9e-6)
+    assert dequant_time_s(llm, h100, DEFAULT_PHYSICS, "fp4") == pytest.approx(36 * 36.9e-6)
     assert dequant_time_s(llm, b200, DEFAULT_PHYSICS, "fp4") == 0.0
     assert dequant_time_s(llm, h100, DEFAULT_PHYSICS, "fp8") == 0.0
     kw = dict(model="gpt-oss-120b", tp=2, batch=8, input_tokens=1024, output_tokens=1024)
     fp4, fp8 = step(catalog, precision="fp4", **kw), step(catalog, precision="fp8", **kw)
-    assert fp4.overhead_time_s - fp8.overhead_time_s == pytest.approx(36 * 37.4e-6)
+    assert fp4.overhead_time_s - fp8.overhead_time_s == pytest.approx(36 * 36.9e-6)
     assert step(catalog, precision="fp4", preset=SEED, **kw).overhead_time_s == 0.0
+
+
+def test_fp4_checkpoints_hold_their_block_scales_on_the_quantised_experts_only(catalog):
+    """gpt-oss-120b: 36 layers x 128 experts x 3 x 2,880^2 = 114.66e9 expert weights in MXFP4 (4.25
+    bits: 32-element blocks with an 8-bit scale) = 60.91 GB, the other 2.17e9 in BF16 = 4.28 GB:
+    65.19 GB, the model card's 60.8 GiB (65.3 GB), not 116.8e9 x 0.5 = 58.4 GB. DeepSeek-R1 NVFP4 on
+    NVIDIA (4.5 bits: 16-element blocks with an FP8 scale), MXFP4 on AMD; FP8 and BF16 unchanged."""
+    from fleetplan.models.memory import held_weight_bytes, weight_bytes
+
+    cat = catalog
+    oss, r1 = cat.models["gpt-oss-120b"], cat.models["deepseek-r1"]
+    experts = 36 * 128 * 3 * 2880**2
+    assert held_weight_bytes(oss, "fp4") == pytest.approx(experts * 4.25 / 8 + (116.8e9 - experts) * 2)
+    assert held_weight_bytes(oss, "fp4") / 1e9 == pytest.approx(65.19, abs=0.01)
+    r1_experts = 58 * 256 * 3 * 7168 * 2048
+    assert held_weight_bytes(r1, "fp4", "nvidia") == pytest.approx(r1_experts * 4.5 / 8 + (671e9 - r1_experts) * 2)
+    assert held_weight_bytes(r1, "fp4", "amd") == pytest.approx(r1_experts * 4.25 / 8 + (671e9 - r1_experts) * 2)
+    assert held_weight_bytes(r1, "fp8") == weight_bytes(r1, "fp8") == 671e9
+
+
+def test_b200_engines_allocate_from_its_192_gb(catalog):
+    """The catalog's 180 GB is NVIDIA's stated figure; engines allocate from the 192 GB it holds, so
+    DeepSeek-R1 FP8 (671 GB) on 4 B200 fits with one 9,216-token sequence, as it was measured running."""
+    from fleetplan.models.roofline import decode_step
+
+    cat = catalog
+    e = decode_step(cat.models["deepseek-r1"], cat.gpus["b200"], precision="fp8", tp=4, batch=1,
+                    input_tokens=8192, output_tokens=1024, preset=DEFAULT)
+    assert e.memory_usable_bytes == pytest.approx(4 * 192e9 * 0.9)
+    assert e.fits and e.memory_needed_bytes == pytest.approx(671e9 + 9216 * 70272 * 4)

