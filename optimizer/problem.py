@@ -36,6 +36,7 @@ from fleetplan.optimizer.enums import Tier
 from fleetplan.optimizer.errors import InfeasibleError
 from fleetplan.optimizer.mix import BucketData, bucket_data, bucket_product, mean_prefill_work, mix_candidates, replicas_alone
 from fleetplan.optimizer.scenario import Product, Scenario
+from fleetplan.optimizer.site_power import SiteRow, site_rows
 from fleetplan.optimizer.text import format_ms
 
 SECONDS_PER_HOUR = 3600.0
@@ -159,6 +160,7 @@ class FleetProblem:
     # GPUs that products outside this problem run in the same whole instances, per GPU type sold
     # in instances: (plain USD per GPU-hour, GPUs in each hour); see :func:`.formulation.gpus_in_hour`
     gpus_elsewhere: dict[str, tuple[float, tuple[int, ...]]] = field(default_factory=dict)
+    site_power: tuple[SiteRow, ...] = ()  # each site's power limit (see :mod:`.site_power`)
     cand: dict[str, Candidate] = field(default_factory=dict)
     pools: dict[str, PoolCandidate] = field(default_factory=dict)
 
@@ -181,6 +183,7 @@ class FleetProblem:
             tier_availability=dict(self.tier_availability) if limits else {},
             instance_gpus=dict(self.instance_gpus) if limits else {},
             gpus_elsewhere=dict(self.gpus_elsewhere) if limits else {},
+            site_power=self.site_power if limits else (),
             monthly_budget_usd=self.monthly_budget_usd if limits else None,
             full_demand={n: self.full_demand[n] for n in names if n in self.full_demand},
         )
@@ -366,6 +369,7 @@ def _limits(scenario: Scenario, catalog: Catalog) -> dict[str, Any]:
         "gpu_availability": lim.total_availability(), "tier_availability": lim.tier_availability(),
         "instance_gpus": {g: n for g in catalog.gpus if (n := lim.gpus_per_instance(g))},
         "monthly_budget_usd": lim.monthly_budget_usd,
+        **({"site_power": site_rows(scenario, sorted(opts.gpus or catalog.gpus))} if scenario.sites else {}),
     }
 
 
