@@ -68,10 +68,12 @@ MS = Range(0, 1e7, "milliseconds", "a first token later than about three hours i
 SPEED = Range(0, 1e5, "tokens per second", "faster would need a decode step under 10 microseconds")
 RELATIVE_GAP = Range(0, 1e6, "", "a relative optimality gap is a non-negative ratio")
 LIMIT_STEP = Range(0, 1e7, "GPUs", "ten million GPUs of one type exceeds the world's installed base", integer=True)
+LIMIT_MW = Range(0, 1e6, "MW", "a terawatt site exceeds the world's data centres")
 
 # The shape of a binding limit's name: ``limits.gpu_availability.<gpu>[.<tier>]``; the report
 # reads its third (and fourth) part.
 LIMIT_NAME = re.compile(r"[^.]+(\.[^.]+){2,3}")
+SITE_LIMIT = "power of site "  # a site's power limit, in MW (see :mod:`.site_power`)
 
 PLAN_HINT = "fleetplan plan SCENARIO.yaml --json --out PLAN.json"
 
@@ -94,6 +96,7 @@ ContextTokens = Annotated[StrictInt, AfterValidator(F.CONTEXT_TOKENS.check_int)]
 InstanceGpus = Annotated[StrictInt, AfterValidator(F.INSTANCE_GPUS.check_int)]
 AvailableGpus = Annotated[StrictInt, AfterValidator(F.GPU_COUNT.check_int)]
 LimitGpus = Annotated[StrictInt, AfterValidator(LIMIT_STEP.check_int)]
+LimitMw = Annotated[StrictFloat, AfterValidator(LIMIT_MW.check)]
 Usd = Annotated[StrictFloat, AfterValidator(USD.check)]
 SignedUsd = Annotated[StrictFloat, AfterValidator(USD_DIFFERENCE.check)]
 UsdPerMillion = Annotated[StrictFloat, AfterValidator(USD_PER_MILLION.check)]
@@ -349,9 +352,9 @@ class BindingLimit(_Read):
     """A shared limit that binds, and what one more step of it is worth."""
 
     limit: StrictStr
-    step: LimitGpus
+    step: LimitGpus | LimitMw
     step_unit: StrictStr
-    relaxed_to: LimitGpus
+    relaxed_to: LimitGpus | LimitMw
     value_usd_per_month: SignedUsd | None
     relaxed_monthly_cost_usd: Usd | None
     proven: StrictBool
@@ -359,7 +362,7 @@ class BindingLimit(_Read):
     @field_validator("limit")
     @classmethod
     def _limit_name(cls, v: str) -> str:
-        if not LIMIT_NAME.fullmatch(v):
+        if not (LIMIT_NAME.fullmatch(v) or v.startswith(SITE_LIMIT)):
             raise ValueError("must name a limit as limits.gpu_availability.GPU or limits.gpu_availability.GPU.TIER")
         return v
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from fleetplan.catalogs.power import PowerCatalog, power_catalog
 from fleetplan.models.power import JOULES_PER_KWH, it_draw_w_per_gpu, tonnes_co2, tokens_per_joule
 from fleetplan.optimizer.scenario import ScenarioError
-from fleetplan.optimizer.sites import Site, figures, full_load_w_per_gpu, hourly_value, owned_prices, site_of
+from fleetplan.optimizer.sites import POWER_STEP_W, Site, figures, full_load_w_per_gpu, hourly_value, owned_prices, site_of
 
 if TYPE_CHECKING:
     from pyomo.core import ConcreteModel
@@ -225,3 +225,22 @@ def sites_report(plan: Plan, cat: PowerCatalog | None = None) -> list[dict[str, 
                     "hours_at_limit": round(at, 2), "owned": owned})
     return out
 
+
+
+def site_relaxations(plan: Plan, scenario: Scenario) -> list[Any]:
+    """Each site whose limit binds the plan (some hour leaves less than its smallest replica's
+    full-load draw free), raised by one MW (:data:`.sites.POWER_STEP_W`): the relaxations
+    :mod:`.binding` values by planning again."""
+    from fleetplan.optimizer.binding import Relaxation  # binding reads plans, which import this module
+
+    out = []
+    step = POWER_STEP_W / 1e6
+    for i, s in enumerate(scenario.sites):
+        row, least = site_mw_by_hour(plan, s), smallest_step_mw(plan, s)
+        if least <= 0 or all(mw + least <= s.limit_mw + 1e-9 for mw in row):
+            continue
+        sites = list(scenario.sites)
+        sites[i] = s.model_copy(update={"limit_mw": s.limit_mw + step})
+        out.append(Relaxation(f"power of site {s.name}", step, s.limit_mw + step,
+                              scenario.model_copy(update={"sites": sites}), "", None, "MW"))
+    return out
