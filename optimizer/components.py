@@ -286,7 +286,8 @@ def _in_turn(tasks: list[Any], deadline: Deadline, solved: Solved,
     for i, (w, n, so, _, g) in enumerate(tasks):
         deadline.progress.update("planning", i, len(tasks))
         share = deadline.share(weights[i] / sum(weights[i:]))
-        if len(n) > 1 and joint_columns(reduced(w)) > JOINT_MAX_COLUMNS:
+        # a site's power limit is a row of the joint MIP only: such a group is never split
+        if len(n) > 1 and not w.site_power and joint_columns(reduced(w)) > JOINT_MAX_COLUMNS:
             solved.decomposed.append(n)
             group, bound = solve_one_by_one(w, n, so, share, g)
             outcomes.append(group)
