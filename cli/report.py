@@ -441,5 +441,11 @@ def print_breakeven(result: BreakevenResult, scenario: str, plot: str | None, co
     own, blend = result.self_host_beats_api_at_scale, result.blend_beats_api_at_scale
     console.print(f"self-hosting alone beats all-API from {own or 'no scale tried'}x the scenario's demand; "
                   f"the blend beats all-API from {blend or 'no scale tried'}x")
+    for c in result.owned:
+        od, rs = c.owned_beats_on_demand_above, c.owned_beats_reserved_above
+        console.print(f"owned {escape(c.gpu)} on site {escape(c.site)}: beats on demand above "
+                      f"{'never' if od is None else f'{od:.1%}'} utilisation, reserved above "
+                      f"{'never' if rs is None else f'{rs:.1%}'} (a GPU-month owned costs ${c.owned_usd[0]:,.0f} idle, "
+                      f"${c.owned_usd[-1]:,.0f} busy; on demand ${c.on_demand_usd[-1]:,.0f} busy; reserved ${c.reserved_usd:,.0f})")
     if plot:
         console.print(f"plot written to {escape(plot)}")

@@ -13,6 +13,8 @@ from fleetplan.catalogs.power import power_catalog
 from fleetplan.models.power import capital_recovery_factor, gpu_draw_w, owned_usd_per_gpu_hour
 from fleetplan.models.presets import get_preset
 from fleetplan.optimizer.candidates import generate_candidates
+from fleetplan.optimizer.invariants import check_invariants
+from fleetplan.optimizer.owned_breakeven import owned_curves
 from fleetplan.optimizer.plan import make_plan
 from fleetplan.optimizer.results import plan_to_dict
 from fleetplan.optimizer.scenario import ScenarioError, load_scenario, parse_scenario
@@ -69,6 +71,7 @@ def _site_mw(d: dict, pue: float) -> list[float]:
 def test_power_capped_site_holds_its_limit_and_values_one_mw(catalog) -> None:
     scenario, _ = load_scenario(EXAMPLES / "power-capped-site.yaml")
     capped, d = _plan(catalog, scenario)
+    assert check_invariants(capped) == []
     site = scenario.sites[0]
     pue = power_catalog().defaults.pue
     for mw in _site_mw(d, pue):
@@ -90,7 +93,8 @@ def test_power_capped_site_holds_its_limit_and_values_one_mw(catalog) -> None:
 
 def test_owned_hardware_is_priced_and_wins_for_the_steady_product(catalog) -> None:
     scenario, _ = load_scenario(EXAMPLES / "owned-vs-cloud.yaml")
-    _, d = _plan(catalog, scenario)
+    plan, d = _plan(catalog, scenario)
+    assert check_invariants(plan) == []
     assert "owned" in d["tiers"]
     (owned,) = d["sites"][0]["owned"]
     # energy: 969 W x PUE 1.56 x $0.08/kWh
@@ -155,3 +159,51 @@ def test_bad_sites_exit_with_one_line() -> None:
                                           {"name": "b", "limit_mw": 1, "gpus": ["h100-sxm"]}]}, "s")
     with pytest.raises(ScenarioError, match=r"24 \(a day\) or 168"):
         parse_scenario({**base, "sites": [{"name": "a", "limit_mw": 1, "energy_usd_per_kwh": [0.1, 0.2]}]}, "s")
+
+
+def test_the_invariant_catches_a_site_over_its_limit(catalog) -> None:
+    """The same plan checked against a site half as large breaks the site's limit."""
+    scenario, _ = load_scenario(EXAMPLES / "power-capped-site.yaml")
+    plan = make_plan(scenario, catalog, folder=EXAMPLES, jobs=1, alternatives=False)
+    site = scenario.sites[0]
+    smaller = scenario.model_copy(update={"sites": [site.model_copy(update={"limit_mw": site.limit_mw / 2})]})
+    plan.scenario = smaller
+    (problem,) = check_invariants(plan)
+    assert problem.startswith("site dc1: hour 0: 0.09") and "> its limit of 0.05 MW" in problem
+
+
+def test_owned_versus_rented_curve_by_hand(catalog) -> None:
+    """Owned H100 at $0.08/kWh, PUE 1.56: idle IT draw 70 + 437 = 507 W, busy 969 W; on demand at
+    the catalog's reference $3.945/GPU-hour. A GPU-month owned costs
+    730 x (1.076358 + 0.507 x 1.56 x 0.08) = $831.9 idle and $42.09 more busy; renting on demand
+    costs $2,879.85 busy, so owning wins above 831.9 / (2879.85 - 42.09) = 29.3% utilisation."""
+    scenario, _ = load_scenario(EXAMPLES / "owned-vs-cloud.yaml")
+    (c,) = owned_curves(scenario, catalog)
+    assert c.owned_usd[0] == pytest.approx(730 * (1.076358 + 0.507 * 1.56 * 0.08), abs=0.01)
+    assert c.owned_usd[-1] - c.owned_usd[0] == pytest.approx(730 * 0.462 * 1.56 * 0.08, abs=0.01)
+    assert c.on_demand_usd[-1] == pytest.approx(730 * 3.945)
+    fixed, slope = c.owned_usd[0], c.owned_usd[-1] - c.owned_usd[0]
+    assert c.owned_beats_on_demand_above == pytest.approx(fixed / (730 * 3.945 - slope), rel=1e-9)
+    assert c.owned_beats_on_demand_above == pytest.approx(0.2932, abs=1e-4)
+    assert c.owned_beats_reserved_above == 0.0  # idle owned costs less than the rented reserved GPU-month
+
+
+def test_products_on_one_site_share_its_power(catalog) -> None:
+    """Two products, each within the site's limit alone, exceed it together: they are planned as
+    one group and the joint plan keeps the site within its limit in every hour."""
+    product = {"model": "llama-3.1-70b", "precision": "fp8", "peak_qps": 100, "input_tokens": 2000,
+               "output_tokens": 400, "min_tokens_per_s_per_user": 30, "prefill": "headroom"}
+    raw = {"products": [{"name": "a", **product}, {"name": "b", **product}],
+           "options": {"gpus": ["h100-sxm", "h200-sxm"], "tiers": ["reserved", "on_demand"], "tp": [2, 4]},
+           "sites": [{"name": "s", "limit_mw": 0.06, "tiers": ["reserved"]}]}
+    scenario = parse_scenario(raw, "two")
+    plan = make_plan(scenario, catalog, jobs=1, alternatives=False)
+    d = plan_to_dict(plan)
+    assert d["components"] == [["a", "b"]]
+    assert check_invariants(plan) == []
+    (site,) = d["sites"]
+    assert site["peak_mw"] <= 0.06 + 1e-9 and site["hours_at_limit"] > 0
+    for name in ("a", "b"):
+        alone = parse_scenario({**raw, "products": [p for p in raw["products"] if p["name"] == name]}, "one")
+        da = plan_to_dict(make_plan(alone, catalog, jobs=1, alternatives=False))
+        assert da["monthly_cost_breakdown_usd"]["on_demand"] < d["monthly_cost_breakdown_usd"]["on_demand"]
