@@ -207,3 +207,25 @@ def test_products_on_one_site_share_its_power(catalog) -> None:
         alone = parse_scenario({**raw, "products": [p for p in raw["products"] if p["name"] == name]}, "one")
         da = plan_to_dict(make_plan(alone, catalog, jobs=1, alternatives=False))
         assert da["monthly_cost_breakdown_usd"]["on_demand"] < d["monthly_cost_breakdown_usd"]["on_demand"]
+
+
+def test_carbon_price_adds_full_load_carbon_to_every_tier(catalog) -> None:
+    """$100/tCO2 on an H100 outside any site: 0.969 kW x PUE 1.56 x 367 g/kWh = 0.5548 kg an hour,
+    $0.05548 on each GPU-hour of every tier; on a site at 50 g/kWh, 50/367 of that."""
+    from fleetplan.optimizer.candidates import resolve_gpu_price
+
+    base = {"products": [{"name": "c", "model": "llama-3.1-70b", "peak_qps": 1, "input_tokens": 100,
+                          "output_tokens": 100, "min_tokens_per_s_per_user": 10}],
+            "options": {"tiers": ["reserved", "on_demand", "spot"]}}
+    plain = resolve_gpu_price(catalog, parse_scenario(base, "s").options, "h100-sxm")
+    priced = parse_scenario({**base, "options": {**base["options"], "carbon_usd_per_tco2": 100}}, "s")
+    carbon = resolve_gpu_price(catalog, priced.options, "h100-sxm")
+    add = 100 * 0.969 * 1.56 * 367 / 1e6
+    assert add == pytest.approx(0.055477, abs=1e-6)
+    for tier in ("reserved", "on_demand", "spot"):
+        assert carbon.tier(tier) - plain.tier(tier) == pytest.approx(add, rel=1e-9)
+    assert "carbon at $100/tCO2" in carbon.tier_source("spot")
+    clean = parse_scenario({**base, "options": {**base["options"], "carbon_usd_per_tco2": 100},
+                            "sites": [{"name": "hydro", "limit_mw": 10, "carbon_gco2_per_kwh": 50}]}, "s")
+    low = resolve_gpu_price(catalog, clean.options, "h100-sxm")
+    assert low.tier("on_demand") - plain.tier("on_demand") == pytest.approx(add * 50 / 367, rel=1e-9)
