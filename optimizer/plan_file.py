@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -404,7 +404,7 @@ class PlanFile(_Read):
     preset: Name
     calibration: StrictStr | None = None
     hours: HoursCount
-    tiers: list[Tier] = Field(min_length=1)
+    tiers: list[Tier | Literal["owned"]] = Field(min_length=1)  # owned: a site's owned GPUs (see :mod:`.site_power`)
     monthly_cost_usd: Usd
     mip_gap: Gap | None = None
     gap_breakdown_usd: GapBreakdown | None = None

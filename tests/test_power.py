@@ -229,3 +229,25 @@ def test_carbon_price_adds_full_load_carbon_to_every_tier(catalog) -> None:
                             "sites": [{"name": "hydro", "limit_mw": 10, "carbon_gco2_per_kwh": 50}]}, "s")
     low = resolve_gpu_price(catalog, clean.options, "h100-sxm")
     assert low.tier("on_demand") - plain.tier("on_demand") == pytest.approx(add * 50 / 367, rel=1e-9)
+
+
+def test_site_power_row_by_hand(catalog) -> None:
+    """The MIP row of a site: every GPU it hosts (reserved and on-demand here, spot rented
+    elsewhere) at 969 W x PUE 1.56 = 0.00151164 MW, at most the 0.2 MW limit."""
+    import sys
+
+    from fleetplan.optimizer.formulation import build_model
+    from fleetplan.optimizer.linear import to_linear_problem
+    from fleetplan.optimizer.problem import build_problem
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "data"))
+    import make_references
+
+    prob, _, _ = build_problem(parse_scenario(make_references.SMALL, "small"), catalog, get_preset("default"))
+    lp = to_linear_problem(build_model(prob))
+    (i,) = [i for i, n in enumerate(lp.row_names) if lp.row_families[i] == "site_power"]
+    assert lp.row_upper[i] == 0.2
+    coefs = {lp.col_names[j]: v for j, v in zip(lp.row_index[i], lp.row_value[i])}
+    assert coefs and all(v == pytest.approx(969 * 1.56 / 1e6, rel=1e-9) for v in coefs.values())
+    assert not any(name.startswith(("spot", "pool_spot")) for name in coefs)
+    assert any(name.startswith("reserved[") for name in coefs) and any(name.startswith("on_demand[") for name in coefs)
