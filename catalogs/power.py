@@ -43,7 +43,7 @@ class ServerCapex(_Sourced):
     """Purchase price of one server of a GPU type."""
 
     gpu: str
-    capex_usd_per_server: Annotated[float, F.USD_PER_MONTH_POSITIVE]
+    capex_usd_per_server: float = Field(gt=0, le=1e9)
     gpus_per_server: Annotated[int, F.INSTANCE_GPUS]
 
 

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from fleetplan.optimizer.deadline import Deadline
 from fleetplan.optimizer.defaults import MONEY_TOLERANCE_USD
 from fleetplan.optimizer.scenario import Scenario
+from fleetplan.optimizer.sites import SITE_LIMIT
 from fleetplan.optimizer.solution import Plan
 
 # The cheapest plan of a scenario by a deadline: (monthly cost, proven optimal), or None when no
@@ -123,8 +124,9 @@ def binding_limits(plan: Plan, scenario: Scenario, resolve: Resolve, deadline: D
 
 
 def binding_sentence(entry: dict[str, Any]) -> str:
-    """One binding limit in words: "8 more h200-sxm GPUs would save $X a month", "1 more MW ..."."""
-    if entry.get("step_unit") == "MW":
+    """One binding limit in words: "8 more h200-sxm GPUs would save $X a month", or for a site's
+    power (a limit named ``power of site <name>``) "1 more MW (limit 0.1 -> 1.1 MW) would save $X a month"."""
+    if str(entry["limit"]).startswith(SITE_LIMIT):
         head = f"{entry['step']:g} more MW (limit {entry['relaxed_to'] - entry['step']:g} -> {entry['relaxed_to']:g} MW)"
         if entry["value_usd_per_month"] is None:
             return f"{head}: not valued (time limit)"

@@ -178,9 +178,8 @@ def gap_breakdown(plan: Plan, groups: list[list[str]], parts: dict[str, Part], b
 def coupled_components(prob: FleetProblem) -> list[list[str]]:
     """Groups of products that must be planned together (networkx connected components).
 
-    Two products are coupled when both may use a GPU type on the same site (its power limit) or a GPU type
-    whose availability is limited or
-    that is bought in whole instances. A budget couples nothing: the objective is the monthly
+    Two products are coupled when both may use GPU types on the same site (its power limit), or a
+    GPU type whose availability is limited or that is bought in whole instances. A budget couples nothing: the objective is the monthly
     cost itself, so the cheapest plan meets the budget if any plan does, and the plan's total is
     checked against it. Components are listed in scenario order, products inside them too.
     """

@@ -46,6 +46,7 @@ from fleetplan.catalogs.schema import Precision
 from fleetplan.models.layout import Layout
 from fleetplan.models.presets import PRESETS
 from fleetplan.optimizer.enums import PrefillMode, Tier
+from fleetplan.optimizer.sites import SITE_LIMIT
 
 MAX_PLAN_GPUS = 1_000_000
 """Most GPUs a plan file may run, over all its replica sets at their busiest: a million GPUs is
@@ -73,7 +74,6 @@ LIMIT_MW = Range(0, 1e6, "MW", "a terawatt site exceeds the world's data centres
 # The shape of a binding limit's name: ``limits.gpu_availability.<gpu>[.<tier>]``; the report
 # reads its third (and fourth) part.
 LIMIT_NAME = re.compile(r"[^.]+(\.[^.]+){2,3}")
-SITE_LIMIT = "power of site "  # a site's power limit, in MW (see :mod:`.site_power`)
 
 PLAN_HINT = "fleetplan plan SCENARIO.yaml --json --out PLAN.json"
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fleetplan.catalogs.power import PowerCatalog, power_catalog
-from fleetplan.models.power import JOULES_PER_KWH, it_draw_w_per_gpu, tonnes_co2, tokens_per_joule
+from fleetplan.models.power import it_draw_w_per_gpu, tokens_per_joule, tonnes_co2
 from fleetplan.optimizer.scenario import ScenarioError
-from fleetplan.optimizer.sites import POWER_STEP_W, Site, figures, full_load_w_per_gpu, hourly_value, owned_prices, site_of
+from fleetplan.optimizer.sites import POWER_STEP_W, SITE_LIMIT, Site, figures, full_load_w_per_gpu, hourly_value, owned_prices, site_of
 
 if TYPE_CHECKING:
     from pyomo.core import ConcreteModel
@@ -241,6 +241,6 @@ def site_relaxations(plan: Plan, scenario: Scenario) -> list[Any]:
             continue
         sites = list(scenario.sites)
         sites[i] = s.model_copy(update={"limit_mw": s.limit_mw + step})
-        out.append(Relaxation(f"power of site {s.name}", step, s.limit_mw + step,
+        out.append(Relaxation(f"{SITE_LIMIT}{s.name}", step, s.limit_mw + step,
                               scenario.model_copy(update={"sites": sites}), "", None, "MW"))
     return out

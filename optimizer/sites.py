@@ -27,6 +27,8 @@ HOURLY_LENGTHS = (24, 168)
 DEFAULT_GPUS_PER_SERVER = 8
 # the step a site's power limit is valued in (see :mod:`.binding`): one megawatt
 POWER_STEP_W = 1e6
+# the name of a site's power limit in a plan's ``binding_limits``: this and the site's name
+SITE_LIMIT = "power of site "
 
 
 class _Strict(BaseModel):
@@ -42,8 +44,8 @@ def _hourly(v: Any) -> Any:
 class Owned(_Strict):
     """Owned servers of one GPU type on a site: bought, amortised and paid every hour."""
 
-    capex_usd_per_server: Annotated[float | None, F.USD_PER_MONTH_POSITIVE] = Field(
-        default=None, description="purchase price of one server; left out: the power catalog's sourced price")
+    capex_usd_per_server: float | None = Field(
+        default=None, gt=0, le=1e9, description="purchase price of one server, USD; left out: the power catalog's sourced price")
     gpus_per_server: Annotated[int | None, F.INSTANCE_GPUS] = Field(
         default=None, description="GPUs per server; left out: the catalog's, else 8")
     amortisation_years: float = Field(default=4.0, gt=0, le=30, description="years the capex is repaid over")
@@ -88,11 +90,6 @@ class Site(_Strict):
     def hosts_tier(self, tier: str) -> bool:
         """Whether GPUs of this site's types bought in ``tier`` stand on the site."""
         return self.tiers is None or tier in self.tiers
-
-    @property
-    def limit_w(self) -> float:
-        """The power limit in watts."""
-        return self.limit_mw * 1e6
 
 
 def _mean(v: float | list[float]) -> float:
