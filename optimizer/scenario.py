@@ -265,7 +265,8 @@ class Options(_Strict):
     time_limit_s: Annotated[float | None, F.TIME_LIMIT_S] = Field(
         default=None, description="wall-clock limit of the whole command; left out: the default")
     mip_rel_gap: Annotated[float, F.MIP_REL_GAP] = 1e-6
-    carbon_usd_per_tco2: float = Field(default=0.0, ge=0, le=1e4, description="carbon price in the objective, USD per tCO2")
+    carbon_usd_per_tco2: Annotated[float, F.USD_PER_TCO2] = Field(
+        default=0.0, description="carbon price in the objective, USD per tCO2")
     # GPU-hour prices the scenario's sites set, by GPU type: (tier or "carbon", USD, source);
     # filled by Scenario from ``sites`` and the carbon price (see :mod:`.sites`)
     _site_prices: dict[str, tuple[tuple[str, float, str], ...]] = PrivateAttr(default_factory=dict)
@@ -457,6 +458,10 @@ def _validated(raw: Any, where: str, folder: Path) -> Scenario:
             products = raw.get("products") or []
             if loc[1] < len(products) and isinstance(products[loc[1]], dict) and "name" in products[loc[1]]:
                 msg = msg.replace(f"products.{loc[1]}", f"products[{short(products[loc[1]]['name'])}]", 1)
+        if len(loc) >= 2 and loc[0] == "sites" and isinstance(loc[1], int):
+            sites = raw.get("sites") or []
+            if loc[1] < len(sites) and isinstance(sites[loc[1]], dict) and "name" in sites[loc[1]]:
+                msg = msg.replace(f"sites.{loc[1]}", f"sites[{short(sites[loc[1]]['name'])}]", 1)
         raise ScenarioError(msg) from None
 
 

@@ -35,57 +35,53 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _hourly(v: Any) -> Any:
-    if isinstance(v, list) and len(v) not in HOURLY_LENGTHS:
+def _hourly(v: Any, r: F.Range) -> Any:
+    """One number or 24/168 hourly values, each in ``r``."""
+    if v is None:
+        return v
+    if not isinstance(v, list):
+        return r.check(v)
+    if len(v) not in HOURLY_LENGTHS:
         raise ValueError(f"{len(v)} values; give one number, or 24 (a day) or 168 (a week) hourly values")
-    return v
+    return [r.check(x, f"hour {h}") for h, x in enumerate(v)]
 
 
 class Owned(_Strict):
     """Owned servers of one GPU type on a site: bought, amortised and paid every hour."""
 
-    capex_usd_per_server: float | None = Field(
-        default=None, gt=0, le=1e9, description="purchase price of one server, USD; left out: the power catalog's sourced price")
+    capex_usd_per_server: Annotated[float | None, F.USD_PER_SERVER] = Field(
+        default=None, description="purchase price of one server, USD; left out: the power catalog's sourced price")
     gpus_per_server: Annotated[int | None, F.INSTANCE_GPUS] = Field(
         default=None, description="GPUs per server; left out: the catalog's, else 8")
-    amortisation_years: float = Field(default=4.0, gt=0, le=30, description="years the capex is repaid over")
-    cost_of_capital: float = Field(default=0.08, ge=0, le=1, description="interest rate a year, 0.08 = 8%")
-    colocation_usd_per_kw_month: float | None = Field(
-        default=None, ge=0, le=1e5, description="colocation price per kW of IT capacity and month; left out: the catalog's")
+    amortisation_years: Annotated[float, F.YEARS] = Field(default=4.0, description="years the capex is repaid over")
+    cost_of_capital: Annotated[float, F.RATE_PER_YEAR] = Field(default=0.08, description="interest rate a year, 0.08 = 8%")
+    colocation_usd_per_kw_month: Annotated[float | None, F.USD_PER_KW_MONTH] = Field(
+        default=None, description="colocation price per kW of IT capacity and month; left out: the catalog's")
 
 
 class Site(_Strict):
     """A site: a power limit, its PUE, energy price and carbon intensity, what it hosts."""
 
     name: str = Field(min_length=1, max_length=200)
-    limit_mw: float = Field(gt=0, le=1e5, description="most facility power in any hour, MW")
-    pue: float | None = Field(default=None, ge=1.0, le=5.0, description="power usage effectiveness; left out: the catalog's")
-    energy_usd_per_kwh: float | list[Annotated[float, Field(ge=0, le=100)]] | None = Field(
+    limit_mw: Annotated[float, F.SITE_MW] = Field(description="most facility power in any hour, MW")
+    pue: Annotated[float | None, F.PUE] = Field(default=None, description="power usage effectiveness; left out: the catalog's")
+    energy_usd_per_kwh: float | list[float] | None = Field(
         default=None, description="USD per kWh: one number or 24/168 hourly values; left out: the catalog's")
-    carbon_gco2_per_kwh: float | list[Annotated[float, Field(ge=0, le=5000)]] | None = Field(
+    carbon_gco2_per_kwh: float | list[float] | None = Field(
         default=None, description="gCO2 per kWh: one number or 24/168 hourly values; left out: the catalog's")
     gpus: list[str] | None = Field(default=None, description="GPU types hosted; left out: every type no other site lists")
     tiers: list[Tier] | None = Field(default=None, description="pricing tiers hosted; left out: every tier")
     owned: dict[str, Owned] = Field(default_factory=dict, description="owned servers per GPU type")
 
-    @field_validator("energy_usd_per_kwh", "carbon_gco2_per_kwh", mode="before")
+    @field_validator("energy_usd_per_kwh", mode="before")
     @classmethod
-    def _hourly_length(cls, v: Any) -> Any:
-        return _hourly(v)
+    def _energy(cls, v: Any) -> Any:
+        return _hourly(v, F.USD_PER_KWH)
 
-    @field_validator("energy_usd_per_kwh")
+    @field_validator("carbon_gco2_per_kwh", mode="before")
     @classmethod
-    def _energy_range(cls, v: Any) -> Any:
-        if isinstance(v, float) and not 0 <= v <= 100:
-            raise ValueError("must be from 0 to 100 USD per kWh")
-        return v
-
-    @field_validator("carbon_gco2_per_kwh")
-    @classmethod
-    def _carbon_range(cls, v: Any) -> Any:
-        if isinstance(v, float) and not 0 <= v <= 5000:
-            raise ValueError("must be from 0 to 5000 gCO2 per kWh (coal is about 1000)")
-        return v
+    def _carbon(cls, v: Any) -> Any:
+        return _hourly(v, F.GCO2_PER_KWH)
 
     def hosts_tier(self, tier: str) -> bool:
         """Whether GPUs of this site's types bought in ``tier`` stand on the site."""

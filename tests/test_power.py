@@ -157,6 +157,10 @@ def test_bad_sites_exit_with_one_line() -> None:
     with pytest.raises(ScenarioError, match=r"h100-sxm is already hosted by site a"):
         parse_scenario({**base, "sites": [{"name": "a", "limit_mw": 1, "gpus": ["h100-sxm"]},
                                           {"name": "b", "limit_mw": 1, "gpus": ["h100-sxm"]}]}, "s")
+    with pytest.raises(ScenarioError, match=r"sites\[a\].energy_usd_per_kwh: hour 1: must be a number from 0 to 100 USD per kWh"):
+        parse_scenario({**base, "sites": [{"name": "a", "limit_mw": 1, "energy_usd_per_kwh": [0.1, -1] + [0.1] * 22}]}, "s")
+    with pytest.raises(ScenarioError, match=r"sites\[a\].limit_mw: must be a number above 0"):
+        parse_scenario({**base, "sites": [{"name": "a", "limit_mw": 0}]}, "s")
     with pytest.raises(ScenarioError, match=r"24 \(a day\) or 168"):
         parse_scenario({**base, "sites": [{"name": "a", "limit_mw": 1, "energy_usd_per_kwh": [0.1, 0.2]}]}, "s")
 
