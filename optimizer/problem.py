@@ -286,7 +286,7 @@ class CandidateMemo:
     reuse them. The key is everything generation reads: the product but its demand, the options
     but the solver settings, and the catalog and preset objects (alive for the command)."""
 
-    sets: dict[tuple[str, str, int, int], CandidateSet] = field(default_factory=dict)
+    sets: dict[tuple[str, str, int, int, str], CandidateSet] = field(default_factory=dict)
 
     def generate(self, product: Product, llm: LLM, catalog: Catalog, scenario: Scenario, preset: Preset,
                  deadline: Deadline | None = None) -> CandidateSet:
@@ -302,7 +302,8 @@ class CandidateMemo:
 def candidate_key(product: Product, catalog: Catalog, scenario: Scenario, preset: Preset) -> tuple[Any, ...]:
     """What tells a product's candidate sets apart within one command (see :class:`CandidateMemo`)."""
     return (product.model_dump_json(exclude=set(_NOT_GENERATION)),
-            scenario.options.model_dump_json(exclude=set(_NOT_GENERATION_OPTIONS)), id(catalog), id(preset))
+            scenario.options.model_dump_json(exclude=set(_NOT_GENERATION_OPTIONS)), id(catalog), id(preset),
+            repr(scenario.options._site_prices))  # the prices a scenario's sites set (owned, carbon)
 
 
 def copied(cs: CandidateSet) -> CandidateSet:
