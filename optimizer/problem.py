@@ -370,8 +370,15 @@ def _limits(scenario: Scenario, catalog: Catalog) -> dict[str, Any]:
         "gpu_availability": lim.total_availability(), "tier_availability": lim.tier_availability(),
         "instance_gpus": {g: n for g in catalog.gpus if (n := lim.gpus_per_instance(g))},
         "monthly_budget_usd": lim.monthly_budget_usd,
-        **({"site_power": site_rows(scenario, sorted(opts.gpus or catalog.gpus))} if scenario.sites else {}),
+        **({"site_power": site_rows(scenario, searched_gpus(scenario, catalog))} if scenario.sites else {}),
     }
+
+
+def searched_gpus(scenario: Scenario, catalog: Catalog) -> list[str]:
+    """Every GPU type a scenario's decode or prefill pools may run on."""
+    opts = scenario.options
+    pools = {g for p in scenario.products for g in (p.prefill_gpus or opts.prefill_gpus or [])}
+    return sorted(set(opts.gpus or catalog.gpus) | pools)
 
 
 def _candidates(product: Product, llm: LLM, catalog: Catalog, scenario: Scenario, preset: Preset,
