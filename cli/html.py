@@ -89,6 +89,11 @@ def summary(d: dict[str, Any]) -> Markup:
         render("<div class=card>$ per million output tokens<b>{}</b></div>", "-" if cpm is None else "$" + _fmt(cpm, ",.3f")),
         render("<div class=card>status<b>{}</b>gap {}</div>", d["status"], gap),
     ]
+    if d.get("power"):  # cost and carbon side by side (plan files written before power have none)
+        pw = d["power"]
+        cards.insert(1, render('<div class=card>carbon<b id="total-carbon">{} tCO2</b>a month; {} MWh, '
+                               "{} kW facility peak</div>", _fmt(pw["tco2_per_month"], ",.1f"),
+                               _fmt(pw["energy_mwh_per_month"], ",.1f"), _fmt(pw["facility_kw_peak"], ",.0f")))
     preset = d["preset"]
     split = (render('<p class=note id="gap-split">gap {}: {}.</p>', gap, gap_split(d["gap_breakdown_usd"]))
              if d.get("gap_breakdown_usd") and d.get("mip_gap") else "")

@@ -357,10 +357,11 @@ def _print_model_notes(d: dict[str, Any], console: Console) -> None:
 
 def print_portfolio(d: dict[str, Any], console: Console) -> None:
     """Shared limits: GPUs per type against availability and instances, components, pools, the
-    first-come comparison. Printed only when the plan has several products or GPU limits."""
+    first-come comparison, power and sites. Printed only when the plan has several products, GPU
+    limits or sites."""
     usage = d.get("gpu_usage") or {}
-    if len(d["products"]) < 2 and not any(u["available"] is not None or u.get("available_by_tier") or u["instances"]
-                                          for u in usage.values()):
+    if len(d["products"]) < 2 and not d.get("sites") and not any(
+            u["available"] is not None or u.get("available_by_tier") or u["instances"] for u in usage.values()):
         return
     if usage:
         use_rows: list[Row] = []
@@ -387,7 +388,25 @@ def print_portfolio(d: dict[str, Any], console: Console) -> None:
         fc, total = d["first_come_monthly_cost_usd"], d["monthly_cost_usd"]
         console.print(f"planned one after another, first come first served: ${fc:,.0f} a month; the joint plan saves "
                       f"${fc - total:,.0f} ({pct((fc - total) / fc)})")
+    print_power(d, console)
     print_binding_limits(d, console)
+
+
+def print_power(d: dict[str, Any], console: Console) -> None:
+    """The plan's power and carbon beside its cost, and each site's peak against its limit."""
+    from fleetplan.escape import rich_text as escape
+
+    pw = d.get("power")
+    if not pw:
+        return
+    console.print(f"power: ${d['monthly_cost_usd']:,.0f} a month and {pw['tco2_per_month']:,.1f} tCO2 a month; "
+                  f"IT peak {pw['it_kw_peak']:,.1f} kW, facility peak {pw['facility_kw_peak']:,.1f} kW, "
+                  f"{pw['energy_mwh_per_month']:,.1f} MWh a month, {pw['tokens_per_joule']:g} output tokens per joule")
+    for s in d.get("sites") or []:
+        owned = "".join(f"; owned {escape(o['gpu'])} ${o['amortised_usd_per_gpu_hour']:.3f}/GPU-hour amortised "
+                        f"+ ${o['energy_usd_per_gpu_hour']:.3f} energy" for o in s["owned"])
+        console.print(f"site {escape(s['name'])}: peak {s['peak_mw']:g} MW of {s['limit_mw']:g} MW at full load, "
+                      f"{s['hours_at_limit']:g} hours a month at the limit{owned}")
 
 
 def print_binding_limits(d: dict[str, Any], console: Console) -> None:
@@ -441,5 +460,11 @@ def print_breakeven(result: BreakevenResult, scenario: str, plot: str | None, co
     own, blend = result.self_host_beats_api_at_scale, result.blend_beats_api_at_scale
     console.print(f"self-hosting alone beats all-API from {own or 'no scale tried'}x the scenario's demand; "
                   f"the blend beats all-API from {blend or 'no scale tried'}x")
+    for c in result.owned:
+        od, rs = c.owned_beats_on_demand_above, c.owned_beats_reserved_above
+        console.print(f"owned {escape(c.gpu)} on site {escape(c.site)}: beats on demand above "
+                      f"{'never' if od is None else f'{od:.1%}'} utilisation, reserved above "
+                      f"{'never' if rs is None else f'{rs:.1%}'} (a GPU-month owned costs ${c.owned_usd[0]:,.0f} idle, "
+                      f"${c.owned_usd[-1]:,.0f} busy; on demand ${c.on_demand_usd[-1]:,.0f} busy; reserved ${c.reserved_usd:,.0f})")
     if plot:
         console.print(f"plot written to {escape(plot)}")

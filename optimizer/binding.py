@@ -18,6 +18,7 @@ from typing import Any, Callable
 from fleetplan.optimizer.deadline import Deadline
 from fleetplan.optimizer.defaults import MONEY_TOLERANCE_USD
 from fleetplan.optimizer.scenario import Scenario
+from fleetplan.optimizer.sites import SITE_LIMIT
 from fleetplan.optimizer.solution import Plan
 
 # The cheapest plan of a scenario by a deadline: (monthly cost, proven optimal), or None when no
@@ -31,11 +32,12 @@ class Relaxation:
     scenario with it, and the GPU type and pricing tier (None: all tiers) it limits."""
 
     limit: str
-    step_gpus: int
-    relaxed_to: int
+    step_gpus: float
+    relaxed_to: float
     scenario: Scenario
     gpu: str
     tier: str | None = None
+    step_unit: str = "gpus"  # "MW" for a site's power (see :func:`.site_power.site_relaxations`)
 
 
 def _raised(scenario: Scenario, gpu: str, tier: str | None, to: int) -> Scenario:
@@ -72,6 +74,8 @@ def every_relaxation(scenario: Scenario) -> list[Relaxation]:
 def binds(plan: Plan, r: Relaxation) -> bool:
     """Whether ``plan`` leaves less than one step of the limit ``r`` raises unused (a GPU type the
     plan does not use binds nothing)."""
+    if r.step_unit != "gpus":
+        return True  # a site's relaxation is listed only when it binds
     usage = plan.instances.get(r.gpu)
     if usage is None:
         return False
@@ -85,7 +89,9 @@ def binds(plan: Plan, r: Relaxation) -> bool:
 def binding_relaxations(plan: Plan, scenario: Scenario) -> list[Relaxation]:
     """Every availability limit the plan leaves less than one step of, each raised by one step
     (see :func:`every_relaxation` for the step and the order)."""
-    return [r for r in every_relaxation(scenario) if binds(plan, r)]
+    from fleetplan.optimizer.site_power import site_relaxations  # site_power is below the plan's modules
+
+    return [r for r in every_relaxation(scenario) if binds(plan, r)] + site_relaxations(plan, scenario)
 
 
 def value_of(plan: Plan, r: Relaxation, resolve: Resolve, within: Deadline) -> dict[str, Any]:
@@ -94,7 +100,7 @@ def value_of(plan: Plan, r: Relaxation, resolve: Resolve, within: Deadline) -> d
     plans are proven optimal, so the saving is exact up to the gap."""
     found = resolve(r.scenario, within)
     base = plan.monthly_cost_usd
-    entry: dict[str, Any] = {"limit": r.limit, "step": r.step_gpus, "step_unit": "gpus", "relaxed_to": r.relaxed_to,
+    entry: dict[str, Any] = {"limit": r.limit, "step": r.step_gpus, "step_unit": r.step_unit, "relaxed_to": r.relaxed_to,
                              "value_usd_per_month": None, "relaxed_monthly_cost_usd": None, "proven": False}
     if found is None:
         within.note(f"value of {r.limit}")
@@ -118,7 +124,14 @@ def binding_limits(plan: Plan, scenario: Scenario, resolve: Resolve, deadline: D
 
 
 def binding_sentence(entry: dict[str, Any]) -> str:
-    """One binding limit in words: "8 more h200-sxm GPUs would save $X a month"."""
+    """One binding limit in words: "8 more h200-sxm GPUs would save $X a month", or for a site's
+    power (a limit named ``power of site <name>``) "1 more MW (limit 0.1 -> 1.1 MW) would save $X a month"."""
+    if str(entry["limit"]).startswith(SITE_LIMIT):
+        head = f"{entry['step']:g} more MW (limit {entry['relaxed_to'] - entry['step']:g} -> {entry['relaxed_to']:g} MW)"
+        if entry["value_usd_per_month"] is None:
+            return f"{head}: not valued (time limit)"
+        proven = "" if entry["proven"] else " (not proven optimal)"
+        return f"{head} would save ${entry['value_usd_per_month']:,.0f} a month{proven}"
     parts = entry["limit"].split(".")
     what = parts[2] + (f" {parts[3]}" if len(parts) > 3 else "")
     head = f"{entry['step']} more {what} GPUs (limit {entry['relaxed_to'] - entry['step']} -> {entry['relaxed_to']})"

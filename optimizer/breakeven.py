@@ -20,6 +20,7 @@ from fleetplan.optimizer.api import resolve_api
 from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline, DeadlinePassed
 from fleetplan.optimizer.demand import hourly_qps
 from fleetplan.optimizer.errors import InfeasibleError, SolverError
+from fleetplan.optimizer.owned_breakeven import OwnedCurve, owned_curves
 from fleetplan.optimizer.plan import make_plan
 from fleetplan.optimizer.problem import SECONDS_PER_HOUR
 from fleetplan.optimizer.scenario import Scenario
@@ -81,6 +82,7 @@ class BreakevenResult:
 
     points: tuple[BreakevenPoint, ...]
     stopped: tuple[str, ...]
+    owned: tuple[OwnedCurve, ...] = ()  # owned against rented per owned GPU type (sites only)
 
     @property
     def self_host_beats_api_at_scale(self) -> float | None:
@@ -94,7 +96,7 @@ class BreakevenResult:
 
     def as_dict(self) -> dict[str, Any]:
         """The result as the ``breakeven --json`` document."""
-        return {
+        out: dict[str, Any] = {
             "scales": [p.scale for p in self.points],
             "points": [p.as_dict() for p in self.points],
             "stopped": list(self.stopped),
@@ -103,6 +105,9 @@ class BreakevenResult:
                 "blend_beats_api_at_scale": self.blend_beats_api_at_scale,
             },
         }
+        if self.owned:
+            out["owned_vs_rented"] = [c.as_dict() for c in self.owned]
+        return out
 
 
 def scaled(scenario: Scenario, factor: float) -> Scenario:
@@ -175,7 +180,7 @@ def breakeven(
         points.append(_point(sc, catalog, folder, solver, s, all_api_cost(sc, catalog, qps, preset), share, qps))
         if on_point is not None:
             on_point(points[-1])
-    return BreakevenResult(tuple(points), tuple(deadline.stopped))
+    return BreakevenResult(tuple(points), tuple(deadline.stopped), owned_curves(scenario, catalog))
 
 
 def _point(scenario: Scenario, catalog: Catalog, folder: Path, solver: Solver, scale: float, all_api_usd: float,

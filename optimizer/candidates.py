@@ -76,6 +76,7 @@ from fleetplan.optimizer.enums import BatchLimit, Tier
 from fleetplan.optimizer.layouts import RESTRICTED, layout_batches, pool_stages, replica_layouts, restriction_problem
 from fleetplan.optimizer.percentiles import Targets, colocated_ratio, pool_utilisation_cap, targets
 from fleetplan.optimizer.scenario import Options, Product
+from fleetplan.optimizer.sites import with_site_prices
 
 DEFAULT_TP: tuple[int, ...] = (1, 2, 4, 8)
 TIERS: tuple[str, ...] = tuple(Tier)
@@ -331,6 +332,9 @@ def resolve_gpu_price(catalog: Catalog, options: Options, gpu_id: str) -> GPUPri
         else:
             tiers.append((tier, usd * (1 - discount)))
             sources.append((tier, f"plain price less options.{tier}_discount {discount:.0%}"))
+    if gpu_id in options._site_prices:
+        tiers, sources, usd = with_site_prices(tiers, sources, usd, options._site_prices[gpu_id])
+        source = dict(sources)["on_demand"]
     return GPUPriceChoice(gpu_id, usd, source, tuple(tiers), tuple(sources))
 
 

@@ -173,13 +173,13 @@ def gap_breakdown(plan: Plan, groups: list[list[str]], parts: dict[str, Part], b
 def coupled_components(prob: FleetProblem) -> list[list[str]]:
     """Groups of products that must be planned together (networkx connected components).
 
-    Two products are coupled when both may use a GPU type whose availability is limited or
-    that is bought in whole instances. A budget couples nothing: the objective is the monthly
+    Two products are coupled when both may use GPU types on the same site (its power limit), or a
+    GPU type whose availability is limited or that is bought in whole instances. A budget couples nothing: the objective is the monthly
     cost itself, so the cheapest plan meets the budget if any plan does, and the plan's total is
     checked against it. Components are listed in scenario order, products inside them too.
     """
     names = list(prob.products)
-    shared_limits = prob.gpu_availability or prob.tier_availability or prob.instance_gpus
+    shared_limits = prob.gpu_availability or prob.tier_availability or prob.instance_gpus or prob.site_power
     if len(names) == 1 or not shared_limits:
         return [[n] for n in names]
     import networkx as nx  # imported only when products can be coupled
@@ -187,12 +187,16 @@ def coupled_components(prob: FleetProblem) -> list[list[str]]:
     g = nx.Graph()
     g.add_nodes_from(names)
     shared = set(prob.gpu_availability) | {g for g, _ in prob.tier_availability} | set(prob.instance_gpus)
+    # a site's power is shared by every GPU type on it: those types count as one
+    on_site = {gpu: f"site {row.name}" for row in prob.site_power for gpu, _ in row.mw_per_gpu}
     users: dict[str, list[str]] = {}
     for n in names:
         pd = prob.products[n]
         for gpu in sorted({c.gpu for c in pd.candidates} | {k.gpu for k in pd.pool}) :
             if gpu in shared:
                 users.setdefault(gpu, []).append(n)
+            if gpu in on_site and n not in users.get(on_site[gpu], []):
+                users.setdefault(on_site[gpu], []).append(n)
     for members in users.values():
         g.add_edges_from(zip(members, members[1:]))
     order = {n: i for i, n in enumerate(names)}
@@ -276,7 +280,8 @@ def _in_turn(tasks: list[Any], deadline: Deadline, solved: Solved,
     for i, (w, n, so, _, g) in enumerate(tasks):
         deadline.progress.update("planning", i, len(tasks))
         share = deadline.share(weights[i] / sum(weights[i:]))
-        if len(n) > 1 and joint_columns(reduced(w)) > JOINT_MAX_COLUMNS:
+        # a site's power limit is a row of the joint MIP only: such a group is never split
+        if len(n) > 1 and not w.site_power and joint_columns(reduced(w)) > JOINT_MAX_COLUMNS:
             solved.decomposed.append(n)
             group, bound = solve_one_by_one(w, n, so, share, g)
             outcomes.append(group)

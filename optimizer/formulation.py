@@ -46,6 +46,7 @@ from fleetplan.optimizer.candidates import Candidate, PoolCandidate
 from fleetplan.optimizer.enums import Tier
 from fleetplan.optimizer.errors import InfeasibleError
 from fleetplan.optimizer.mix import BucketData
+from fleetplan.optimizer.site_power import define_site_power
 from fleetplan.optimizer.problem import (
     PETA,
     SECONDS_PER_HOUR,
@@ -637,7 +638,8 @@ MIX_FAMILIES: tuple[Family, ...] = (
     declare_mix_shares, define_bucket_demand_covered, define_capacity_consumed, define_api_by_bucket,
     define_mix_pool, define_mix_prefill_pool_meets_demand,
 )
-LIMIT_FAMILIES: tuple[Family, ...] = (define_gpu_availability, declare_instances, define_whole_instances, define_objective)
+LIMIT_FAMILIES: tuple[Family, ...] = (define_gpu_availability, define_site_power, declare_instances, define_whole_instances,
+                                       define_objective)
 FAMILIES: tuple[Family, ...] = DECODE_FAMILIES + SHARE_FAMILIES + POOL_FAMILIES + MIX_FAMILIES + LIMIT_FAMILIES
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 
+from fleetplan.catalogs.power import power_catalog
 from fleetplan.optimizer.enums import Tier
 from fleetplan.optimizer.problem import SECONDS_PER_HOUR, fits_instances
+from fleetplan.optimizer.sites import site_of
 from fleetplan.optimizer.solution import Fleet, Plan, ProductPlan
 
 REL = 1e-6  # relative tolerance of money and token comparisons
@@ -210,6 +212,23 @@ def check_availability(plan: Plan) -> Iterator[str]:
             yield f"{gpu} {tier}: hour {h}: {n} GPUs in use > {limit} available in that tier"
 
 
+def check_site_power(plan: Plan) -> Iterator[str]:
+    """The GPUs standing on each site hold at most its power limit in every hour, at full load:
+    GPUs x (busy W + node overhead W / GPUs per node) x PUE, from the power catalog's figures."""
+    cat = power_catalog()
+    sites = plan.scenario.sites
+    for site in sites:
+        pue = site.pue if site.pue is not None else cat.defaults.pue
+        mw: dict[int, float] = {}
+        for (gpu, tier, h), n in sorted(_gpus(plan).items()):
+            if site_of(sites, gpu) is not site or not site.hosts_tier(tier) or (p := cat.gpu(gpu)) is None:
+                continue
+            mw[h] = mw.get(h, 0.0) + n * (p.busy_power_w + p.server_overhead_w_per_node / p.gpus_per_node) * pue / 1e6
+        for h, x in sorted(mw.items()):
+            if x > site.limit_mw * (1 + REL):
+                yield f"site {site.name}: hour {h}: {x:.4f} MW at full load > its limit of {site.limit_mw:g} MW"
+
+
 def check_instances(plan: Plan) -> Iterator[str]:
     """Every GPU type bought in whole instances: the instances reported hold the GPUs in use at
     the busiest hour, and the idle GPUs of every hour are charged to the products at the plain
@@ -256,7 +275,7 @@ def check_budget(plan: Plan) -> Iterator[str]:
 
 CHECKS: tuple[Callable[[Plan], Iterator[str]], ...] = (
     check_configuration, check_mix_eligible, check_whole_replicas, check_demand_met, check_prefill_pool, check_ttft, check_shares,
-    check_costs, check_availability, check_instances, check_layout, check_budget,
+    check_costs, check_availability, check_site_power, check_instances, check_layout, check_budget,
 )
 
 

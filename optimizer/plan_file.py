@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -46,6 +46,7 @@ from fleetplan.catalogs.schema import Precision
 from fleetplan.models.layout import Layout
 from fleetplan.models.presets import PRESETS
 from fleetplan.optimizer.enums import PrefillMode, Tier
+from fleetplan.optimizer.sites import SITE_LIMIT
 
 MAX_PLAN_GPUS = 1_000_000
 """Most GPUs a plan file may run, over all its replica sets at their busiest: a million GPUs is
@@ -68,6 +69,7 @@ MS = Range(0, 1e7, "milliseconds", "a first token later than about three hours i
 SPEED = Range(0, 1e5, "tokens per second", "faster would need a decode step under 10 microseconds")
 RELATIVE_GAP = Range(0, 1e6, "", "a relative optimality gap is a non-negative ratio")
 LIMIT_STEP = Range(0, 1e7, "GPUs", "ten million GPUs of one type exceeds the world's installed base", integer=True)
+LIMIT_MW = Range(0, 1e6, "MW", "a terawatt site exceeds the world's data centres")
 
 # The shape of a binding limit's name: ``limits.gpu_availability.<gpu>[.<tier>]``; the report
 # reads its third (and fourth) part.
@@ -97,6 +99,7 @@ ContextTokens = Annotated[StrictInt, AfterValidator(F.CONTEXT_TOKENS.check_int)]
 InstanceGpus = Annotated[StrictInt, AfterValidator(F.INSTANCE_GPUS.check_int)]
 AvailableGpus = Annotated[StrictInt, AfterValidator(F.GPU_COUNT.check_int)]
 LimitGpus = Annotated[StrictInt, AfterValidator(LIMIT_STEP.check_int)]
+LimitMw = Annotated[StrictFloat, AfterValidator(LIMIT_MW.check)]
 Usd = Annotated[StrictFloat, AfterValidator(USD.check)]
 SignedUsd = Annotated[StrictFloat, AfterValidator(USD_DIFFERENCE.check)]
 UsdPerMillion = Annotated[StrictFloat, AfterValidator(USD_PER_MILLION.check)]
@@ -352,9 +355,9 @@ class BindingLimit(_Read):
     """A shared limit that binds, and what one more step of it is worth."""
 
     limit: StrictStr
-    step: LimitGpus
+    step: LimitGpus | LimitMw
     step_unit: StrictStr
-    relaxed_to: LimitGpus
+    relaxed_to: LimitGpus | LimitMw
     value_usd_per_month: SignedUsd | None
     relaxed_monthly_cost_usd: Usd | None
     proven: StrictBool
@@ -362,7 +365,7 @@ class BindingLimit(_Read):
     @field_validator("limit")
     @classmethod
     def _limit_name(cls, v: str) -> str:
-        if not LIMIT_NAME.fullmatch(v):
+        if not (LIMIT_NAME.fullmatch(v) or v.startswith(SITE_LIMIT)):
             raise ValueError("must name a limit as limits.gpu_availability.GPU or limits.gpu_availability.GPU.TIER")
         return v
 
@@ -404,7 +407,7 @@ class PlanFile(_Read):
     preset: Name
     calibration: StrictStr | None = None
     hours: HoursCount
-    tiers: list[Tier] = Field(min_length=1)
+    tiers: list[Tier | Literal["owned"]] = Field(min_length=1)  # owned: a site's owned GPUs (see :mod:`.site_power`)
     monthly_cost_usd: Usd
     mip_gap: Gap | None = None
     gap_breakdown_usd: GapBreakdown | None = None

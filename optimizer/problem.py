@@ -36,6 +36,7 @@ from fleetplan.optimizer.enums import Tier
 from fleetplan.optimizer.errors import InfeasibleError
 from fleetplan.optimizer.mix import BucketData, bucket_data, bucket_product, mean_prefill_work, mix_candidates, replicas_alone
 from fleetplan.optimizer.scenario import Product, Scenario
+from fleetplan.optimizer.site_power import SiteRow, site_rows
 from fleetplan.optimizer.text import format_ms
 
 SECONDS_PER_HOUR = 3600.0
@@ -159,6 +160,7 @@ class FleetProblem:
     # GPUs that products outside this problem run in the same whole instances, per GPU type sold
     # in instances: (plain USD per GPU-hour, GPUs in each hour); see :func:`.formulation.gpus_in_hour`
     gpus_elsewhere: dict[str, tuple[float, tuple[int, ...]]] = field(default_factory=dict)
+    site_power: tuple[SiteRow, ...] = ()  # each site's power limit (see :mod:`.site_power`)
     cand: dict[str, Candidate] = field(default_factory=dict)
     pools: dict[str, PoolCandidate] = field(default_factory=dict)
 
@@ -181,6 +183,7 @@ class FleetProblem:
             tier_availability=dict(self.tier_availability) if limits else {},
             instance_gpus=dict(self.instance_gpus) if limits else {},
             gpus_elsewhere=dict(self.gpus_elsewhere) if limits else {},
+            site_power=self.site_power if limits else (),
             monthly_budget_usd=self.monthly_budget_usd if limits else None,
             full_demand={n: self.full_demand[n] for n in names if n in self.full_demand},
         )
@@ -283,7 +286,7 @@ class CandidateMemo:
     reuse them. The key is everything generation reads: the product but its demand, the options
     but the solver settings, and the catalog and preset objects (alive for the command)."""
 
-    sets: dict[tuple[str, str, int, int], CandidateSet] = field(default_factory=dict)
+    sets: dict[tuple[str, str, int, int, str], CandidateSet] = field(default_factory=dict)
 
     def generate(self, product: Product, llm: LLM, catalog: Catalog, scenario: Scenario, preset: Preset,
                  deadline: Deadline | None = None) -> CandidateSet:
@@ -299,7 +302,8 @@ class CandidateMemo:
 def candidate_key(product: Product, catalog: Catalog, scenario: Scenario, preset: Preset) -> tuple[Any, ...]:
     """What tells a product's candidate sets apart within one command (see :class:`CandidateMemo`)."""
     return (product.model_dump_json(exclude=set(_NOT_GENERATION)),
-            scenario.options.model_dump_json(exclude=set(_NOT_GENERATION_OPTIONS)), id(catalog), id(preset))
+            scenario.options.model_dump_json(exclude=set(_NOT_GENERATION_OPTIONS)), id(catalog), id(preset),
+            repr(scenario.options._site_prices))  # the prices a scenario's sites set (owned, carbon)
 
 
 def copied(cs: CandidateSet) -> CandidateSet:
@@ -366,7 +370,15 @@ def _limits(scenario: Scenario, catalog: Catalog) -> dict[str, Any]:
         "gpu_availability": lim.total_availability(), "tier_availability": lim.tier_availability(),
         "instance_gpus": {g: n for g in catalog.gpus if (n := lim.gpus_per_instance(g))},
         "monthly_budget_usd": lim.monthly_budget_usd,
+        **({"site_power": site_rows(scenario, searched_gpus(scenario, catalog))} if scenario.sites else {}),
     }
+
+
+def searched_gpus(scenario: Scenario, catalog: Catalog) -> list[str]:
+    """Every GPU type a scenario's decode or prefill pools may run on."""
+    opts = scenario.options
+    pools = {g for p in scenario.products for g in (p.prefill_gpus or opts.prefill_gpus or [])}
+    return sorted(set(opts.gpus or catalog.gpus) | pools)
 
 
 def _candidates(product: Product, llm: LLM, catalog: Catalog, scenario: Scenario, preset: Preset,

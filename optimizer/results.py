@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from fleetplan.optimizer.site_power import power_report, site_tiers, sites_report
 from fleetplan.optimizer.candidates import Candidate, CandidateSet, PoolCandidate
 from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S
 from fleetplan.optimizer.enums import Tier
@@ -278,7 +279,10 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         counted.append({"replicas": pool["replicas"], "gpus": pool["gpus"],
                         "prefill": {"replicas": pool["prefill_replicas"], "gpus": pool["prefill_gpus"]}})
     total_cents = {k: sum(_cents(p["monthly_cost_breakdown_usd"][k]) for p in products) for k in BREAKDOWN_KEYS}
-    return {
+    power, product_power = power_report(plan)
+    for d in products:
+        d["power"] = product_power.get(d.get("pooled_in") or d["name"], product_power.get(d["name"]))
+    out = {
         "status": res.status,
         "solver": res.solver,
         "termination": res.termination,
@@ -307,7 +311,12 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "first_come_monthly_cost_usd": _r(plan.first_come_monthly_cost_usd, 2),
         "binding_limits": plan.binding_limits,
         "verification": plan.verification,
+        "power": power,
     }
+    if plan.scenario.sites:
+        out["tiers"] = site_tiers(plan.scenario, out["tiers"])
+        out["sites"] = sites_report(plan)
+    return out
 
 
 def _totals(counted: list[dict[str, Any]], total_cents: int) -> dict[str, Any]:

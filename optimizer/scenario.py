@@ -38,10 +38,12 @@ from fleetplan.optimizer.defaults import (
 )
 from fleetplan.optimizer.enums import PrefillMode, Tier
 from fleetplan.optimizer.histogram import MAX_REQUEST_BUCKETS, SHARE_TOLERANCE, read_histogram
+from fleetplan.optimizer.sites import Site, check_sites, site_prices
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -263,6 +265,11 @@ class Options(_Strict):
     time_limit_s: Annotated[float | None, F.TIME_LIMIT_S] = Field(
         default=None, description="wall-clock limit of the whole command; left out: the default")
     mip_rel_gap: Annotated[float, F.MIP_REL_GAP] = 1e-6
+    carbon_usd_per_tco2: Annotated[float, F.USD_PER_TCO2] = Field(
+        default=0.0, description="carbon price in the objective, USD per tCO2")
+    # GPU-hour prices the scenario's sites set, by GPU type: (tier or "carbon", USD, source);
+    # filled by Scenario from ``sites`` and the carbon price (see :mod:`.sites`)
+    _site_prices: dict[str, tuple[tuple[str, float, str], ...]] = PrivateAttr(default_factory=dict)
 
     @field_validator("tiers")
     @classmethod
@@ -352,6 +359,15 @@ class Scenario(_Strict):
     products: list[Product] = Field(min_length=1)
     options: Options = Field(default_factory=Options)
     limits: Limits = Field(default_factory=Limits)
+    sites: list[Site] = Field(default_factory=list, description="sites with a power limit, and owned hardware")
+
+    @model_validator(mode="after")
+    def _site_prices(self) -> Scenario:
+        """Sites checked (:func:`.sites.check_sites`) and the prices they set handed to the options."""
+        if self.sites or self.options.carbon_usd_per_tco2 > 0:
+            check_sites(self.sites, list(self.options.tiers))
+            self.options._site_prices = site_prices(self.sites, self.options.carbon_usd_per_tco2)
+        return self
 
     @model_validator(mode="after")
     def _preset_prefill(self) -> Scenario:
@@ -443,6 +459,10 @@ def _validated(raw: Any, where: str, folder: Path) -> Scenario:
             products = raw.get("products") or []
             if loc[1] < len(products) and isinstance(products[loc[1]], dict) and "name" in products[loc[1]]:
                 msg = msg.replace(f"products.{loc[1]}", f"products[{short(products[loc[1]]['name'])}]", 1)
+        if len(loc) >= 2 and loc[0] == "sites" and isinstance(loc[1], int):
+            sites = raw.get("sites") or []
+            if loc[1] < len(sites) and isinstance(sites[loc[1]], dict) and "name" in sites[loc[1]]:
+                msg = msg.replace(f"sites.{loc[1]}", f"sites[{short(sites[loc[1]]['name'])}]", 1)
         raise ScenarioError(msg) from None
 
 

@@ -67,10 +67,12 @@ def gpu_price(scenario: Scenario, catalog: Catalog, f: float) -> Scenario:
     """Every GPU-hour price times ``f``: the on-demand price each GPU gets (override, provider or
     reference) and any reserved or spot override."""
     o = scenario.options
+    rented = o.model_copy()
+    rented._site_prices = {}  # a site's carbon charge is added again to the scaled price, not scaled
     gpus = o.gpus or sorted(catalog.gpus)
     on_demand = {}
     for g in gpus:
-        price = resolve_gpu_price(catalog, o, g)
+        price = resolve_gpu_price(catalog, rented, g)
         if price is not None:
             on_demand[g] = price.usd_per_gpu_hour * f
     update = {"gpu_hour_usd": on_demand,

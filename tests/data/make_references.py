@@ -32,7 +32,7 @@ FAMILIES = HERE / "families.json"
 
 # One hour, three products on one GPU type: one with a capped API (a floor too) that may prefill
 # colocated or on a pool, one on a pool, a request mix of two buckets with a capped API; three tiers with a spot cap, availability in total and
-# for spot, 8-GPU instances: every constraint family has rows.
+# for spot, 8-GPU instances, a site holding the reserved and on-demand GPUs: every constraint family has rows.
 SMALL = {
     "preset": "default",
     "products": [
@@ -49,6 +49,7 @@ SMALL = {
     "options": {"gpus": ["h100-sxm"], "tp": [1], "batch": [32, 64], "tiers": ["reserved", "on_demand", "spot"],
                 "spot_max_share": 0.2},
     "limits": {"gpu_availability": {"h100-sxm": {"total": 64, "spot": 8}}, "instance_gpus": 8},
+    "sites": [{"name": "dc", "limit_mw": 0.2, "tiers": ["reserved", "on_demand"]}],
 }
 
 
