@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fleetplan.catalogs.loader import InputError, first_error, format_validation_error, nearest
+from fleetplan.catalogs.loader import InputError, format_validation_error, nearest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 PROBABILITY_TOLERANCE = 1e-6  # listed probabilities must sum to 1 within this
@@ -191,11 +191,7 @@ def parse_uncertainty(raw: Any, where: str, products: list[str]) -> Uncertainty:
     try:
         unc = Uncertainty.model_validate(raw)
     except ValidationError as err:
-        msg = format_validation_error(err, f"{where}: uncertainty", Uncertainty)
-        loc = first_error(err)["loc"]
-        if loc and isinstance(loc[0], str) and loc[0] not in Uncertainty.model_fields and first_error(err)["type"] == "extra_forbidden":
-            msg += nearest(str(loc[0]), Uncertainty.model_fields)
-        raise UncertaintyError(msg) from None
+        raise UncertaintyError(format_validation_error(err, f"{where}: uncertainty", Uncertainty)) from None
     for o in unc.outcomes or []:
         if isinstance(o.demand_scale, dict):
             for name in o.demand_scale:
