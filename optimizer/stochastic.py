@@ -283,15 +283,18 @@ def _most_gpus(cols: list[tuple[int, float]], lp: LinearProblem) -> float:
 # ----------------------------------------------------------------------------- one outcome's MIP
 
 
-def solve_outcome(lp: LinearProblem, n_commit: int, commit_cost: Sequence[float], fixed: Sequence[float] | None,
+Box = tuple[Sequence[float], Sequence[float]]  # lower and upper GPUs of each commitment column
+
+
+def solve_outcome(lp: LinearProblem, n_commit: int, commit_cost: Sequence[float], box: Box | None,
                   solver: Solver, gap: float, time_limit_s: float | None) -> SubResult | None:
     """An outcome's MIP with the commitment's columns priced at ``commit_cost`` (USD per GPU per
-    month) or ``fixed`` at given GPUs; None when it has no plan."""
+    month) and kept within ``box`` (fixed where its bounds meet); None when it has no plan."""
     objective = list(commit_cost) + lp.objective[n_commit:]
     lower, upper = list(lp.col_lower), list(lp.col_upper)
-    if fixed is not None:
-        for i, v in enumerate(fixed):
-            lower[i] = upper[i] = float(v)
+    if box is not None:
+        for i, (lo, hi) in enumerate(zip(*box)):
+            lower[i], upper[i] = float(lo), float(hi)  # more than this outcome could use is still a commitment
     run = lp.with_bounds(lower, upper)
     run.objective = objective
     res = solve(run, solver, time_limit_s=time_limit_s, mip_rel_gap=gap)
@@ -304,21 +307,21 @@ def solve_outcome(lp: LinearProblem, n_commit: int, commit_cost: Sequence[float]
     return SubResult(obj, min(obj, bound), commit, obj - paid)
 
 
-def _solve_in_copy(i: int, commit_cost: Sequence[float], fixed: Sequence[float] | None, solver: Solver, gap: float,
+def _solve_in_copy(i: int, commit_cost: Sequence[float], box: Box | None, solver: Solver, gap: float,
                    time_limit_s: float | None) -> SubResult | None:
     """Worker: :func:`solve_outcome` of outcome ``i`` of the parent's models (:func:`~.workers.shared`)."""
     models: list[OutcomeModel] = shared()
     m = models[i]
-    return solve_outcome(m.lp, len(m.commit_cols), commit_cost, fixed, solver, gap, time_limit_s)
+    return solve_outcome(m.lp, len(m.commit_cols), commit_cost, box, solver, gap, time_limit_s)
 
 
-Runner = Callable[[list[tuple[int, Sequence[float], Sequence[float] | None]]], list[SubResult | None]]
+Runner = Callable[[list[tuple[int, Sequence[float], Box | None]]], list[SubResult | None]]
 
 
 def local_runner(models: list[OutcomeModel], solver: Solver, gap: float = SUB_GAP,
                  time_limit_s: float | None = None, workers: int | None = None) -> Runner:
     """Solves outcomes' MIPs here: in worker processes (copies of this one) when allowed."""
-    def run(calls: list[tuple[int, Sequence[float], Sequence[float] | None]]) -> list[SubResult | None]:
+    def run(calls: list[tuple[int, Sequence[float], Box | None]]) -> list[SubResult | None]:
         return map_in_copies(_solve_in_copy, models, [(i, c, f, solver, gap, time_limit_s) for i, c, f in calls],
                              workers if workers is not None else jobs())
     return run
@@ -331,9 +334,9 @@ def dask_runner(client: Any, models: list[OutcomeModel], solver: Solver, gap: fl
     lps = client.scatter([m.lp for m in models], broadcast=False)
     sizes = [len(m.commit_cols) for m in models]
 
-    def run(calls: list[tuple[int, Sequence[float], Sequence[float] | None]]) -> list[SubResult | None]:
-        futures = [client.submit(solve_outcome, lps[i], sizes[i], list(c), None if f is None else list(f), solver,
-                                 gap, time_limit_s, pure=False) for i, c, f in calls]
+    def run(calls: list[tuple[int, Sequence[float], Box | None]]) -> list[SubResult | None]:
+        futures = [client.submit(solve_outcome, lps[i], sizes[i], list(c), None if b is None else (list(b[0]), list(b[1])), solver,
+                                 gap, time_limit_s, pure=False) for i, c, b in calls]
         return list(client.gather(futures))
     return run
 
@@ -350,7 +353,7 @@ def evaluate(models: list[OutcomeModel], commit: Sequence[float], run: Runner) -
     """Each outcome's total cost (commitment plus recourse, USD per month) with ``commit`` fixed;
     None when some outcome has no plan with it."""
     costs = _costs(models)
-    found = run([(i, costs, list(commit)) for i in range(len(models))])
+    found = run([(i, costs, (list(commit), list(commit))) for i in range(len(models))])
     if any(f is None for f in found):
         return None
     return [f.objective_usd for f in found]  # type: ignore[union-attr]
@@ -431,7 +434,7 @@ def solve_extensive(models: list[OutcomeModel], solver: Solver, gap: float, time
 @dataclass
 class Decomposed:
     """Where dual decomposition ended: the best commitment, its outcomes' costs, the proven lower
-    bound, the wait-and-see optima and the iterations run."""
+    bound, the wait-and-see optima and the Lagrangian rounds run."""
 
     commit: tuple[float, ...]
     outcome_costs: list[float]
@@ -440,24 +443,40 @@ class Decomposed:
     iterations: int
 
 
+@dataclass
+class _Node:
+    """A box of commitments (``lower <= commit <= upper``), a lower bound on the best plan in it
+    and the multipliers its Lagrangian rounds start from."""
+
+    bound_usd: float
+    lower: list[float]
+    upper: list[float]
+    w: list[list[float]]
+
+
+ROUNDS_PER_NODE = 8  # Lagrangian rounds on one box before it is split
+
+
 def decompose(models: list[OutcomeModel], run: Runner, gap: float, max_iterations: int,
               deadline_s: float | None = None, extra: Sequence[Sequence[float]] = (),
               progress: Callable[[int, float, float], None] | None = None) -> Decomposed:
-    """Dual decomposition with subgradient steps (see the module docstring) until the proven gap
-    is at most ``gap``, ``max_iterations`` or ``deadline_s`` seconds; ``extra`` commitments are
-    evaluated as candidates too (e.g. the mean forecast's)."""
+    """Dual decomposition (see the module docstring) inside a branch and bound on the commitment:
+    each box of commitments gets up to :data:`ROUNDS_PER_NODE` subgradient rounds of L(w) with the
+    outcomes' copies kept in the box; a box whose bound reaches the best plan's cost (less
+    ``gap``) is closed, one whose outcomes agree on a commitment is solved, and any other is split
+    on the term whose copies disagree most. The lower bound is the least bound of the open boxes:
+    proven whatever the Lagrangian's own duality gap. Ends at ``gap``, ``max_iterations`` rounds
+    or ``deadline_s`` seconds; ``extra`` commitments are evaluated as candidates too."""
     start = time.monotonic()
     n = len(models[0].commit_cols)
     p = [m.case.probability for m in models]
     c = _costs(models)
-    w = [[0.0] * n for _ in models]
-    lower, upper = -math.inf, math.inf
+    upper = math.inf
     best: tuple[float, ...] | None = None
     best_costs: list[float] = []
     seen: dict[tuple[float, ...], float] = {}
     own: list[float] = []
-    theta, stall = 1.0, 0
-    it = 0
+    rounds = 0
 
     def consider(x: tuple[float, ...]) -> None:
         nonlocal upper, best, best_costs
@@ -468,42 +487,73 @@ def decompose(models: list[OutcomeModel], run: Runner, gap: float, max_iteration
         if costs is not None and (seen[x] < upper - 1e-9 or (best is not None and seen[x] <= upper + 1e-9 and x < best)):
             upper, best, best_costs = seen[x], x, costs
 
-    for it in range(1, max_iterations + 1):
-        found = run([(s, [ci + wi for ci, wi in zip(c, w[s])], None) for s in range(len(models))])
-        if any(f is None for f in found):
-            raise UncertaintyError(f"uncertainty.outcomes: outcome {models[found.index(None)].case.name} has no plan")
-        subs: list[SubResult] = found  # type: ignore[assignment]
-        if it == 1:
-            own = [f.objective_usd for f in subs]
-        value = sum(pi * f.bound_usd for pi, f in zip(p, subs))
-        if value > lower + 1e-9 * max(1.0, abs(lower) if math.isfinite(lower) else 1.0):
-            lower, stall = value, 0
-        else:
-            stall += 1
-            if stall >= 2:
-                theta, stall = theta / 2.0, 0
-        mean = [sum(pi * f.commit[i] for pi, f in zip(p, subs)) for i in range(n)]
-        if it == 1:
-            for x in extra:
-                consider(_rounded(x))
-        consider(_rounded(mean))
-        if progress is not None:
-            progress(it, lower, upper)
-        if upper < math.inf and (upper - lower) <= gap * abs(upper):
+    def closed(bound: float) -> bool:
+        return upper < math.inf and upper - bound <= gap * abs(upper)
+
+    def out_of_time() -> bool:
+        return rounds >= max_iterations or (deadline_s is not None and time.monotonic() - start > deadline_s)
+
+    top = [max(m.lp.col_upper[i] for m in models) for i in range(n)]
+    open_nodes = [_Node(-math.inf, [0.0] * n, top, [[0.0] * n for _ in models])]
+    for x in extra:
+        consider(_rounded(x))
+    while open_nodes and not out_of_time():
+        open_nodes.sort(key=lambda nd: (nd.bound_usd, nd.lower, nd.upper))
+        node = open_nodes.pop(0)
+        if closed(node.bound_usd):
+            open_nodes.append(node)
             break
-        if deadline_s is not None and time.monotonic() - start > deadline_s:
+        w, theta, stall, bound = node.w, 1.0, 0, node.bound_usd
+        agreed: tuple[float, ...] | None = None
+        subs: list[SubResult] = []
+        for _ in range(ROUNDS_PER_NODE):
+            found = run([(s, [ci + wi for ci, wi in zip(c, w[s])], (node.lower, node.upper)) for s in range(len(models))])
+            rounds += 1
+            if any(f is None for f in found):
+                bound = math.inf  # some outcome has no plan with a commitment in this box
+                break
+            subs = found  # type: ignore[assignment]
+            if not own:
+                own = [f.objective_usd for f in subs]
+            value = sum(pi * f.bound_usd for pi, f in zip(p, subs))
+            if value > bound + 1e-9 * max(1.0, abs(value)):
+                bound, stall = value, 0
+            else:
+                stall += 1
+                if stall >= 2:
+                    theta, stall = theta / 2.0, 0
+            mean = [sum(pi * f.commit[i] for pi, f in zip(p, subs)) for i in range(n)]
+            consider(tuple(min(max(v, lo), hi) for v, lo, hi in zip(_rounded(mean), node.lower, node.upper)))
+            if progress is not None:
+                progress(rounds, min([bound, *(nd.bound_usd for nd in open_nodes)]), upper)
+            step = [[f.commit[i] - mean[i] for i in range(n)] for f in subs]
+            norm = sum(pi * sum(g * g for g in gs) for pi, gs in zip(p, step))
+            if norm <= 1e-12:
+                agreed = subs[0].commit
+                break
+            if closed(bound) or out_of_time():
+                break
+            alpha = theta * (upper - value) / norm if upper < math.inf else 1.0
+            w = [[wi + alpha * g for wi, g in zip(w[s], step[s])] for s in range(len(models))]
+        if agreed is not None:
+            consider(agreed)  # every outcome's best in the box is this commitment: the box is solved
+            continue
+        if bound == math.inf or closed(bound):
+            continue
+        if out_of_time():
+            open_nodes.append(_Node(bound, node.lower, node.upper, w))
             break
-        step = [[f.commit[i] - mean[i] for i in range(n)] for f in subs]
-        norm = sum(pi * sum(g * g for g in gs) for pi, gs in zip(p, step))
-        if norm <= 1e-12:
-            consider(_rounded(subs[0].commit))
-            break
-        alpha = theta * (upper - value) / norm if upper < math.inf else 1.0
-        for s in range(len(models)):
-            w[s] = [wi + alpha * g for wi, g in zip(w[s], step[s])]
+        spread = [sum(pi * (f.commit[i] - mean[i]) ** 2 for pi, f in zip(p, subs)) for i in range(n)]
+        i = max(range(n), key=lambda k: (spread[k], -k))
+        cut = min(math.floor(mean[i]), node.upper[i] - 1.0)
+        left_upper, right_lower = list(node.upper), list(node.lower)
+        left_upper[i], right_lower[i] = cut, cut + 1.0
+        open_nodes.append(_Node(bound, list(node.lower), left_upper, [list(r) for r in w]))
+        open_nodes.append(_Node(bound, right_lower, list(node.upper), [list(r) for r in w]))
     if best is None:
         raise UncertaintyError("uncertainty: no commitment found that every outcome can plan with")
-    return Decomposed(best, best_costs, min(lower, upper), own, it)
+    lower = min([upper, *(nd.bound_usd for nd in open_nodes)])
+    return Decomposed(best, best_costs, lower, own, rounds)
 
 
 def _commitment(terms: list[TermPrice], x: Sequence[float]) -> list[tuple[TermPrice, int]]:

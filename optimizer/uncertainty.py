@@ -147,7 +147,7 @@ class Uncertainty(_Strict):
     cvar_alpha: float = Field(default=0.95, gt=0.0, lt=1.0)
     method: Literal["auto", "extensive", "decomposition"] = "auto"
     max_gap: float = Field(default=0.01, gt=0.0, le=0.5)
-    max_iterations: int = Field(default=30, ge=1, le=1000)
+    max_iterations: int = Field(default=200, ge=1, le=10000)
 
     @model_validator(mode="after")
     def _one_source(self) -> Uncertainty:
