@@ -51,28 +51,28 @@ def _gpus_needed(scenario, scale: float) -> tuple[int, float]:
 
 
 def test_vss_and_evpi_by_hand_on_two_outcomes():
-    unc = {"outcomes": [{"name": "low", "probability": 0.3, "demand_scale": 0.5},
-                        {"name": "high", "probability": 0.7, "demand_scale": 3.0}], "terms": ["1y"]}
+    unc = {"outcomes": [{"name": "low", "probability": 0.5, "demand_scale": 0.5},
+                        {"name": "high", "probability": 0.5, "demand_scale": 2.0}], "terms": ["1y"]}
     plan, scenario, _ = _plan(BASE, unc)
-    (n_low, od), (n_high, _) = _gpus_needed(scenario, 0.5), _gpus_needed(scenario, 3.0)
-    n_mean, _ = _gpus_needed(scenario, 0.3 * 0.5 + 0.7 * 3.0)
+    (n_low, od), (n_high, _) = _gpus_needed(scenario, 0.5), _gpus_needed(scenario, 2.0)
+    n_mean, _ = _gpus_needed(scenario, 0.5 * 0.5 + 0.5 * 2.0)
     assert od > TERM_1Y_H100 and n_low < n_mean <= n_high
 
     def cost(r: int, n: int) -> float:  # r GPUs committed, n needed: the rest on demand
         return (TERM_1Y_H100 * r + od * max(0, n - r)) * HOURS
 
     def expected(r: int) -> float:
-        return 0.3 * cost(r, n_low) + 0.7 * cost(r, n_high)
+        return 0.5 * cost(r, n_low) + 0.5 * cost(r, n_high)
 
     best = min(range(n_high + 1), key=lambda r: (expected(r), r))
     rp = expected(best)
-    wait_and_see = 0.3 * cost(n_low, n_low) + 0.7 * cost(n_high, n_high)
+    wait_and_see = 0.5 * cost(n_low, n_low) + 0.5 * cost(n_high, n_high)
     eev = expected(n_mean)  # the mean forecast commits to what its own demand needs
     assert plan.commitment[0][1] == best
     assert plan.expected_cost_usd == pytest.approx(rp, abs=0.01)
     assert plan.vss_usd == pytest.approx(eev - rp, abs=0.01)
     assert plan.evpi_usd == pytest.approx(rp - wait_and_see, abs=0.01)
-    assert plan.vss_usd >= 0 and plan.evpi_usd > 0
+    assert plan.vss_usd > 0 and plan.evpi_usd > 0
     d = plan.to_dict()
     assert [s["regret_usd"] for s in d["scenarios"]] == [round(cost(best, n_low) - cost(n_low, n_low), 2),
                                                          round(cost(best, n_high) - cost(n_high, n_high), 2)]
@@ -191,3 +191,12 @@ def test_a_scenario_without_uncertainty_is_refused_by_commit_and_plans_as_before
     assert "no uncertainty: block" in capsys.readouterr().err
     with pytest.raises(UncertaintyError):
         parse_uncertainty({"outcomes": []}, "t", ["chat"])
+
+
+def test_the_shipped_two_outcome_example_values_the_stochastic_solution(capsys):
+    path = Path(__file__).resolve().parent.parent / "examples" / "uncertainty" / "commit-two-outcomes.yaml"
+    assert main(["commit", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["vss_usd"] > 0 and data["evpi_usd"] >= 0 and data["gap"] == 0.0
+    assert data["expected_cost_usd"] == pytest.approx(
+        data["mean_forecast"]["expected_cost_usd"] - data["vss_usd"], abs=0.02)
