@@ -200,3 +200,10 @@ def test_the_shipped_two_outcome_example_values_the_stochastic_solution(capsys):
     assert data["vss_usd"] > 0 and data["evpi_usd"] >= 0 and data["gap"] == 0.0
     assert data["expected_cost_usd"] == pytest.approx(
         data["mean_forecast"]["expected_cost_usd"] - data["vss_usd"], abs=0.02)
+
+
+def test_plan_points_a_scenario_with_outcomes_to_commit(capsys):
+    path = Path(__file__).resolve().parent.parent / "examples" / "uncertainty" / "commit-two-outcomes.yaml"
+    assert main(["plan", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "uncertainty: plan outcomes with `fleetplan commit`" in err and err.count("\n") == 1
