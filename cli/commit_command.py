@@ -38,8 +38,8 @@ def read_stochastic_scenario(path: str) -> tuple[Any, Any, Path]:
     return scenario, parse_uncertainty(block, str(p), [q.name for q in scenario.products]), p.parent
 
 
-def _usd(x: float) -> str:
-    return f"${x:,.0f}"
+def _usd(x: float | None) -> str:
+    return "-" if x is None else f"${x:,.0f}"
 
 
 def show_table(data: dict[str, Any], console: Any) -> None:

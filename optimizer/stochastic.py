@@ -174,12 +174,13 @@ class StochasticPlan:
             "scenarios": [{"name": o.name, "probability": o.probability, "cost_usd": round(o.cost_usd, 2),
                            "own_optimum_usd": round(o.own_optimum_usd, 2), "regret_usd": round(o.regret_usd, 2)}
                           for o in self.outcomes],
-            "vss_usd": round(self.vss_usd, 2),
+            "vss_usd": round(self.vss_usd, 2) if math.isfinite(self.vss_usd) else None,
             "evpi_usd": round(self.evpi_usd, 2),
             "lower_bound_usd": round(self.lower_bound_usd, 2),
             "gap": round(self.gap, 6),
             "mean_forecast": {"commitment": commit(self.mean_forecast_commitment),
-                              "expected_cost_usd": round(self.mean_forecast_expected_cost_usd, 2)},
+                              "expected_cost_usd": (round(self.mean_forecast_expected_cost_usd, 2)
+                                                    if math.isfinite(self.mean_forecast_expected_cost_usd) else None)},
             "wait_and_see_usd": round(self.wait_and_see_usd, 2),
             "method": self.method,
             "iterations": self.iterations,
