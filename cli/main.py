@@ -416,12 +416,13 @@ def build_parser() -> argparse.ArgumentParser:
     from fleetplan.deploy import register as register_deploy
     from fleetplan.simulate_command import register as register_simulate
     from fleetplan.trace import register as register_trace
+    from fleetplan.commit_command import register as register_commit
 
     p = Parser(prog="fleetplan", description="Cheapest GPU fleet for LLM inference, as a mixed-integer program.")
     p.add_argument("--version", action="version", version=f"fleetplan {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
     for add in (_add_estimate, _add_plan, _add_breakeven, _add_catalog, register, register_report, register_sweep,
-                register_deploy, register_trace, register_simulate):
+                register_deploy, register_trace, register_simulate, register_commit):
         add(sub)
     return p
 

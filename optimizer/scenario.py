@@ -444,6 +444,9 @@ def _validated(raw: Any, where: str, folder: Path) -> Scenario:
         raw = _inline_histograms(raw, folder)
     if not isinstance(raw, dict):
         raise ScenarioError(f"{where}: a scenario must be a mapping with 'products' (and optional 'preset', 'options')")
+    if "uncertainty" in raw:  # read by the two-stage planner, which takes it out first
+        raise ScenarioError(f"{where}: uncertainty: plan outcomes with `fleetplan commit` (nearest valid choice: "
+                            f"leave uncertainty out to plan one forecast)")
     if raw and "products" not in raw and set(raw) <= set(CATALOG_SECTIONS):
         raise ScenarioError(
             f"{where}: a catalog file (sections {', '.join(map(str, raw))}), not a scenario (no products): give it with "
