@@ -3,7 +3,7 @@ stays a short page, and the generated references name every scenario field and M
 
 Blocks are read by their fence's language:
 
-- ``python``: executed, in a fresh namespace, in a folder holding a copy of ``examples/``;
+- ``python``: executed, in a fresh namespace, in the page's folder (a copy of ``examples/``);
 - ``bash`` / ``console``: each command that starts with ``fleetplan`` or ``python -m fleetplan``
   (after a ``$`` prompt in ``console``) runs there too, in order, and must exit 0; other lines
   (installing, running the tests, starting a cluster) are not run;
@@ -81,13 +81,23 @@ def params(langs: set[str]) -> list[object]:
             for b in ALL_BLOCKS if b.lang in langs]
 
 
+_FOLDERS: dict[Path, Path] = {}
+
+
 @pytest.fixture()
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A folder with copies of the shipped examples and measurement data, as after a checkout."""
-    shutil.copytree(ROOT / "examples", tmp_path / "examples")
-    shutil.copytree(ROOT / "benchmarks" / "data", tmp_path / "benchmarks" / "data")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+def workdir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+            monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The page's folder: copies of the shipped examples and measurement data, as after a checkout.
+    A page's blocks share it and run in order, as a reader follows the page (a plan written by one
+    block is read by the next)."""
+    page = request.node.callspec.params["block"].path
+    if page not in _FOLDERS:
+        folder = tmp_path_factory.mktemp("docs")
+        shutil.copytree(ROOT / "examples", folder / "examples")
+        shutil.copytree(ROOT / "benchmarks" / "data", folder / "benchmarks" / "data")
+        _FOLDERS[page] = folder
+    monkeypatch.chdir(_FOLDERS[page])
+    return _FOLDERS[page]
 
 
 def test_every_block_names_a_language_the_tests_know():

@@ -1,7 +1,7 @@
 """The HTML report as a person sees it: opened in headless Chromium (Debian's ``chromium``,
 which ``.ci/run`` installs), with no console error and no request beyond the file itself, and
 the total read off the page equal to the plan's. The screenshot is kept: set
-``FLEETPLAN_SCREENSHOT=docs/report.png`` to write it where the README shows it."""
+``FLEETPLAN_SCREENSHOT=docs/assets/report.png`` to write it where the documentation shows it."""
 
 from __future__ import annotations
 

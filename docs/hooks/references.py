@@ -2,7 +2,8 @@
 
 A page holding ``<!-- generated: NAME -->`` gets the text of ``GENERATED[NAME]`` in its place at
 build time: ``scenario`` (every field of the scenario schema with its type, unit, valid range and
-default), ``catalog`` (every field of a catalog entry) and ``formulation`` (one section per
+default), ``catalog`` (every field of a catalog entry), ``catalog-sources`` (the source and date of every
+shipped entry) and ``formulation`` (one section per
 constraint family of the MIP, in build order, from each family's own docstring).
 ``tests/test_docs.py`` loads this file as the build does and checks what it writes.
 
@@ -16,12 +17,15 @@ import dataclasses
 import enum
 import inspect
 import re
+import sys
 import types
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import annotated_types
+from mkdocs.plugins import event_priority
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
@@ -37,6 +41,12 @@ def _catalog_schemas() -> dict[str, type[BaseModel]]:
 
     return {"gpus": schema.GPU, "models": schema.LLM, "prices": schema.GPUPrice, "reference": schema.ReferencePrice,
             "api_prices": schema.APIPrice}
+
+
+def _shipped_catalog() -> Any:
+    from fleetplan.catalogs.loader import load_catalog
+
+    return load_catalog()
 
 
 def _families() -> tuple[Callable[..., None], ...]:
@@ -238,6 +248,23 @@ def catalog_reference() -> str:
     return "\n".join(parts)
 
 
+def catalog_sources() -> str:
+    """Each shipped GPU and model with where its figures come from and when, and how many price
+    rows each source gives."""
+    cat = _shipped_catalog()
+    rows = ["| entry | id | source | as of |", "|---|---|---|---|"]
+    for kind, entries in (("GPU", cat.gpus), ("model", cat.models), ("reference price", cat.reference),
+                          ("API price", cat.api_prices)):
+        for key, e in sorted(entries.items()):
+            rows.append(f"| {kind} | `{key}` | {_cell(e.source)} | {e.as_of} |")
+    prices: dict[tuple[str, str], int] = {}
+    for price in cat.prices:
+        prices[(price.source, str(price.as_of))] = prices.get((price.source, str(price.as_of)), 0) + 1
+    rows += ["", "| GPU-hour price rows | source | as of |", "|---|---|---|"]
+    rows += [f"| {n} | {_cell(src)} | {when} |" for (src, when), n in sorted(prices.items())]
+    return "\n".join(rows) + "\n"
+
+
 def _family_function(family: Callable[..., None]) -> Callable[..., None]:
     """The ``define_*`` function behind ``family`` (a family stated for one side wraps one)."""
     inner = inspect.getclosurevars(family).nonlocals.get("family")
@@ -257,7 +284,8 @@ def formulation_reference() -> str:
 
 
 GENERATED: dict[str, Callable[[], str]] = {
-    "scenario": scenario_reference, "catalog": catalog_reference, "formulation": formulation_reference,
+    "scenario": scenario_reference, "catalog": catalog_reference, "catalog-sources": catalog_sources,
+    "formulation": formulation_reference,
 }
 
 
@@ -268,6 +296,17 @@ def fill(markdown: str) -> str:
         if marker in markdown:
             markdown = markdown.replace(marker, f"{marker}\n\n{make()}")
     return markdown
+
+
+@event_priority(100)  # before mkdocstrings sets up its loader from the search paths
+def on_config(config: Any, **_: Any) -> Any:
+    """MkDocs event: keep the API reference's loader off the ``fleetplan`` console script.
+
+    Run as ``mkdocs build``, the interpreter's first search path is the environment's ``bin/``
+    folder, which holds the ``fleetplan`` script; the docstring loader would take that file for
+    the package. The folder is dropped from the search paths (nothing imports from it)."""
+    sys.path[:] = [p for p in sys.path if not (Path(p or ".") / "fleetplan").is_file()]
+    return config
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
