@@ -140,8 +140,7 @@ def commands_of(block: Block) -> list[list[str]]:
     return out
 
 
-@pytest.mark.parametrize("block", params({"bash", "console"}))
-def test_shell_block_runs(block: Block, workdir: Path):
+def run_shell(block: Block, workdir: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "CI")}
     for argv in commands_of(block):
         for target in argv:  # an output folder named in the docs exists, as the text says it must
@@ -152,14 +151,11 @@ def test_shell_block_runs(block: Block, workdir: Path):
         assert done.returncode == 0, f"{block.id}: fleetplan {shlex.join(argv)}\n{done.stderr[-2000:]}"
 
 
-@pytest.mark.parametrize("block", params({"python"}))
-def test_python_block_runs(block: Block, workdir: Path):
-    code = compile(block.body, block.id, "exec")
-    exec(code, {"__name__": "__docs__"})  # noqa: S102 - the documentation's own examples
+def run_python(block: Block) -> None:
+    exec(compile(block.body, block.id, "exec"), {"__name__": "__docs__"})  # noqa: S102 - the docs' own examples
 
 
-@pytest.mark.parametrize("block", params({"yaml"}))
-def test_yaml_block_parses_and_a_scenario_validates(block: Block):
+def check_yaml(block: Block) -> None:
     import fleetplan
 
     doc = yaml.safe_load(block.body)
@@ -169,9 +165,17 @@ def test_yaml_block_parses_and_a_scenario_validates(block: Block):
         assert [p.name for p in scenario.products] == [p["name"] for p in doc["products"]]
 
 
-@pytest.mark.parametrize("block", params({"json"}))
-def test_json_block_parses(block: Block):
-    json.loads(block.body)
+@pytest.mark.parametrize("block", params({"python", "bash", "console", "yaml", "json"}))
+def test_block(block: Block, workdir: Path):
+    """Each block as its language says, in page order (a page's blocks share its folder)."""
+    if block.lang in ("bash", "console"):
+        run_shell(block, workdir)
+    elif block.lang == "python":
+        run_python(block)
+    elif block.lang == "yaml":
+        check_yaml(block)
+    else:
+        json.loads(block.body)
 
 
 def reference_hook():
@@ -211,7 +215,7 @@ def test_the_formulation_page_has_one_section_per_constraint_family_in_build_ord
 
 def test_the_hook_fills_the_reference_pages():
     hook = reference_hook()
+    pages = {p: p.read_text(encoding="utf-8") for p in DOCS.rglob("*.md")}
     for marker, make in hook.GENERATED.items():
-        page = (DOCS / "reference" / f"{marker}.md").read_text(encoding="utf-8")
-        assert f"<!-- generated: {marker} -->" in page
+        [page] = [text for text in pages.values() if f"<!-- generated: {marker} -->" in text]
         assert make() in hook.fill(page)
