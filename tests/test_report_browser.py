@@ -49,7 +49,7 @@ def test_the_report_in_chromium_shows_the_plans_total_and_loads_nothing(capsys, 
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and width == 1280 and height > 600
     (tmp_path / "report.png").write_bytes(png)
     target = os.environ.get("FLEETPLAN_SCREENSHOT")
-    if target:  # the README's copy, in 64 colours to keep it small
+    if target:  # the documentation's copy, in 64 colours to keep it small
         from PIL import Image
 
         Image.open(tmp_path / "report.png").convert("RGB").quantize(64).save(target, optimize=True)
