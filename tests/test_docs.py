@@ -219,3 +219,18 @@ def test_the_hook_fills_the_reference_pages():
     for marker, make in hook.GENERATED.items():
         [page] = [text for text in pages.values() if f"<!-- generated: {marker} -->" in text]
         assert make() in hook.fill(page)
+
+
+def test_the_api_reference_finds_every_public_name_with_its_docstring():
+    """The API page's loader (griffe, as mkdocstrings runs it) finds the package as installed and a
+    docstring for every name the package exports from its API module."""
+    import griffe
+
+    import fleetplan.api
+
+    api = griffe.load("fleetplan.api", search_paths=[p for p in sys.path if p and not (Path(p) / "fleetplan").is_file()])
+    for name in fleetplan.api.__all__:
+        assert api[name].docstring is not None and api[name].docstring.value.strip(), name
+    page = (DOCS / "reference" / "api.md").read_text(encoding="utf-8")
+    assert "::: fleetplan.api" in page
+    assert all(f"        - {name}\n" in page for name in fleetplan.api.__all__)
