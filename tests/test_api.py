@@ -185,7 +185,7 @@ def test_the_package_is_typed_and_exports_what_it_names():
 
 def test_the_readme_s_python_quick_start_runs(monkeypatch):
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("## Python\n"):]
+    section = text[text.index("## Quick start: Python\n"):]
     code = section[section.index("```python\n") + len("```python\n"):section.index("```\n", section.index("```python"))]
     monkeypatch.chdir(ROOT)
     scope: dict[str, object] = {"print": lambda *a: None}

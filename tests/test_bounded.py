@@ -388,15 +388,17 @@ def test_the_replica_limit_is_exact():
 
 
 # ---------------------------------------------------------------- documentation
-def test_the_readme_states_the_limits_the_code_applies():
-    """Each limit documented in README is the constant the code checks."""
+def test_the_docs_state_the_limits_the_code_applies():
+    """Each limit the documentation states is the constant the code checks."""
     from fleetplan.cluster import HANDSHAKE_TIMEOUT_S
     from fleetplan.optimizer.histogram import MAX_REQUEST_BUCKETS
     from fleetplan.optimizer.simulate_plan import MAX_SIMULATED_REPLICAS
     from fleetplan.optimizer.sweep import DEFAULT_MAX_POINTS, MAX_POINTS
     from fleetplan.optimizer.trace import MAX_TIMESTAMP_S, MAX_TRACE_BYTES, MAX_TRACE_REQUESTS, MAX_TRACE_SPAN_S
 
-    text = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8").split())
+    root = Path(__file__).resolve().parent.parent
+    pages = [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+    text = " ".join(" ".join(p.read_text(encoding="utf-8") for p in pages).split())
     from fleetplan.catalogs.files import MAX_CATALOG_FILES
 
     for claim in (f"may repeat at most {MAX_ALIASED_NODES:,} nodes", f"at most {MAX_CATALOG_FILES} extra catalog files", f"at most {MAX_REQUEST_BUCKETS} buckets",

@@ -72,7 +72,7 @@ def simulated_bursty_p99(times: tuple[float, ...], shares: tuple[float, ...], se
 @pytest.mark.parametrize("rho", [0.3, 0.6])
 def test_bursty_p99_never_far_below_the_simulated_one(scv, servers, rho):
     # the burst-aware model errs on the safe side: at most 15% low (its worst case over the
-    # README's grid), and within 3x high
+    # grid in the documentation), and within 3x high
     times, shares = MIXES["two sizes"]
     analytic = ttft_quantile_s(0.99, servers=servers, utilisation=rho, service=ServiceTime.of_mix(times, shares),
                                arrival_scv=scv)

@@ -1,7 +1,7 @@
 """The HTML report as a person sees it: opened in headless Chromium (Debian's ``chromium``,
 which ``.ci/run`` installs), with no console error and no request beyond the file itself, and
 the total read off the page equal to the plan's. The screenshot is kept: set
-``FLEETPLAN_SCREENSHOT=docs/report.png`` to write it where the README shows it."""
+``FLEETPLAN_SCREENSHOT=docs/assets/report.png`` to write it where the documentation shows it."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_the_report_in_chromium_shows_the_plans_total_and_loads_nothing(capsys, 
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and width == 1280 and height > 600
     (tmp_path / "report.png").write_bytes(png)
     target = os.environ.get("FLEETPLAN_SCREENSHOT")
-    if target:  # the README's copy, in 64 colours to keep it small
+    if target:  # the documentation's copy, in 64 colours to keep it small
         from PIL import Image
 
         Image.open(tmp_path / "report.png").convert("RGB").quantize(64).save(target, optimize=True)
