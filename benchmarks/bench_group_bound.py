@@ -25,13 +25,13 @@ from pathlib import Path
 import numpy as np
 
 from fleetplan.catalogs import load_catalog
-from fleetplan.optimizer import portfolio
-from fleetplan.optimizer.formulation import build_model
-from fleetplan.optimizer.linear import to_linear_problem
+from fleetplan.optimizer.decomposition import portfolio
+from fleetplan.optimizer.mip.formulation import build_model
+from fleetplan.optimizer.mip.linear import to_linear_problem
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.reductions import reduced
-from fleetplan.optimizer.scenario import load_scenario
-from fleetplan.optimizer.solvers import solve
+from fleetplan.optimizer.problem_data.reductions import reduced
+from fleetplan.optimizer.traffic.scenario import load_scenario
+from fleetplan.optimizer.mip.solvers import solve
 
 
 def main() -> None:

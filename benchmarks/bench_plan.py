@@ -21,7 +21,7 @@ from typing import Any
 
 from fleetplan.catalogs import load_catalog
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.scenario import load_scenario, parse_scenario
+from fleetplan.optimizer.traffic.scenario import load_scenario, parse_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 FULL_OPTIONS = {"tp": [1, 2, 4, 8], "precisions": ["bf16", "fp8", "fp4"], "max_batch": 512}

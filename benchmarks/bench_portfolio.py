@@ -25,9 +25,9 @@ from bench_plan import candidate_counts
 from fleetplan.catalogs import load_catalog
 from fleetplan.models.presets import get_preset
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.problem import build_problem
-from fleetplan.optimizer.reductions import reduced
-from fleetplan.optimizer.scenario import load_scenario, parse_scenario
+from fleetplan.optimizer.problem_data.problem import build_problem
+from fleetplan.optimizer.problem_data.reductions import reduced
+from fleetplan.optimizer.traffic.scenario import load_scenario, parse_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 PORTFOLIO = ROOT / "examples" / "portfolio-20.yaml"

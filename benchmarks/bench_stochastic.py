@@ -23,10 +23,10 @@ from pathlib import Path
 
 from fleetplan.catalogs.commitments import load_commitments
 from fleetplan.catalogs.loader import load_catalog
-from fleetplan.commit_command import read_stochastic_scenario
+from fleetplan.commands.commit import read_stochastic_scenario
 from fleetplan.models.presets import get_preset
-from fleetplan.optimizer.stochastic import plan_under_uncertainty
-from fleetplan.optimizer.uncertainty import parse_uncertainty
+from fleetplan.optimizer.decisions.stochastic import plan_under_uncertainty
+from fleetplan.optimizer.traffic.uncertainty import parse_uncertainty
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "uncertainty" / "commit-day.yaml"
 SAMPLED = {

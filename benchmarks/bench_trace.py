@@ -1,6 +1,6 @@
 """Benchmark planning a 168-hour product from a 1,000,000-request trace, trace reading included.
 
-Generates a week of requests (:mod:`fleetplan.optimizer.synthetic`, seed 0) into a temporary
+Generates a week of requests (:mod:`fleetplan.optimizer.traffic.synthetic`, seed 0) into a temporary
 folder, then plans a Llama 3.1 70B chat product from it over the whole catalog several times,
 with the trace read afresh each run (the trace cache cleared). Printed: the trace's figures, then
 the median seconds of each stage (reading the CSV, the hourly profile and size mix, candidate
@@ -26,11 +26,11 @@ import time
 from pathlib import Path
 
 from fleetplan.catalogs import load_catalog
-from fleetplan.optimizer import trace as T
+from fleetplan.optimizer.traffic import trace as T
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.scenario import load_scenario
-from fleetplan.optimizer.synthetic import generate, trace_csv
-from fleetplan.optimizer.workers import default_jobs
+from fleetplan.optimizer.traffic.scenario import load_scenario
+from fleetplan.optimizer.traffic.synthetic import generate, trace_csv
+from fleetplan.optimizer.runtime.workers import default_jobs
 
 SCENARIO = """\
 preset: default

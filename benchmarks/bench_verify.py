@@ -3,8 +3,8 @@ pool across arrival SCVs, and verified plans against the cheapest replica counts
 meets the targets.
 
 Part 1, the agreement grid (``--grid``): a first-come-first-served pool of ``c`` servers
-(:func:`fleetplan.optimizer.simulate.fifo_pool`) takes 40,000 requests arriving in bursts
-(:func:`fleetplan.optimizer.synthetic.renewal_gaps`, seed 1) at inter-arrival SCV 1-200,
+(:func:`fleetplan.optimizer.simulation.simulate.fifo_pool`) takes 40,000 requests arriving in bursts
+(:func:`fleetplan.optimizer.traffic.synthetic.renewal_gaps`, seed 1) at inter-arrival SCV 1-200,
 1-64 servers, utilisation 0.1-0.9 and the three service mixes of
 ``tests/test_queueing_simulation.py``; the analytic P99 of TTFT
 (:func:`fleetplan.models.queueing.ttft_quantile_s`) is compared with the simulated one. Printed:
@@ -41,13 +41,13 @@ from typing import Any
 import numpy as np
 
 from fleetplan.catalogs import load_catalog
-from fleetplan.io import resolve_preset
+from fleetplan.commands.io import resolve_preset
 from fleetplan.models.queueing import ServiceTime, ttft_quantile_s
-from fleetplan.optimizer.simulate import fifo_pool
-from fleetplan.optimizer.simulate_plan import Settings, simulate_product
-from fleetplan.optimizer.synthetic import TraceShape, generate, renewal_gaps, trace_csv
-from fleetplan.optimizer.trace import read_trace
-from fleetplan.optimizer.verify import REPLAY_REQUESTS, SEED
+from fleetplan.optimizer.simulation.simulate import fifo_pool
+from fleetplan.optimizer.simulation.simulate_plan import Settings, simulate_product
+from fleetplan.optimizer.traffic.synthetic import TraceShape, generate, renewal_gaps, trace_csv
+from fleetplan.optimizer.traffic.trace import read_trace
+from fleetplan.optimizer.simulation.verify import REPLAY_REQUESTS, SEED
 
 ROOT = Path(__file__).resolve().parent.parent
 MIXES = {"one length": ((0.2,), (1.0,)), "two lengths": ((0.1, 0.6), (0.8, 0.2)),

@@ -3,7 +3,7 @@
 Pipeline: ``fleetplan.catalogs`` (data) -> ``fleetplan.models`` (roofline) ->
 ``fleetplan.optimizer`` (candidates, MIP, solve, results) -> ``fleetplan.main`` (CLI).
 
-The package root is the Python API (:mod:`fleetplan.api`); in three lines::
+The package root is the Python API (:mod:`fleetplan.commands.api`); in three lines::
 
     import fleetplan
     p = fleetplan.plan("examples/seed-chat-70b.yaml")
@@ -19,12 +19,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names as a type checker sees them; at run time they load on first use
-    from fleetplan.api import Breakeven, Estimate, Plan, Simulation, SweepTable, Validation, breakeven, estimate
-    from fleetplan.api import load_catalog, load_scenario, plan, simulate, sweep, validate
+    from fleetplan.commands.api import Breakeven, Estimate, Plan, Simulation, SweepTable, Validation, breakeven, estimate
+    from fleetplan.commands.api import load_catalog, load_scenario, plan, simulate, sweep, validate
     from fleetplan.catalogs.files import InputError
     from fleetplan.catalogs.loader import Catalog
-    from fleetplan.optimizer.deadline import ProgressCallback, ProgressEvent
-    from fleetplan.optimizer.scenario import Scenario
+    from fleetplan.optimizer.runtime.deadline import ProgressCallback, ProgressEvent
+    from fleetplan.optimizer.traffic.scenario import Scenario
 
 __version__ = "0.1.0"
 
@@ -40,10 +40,10 @@ __all__ = [
 _HOMES = {
     **dict.fromkeys(("Breakeven", "Estimate", "Plan", "Simulation", "SweepTable", "Validation", "breakeven",
                      "estimate", "load_catalog", "load_scenario", "plan", "simulate", "sweep", "validate"),
-                    "fleetplan.api"),
+                    "fleetplan.commands.api"),
     "Catalog": "fleetplan.catalogs.loader", "InputError": "fleetplan.catalogs.loader",
-    "Scenario": "fleetplan.optimizer.scenario",
-    "ProgressCallback": "fleetplan.optimizer.deadline", "ProgressEvent": "fleetplan.optimizer.deadline",
+    "Scenario": "fleetplan.optimizer.traffic.scenario",
+    "ProgressCallback": "fleetplan.optimizer.runtime.deadline", "ProgressEvent": "fleetplan.optimizer.runtime.deadline",
 }
 
 

@@ -3,10 +3,10 @@
 Every user error ends with exit code 2 and one line on stderr naming the field and the
 nearest valid choice; nothing is written to an output file unless the command succeeded, and
 every output path is checked (:mod:`fleetplan.catalogs.files`) before any solving. Ctrl-C ends
-with one line and exit code 130, SIGTERM with 143 (:mod:`fleetplan.interrupts`).
+with one line and exit code 130, SIGTERM with 143 (:mod:`fleetplan.commands.interrupts`).
 
 This module parses arguments, calls the planner and prints; the rules it applies live in
-``catalogs/``, ``models/`` and ``optimizer/``, the tables in :mod:`fleetplan.report`.
+``catalogs/``, ``models/`` and ``optimizer/``, the tables in :mod:`fleetplan.rendering.tables`.
 
 Owns argument parsing and printing only: no business rule is decided here.
 """
@@ -21,14 +21,14 @@ from typing import Any, NoReturn
 
 from fleetplan.catalogs import fields as F
 from fleetplan.catalogs.files import check_output_file, one_line
-from fleetplan.cluster import SCHEDULER_HELP
-from fleetplan.escape import chart_text, terminal
-from fleetplan.optimizer.enums import Alternatives, Status
-from fleetplan.optimizer.workers import MAX_DEFAULT_JOBS, default_jobs
-from fleetplan.flags import (
+from fleetplan.commands.cluster import SCHEDULER_HELP
+from fleetplan.rendering.escape import chart_text, terminal
+from fleetplan.optimizer.common.enums import Alternatives, Status
+from fleetplan.optimizer.runtime.workers import MAX_DEFAULT_JOBS, default_jobs
+from fleetplan.commands.flags import (
     CALIBRATION_HELP, Parser, add_catalog_flag, add_precision_flags, add_preset_flags, add_solver_flag, number_flag,
 )
-from fleetplan.io import (
+from fleetplan.commands.io import (
     SCENARIO_PRESET_HINT, catalog_inputs, console, dumps, emit, resolve_preset, run_command, scenario_inputs,
     write_atomically,
 )
@@ -61,7 +61,7 @@ def _benchmark_prediction(catalog: Any, preset: Any, args: argparse.Namespace) -
 
 def cmd_estimate(args: argparse.Namespace) -> int:
     """Roofline breakdown of one configuration (:func:`estimate_document`), as a table or JSON."""
-    from fleetplan.report import print_estimate
+    from fleetplan.rendering.tables import print_estimate
 
     return emit(estimate_document(args), args.json, print_estimate)
 
@@ -71,7 +71,7 @@ def estimate_document(args: argparse.Namespace) -> dict[str, Any]:
     computes it: the decode step and the colocated step and TTFT on the whole replica (each
     attention rank with its share of the batch and of the prefill), the prefill service time on
     ``tp x pp`` GPUs as a prefill pool of that layout runs it (pools have no attention ranks).
-    The command and :func:`fleetplan.api.estimate` both print this document."""
+    The command and :func:`fleetplan.commands.api.estimate` both print this document."""
     from fleetplan.catalogs import load_catalog
     from fleetplan.catalogs.loader import InputError
     from fleetplan.models.layout import Layout, layout_problem, memory_per_gpu_bytes
@@ -120,7 +120,7 @@ def estimate_document(args: argparse.Namespace) -> dict[str, Any]:
 # ---------------------------------------------------------------- plan
 def cmd_plan(args: argparse.Namespace) -> int:
     """Cheapest fleet for a scenario; several scenarios, or a directory of them, as a batch."""
-    from fleetplan.batch import BatchSettings, is_batch, run_batch
+    from fleetplan.commands.batch import BatchSettings, is_batch, run_batch
 
     if is_batch(args.scenario):
         settings = BatchSettings(catalogs=tuple(args.catalog), solver=args.solver, calibration=args.calibration,
@@ -138,13 +138,13 @@ def _alternatives(args: argparse.Namespace) -> Alternatives:
 def _plan_one(args: argparse.Namespace) -> int:
     """Plan one scenario file: notes on stderr, the JSON plan to ``--out``, JSON or tables on stdout."""
     from fleetplan.catalogs import load_catalog
-    from fleetplan.optimizer.deadline import DEFAULT_TIME_LIMIT_S, Deadline
-    from fleetplan.progress import ProgressLine
+    from fleetplan.optimizer.runtime.deadline import DEFAULT_TIME_LIMIT_S, Deadline
+    from fleetplan.rendering.progress import ProgressLine
     from fleetplan.optimizer.plan import make_plan
-    from fleetplan.optimizer.results import plan_to_dict
-    from fleetplan.optimizer.scenario import load_scenario
-    from fleetplan.optimizer.verify import make_verified_plan
-    from fleetplan.report import print_plan
+    from fleetplan.optimizer.explanation.results import plan_to_dict
+    from fleetplan.optimizer.traffic.scenario import load_scenario
+    from fleetplan.optimizer.simulation.verify import make_verified_plan
+    from fleetplan.rendering.tables import print_plan
 
     scenario, folder = load_scenario(args.scenario[0])
     out = None
@@ -186,9 +186,9 @@ def cmd_breakeven(args: argparse.Namespace) -> int:
     """All-API vs self-host only vs the optimal blend as volume scales: each scale's costs on
     stderr as it finishes (unless ``--json``), then the table or the JSON document."""
     from fleetplan.catalogs import load_catalog
-    from fleetplan.optimizer.breakeven import DEFAULT_SCALES, PLOT_SUFFIXES, BreakevenPoint, breakeven, plot
-    from fleetplan.optimizer.scenario import load_scenario
-    from fleetplan.report import breakeven_line, print_breakeven
+    from fleetplan.optimizer.decisions.breakeven import DEFAULT_SCALES, PLOT_SUFFIXES, BreakevenPoint, breakeven, plot
+    from fleetplan.optimizer.traffic.scenario import load_scenario
+    from fleetplan.rendering.tables import breakeven_line, print_breakeven
 
     scenario, folder = load_scenario(args.scenario)
     plot_path = None
@@ -271,7 +271,7 @@ LISTINGS = {"gpus": _gpu_rows, "models": _model_rows, "prices": _price_rows, "ap
 def cmd_catalog_list(args: argparse.Namespace) -> int:
     """List what the catalog holds, with sources."""
     from fleetplan.catalogs import load_catalog
-    from fleetplan.report import print_catalog
+    from fleetplan.rendering.tables import print_catalog
 
     rows = LISTINGS[args.kind](load_catalog(args.catalog))
     return emit(rows, args.json, lambda data, con: print_catalog(args.kind, data, con))
@@ -410,13 +410,13 @@ def _add_catalog(sub: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    from fleetplan.fidelity import register
-    from fleetplan.report_command import register as register_report
-    from fleetplan.sweep_command import register as register_sweep
-    from fleetplan.deploy import register as register_deploy
-    from fleetplan.simulate_command import register as register_simulate
-    from fleetplan.trace import register as register_trace
-    from fleetplan.commit_command import register as register_commit
+    from fleetplan.commands.fidelity import register
+    from fleetplan.commands.report import register as register_report
+    from fleetplan.commands.sweep import register as register_sweep
+    from fleetplan.commands.deploy import register as register_deploy
+    from fleetplan.commands.simulate import register as register_simulate
+    from fleetplan.commands.trace import register as register_trace
+    from fleetplan.commands.commit import register as register_commit
 
     p = Parser(prog="fleetplan", description="Cheapest GPU fleet for LLM inference, as a mixed-integer program.")
     p.add_argument("--version", action="version", version=f"fleetplan {_version()}")
@@ -430,7 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run a subcommand, turning user errors into one line and exit code 2, an
     interrupt (Ctrl-C) into one line and exit code 130, SIGTERM into one line and 143."""
-    from fleetplan.interrupts import exit_code, install_handlers, message
+    from fleetplan.commands.interrupts import exit_code, install_handlers, message
 
     restore = install_handlers()
     try:

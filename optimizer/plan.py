@@ -1,8 +1,8 @@
 """Plan a fleet: scenario -> problem -> solved components -> explained plan.
 
 Owns the order of the stages and how the one deadline is shared between them; every stage is
-its own module (:mod:`.problem`, :mod:`.components`, :mod:`.explain`, :mod:`.baselines`,
-:mod:`.budget`).
+its own module (:mod:`fleetplan.optimizer.problem_data.problem`, :mod:`fleetplan.optimizer.decomposition.components`, :mod:`fleetplan.optimizer.explanation.explain`, :mod:`fleetplan.optimizer.explanation.baselines`,
+:mod:`fleetplan.optimizer.explanation.budget`).
 
 It holds no rule of its own: no constraint, bound, price or explanation is computed here."""
 
@@ -16,37 +16,37 @@ from typing import Any
 
 from fleetplan.catalogs.loader import Catalog
 from fleetplan.models.presets import Preset, get_preset
-from fleetplan.optimizer.baselines import first_come_cost, separate_cost
-from fleetplan.optimizer.binding import Resolve, binding_limits
-from fleetplan.optimizer.budget import apply_budget
-from fleetplan.optimizer.components import (
+from fleetplan.optimizer.explanation.baselines import first_come_cost, separate_cost
+from fleetplan.optimizer.explanation.binding import Resolve, binding_limits
+from fleetplan.optimizer.explanation.budget import apply_budget
+from fleetplan.optimizer.decomposition.components import (
     combined_result,
     gap_breakdown,
     one_by_one_result,
     solve_components,
 )
-from fleetplan.optimizer.deadline import (
+from fleetplan.optimizer.runtime.deadline import (
     CANDIDATE_SHARE,
     DEFAULT_TIME_LIMIT_S,
     Deadline,
     DeadlinePassed,
     ProgressCallback,
 )
-from fleetplan.optimizer.defaults import EXPLAIN_SHARE, MAIN_SOLVE_SHARE, MONEY_TOLERANCE_USD
-from fleetplan.optimizer.demand import hourly_qps
-from fleetplan.optimizer.enums import Alternatives, Status
-from fleetplan.optimizer.errors import InfeasibleError, SolverError
-from fleetplan.optimizer.explain import explain_products
-from fleetplan.optimizer.problem import CandidateMemo, build_problem
-from fleetplan.optimizer.scenario import Scenario
-from fleetplan.optimizer.solution import (
+from fleetplan.optimizer.common.defaults import EXPLAIN_SHARE, MAIN_SOLVE_SHARE, MONEY_TOLERANCE_USD
+from fleetplan.optimizer.traffic.demand import hourly_qps
+from fleetplan.optimizer.common.enums import Alternatives, Status
+from fleetplan.optimizer.common.errors import InfeasibleError, SolverError
+from fleetplan.optimizer.explanation.explain import explain_products
+from fleetplan.optimizer.problem_data.problem import CandidateMemo, build_problem
+from fleetplan.optimizer.traffic.scenario import Scenario
+from fleetplan.optimizer.mip.solution import (
     Plan,
     Timings,
     allocate_stranded,
     instance_report,
 )
-from fleetplan.optimizer.solvers import Solver
-from fleetplan.optimizer.workers import allowed
+from fleetplan.optimizer.mip.solvers import Solver
+from fleetplan.optimizer.runtime.workers import allowed
 
 
 def make_plan(
@@ -72,9 +72,9 @@ def make_plan(
 
     Products coupled by a shared limit (a scarce GPU type, in total or in a pricing tier, or
     whole instances) are solved together in one MIP; every other product is its own MIP (same
-    formulation), solved by :func:`~fleetplan.optimizer.search.solve_by_configuration`;
+    formulation), solved by :func:`~fleetplan.optimizer.decomposition.search.solve_by_configuration`;
     ``model_size`` counts the MIPs whose solutions are used. ``alternatives`` says which
-    comparisons are searched (:class:`~.enums.Alternatives`; True: ``default``, every one but a
+    comparisons are searched (:class:`~fleetplan.optimizer.common.enums.Alternatives`; True: ``default``, every one but a
     long request mix's runner-ups and mode costs, which it lists by lower bound; False: ``none``;
     ``all``: every one). ``timings.solve_s`` covers
     building, exporting and solving them. ``preset`` replaces the scenario's named preset (e.g.
@@ -87,7 +87,7 @@ def make_plan(
     plan); ``start`` is a solution by column key (a plan's ``solution``) to start joint MIPs from;
     ``memo`` keeps candidate sets for the command's other plans (its re-plans share it);
     ``value_limits=False`` leaves the binding limits unvalued for the caller (the report values
-    them with re-plans it started in a worker, see :mod:`.ahead`).
+    them with re-plans it started in a worker, see :mod:`fleetplan.optimizer.decisions.ahead`).
     The budget is checked against the plan's total; with limited GPUs the plan also carries the
     cost of planning the products first come, first served.
 
@@ -163,7 +163,7 @@ def _replanner(catalog: Catalog, solver: Solver, preset: Preset, folder: Path | 
 def relaxed_cost(variant: Scenario, catalog: Catalog, solver: Solver, preset: Preset, folder: Path | None,
                  seconds: float | None) -> tuple[float, bool] | None:
     """:func:`make_plan`'s cost of ``variant`` (no explanations) within ``seconds``, from a cold
-    start: what a worker process computes for a binding limit's value (see :mod:`.ahead`)."""
+    start: what a worker process computes for a binding limit's value (see :mod:`fleetplan.optimizer.decisions.ahead`)."""
     return _replanner(catalog, solver, preset, folder, {})(variant, Deadline.after(seconds))
 
 
@@ -176,7 +176,7 @@ def _not_proven_if_cut(plan: Plan) -> None:
 
 
 def _alternatives(value: bool | Alternatives) -> Alternatives:
-    """Which comparisons to search: True is :attr:`~.enums.Alternatives.DEFAULT`, False ``none``."""
+    """Which comparisons to search: True is :attr:`~fleetplan.optimizer.common.enums.Alternatives.DEFAULT`, False ``none``."""
     if isinstance(value, bool):
         return Alternatives.DEFAULT if value else Alternatives.NONE
     return Alternatives(value)

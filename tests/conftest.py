@@ -29,7 +29,7 @@ def example_plan(catalog: Catalog) -> Callable[[str], Any]:
     """``example_plan("seed-chat-70b.yaml")``: that example's plan, with runner-ups, as the CLI
     makes it; each example is planned once per session."""
     from fleetplan.optimizer.plan import make_plan
-    from fleetplan.optimizer.scenario import load_scenario
+    from fleetplan.optimizer.traffic.scenario import load_scenario
 
     cache: dict[str, Any] = {}
 

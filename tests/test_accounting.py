@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from fleetplan.batch import Outcome, summary_rows
-from fleetplan.report import print_plan, whole_dollars
+from fleetplan.commands.batch import Outcome, summary_rows
+from fleetplan.rendering.tables import print_plan, whole_dollars
 from fleetplan.main import main
-from fleetplan.optimizer.solution import Plan
-from fleetplan.optimizer.results import plan_to_dict, split_cents
-from fleetplan.optimizer.text import pct
+from fleetplan.optimizer.mip.solution import Plan
+from fleetplan.optimizer.explanation.results import plan_to_dict, split_cents
+from fleetplan.optimizer.common.text import pct
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

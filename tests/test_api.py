@@ -15,7 +15,7 @@ import yaml
 
 import fleetplan
 from fleetplan.main import main
-from fleetplan.optimizer.scenario import load_scenario, parse_scenario
+from fleetplan.optimizer.traffic.scenario import load_scenario, parse_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -130,7 +130,7 @@ HYGIENE = textwrap.dedent("""
     fleetplan.simulate(p, requests=500)
     p._repr_html_()
     b = fleetplan.breakeven(sys.argv[2], scales=[1])
-    from fleetplan.optimizer.breakeven import BreakevenPoint, BreakevenResult, plot_bytes
+    from fleetplan.optimizer.decisions.breakeven import BreakevenPoint, BreakevenResult, plot_bytes
     plot_bytes(BreakevenResult(points=(BreakevenPoint(1.0, 2.0, 3.0, 2.0),), stopped=()), "curves")
     assert matplotlib.get_backend() == "svg", matplotlib.get_backend()
     assert os.listdir(".") == [], os.listdir(".")
@@ -154,7 +154,7 @@ def test_plan_and_simulate_write_nothing_on_the_file_descriptors(capfd):
 def test_breakeven_curves_draw_without_pyplot():
     import matplotlib
 
-    from fleetplan.optimizer.breakeven import BreakevenPoint, BreakevenResult, plot_bytes
+    from fleetplan.optimizer.decisions.breakeven import BreakevenPoint, BreakevenResult, plot_bytes
 
     backend = matplotlib.get_backend()  # (the hygiene test above sets one and checks it in a fresh process)
     points = [BreakevenPoint(scale=s, all_api_usd=100.0 * s, self_host_usd=150.0, blend_usd=min(100.0 * s, 150.0))

@@ -1,4 +1,4 @@
-"""Bounds of a product with an API by part (``optimizer/bounds.py``, :func:`part_bounds`): never above
+"""Bounds of a product with an API by part (``optimizer/decomposition/bounds.py``, :func:`part_bounds`): never above
 the MIP optimum of a decode configuration (its pool left to the solver), tighter than the quick
 bound where a pool is in play, and the Lagrangian bound of one part never above a brute-force
 optimum on tiny cases (on a 168-hour product it is within 0.1% of the optimum: see RESULTS)."""
@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from fleetplan.models.presets import get_preset
-from fleetplan.optimizer import bounds
-from fleetplan.optimizer.deadline import Deadline
-from fleetplan.optimizer.problem import build_problem
-from fleetplan.optimizer.scenario import parse_scenario
-from fleetplan.optimizer.search import solve_by_configuration
+from fleetplan.optimizer.decomposition import bounds
+from fleetplan.optimizer.runtime.deadline import Deadline
+from fleetplan.optimizer.problem_data.problem import build_problem
+from fleetplan.optimizer.traffic.scenario import parse_scenario
+from fleetplan.optimizer.decomposition.search import solve_by_configuration
 
 PRODUCT = {"name": "rag", "model": "llama-3.1-8b", "precision": "fp8", "peak_qps": 6, "input_tokens": 6000,
            "output_tokens": 300, "min_tokens_per_s_per_user": 20, "prefill": "auto",

@@ -1,6 +1,6 @@
-"""Arrival variability of a trace hour (:mod:`fleetplan.optimizer.arrival_stats`), checked by hand
+"""Arrival variability of a trace hour (:mod:`fleetplan.optimizer.traffic.arrival_stats`), checked by hand
 on tiny traces, what ``trace show`` reports of it, and the bursty arrivals the generator draws
-(:func:`fleetplan.optimizer.synthetic.renewal_gaps`)."""
+(:func:`fleetplan.optimizer.traffic.synthetic.renewal_gaps`)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from fleetplan.main import main
-from fleetplan.optimizer.arrival_stats import (
+from fleetplan.optimizer.traffic.arrival_stats import (
     hour_stats, interarrival_scv, longest_burst_s, peak_rate, planned_hour_stats, trace_hour_stats,
 )
-from fleetplan.optimizer.synthetic import BURST_GAP_SHARE, TraceShape, burst_probability, generate, renewal_gaps
+from fleetplan.optimizer.traffic.synthetic import BURST_GAP_SHARE, TraceShape, burst_probability, generate, renewal_gaps
 
 
 def test_even_gaps_have_scv_zero_and_poisson_gaps_scv_one():

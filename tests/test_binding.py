@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from fleetplan.optimizer.binding import binding_relaxations, binding_sentence
+from fleetplan.optimizer.explanation.binding import binding_relaxations, binding_sentence
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.results import plan_to_dict
-from fleetplan.optimizer.scenario import parse_scenario
+from fleetplan.optimizer.explanation.results import plan_to_dict
+from fleetplan.optimizer.traffic.scenario import parse_scenario
 
 
 def scenario(availability: dict[str, Any], instance_gpus: int | None = 8) -> dict[str, Any]:
@@ -78,10 +78,10 @@ def _values_from_a_worker(s: Any, catalog: Any, copy: bool) -> list[dict[str, An
     limit's re-plan started in a worker (a copy of this process, as the report starts it, or a
     fresh one) before the plan, the rest once the plan is known."""
     from fleetplan.models.presets import get_preset
-    from fleetplan.optimizer.ahead import LimitsAhead
-    from fleetplan.optimizer.binding import binding_limits
-    from fleetplan.optimizer.deadline import Deadline
-    from fleetplan.optimizer.workers import worker_pool
+    from fleetplan.optimizer.decisions.ahead import LimitsAhead
+    from fleetplan.optimizer.explanation.binding import binding_limits
+    from fleetplan.optimizer.runtime.deadline import Deadline
+    from fleetplan.optimizer.runtime.workers import worker_pool
 
     with worker_pool(1, finish=False, copy=copy) as pool:
         ahead = LimitsAhead(pool, s, catalog, "highs", get_preset(s.preset), None, 120)

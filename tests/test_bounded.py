@@ -92,7 +92,7 @@ def test_more_extra_catalog_files_than_the_limit_are_refused_before_any_is_read(
     assert load_catalog([tmp_path / "c.yaml"] * MAX_CATALOG_FILES).files[-1] == str(tmp_path / "c.yaml")
     with pytest.raises(InputError, match="^catalog: 33 extra catalog files .* at most 32") as err:
         load_catalog([tmp_path / "missing.yaml"] * (MAX_CATALOG_FILES + 1))
-    from fleetplan.io import error_text
+    from fleetplan.commands.io import error_text
 
     assert error_text(err.value).startswith("--catalog: 33 extra catalog files")  # the command names its flag
 
@@ -154,7 +154,7 @@ def test_a_sweep_past_its_point_limit_is_refused_before_planning(capsys, tmp_pat
 
 
 def test_the_point_limit_is_exact():
-    from fleetplan.optimizer.sweep import DEFAULT_MAX_POINTS, grid_points, parse_axis
+    from fleetplan.optimizer.decisions.sweep import DEFAULT_MAX_POINTS, grid_points, parse_axis
 
     assert len(parse_axis(f"a.x=1:{DEFAULT_MAX_POINTS}:1").values) == DEFAULT_MAX_POINTS
     with pytest.raises(InputError, match="10,001 points"):
@@ -188,7 +188,7 @@ def _trace(tmp_path: Path, rows: str) -> Path:
     ("0,100,20000000\n", "line 2: column 'output_tokens' must be a whole number of tokens from 0 to 1e+07"),
 ])
 def test_a_trace_out_of_bounds_is_refused_naming_the_line(tmp_path, rows, words):
-    from fleetplan.optimizer.trace import product_fields
+    from fleetplan.optimizer.traffic.trace import product_fields
 
     with pytest.raises(InputError, match="t.csv: ") as err:
         product_fields(_trace(tmp_path, rows))
@@ -197,7 +197,7 @@ def test_a_trace_out_of_bounds_is_refused_naming_the_line(tmp_path, rows, words)
 
 def test_a_trace_of_a_year_is_read(tmp_path):
     """The span limit keeps a year: two requests in every minute of the first hour set the peak."""
-    from fleetplan.optimizer.trace import MAX_TRACE_SPAN_S, product_fields
+    from fleetplan.optimizer.traffic.trace import MAX_TRACE_SPAN_S, product_fields
 
     busy = "".join(f"{m * 60},100,10\n{m * 60 + 1},100,10\n" for m in range(60))
     d = product_fields(_trace(tmp_path, f"{busy}{MAX_TRACE_SPAN_S:.0f},100,10\n"))
@@ -205,7 +205,7 @@ def test_a_trace_of_a_year_is_read(tmp_path):
 
 
 def test_a_trace_file_over_the_size_limit_is_refused_before_it_is_read(tmp_path):
-    from fleetplan.optimizer.trace import MAX_TRACE_BYTES, read_trace
+    from fleetplan.optimizer.traffic.trace import MAX_TRACE_BYTES, read_trace
 
     path = _trace(tmp_path, "0,100,10\n")
     with path.open("r+b") as f:
@@ -215,7 +215,7 @@ def test_a_trace_file_over_the_size_limit_is_refused_before_it_is_read(tmp_path)
 
 
 def test_a_trace_with_more_requests_than_the_limit_is_refused(tmp_path, monkeypatch):
-    from fleetplan.optimizer import trace
+    from fleetplan.optimizer.traffic import trace
 
     monkeypatch.setattr(trace, "MAX_TRACE_REQUESTS", 2)
     with pytest.raises(InputError, match="3 requests; a trace may hold at most 2"):
@@ -261,7 +261,7 @@ class _Peer:
 @pytest.fixture
 def short_handshake(monkeypatch):
     """The handshake wait cut to half a second, so a silent peer fails fast."""
-    from fleetplan import cluster
+    from fleetplan.commands import cluster
 
     monkeypatch.setattr(cluster, "HANDSHAKE_TIMEOUT_S", 0.5)
 
@@ -311,7 +311,7 @@ def test_an_http_server_given_as_scheduler_is_refused(capsys, tmp_path, short_ha
 def test_a_dask_scheduler_over_tcp_passes_the_handshake_check():
     from distributed import LocalCluster
 
-    from fleetplan.cluster import check_reachable
+    from fleetplan.commands.cluster import check_reachable
 
     with LocalCluster(n_workers=0, processes=False, protocol="tcp", dashboard_address=None) as cluster:
         assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
@@ -327,7 +327,7 @@ def _histogram(tmp_path: Path, buckets: int) -> Path:
 
 def test_a_histogram_past_the_bucket_limit_is_refused_before_planning(tmp_path):
     """5,000 buckets planned for minutes before the solver's deadline began; the limit is exact."""
-    from fleetplan.optimizer.histogram import MAX_REQUEST_BUCKETS, read_histogram
+    from fleetplan.optimizer.traffic.histogram import MAX_REQUEST_BUCKETS, read_histogram
 
     assert len(read_histogram(_histogram(tmp_path, MAX_REQUEST_BUCKETS), "products[chat].requests")) == 256
     with pytest.raises(InputError, match=r"h.csv: 257 buckets; a request mix may have at most 256 .*"
@@ -336,7 +336,7 @@ def test_a_histogram_past_the_bucket_limit_is_refused_before_planning(tmp_path):
 
 
 def test_an_inline_mix_past_the_bucket_limit_is_refused_by_name():
-    from fleetplan.optimizer.scenario import ScenarioError, parse_scenario
+    from fleetplan.optimizer.traffic.scenario import ScenarioError, parse_scenario
 
     def scenario(n: int) -> dict:
         return {"products": [{"name": "chat", "model": "llama-3.1-70b", "peak_qps": 3, "requests": [
@@ -378,7 +378,7 @@ def test_a_plan_with_more_replicas_than_can_be_simulated_is_refused(capsys, tmp_
 
 
 def test_the_replica_limit_is_exact():
-    from fleetplan.optimizer.simulate_plan import MAX_SIMULATED_REPLICAS, HourLoad, _check_size
+    from fleetplan.optimizer.simulation.simulate_plan import MAX_SIMULATED_REPLICAS, HourLoad, _check_size
 
     _check_size({"name": "chat"}, HourLoad(0, MAX_SIMULATED_REPLICAS, MAX_SIMULATED_REPLICAS, 1.0, 0.0))
     with pytest.raises(InputError, match="10,001 replicas"):
@@ -390,11 +390,11 @@ def test_the_replica_limit_is_exact():
 # ---------------------------------------------------------------- documentation
 def test_the_docs_state_the_limits_the_code_applies():
     """Each limit the documentation states is the constant the code checks."""
-    from fleetplan.cluster import HANDSHAKE_TIMEOUT_S
-    from fleetplan.optimizer.histogram import MAX_REQUEST_BUCKETS
-    from fleetplan.optimizer.simulate_plan import MAX_SIMULATED_REPLICAS
-    from fleetplan.optimizer.sweep import DEFAULT_MAX_POINTS, MAX_POINTS
-    from fleetplan.optimizer.trace import MAX_TIMESTAMP_S, MAX_TRACE_BYTES, MAX_TRACE_REQUESTS, MAX_TRACE_SPAN_S
+    from fleetplan.commands.cluster import HANDSHAKE_TIMEOUT_S
+    from fleetplan.optimizer.traffic.histogram import MAX_REQUEST_BUCKETS
+    from fleetplan.optimizer.simulation.simulate_plan import MAX_SIMULATED_REPLICAS
+    from fleetplan.optimizer.decisions.sweep import DEFAULT_MAX_POINTS, MAX_POINTS
+    from fleetplan.optimizer.traffic.trace import MAX_TIMESTAMP_S, MAX_TRACE_BYTES, MAX_TRACE_REQUESTS, MAX_TRACE_SPAN_S
 
     root = Path(__file__).resolve().parent.parent
     pages = [root / "README.md", *sorted((root / "docs").rglob("*.md"))]

@@ -8,8 +8,8 @@ import math
 import pytest
 from rich.console import Console
 
-from fleetplan.optimizer.breakeven import ALL_API, BLEND, SELF_HOST, BreakevenPoint, BreakevenResult
-from fleetplan.report import breakeven_line, print_breakeven
+from fleetplan.optimizer.decisions.breakeven import ALL_API, BLEND, SELF_HOST, BreakevenPoint, BreakevenResult
+from fleetplan.rendering.tables import breakeven_line, print_breakeven
 
 
 @pytest.mark.parametrize(("point", "cheapest"), [

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from fleetplan.main import main
-from fleetplan.optimizer.breakeven import breakeven
-from fleetplan.optimizer.invariants import check_invariants
-from fleetplan.optimizer.results import plan_to_dict
-from fleetplan.optimizer.scenario import load_scenario
+from fleetplan.optimizer.decisions.breakeven import breakeven
+from fleetplan.optimizer.explanation.invariants import check_invariants
+from fleetplan.optimizer.explanation.results import plan_to_dict
+from fleetplan.optimizer.traffic.scenario import load_scenario
 
 PLANNABLE = ["seed-chat-70b.yaml", "seed-chat-70b-open.yaml", "seed-chat-70b-pool.yaml", "seed-chat-70b-colocated.yaml",
              "rag-20k.yaml", "peak-sized-30pct.yaml", "chat-diurnal-blend.yaml", "build-vs-buy.yaml"]
@@ -122,8 +122,8 @@ def test_bad_profiles_exit_2(capsys, tmp_path, csv, expected):
 def test_breakeven_scales_an_absolute_qps_profile(catalog, tmp_path):
     """A profile of absolute queries per second scales with the breakeven scale like a profile of
     multiples does: the all-API cost doubles with the scale, and equals tokens x price by hand."""
-    from fleetplan.optimizer.api import resolve_api
-    from fleetplan.optimizer.scenario import parse_scenario
+    from fleetplan.optimizer.problem_data.api import resolve_api
+    from fleetplan.optimizer.traffic.scenario import parse_scenario
 
     (tmp_path / "qps.csv").write_text("hour,qps\n" + "".join(f"{h},{2 + h % 3}\n" for h in range(24)))
     raw = {"products": [{"name": "chat", "model": "llama-3.1-8b", "precision": "fp8", "peak_qps": 4,

@@ -167,7 +167,7 @@ def test_all_alternatives_searches_what_the_default_lists_by_bound(capsys, monke
     """``--all-alternatives`` searches a large long mix's runner-ups (here chat-trace, made large
     by lowering the size threshold): the default lists each GPU type by bound, unsearched, and
     both give the same plan; with ``--no-alternatives`` it is one line and exit 2."""
-    from fleetplan.optimizer import runner_ups as R
+    from fleetplan.optimizer.explanation import runner_ups as R
 
     monkeypatch.setattr(R, "RUNNER_UP_SEARCH_SIZE", 1)
     path = str(EXAMPLES / "chat-trace.yaml")

@@ -16,7 +16,7 @@ import pytest
 from fleetplan.catalogs.schema import PRECISIONS
 from fleetplan.main import LISTINGS, build_parser
 from fleetplan.models.presets import PRESETS
-from fleetplan.optimizer.solvers import SOLVERS
+from fleetplan.optimizer.mip.solvers import SOLVERS
 
 CLI = Path(__file__).resolve().parent.parent / "cli"
 MAX_FUNCTION_LINES = 60
@@ -64,11 +64,11 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_batch_and_fidelity_import_neither_main_nor_each_other():
-    for name, others in (("batch", {"fleetplan.main", "fleetplan.fidelity"}),
-                         ("fidelity", {"fleetplan.main", "fleetplan.batch"})):
+    for name, others in (("batch", {"fleetplan.main", "fleetplan.commands.fidelity"}),
+                         ("fidelity", {"fleetplan.main", "fleetplan.commands.batch"})):
         imported = _imports(CLI / f"{name}.py")
         assert not imported & others, (name, imported & others)
-        assert "fleetplan.io" in imported
+        assert "fleetplan.commands.io" in imported
 
 
 def test_no_function_in_cli_is_longer_than_60_lines():

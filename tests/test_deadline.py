@@ -9,20 +9,20 @@ import time
 import pytest
 
 from fleetplan.models.presets import get_preset
-from fleetplan import progress as progress_module
-from fleetplan.optimizer.breakeven import breakeven
-from fleetplan.optimizer.deadline import Deadline, ProgressEvent
-from fleetplan.progress import ProgressLine
-from fleetplan.optimizer.formulation import build_model
-from fleetplan.optimizer.linear import to_linear_problem
+from fleetplan.rendering import progress as progress_module
+from fleetplan.optimizer.decisions.breakeven import breakeven
+from fleetplan.optimizer.runtime.deadline import Deadline, ProgressEvent
+from fleetplan.rendering.progress import ProgressLine
+from fleetplan.optimizer.mip.formulation import build_model
+from fleetplan.optimizer.mip.linear import to_linear_problem
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.reductions import reduced
-from fleetplan.optimizer.problem import build_problem
-from fleetplan.optimizer.search import fixing, on_demand_plan, solve_by_configuration
-from fleetplan.optimizer.invariants import check_invariants
-from fleetplan.optimizer.results import plan_to_dict
-from fleetplan.optimizer.scenario import load_scenario, parse_scenario
-from fleetplan.optimizer.solvers import Session, solve
+from fleetplan.optimizer.problem_data.reductions import reduced
+from fleetplan.optimizer.problem_data.problem import build_problem
+from fleetplan.optimizer.decomposition.search import fixing, on_demand_plan, solve_by_configuration
+from fleetplan.optimizer.explanation.invariants import check_invariants
+from fleetplan.optimizer.explanation.results import plan_to_dict
+from fleetplan.optimizer.traffic.scenario import load_scenario, parse_scenario
+from fleetplan.optimizer.mip.solvers import Session, solve
 
 CHAT = {"name": "chat", "model": "llama-3.1-8b", "precision": "fp8", "peak_qps": 20, "input_tokens": 1000,
         "output_tokens": 300, "min_tokens_per_s_per_user": 20}
@@ -113,7 +113,7 @@ def test_a_short_deadline_returns_the_best_plan_with_its_gap(catalog, examples):
     plan = make_plan(parse_scenario(raw, "s"), catalog, folder=folder)
     d = plan_to_dict(plan)  # how long it takes is measured in benchmarks/bench_deadline.py
     if d["status"] == "optimal":  # proven: within the dollar of slack an optimal search allows
-        from fleetplan.optimizer.defaults import ABS_GAP_USD
+        from fleetplan.optimizer.common.defaults import ABS_GAP_USD
 
         assert (d["mip_gap"] or 0.0) * d["monthly_cost_usd"] <= ABS_GAP_USD + 1e-6
     else:
@@ -153,7 +153,7 @@ def test_progress_shows_only_on_a_terminal_after_a_while(monkeypatch):
 
 
 def test_the_library_reports_progress_to_a_callback_and_draws_nothing(catalog, examples, capfd):
-    from fleetplan.optimizer.scenario import load_scenario
+    from fleetplan.optimizer.traffic.scenario import load_scenario
 
     scenario, folder = load_scenario(examples / "seed-chat-70b.yaml")
     events: list[ProgressEvent] = []

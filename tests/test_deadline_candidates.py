@@ -20,11 +20,11 @@ import yaml
 
 from fleetplan.models.presets import get_preset
 from fleetplan.optimizer import plan as plan_module
-from fleetplan.optimizer.candidates import CandidateSet, generate_candidates
-from fleetplan.optimizer.deadline import CANDIDATE_STAGE, Deadline, DeadlinePassed
+from fleetplan.optimizer.problem_data.candidates import CandidateSet, generate_candidates
+from fleetplan.optimizer.runtime.deadline import CANDIDATE_STAGE, Deadline, DeadlinePassed
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.problem import build_problem
-from fleetplan.optimizer.scenario import MAX_PRODUCTS, ScenarioError, parse_scenario
+from fleetplan.optimizer.problem_data.problem import build_problem
+from fleetplan.optimizer.traffic.scenario import MAX_PRODUCTS, ScenarioError, parse_scenario
 
 CHAT = {"name": "chat", "model": "llama-3.1-70b", "precision": "fp8", "peak_qps": 40, "input_tokens": 1000,
         "output_tokens": 300, "min_tokens_per_s_per_user": 20, "prefill": "colocated"}
@@ -234,7 +234,7 @@ def test_a_slow_candidate_search_ends_at_a_tiny_time_limit(tmp_path: Path):
 def test_breakeven_keeps_its_scales_when_a_strategy_finds_no_configuration_in_time(catalog, tmp_path):
     """A strategy the deadline leaves without a configuration costs None, as one without a plan;
     the command goes on (one look for breakeven's own check, then generation finds the deadline passed)."""
-    from fleetplan.optimizer.breakeven import breakeven
+    from fleetplan.optimizer.decisions.breakeven import breakeven
 
     api = {**CHAT, "model": "llama-3.1-8b", "api": {"model": "llama-3.1-8b", "max_fraction": 0.5}}
     result = breakeven(_scenario([api]), catalog, tmp_path, scales=(1.0, 2.0), deadline=Looks(1))
@@ -248,10 +248,10 @@ def test_a_solve_the_deadline_ends_without_any_plan_is_one_line_naming_the_time_
     exit code 2 naming options.time_limit_s, not a solver error; searches that catch solver
     errors still read it as "nothing found in time"."""
     from fleetplan.main import main
-    from fleetplan.optimizer import search
-    from fleetplan.optimizer.deadline import NoPlanInTime
-    from fleetplan.optimizer.errors import SolverError
-    from fleetplan.optimizer.solvers import SolveResult
+    from fleetplan.optimizer.decomposition import search
+    from fleetplan.optimizer.runtime.deadline import NoPlanInTime
+    from fleetplan.optimizer.common.errors import SolverError
+    from fleetplan.optimizer.mip.solvers import SolveResult
 
     class Stopped:
         def __init__(self, lp, solver):

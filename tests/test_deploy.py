@@ -140,7 +140,7 @@ def test_a_plan_from_an_older_version_or_no_directory_is_refused(capsys, tmp_pat
 
 
 def test_a_replica_wider_than_a_node_becomes_a_leader_worker_set():
-    from fleetplan.deploy import ReplicaSet, manifest
+    from fleetplan.commands.deploy import ReplicaSet, manifest
 
     wide = ReplicaSet(name="big-decode", model="m", repo="org/m", gpu="gb200", vendor="nvidia", tp=16, batch=64,
                       precision="fp8", kv_precision="bf16", context_tokens=4096, replicas=3, node_gpus=4)
@@ -169,7 +169,7 @@ def _run(env: dict[str, str], command: list[str]) -> list[str]:
 
 
 def test_each_node_of_a_data_parallel_replica_gets_its_own_ranks():
-    from fleetplan.deploy import ReplicaSet, manifest
+    from fleetplan.commands.deploy import ReplicaSet, manifest
 
     wide = ReplicaSet(name="ep", model="m", repo="org/m", gpu="h100-sxm", vendor="nvidia", tp=1, batch=64,
                       precision="fp8", kv_precision="bf16", context_tokens=4096, replicas=2, node_gpus=8, ep=16,

@@ -188,7 +188,7 @@ def reference_hook():
 
 
 def test_the_scenario_reference_names_every_field_with_its_range_and_default():
-    from fleetplan.optimizer.scenario import Scenario
+    from fleetplan.optimizer.traffic.scenario import Scenario
 
     hook = reference_hook()
     page = hook.scenario_reference()
@@ -205,7 +205,7 @@ def test_the_scenario_reference_names_every_field_with_its_range_and_default():
 
 
 def test_the_formulation_page_has_one_section_per_constraint_family_in_build_order():
-    from fleetplan.optimizer.formulation import FAMILIES
+    from fleetplan.optimizer.mip.formulation import FAMILIES
 
     page = reference_hook().formulation_reference()
     heads = [ln[3:] for ln in page.splitlines() if ln.startswith("## ")]
@@ -226,11 +226,11 @@ def test_the_api_reference_finds_every_public_name_with_its_docstring():
     docstring for every name the package exports from its API module."""
     import griffe
 
-    import fleetplan.api
+    import fleetplan.commands.api
 
-    api = griffe.load("fleetplan.api", search_paths=[p for p in sys.path if p and not (Path(p) / "fleetplan").is_file()])
-    for name in fleetplan.api.__all__:
+    api = griffe.load("fleetplan.commands.api", search_paths=[p for p in sys.path if p and not (Path(p) / "fleetplan").is_file()])
+    for name in fleetplan.commands.api.__all__:
         assert api[name].docstring is not None and api[name].docstring.value.strip(), name
     page = (DOCS / "reference" / "api.md").read_text(encoding="utf-8")
-    assert "::: fleetplan.api" in page
-    assert all(f"        - {name}\n" in page for name in fleetplan.api.__all__)
+    assert "::: fleetplan.commands.api" in page
+    assert all(f"        - {name}\n" in page for name in fleetplan.commands.api.__all__)

@@ -322,7 +322,7 @@ def test_bad_file_or_output_exits_2_with_one_line_and_changes_nothing(case: Case
                                                                       monkeypatch) -> None:
     argv, fragments = case(tmp_path)
     before = snapshot(tmp_path)
-    from fleetplan.optimizer.solvers import Session
+    from fleetplan.optimizer.mip.solvers import Session
 
     def no_solve(*args: object, **kwargs: object) -> None:
         raise AssertionError("a bad file or output must be refused before any solve")
@@ -508,7 +508,7 @@ def test_signal_while_the_main_thread_is_stuck_in_c_ends_the_process(tmp_path: P
     # the watchdog runs the last-resort step, prints the one line and exits 143
     marker = tmp_path / "last-resort.txt"
     code = ("import hashlib, pathlib\n"
-            "from fleetplan.interrupts import install_handlers, on_hard_exit\n"
+            "from fleetplan.commands.interrupts import install_handlers, on_hard_exit\n"
             "install_handlers()\n"
             f"with on_hard_exit(lambda: pathlib.Path({str(marker)!r}).write_text('ran')):\n"
             "    print('ready', flush=True)\n"

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from fleetplan.catalogs import fields as F
-from fleetplan.io import dumps
+from fleetplan.commands.io import dumps
 from fleetplan.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -279,7 +279,7 @@ def test_every_range_documents_a_reason_and_sane_bounds():
 
 def test_schema_fields_carry_their_range_and_reason():
     from fleetplan.catalogs.schema import GPU
-    from fleetplan.optimizer.scenario import Options, Product
+    from fleetplan.optimizer.traffic.scenario import Options, Product
 
     product = Product.model_json_schema()["properties"]
     assert "1e+07 queries per second" in product["peak_qps"]["x-valid-range"]
@@ -290,7 +290,7 @@ def test_schema_fields_carry_their_range_and_reason():
 
 
 def test_whole_number_fields_refuse_fractions_and_optional_fields_take_none():
-    from fleetplan.optimizer.scenario import Product
+    from fleetplan.optimizer.traffic.scenario import Product
 
     base = {"name": "a", "model": "m", "peak_qps": 1, "input_tokens": 100, "output_tokens": 10}
     p = Product.model_validate({**base, "input_tokens": 100.0, "max_ttft_ms": None, "peak_qps": "2"})

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from fleetplan import table_fit
+from fleetplan.rendering import table_fit
 from fleetplan.catalogs.schema import GPU, LLM, MoE, APIPrice, GPUPrice, ReferencePrice
 from fleetplan.main import main
-from fleetplan.report import print_plan
+from fleetplan.rendering.tables import print_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -387,7 +387,7 @@ def test_names_that_look_like_markup_print_as_written(capsys, monkeypatch, tmp_p
 
 def test_progress_line_is_shorter_than_the_terminal():
     """The progress line never wraps (a wrapped line cannot be cleared with one carriage return)."""
-    from fleetplan.progress import ProgressLine
+    from fleetplan.rendering.progress import ProgressLine
 
     stream = io.StringIO()
     progress = ProgressLine(enabled=True, stream=stream, width=40, start=0.0)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleetplan.deploy import ENGINE_NAMES, ReplicaSet, launch_script, manifest, skypilot_run
-from fleetplan.escape import (
+from fleetplan.commands.deploy import ENGINE_NAMES, ReplicaSet, launch_script, manifest, skypilot_run
+from fleetplan.rendering.escape import (
     DNS_LABEL_MAX_CHARS, ShellExpansion, chart_text, confined, csv_cell, dns_label, label_value, printable,
     shell_join, unique_names,
 )
@@ -88,7 +88,7 @@ def hostile_set(repo: str, name: str, nodes: int, dp: int = 1, context: object =
 
 def _engine_calls(engine: str, r: ReplicaSet) -> list[list[str]]:
     """The calls a node should make: the engine command (vLLM's headless one too), evaluated."""
-    from fleetplan.deploy import command
+    from fleetplan.commands.deploy import command
 
     cmds = [command(engine, r)] + ([command(engine, r, worker=True)] if r.nodes > 1 and engine == "vllm" else [])
     return sorted(_expected(c) for c in cmds)
@@ -125,7 +125,7 @@ def test_leader_worker_set_and_skypilot_commands_run_only_the_engine(stubs, engi
     assert worker[:2] == ["sh", "-c"]
     _run(work, lws_env, [SH, "-c", worker[2]])
     headless = engine == "vllm"
-    from fleetplan.deploy import command
+    from fleetplan.commands.deploy import command
 
     assert _calls(work) == [_expected(command(engine, r, worker=headless))]
     run = skypilot_run(engine, r)
@@ -147,7 +147,7 @@ def test_a_name_with_a_line_break_stays_in_its_comment():
 
 def test_a_word_with_a_control_character_or_a_flag_for_a_repo_is_refused():
     from fleetplan.catalogs.loader import InputError
-    from fleetplan.deploy import _repo, command
+    from fleetplan.commands.deploy import _repo, command
 
     with pytest.raises(InputError, match=r"control character"):
         command("vllm", hostile_set("org/m\x1b[2J", "chat", 1))
@@ -320,7 +320,7 @@ def _structure(page: str) -> list[tuple[str, tuple[str, ...]]]:
 
 @pytest.mark.parametrize("plan", sorted(PLANS.glob("*.json")), ids=lambda p: p.stem)
 def test_no_value_of_a_plan_file_becomes_markup(plan):
-    from fleetplan.html import Figures, page
+    from fleetplan.rendering.html import Figures, page
 
     clean = json.loads(plan.read_text(encoding="utf-8"))
     hostile = _poison_numbers(_poisoned(clean))
@@ -333,7 +333,7 @@ def test_no_value_of_a_plan_file_becomes_markup(plan):
 
 
 def test_chart_labels_are_text_in_the_svg():
-    from fleetplan.charts import cost_chart, tornado_chart
+    from fleetplan.rendering.charts import cost_chart, tornado_chart
 
     names = ["premium $\\foo$ tier", "a$b", PAYLOAD, "x\x1by"]
     d = {"products": [{"name": n, "monthly_cost_usd": 100.0 * (i + 1)} for i, n in enumerate(names)]}
@@ -354,7 +354,7 @@ def test_summary_csv_writes_formulas_as_text_and_numbers_as_numbers():
     import csv
     import io
 
-    from fleetplan.batch import Outcome, summary_csv, summary_rows
+    from fleetplan.commands.batch import Outcome, summary_csv, summary_rows
 
     d = json.loads((PLANS / "portfolio-3.json").read_text(encoding="utf-8"))
     for p, name in zip(d["products"], FORMULAS):
@@ -369,7 +369,7 @@ def test_summary_csv_writes_formulas_as_text_and_numbers_as_numbers():
 
 
 def test_sweep_csv_keeps_negative_numbers_and_quotes_formula_text():
-    from fleetplan.sweep_command import table_csv
+    from fleetplan.commands.sweep import table_csv
 
     text = table_csv([{"point": 0, "x": -1.5, "main_gpu": "=cmd", "error": None},
                       {"point": 1, "x": "+2", "main_gpu": "h100-sxm", "error": "@bad"}],
@@ -381,7 +381,7 @@ def test_an_error_line_stays_one_line_without_escape_sequences(capsys):
     import argparse
 
     from fleetplan.catalogs.loader import InputError
-    from fleetplan.io import run_command
+    from fleetplan.commands.io import run_command
 
     def fail(args: argparse.Namespace) -> int:
         raise InputError("products[chat\nfleetplan: error: forged\x1b[2J\x1b]8;;http://x\x07]: unknown model")
@@ -393,7 +393,7 @@ def test_an_error_line_stays_one_line_without_escape_sequences(capsys):
 
 
 def test_a_failed_scenario_with_a_line_break_in_its_file_name_prints_one_line(capsys):
-    from fleetplan.batch import Outcome, _report_failures
+    from fleetplan.commands.batch import Outcome, _report_failures
 
     assert _report_failures([Outcome("a\nfleetplan: error: forged\x1b[31m.yaml", None, "bad")], set(), None) == 2
     err = capsys.readouterr().err
@@ -405,7 +405,7 @@ def test_plan_tables_show_names_escaped_and_never_as_markup():
 
     from rich.console import Console
 
-    from fleetplan.report import print_plan
+    from fleetplan.rendering.tables import print_plan
 
     d = json.loads((PLANS / "portfolio-3.json").read_text(encoding="utf-8"))
     d["products"][0]["name"] = "chat\nfleetplan: error: forged\x1b]8;;http://x\x07[bold red]x[/]\x9b"
@@ -418,9 +418,9 @@ def test_plan_tables_show_names_escaped_and_never_as_markup():
 
 
 def test_batch_and_sweep_refuse_an_output_that_links_outside_out(tmp_path):
-    from fleetplan.batch import BatchSettings, check_outputs
+    from fleetplan.commands.batch import BatchSettings, check_outputs
     from fleetplan.catalogs.loader import InputError
-    from fleetplan.io import output_in
+    from fleetplan.commands.io import output_in
 
     out = tmp_path / "o"
     out.mkdir()

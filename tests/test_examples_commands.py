@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from fleetplan.main import main
-from fleetplan.optimizer.results import plan_to_dict
+from fleetplan.optimizer.explanation.results import plan_to_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))

@@ -22,8 +22,8 @@ from fleetplan.models.profile import CalibrationProfile, FactorEntry, profile_do
 from fleetplan.models.ttft import admission_s, benchmark_ttft_s, prefill_service_s, queue_factor, ttft_s
 from fleetplan.models.validation import predict
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.results import plan_to_dict
-from fleetplan.optimizer.scenario import parse_scenario
+from fleetplan.optimizer.explanation.results import plan_to_dict
+from fleetplan.optimizer.traffic.scenario import parse_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = {"model": "llama-3.1-70b", "gpu": "h100-sxm", "tp": 2, "batch": 64, "precision": "fp8",

@@ -14,10 +14,10 @@ from pyomo.core import ConcreteModel, Constraint
 
 from fleetplan.catalogs import load_catalog
 from fleetplan.models.presets import get_preset
-from fleetplan.optimizer.formulation import FAMILIES, build_model, define_variables
-from fleetplan.optimizer.linear import to_linear_problem
-from fleetplan.optimizer.problem import build_problem
-from fleetplan.optimizer.scenario import parse_scenario
+from fleetplan.optimizer.mip.formulation import FAMILIES, build_model, define_variables
+from fleetplan.optimizer.mip.linear import to_linear_problem
+from fleetplan.optimizer.problem_data.problem import build_problem
+from fleetplan.optimizer.traffic.scenario import parse_scenario
 
 DATA = Path(__file__).resolve().parent / "data"
 sys.path.insert(0, str(DATA))

@@ -12,9 +12,9 @@ import dataclasses
 
 import pytest
 
-from fleetplan.optimizer import invariants as inv
+from fleetplan.optimizer.explanation import invariants as inv
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.scenario import load_scenario
+from fleetplan.optimizer.traffic.scenario import load_scenario
 
 
 @pytest.fixture(scope="module")

@@ -26,12 +26,12 @@ from fleetplan.models.moe import routed_expert_params
 from fleetplan.models.physics import DEFAULT_PHYSICS
 from fleetplan.models.presets import get_preset
 from fleetplan.models.roofline import decode_step
-from fleetplan.optimizer.candidates import generate_candidates
-from fleetplan.optimizer.layouts import replica_layouts
+from fleetplan.optimizer.problem_data.candidates import generate_candidates
+from fleetplan.optimizer.problem_data.layouts import replica_layouts
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.problem import fits_instances
-from fleetplan.optimizer.results import plan_to_dict
-from fleetplan.optimizer.scenario import parse_scenario
+from fleetplan.optimizer.problem_data.problem import fits_instances
+from fleetplan.optimizer.explanation.results import plan_to_dict
+from fleetplan.optimizer.traffic.scenario import parse_scenario
 
 STEP = {"input_tokens": 2000, "output_tokens": 400}
 

@@ -23,11 +23,11 @@ from fleetplan.models.presets import get_preset
 from fleetplan.models.prefill import prefill_flops
 from fleetplan.models.roofline import decode_step
 from fleetplan.models.ttft import DEFAULT_MAX_UTILISATION, admission_s, colocated_ttft_s
-from fleetplan.optimizer.candidates import generate_candidates
-from fleetplan.optimizer.errors import InfeasibleError
+from fleetplan.optimizer.problem_data.candidates import generate_candidates
+from fleetplan.optimizer.common.errors import InfeasibleError
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.scenario import Scenario, parse_scenario
-from fleetplan.optimizer.percentiles import colocated_ratio, targets
+from fleetplan.optimizer.traffic.scenario import Scenario, parse_scenario
+from fleetplan.optimizer.problem_data.percentiles import colocated_ratio, targets
 
 PRICE_USD_PER_GPU_HOUR = 3.0
 # a plan's replicas cover demand up to this relative rounding (the planner's own ceiling tolerance is tighter)

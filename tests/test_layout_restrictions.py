@@ -12,9 +12,9 @@ import pytest
 from fleetplan.catalogs.loader import InputError
 from fleetplan.main import main
 from fleetplan.models.presets import get_preset
-from fleetplan.optimizer.candidates import generate_candidates
+from fleetplan.optimizer.problem_data.candidates import generate_candidates
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.scenario import parse_scenario
+from fleetplan.optimizer.traffic.scenario import parse_scenario
 
 
 def _scenario(models: list[str], **options: Any) -> Any:

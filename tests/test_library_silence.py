@@ -69,7 +69,7 @@ def _open_figures() -> list[int]:
 
 def plan_simulate_report() -> tuple[Any, Any, str]:
     """Plan a shipped example, simulate its peak hour and build the HTML report (charts included)."""
-    from fleetplan.html import page
+    from fleetplan.rendering.html import page
 
     plan = fleetplan.plan(EXAMPLES / "seed-chat-70b.yaml")
     sim = fleetplan.simulate(plan, requests=2000)
@@ -84,8 +84,8 @@ def settled(monkeypatch, tmp_path):
     import importlib
 
     for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_svg", "pyomo.environ", "highspy",
-                 "fleetplan.api", "fleetplan.html", "fleetplan.charts", "fleetplan.optimizer.plan",
-                 "fleetplan.optimizer.verify", "fleetplan.optimizer.simulate_plan"):
+                 "fleetplan.commands.api", "fleetplan.rendering.html", "fleetplan.rendering.charts", "fleetplan.optimizer.plan",
+                 "fleetplan.optimizer.simulation.verify", "fleetplan.optimizer.simulation.simulate_plan"):
         importlib.import_module(name)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "keep.txt").write_text("x", encoding="utf-8")

@@ -1,6 +1,6 @@
 """The library speaks of its parameters, the command line of its flags: no message raised in
 ``optimizer/``, ``models/`` or ``catalogs/`` names a flag; a command shows the parameters a
-message marks as its flags (:data:`fleetplan.io.FLAG_OF`), also for an error from a worker."""
+message marks as its flags (:data:`fleetplan.commands.io.FLAG_OF`), also for an error from a worker."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fleetplan.catalogs.files import InputError
-from fleetplan.io import FLAG_OF, error_text
+from fleetplan.commands.io import FLAG_OF, error_text
 
 ROOT = Path(__file__).resolve().parents[1]
 FLAG = re.compile(r"--[a-z]")
@@ -59,7 +59,7 @@ def test_a_message_shows_parameters_to_the_library_and_flags_to_a_command():
 
 
 def test_a_worker_s_error_keeps_its_marks():
-    from fleetplan.optimizer.whatif import PathError
+    from fleetplan.optimizer.decisions.whatif import PathError
 
     err = PathError("`axes` a.b: unknown section 'a'", parameters=("axes",))
     back = pickle.loads(pickle.dumps(err))
@@ -74,7 +74,7 @@ def test_every_mapped_parameter_is_a_flag(parameter):
 
 
 def test_a_plan_file_s_error_says_how_to_make_one_in_each_one_s_terms(catalog):
-    from fleetplan.optimizer.plan_file import PlanFileError, validate_plan
+    from fleetplan.optimizer.explanation.plan_file import PlanFileError, validate_plan
 
     with pytest.raises(PlanFileError) as err:
         validate_plan({"products": []}, "p.json", catalog)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from fleetplan.models.presets import get_preset
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.problem import CandidateMemo, build_problem
-from fleetplan.optimizer.scenario import load_scenario
-from fleetplan.optimizer.sensitivity import demand, speed_target
+from fleetplan.optimizer.problem_data.problem import CandidateMemo, build_problem
+from fleetplan.optimizer.traffic.scenario import load_scenario
+from fleetplan.optimizer.decisions.sensitivity import demand, speed_target
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -14,13 +14,13 @@ import pytest
 from fleetplan.main import main
 from fleetplan.models.presets import get_preset
 from fleetplan.models.queueing import ServiceTime, max_utilisation_for_quantile
-from fleetplan.optimizer.invariants import check_invariants
-from fleetplan.optimizer.mix_results import mix_fields
-from fleetplan.optimizer.percentiles import pool_utilisation_cap
+from fleetplan.optimizer.explanation.invariants import check_invariants
+from fleetplan.optimizer.explanation.mix_results import mix_fields
+from fleetplan.optimizer.problem_data.percentiles import pool_utilisation_cap
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.problem import build_problem
-from fleetplan.optimizer.results import plan_to_dict
-from fleetplan.optimizer.scenario import ScenarioError, load_scenario, parse_scenario
+from fleetplan.optimizer.problem_data.problem import build_problem
+from fleetplan.optimizer.explanation.results import plan_to_dict
+from fleetplan.optimizer.traffic.scenario import ScenarioError, load_scenario, parse_scenario
 
 TWO = [{"input_tokens": 128, "output_tokens": 128, "share": 0.8},
        {"input_tokens": 6000, "output_tokens": 400, "share": 0.2}]
@@ -236,7 +236,7 @@ def test_a_problem_cut_to_fewer_configurations_still_builds(catalog):
     """Restricting a mix's configurations (sensitivity, the report) leaves its buckets on the rest."""
     from dataclasses import replace
 
-    from fleetplan.optimizer.search import solve_by_configuration
+    from fleetplan.optimizer.decomposition.search import solve_by_configuration
 
     prob, _, _ = build_problem(parse_scenario(tiny(11.0, TWO), "tiny"), catalog, get_preset("default"))
     pd = prob.products["m"]

@@ -10,18 +10,18 @@ import pytest
 import yaml
 
 from fleetplan.models.presets import get_preset
-from fleetplan.optimizer.deadline import Deadline
-from fleetplan.optimizer.enums import Alternatives, LeftOut
-from fleetplan.optimizer.formulation import build_model
-from fleetplan.optimizer.linear import to_linear_problem
-from fleetplan.optimizer.mix_hours import best_hour_plans, separable, solve_hour, solve_mix_by_hour
+from fleetplan.optimizer.runtime.deadline import Deadline
+from fleetplan.optimizer.common.enums import Alternatives, LeftOut
+from fleetplan.optimizer.mip.formulation import build_model
+from fleetplan.optimizer.mip.linear import to_linear_problem
+from fleetplan.optimizer.decomposition.mix_hours import best_hour_plans, separable, solve_hour, solve_mix_by_hour
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.problem import build_problem
-from fleetplan.optimizer.reductions import mix_without_dominated, reduced
-from fleetplan.optimizer.results import plan_to_dict
-from fleetplan.optimizer.scenario import load_scenario, parse_scenario
-from fleetplan.optimizer.solvers import solve
-from fleetplan.optimizer.synthetic import TraceShape, generate, trace_csv
+from fleetplan.optimizer.problem_data.problem import build_problem
+from fleetplan.optimizer.problem_data.reductions import mix_without_dominated, reduced
+from fleetplan.optimizer.explanation.results import plan_to_dict
+from fleetplan.optimizer.traffic.scenario import load_scenario, parse_scenario
+from fleetplan.optimizer.mip.solvers import solve
+from fleetplan.optimizer.traffic.synthetic import TraceShape, generate, trace_csv
 
 MIX = [{"input_tokens": 96, "output_tokens": 192, "share": 0.7},
        {"input_tokens": 1500, "output_tokens": 300, "share": 0.25},
@@ -97,7 +97,7 @@ def test_configurations_beaten_across_gpu_types_leave_the_optimum_as_it_is(catal
 
 @pytest.mark.parametrize("pool", [None, "", "first"])
 def test_an_hour_rescaled_from_the_busiest_is_the_model_built_for_it(catalog, pool):
-    from fleetplan.optimizer.mix_hours import HourModels, _hour_problem
+    from fleetplan.optimizer.decomposition.mix_hours import HourModels, _hour_problem
 
     prob, pd = problem(catalog, small("auto", gpus=["l4", "l40s", "h100-sxm"]))
     pool = pd.pool[0].key if pool == "first" else pool
@@ -115,8 +115,8 @@ def test_an_hour_rescaled_from_the_busiest_is_the_model_built_for_it(catalog, po
 def test_a_mix_kept_to_one_configuration_is_priced_hour_by_hour_at_the_whole_mips_cost(catalog, prefill):
     from dataclasses import replace
 
-    from fleetplan.optimizer.mix_hours import cheapest_single_choice
-    from fleetplan.optimizer.search import solve_by_configuration
+    from fleetplan.optimizer.decomposition.mix_hours import cheapest_single_choice
+    from fleetplan.optimizer.decomposition.search import solve_by_configuration
 
     prob, pd = problem(catalog, small(prefill, gpus=["l4", "l40s", "a100-sxm-80gb", "h100-sxm"]))
     every = tuple(c for c in pd.candidates if all(c.key in b.capacity for b in pd.buckets))
@@ -139,7 +139,7 @@ def test_hours_that_disagree_on_the_pool_are_priced_per_pool(catalog):
     cost = sum(prob.count(h) / prob.horizon_hours * p.usd_per_month for h, p in enumerate(plans))
     assert cost == pytest.approx(whole.objective, rel=1e-7) and lower <= cost + 1e-6
     # the options after the first are priced in worker processes at once: the same plans and bound
-    from fleetplan.optimizer.workers import allowed
+    from fleetplan.optimizer.runtime.workers import allowed
 
     assert len(pd.pool) > 2
     with allowed(2):
@@ -191,7 +191,7 @@ def test_a_spent_deadline_still_plans_every_hour_and_states_its_gap(catalog):
 def test_hours_past_the_deadline_are_bracketed_by_solved_ones(catalog):
     """Cut short after a few hours, every hour still runs a plan that holds its demand and keeps
     a valid lower bound: the plan costs at least the whole MIP's optimum, and its bound is below it."""
-    from fleetplan.optimizer import mix_hours
+    from fleetplan.optimizer.decomposition import mix_hours
 
     prob, pd = problem(catalog, small("colocated"))
     whole = solve(to_linear_problem(build_model(prob)), "highs", mip_rel_gap=1e-9)
@@ -222,8 +222,8 @@ def test_hours_past_the_deadline_are_bracketed_by_solved_ones(catalog):
 def test_a_long_horizon_is_solved_in_runs_the_same_in_turn_and_in_workers(catalog):
     """Sixty distinct hours go in runs of rising demand (busiest first): every hour gets its own
     optimum (its one-hour MIP's cost), and worker processes give exactly what solving in turn gives."""
-    from fleetplan.optimizer.mix_hours import HOUR_RUNS, HourModels, _runs, solve_hours
-    from fleetplan.optimizer.workers import allowed
+    from fleetplan.optimizer.decomposition.mix_hours import HOUR_RUNS, HourModels, _runs, solve_hours
+    from fleetplan.optimizer.runtime.workers import allowed
 
     qps = [3.0 + 1.37 * i for i in range(60)]
     raw = small("auto", gpus=["l4", "l40s", "h100-sxm"])
@@ -251,7 +251,7 @@ def test_runner_ups_and_mode_costs_in_workers_are_those_searched_in_turn(catalog
     """A mix over sixty hours: the plan, its runner-ups on each GPU type and its cost in each
     prefill mode are the same, byte for byte, with two worker processes as in turn; each
     runner-up costs at least the plan, and a mode the plan runs alone costs what the plan costs."""
-    from fleetplan.optimizer.scenario import parse_scenario as parse
+    from fleetplan.optimizer.traffic.scenario import parse_scenario as parse
 
     qps = [3.0 + 1.37 * i for i in range(60)]
     raw = small("auto", gpus=["l4", "l40s", "h100-sxm"])
@@ -273,8 +273,8 @@ def test_the_mode_a_proven_plan_runs_alone_costs_the_plan_without_a_search(catal
     """rag-20k may prefill colocated or in a pool: the cost of the mode its proven plan
     runs is the plan's, known without a search, and the search restricted to that mode finds the
     same cost; the other mode is searched, and costs no less."""
-    from fleetplan.optimizer.defaults import EXPLANATION_GAP
-    from fleetplan.optimizer.runner_ups import UNKNOWN, Compared
+    from fleetplan.optimizer.common.defaults import EXPLANATION_GAP
+    from fleetplan.optimizer.explanation.runner_ups import UNKNOWN, Compared
 
     scenario, folder = load_scenario(examples / "rag-20k.yaml")
     plan = make_plan(scenario, catalog, folder=folder, alternatives=False)
@@ -293,7 +293,7 @@ def test_the_mode_a_proven_plan_runs_alone_costs_the_plan_without_a_search(catal
 def test_what_the_deadline_cuts_in_a_worker_is_noted_in_the_command(catalog, examples, monkeypatch):
     """A search cut short in a worker says so in the plan's notes, as in turn; a search the
     deadline leaves unstarted is left out and noted."""
-    from fleetplan.optimizer import runner_ups as R
+    from fleetplan.optimizer.explanation import runner_ups as R
 
     scenario, folder = load_scenario(examples / "rag-20k.yaml")
     plan = make_plan(scenario, catalog, folder=folder, alternatives=False)
@@ -325,10 +325,10 @@ def test_a_long_mixs_runner_ups_skip_only_gpu_types_that_cannot_be_among_the_che
     lists every type by its bound, unsearched."""
     import json
 
-    from fleetplan.optimizer import runner_ups as R
-    from fleetplan.optimizer.defaults import RUNNER_UP_TYPES
-    from fleetplan.optimizer.mix_hours import gpu_type_bounds
-    from fleetplan.optimizer.runner_ups import Compared
+    from fleetplan.optimizer.explanation import runner_ups as R
+    from fleetplan.optimizer.common.defaults import RUNNER_UP_TYPES
+    from fleetplan.optimizer.decomposition.mix_hours import gpu_type_bounds
+    from fleetplan.optimizer.explanation.runner_ups import Compared
 
     qps = [3.0 + 1.9 * i for i in range(50)]
     raw = {"products": [{"name": "m", "model": "llama-3.1-8b", "peak_qps": max(qps), "min_tokens_per_s_per_user": 20,
@@ -367,14 +367,14 @@ def test_a_long_mixs_runner_ups_skip_only_gpu_types_that_cannot_be_among_the_che
 
     from rich.console import Console
 
-    from fleetplan.report import print_plan
+    from fleetplan.rendering.tables import print_plan
 
     buf = io.StringIO()
     print_plan(json.loads(out[1]), Console(file=buf, width=200, force_terminal=False))
     line = next(x for x in buf.getvalue().splitlines() if "not searched" in x)
     assert f"a100-sxm-80gb >= {left['a100-sxm-80gb']:,.0f}" in line and "3 cheapest GPU types" in line
     # and so does the HTML report's runner-up section
-    from fleetplan.html import runner_ups
+    from fleetplan.rendering.html import runner_ups
 
     assert f"m: a100-sxm-80gb at least ${left['a100-sxm-80gb']:,.0f}" in runner_ups(json.loads(out[1]))
 

@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 from fleetplan.models.parallel import tp_problem
 from fleetplan.models.presets import get_preset
 from fleetplan.models.roofline import decode_step
-from fleetplan.optimizer.layouts import replica_layouts
-from fleetplan.optimizer.errors import InfeasibleError
+from fleetplan.optimizer.problem_data.layouts import replica_layouts
+from fleetplan.optimizer.common.errors import InfeasibleError
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.invariants import check_invariants
-from fleetplan.optimizer.results import plan_to_dict
-from fleetplan.optimizer.scenario import load_scenario, parse_scenario
+from fleetplan.optimizer.explanation.invariants import check_invariants
+from fleetplan.optimizer.explanation.results import plan_to_dict
+from fleetplan.optimizer.traffic.scenario import load_scenario, parse_scenario
 
 
 def test_seed_example_plan(catalog, examples):
@@ -154,8 +154,8 @@ def test_highs_hands_an_unproven_mip_to_scip(monkeypatch):
     import itertools
     import random
 
-    from fleetplan.optimizer import solvers
-    from fleetplan.optimizer.linear import LinearProblem
+    from fleetplan.optimizer.mip import solvers
+    from fleetplan.optimizer.mip.linear import LinearProblem
 
     rng = random.Random(1)
     n, m = 16, 3

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import pytest
 
 from fleetplan.main import main
-from fleetplan.optimizer.plan_file import MAX_PLAN_GPUS, PlanFileError, read_plan, validate_plan
+from fleetplan.optimizer.explanation.plan_file import MAX_PLAN_GPUS, PlanFileError, read_plan, validate_plan
 
 PLANS = Path(__file__).resolve().parent / "data" / "plans"
 
@@ -103,7 +103,7 @@ CASES: list[tuple[str, Callable[[dict[str, Any]], Any], str]] = [
 def test_a_hand_edited_value_is_named(catalog, name, edit, message):
     with pytest.raises(PlanFileError) as err:
         validate_plan(edited(name, edit), "plan.json", catalog)
-    from fleetplan.io import error_text
+    from fleetplan.commands.io import error_text
 
     assert error_text(err.value) == f"plan.json: {message}"  # as a command shows it
     library = f"plan.json: {message}".replace("(--catalog)", "(catalog)").replace(
@@ -182,7 +182,7 @@ def test_every_command_refuses_a_bad_plan_in_one_line_and_writes_nothing(capsys,
 
 
 def test_simulate_refuses_more_replicas_than_it_models(capsys, tmp_path):
-    from fleetplan.optimizer.simulate_plan import MAX_SIMULATED_REPLICAS
+    from fleetplan.optimizer.simulation.simulate_plan import MAX_SIMULATED_REPLICAS
 
     src = tmp_path / "plan.json"
     src.write_text(json.dumps(edited(SEED, lambda d: _one_layout_gpu(d, MAX_SIMULATED_REPLICAS + 1))), encoding="utf-8")

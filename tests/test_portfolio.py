@@ -10,16 +10,16 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from fleetplan.optimizer.candidates import generate_candidates
+from fleetplan.optimizer.problem_data.candidates import generate_candidates
 from fleetplan.models.presets import get_preset
-from fleetplan.optimizer.components import coupled_components
-from fleetplan.optimizer.errors import InfeasibleError
+from fleetplan.optimizer.decomposition.components import coupled_components
+from fleetplan.optimizer.common.errors import InfeasibleError
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.problem import build_problem
-from fleetplan.optimizer.reductions import hours_separable, merged, reduced
-from fleetplan.optimizer.invariants import check_invariants
-from fleetplan.optimizer.results import plan_to_dict
-from fleetplan.optimizer.scenario import load_scenario, parse_scenario
+from fleetplan.optimizer.problem_data.problem import build_problem
+from fleetplan.optimizer.problem_data.reductions import hours_separable, merged, reduced
+from fleetplan.optimizer.explanation.invariants import check_invariants
+from fleetplan.optimizer.explanation.results import plan_to_dict
+from fleetplan.optimizer.traffic.scenario import load_scenario, parse_scenario
 
 
 def test_portfolio_3_joint_beats_first_come(catalog, examples):
@@ -226,9 +226,9 @@ def test_merging_identical_hours_is_exact(catalog, tmp_path, levels, qps, tiers,
     """Hours that ask the same of every product are solved once, weighted by how often they occur,
     and configurations beaten in every hour are dropped; the optimum equals the MIP over every
     hour and every configuration, and brute force where that is closed-form."""
-    from fleetplan.optimizer.formulation import build_model
-    from fleetplan.optimizer.linear import to_linear_problem
-    from fleetplan.optimizer.solvers import solve
+    from fleetplan.optimizer.mip.formulation import build_model
+    from fleetplan.optimizer.mip.linear import to_linear_problem
+    from fleetplan.optimizer.mip.solvers import solve
 
     products = []
     for i, (lv, q, m) in enumerate(zip(levels, qps, ["llama-3.1-8b", "qwen3-32b"])):

@@ -1,4 +1,4 @@
-"""Coupled groups planned product by product (``optimizer/portfolio.py``): the instance bound and
+"""Coupled groups planned product by product (``optimizer/decomposition/portfolio.py``): the instance bound and
 the group's bound stay below the joint MIP's optimum, the plan is a plan of the joint problem
 (instances and availability recomputed from its replicas), the tier split without a solver is the
 cheapest one, the type search moves products onto shared instances, and plans repeat exactly."""
@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 
 from fleetplan.models.presets import get_preset
-from fleetplan.optimizer import components, portfolio
-from fleetplan.optimizer.deadline import Deadline
-from fleetplan.optimizer.components import solve_component
+from fleetplan.optimizer.decomposition import components, portfolio
+from fleetplan.optimizer.runtime.deadline import Deadline
+from fleetplan.optimizer.decomposition.components import solve_component
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.problem import build_problem
-from fleetplan.optimizer.solution import extract, gpu_hours
-from fleetplan.optimizer.results import plan_to_dict
-from fleetplan.optimizer.scenario import parse_scenario
+from fleetplan.optimizer.problem_data.problem import build_problem
+from fleetplan.optimizer.mip.solution import extract, gpu_hours
+from fleetplan.optimizer.explanation.results import plan_to_dict
+from fleetplan.optimizer.traffic.scenario import parse_scenario
 
 PROFILE = "profiles/peak-hour-day.csv"
 SMALL = {"model": "llama-3.1-8b", "precision": "fp8", "input_tokens": 1000, "output_tokens": 300,
@@ -114,8 +114,8 @@ def test_decomposed_plan_keeps_instances_and_availability(catalog, examples, mon
 
     from rich.console import Console
 
-    from fleetplan.html import summary
-    from fleetplan.report import print_plan
+    from fleetplan.rendering.html import summary
+    from fleetplan.rendering.tables import print_plan
 
     d = plan_to_dict(plan)
     console = Console(width=400, record=True, highlight=False, file=io.StringIO())
@@ -205,8 +205,8 @@ def test_rule_plans_read_back_as_plans_that_meet_demand(catalog, examples, case)
 
 def _joint_lp_start(prob, plans):
     """The joint MIP of ``prob`` (every configuration) and the group's plans as its columns' values."""
-    from fleetplan.optimizer.formulation import build_model
-    from fleetplan.optimizer.linear import to_linear_problem
+    from fleetplan.optimizer.mip.formulation import build_model
+    from fleetplan.optimizer.mip.linear import to_linear_problem
 
     lp = to_linear_problem(build_model(prob))
     start = {k: v for res, sub_lp, _ in plans.values() for k, v in zip(sub_lp.col_keys, res.values)}
@@ -226,7 +226,7 @@ def test_no_product_alone_can_lower_the_groups_cost(catalog, examples, case):
     every other product's columns fixed at its plan (brute force over the product's configurations,
     every GPU type), the product finds nothing cheaper for the group, and the group's plan, read in
     the joint MIP, costs what :func:`group_cost` says."""
-    from fleetplan.optimizer.solvers import solve
+    from fleetplan.optimizer.mip.solvers import solve
 
     _, prob = _problem(catalog, examples, case)
     names = list(prob.products)
@@ -256,7 +256,7 @@ def test_gpus_elsewhere_share_instances_and_their_idle_gpus_are_priced(catalog, 
     cannot use, the others' idle instance GPUs are a constant of its objective (plain price x idle
     GPUs x hour weight, by hand); on H100s, scarce at 8, the 5 the others run leave it 3 in every
     hour."""
-    from fleetplan.optimizer.search import solve_by_configuration
+    from fleetplan.optimizer.decomposition.search import solve_by_configuration
 
     _, prob = _problem(catalog, examples, "three-small")
     one = prob.restrict(["a"])

@@ -12,13 +12,13 @@ from fleetplan.catalogs.loader import load_catalog
 from fleetplan.catalogs.power import power_catalog
 from fleetplan.models.power import capital_recovery_factor, gpu_draw_w, owned_usd_per_gpu_hour
 from fleetplan.models.presets import get_preset
-from fleetplan.optimizer.candidates import generate_candidates
-from fleetplan.optimizer.invariants import check_invariants
-from fleetplan.optimizer.owned_breakeven import owned_curves
+from fleetplan.optimizer.problem_data.candidates import generate_candidates
+from fleetplan.optimizer.explanation.invariants import check_invariants
+from fleetplan.optimizer.decisions.owned_breakeven import owned_curves
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.results import plan_to_dict
-from fleetplan.optimizer.scenario import ScenarioError, load_scenario, parse_scenario
-from fleetplan.optimizer.sites import full_load_w_per_gpu
+from fleetplan.optimizer.explanation.results import plan_to_dict
+from fleetplan.optimizer.traffic.scenario import ScenarioError, load_scenario, parse_scenario
+from fleetplan.optimizer.traffic.sites import full_load_w_per_gpu
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -216,7 +216,7 @@ def test_products_on_one_site_share_its_power(catalog) -> None:
 def test_carbon_price_adds_full_load_carbon_to_every_tier(catalog) -> None:
     """$100/tCO2 on an H100 outside any site: 0.969 kW x PUE 1.56 x 367 g/kWh = 0.5548 kg an hour,
     $0.05548 on each GPU-hour of every tier; on a site at 50 g/kWh, 50/367 of that."""
-    from fleetplan.optimizer.candidates import resolve_gpu_price
+    from fleetplan.optimizer.problem_data.candidates import resolve_gpu_price
 
     base = {"products": [{"name": "c", "model": "llama-3.1-70b", "peak_qps": 1, "input_tokens": 100,
                           "output_tokens": 100, "min_tokens_per_s_per_user": 10}],
@@ -240,9 +240,9 @@ def test_site_power_row_by_hand(catalog) -> None:
     elsewhere) at 969 W x PUE 1.56 = 0.00151164 MW, at most the 0.2 MW limit."""
     import sys
 
-    from fleetplan.optimizer.formulation import build_model
-    from fleetplan.optimizer.linear import to_linear_problem
-    from fleetplan.optimizer.problem import build_problem
+    from fleetplan.optimizer.mip.formulation import build_model
+    from fleetplan.optimizer.mip.linear import to_linear_problem
+    from fleetplan.optimizer.problem_data.problem import build_problem
 
     sys.path.insert(0, str(Path(__file__).resolve().parent / "data"))
     import make_references

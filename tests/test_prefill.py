@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 from fleetplan.models.prefill import prefill_attention_flops, prefill_flops_per_request
 from fleetplan.models.presets import get_preset
 from fleetplan.models.ttft import max_utilisation, queue_factor
-from fleetplan.optimizer.errors import InfeasibleError
+from fleetplan.optimizer.common.errors import InfeasibleError
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.invariants import check_invariants
-from fleetplan.optimizer.results import plan_to_dict
-from fleetplan.optimizer.scenario import load_scenario, parse_scenario
+from fleetplan.optimizer.explanation.invariants import check_invariants
+from fleetplan.optimizer.explanation.results import plan_to_dict
+from fleetplan.optimizer.traffic.scenario import load_scenario, parse_scenario
 
 
 def seed_pool(hit: float) -> dict:
@@ -128,7 +128,7 @@ def test_queueing_helpers():
 
 def brute_force_pool(catalog, scenario) -> float:
     """Cheapest (decode, pool) pair by enumeration, using the candidates' own numbers."""
-    from fleetplan.optimizer.candidates import generate_candidates
+    from fleetplan.optimizer.problem_data.candidates import generate_candidates
 
     (prod,) = scenario.products
     preset = get_preset(scenario.preset)

@@ -1,4 +1,4 @@
-"""A product's optimum without a solver (``optimizer/product_optimum.py``): equal to the searched
+"""A product's optimum without a solver (``optimizer/decomposition/product_optimum.py``): equal to the searched
 MIP optimum over every choice and per decode GPU type, its GPUs for certain never above a plan's,
 and the group bounds built on it below the joint MIP's optimum with pools in play."""
 
@@ -10,13 +10,13 @@ import math
 import pytest
 
 from fleetplan.models.presets import get_preset
-from fleetplan.optimizer import portfolio
-from fleetplan.optimizer.components import solve_component
-from fleetplan.optimizer.deadline import Deadline
-from fleetplan.optimizer.problem import build_problem
-from fleetplan.optimizer.product_optimum import best_pool, exact_by_rule, optima_by_types, own_optimum
-from fleetplan.optimizer.scenario import parse_scenario
-from fleetplan.optimizer.search import solve_by_configuration
+from fleetplan.optimizer.decomposition import portfolio
+from fleetplan.optimizer.decomposition.components import solve_component
+from fleetplan.optimizer.runtime.deadline import Deadline
+from fleetplan.optimizer.problem_data.problem import build_problem
+from fleetplan.optimizer.decomposition.product_optimum import best_pool, exact_by_rule, optima_by_types, own_optimum
+from fleetplan.optimizer.traffic.scenario import parse_scenario
+from fleetplan.optimizer.decomposition.search import solve_by_configuration
 
 PROFILE = "profiles/peak-hour-day.csv"
 RAG = {"model": "llama-3.1-8b", "precision": "fp8", "input_tokens": 6000, "output_tokens": 300,
@@ -100,10 +100,10 @@ def test_bounds_with_pools_are_below_the_joint_optimum(prob):
 
 
 def test_decomposed_plan_with_pools_is_a_plan_of_the_joint_problem_and_repeats(catalog, examples, prob, monkeypatch):
-    from fleetplan.optimizer import components
+    from fleetplan.optimizer.decomposition import components
     from fleetplan.optimizer.plan import make_plan
-    from fleetplan.optimizer.results import plan_to_dict
-    from fleetplan.optimizer.solution import gpu_hours
+    from fleetplan.optimizer.explanation.results import plan_to_dict
+    from fleetplan.optimizer.mip.solution import gpu_hours
 
     monkeypatch.setattr(components, "JOINT_MAX_COLUMNS", 0)  # plan the group product by product
     scenario = parse_scenario({"products": PRODUCTS, "options": OPTIONS, "limits": {"instance_gpus": 8}}, "s")

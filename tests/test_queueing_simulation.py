@@ -1,10 +1,10 @@
 """The analytic TTFT percentiles (:mod:`fleetplan.models.queueing`) against the simulated pool.
 
 A first-come-first-served pool of ``c`` servers with Poisson arrivals is simulated
-(:func:`fleetplan.optimizer.simulate.fifo_pool`); the analytic P99 of wait plus service must
+(:func:`fleetplan.optimizer.simulation.simulate.fifo_pool`); the analytic P99 of wait plus service must
 be within 25% of the simulated one at utilisations up to 0.85, for deterministic service and
 for mixes of prompt lengths. With bursty arrivals (inter-arrival SCV 10 and 100, drawn by
-:func:`fleetplan.optimizer.synthetic.renewal_gaps`) it must not be more than 15% below.
+:func:`fleetplan.optimizer.traffic.synthetic.renewal_gaps`) it must not be more than 15% below.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from fleetplan.models.queueing import ServiceTime, burst_size, ttft_quantile_s
-from fleetplan.optimizer.simulate import fifo_pool, poisson_arrivals
-from fleetplan.optimizer.synthetic import renewal_gaps
+from fleetplan.optimizer.simulation.simulate import fifo_pool, poisson_arrivals
+from fleetplan.optimizer.traffic.synthetic import renewal_gaps
 
 MIXES = {
     "deterministic": ((0.2,), (1.0,)),

@@ -106,7 +106,7 @@ def test_a_json_that_is_not_a_plan_is_refused_naming_the_file(capsys, tmp_path):
 
 
 def test_charts_drawn_ahead_are_the_pages_own(capsys, tmp_path):
-    from fleetplan.html import figures, page
+    from fleetplan.rendering.html import figures, page
 
     _, d = plan_file(capsys, tmp_path, "portfolio-3")
     rows = [{"input": "demand (peak_qps)", "low_factor": 0.8, "high_factor": 1.2,

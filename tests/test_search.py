@@ -8,14 +8,14 @@ from __future__ import annotations
 import pytest
 
 from fleetplan.models.presets import get_preset
-from fleetplan.optimizer.formulation import build_model
-from fleetplan.optimizer.linear import to_linear_problem
-from fleetplan.optimizer.bounds import by_quick_bound
-from fleetplan.optimizer.reductions import reduced
-from fleetplan.optimizer.problem import build_problem
-from fleetplan.optimizer.search import fixing, instances_off, solve_by_configuration
-from fleetplan.optimizer.scenario import parse_scenario
-from fleetplan.optimizer.solvers import solve, solve_restricted
+from fleetplan.optimizer.mip.formulation import build_model
+from fleetplan.optimizer.mip.linear import to_linear_problem
+from fleetplan.optimizer.decomposition.bounds import by_quick_bound
+from fleetplan.optimizer.problem_data.reductions import reduced
+from fleetplan.optimizer.problem_data.problem import build_problem
+from fleetplan.optimizer.decomposition.search import fixing, instances_off, solve_by_configuration
+from fleetplan.optimizer.traffic.scenario import parse_scenario
+from fleetplan.optimizer.mip.solvers import solve, solve_restricted
 
 CHAT = {"name": "chat", "model": "llama-3.1-8b", "precision": "fp8", "peak_qps": 20, "input_tokens": 1000,
         "output_tokens": 300, "min_tokens_per_s_per_user": 20, "demand_profile": "profiles/peak-hour-day.csv"}
@@ -118,8 +118,8 @@ def test_a_bound_stalled_within_a_dollar_of_the_gap_counts_as_proven(catalog, ex
     five dollars short is left open (time_limit)."""
     from dataclasses import replace
 
-    from fleetplan.optimizer import search
-    from fleetplan.optimizer.solvers import Status
+    from fleetplan.optimizer.decomposition import search
+    from fleetplan.optimizer.mip.solvers import Status
 
     product, options, limits = CASES["api-tiers-spot"]
     prob = _problem(catalog, examples, product, options, limits)
@@ -145,7 +145,7 @@ def test_mip_slices_are_counted_in_nodes_not_seconds(catalog, examples, monkeypa
     """Where a MIP's slice ends decides which plan the search keeps, so it must not depend on the
     machine or its load: each MIP gets a node count (2,000, four times more each time it comes
     back) and no time limit of its own (none here, without a deadline)."""
-    from fleetplan.optimizer import search
+    from fleetplan.optimizer.decomposition import search
 
     product, options, limits = CASES["api-tiers-spot"]
     prob = _problem(catalog, examples, product, options, limits)
@@ -167,7 +167,7 @@ def test_mip_slices_are_counted_in_nodes_not_seconds(catalog, examples, monkeypa
 def test_a_node_limit_stops_highs_and_scip_at_a_count(catalog, examples):
     """A node limit stops a MIP with its best plan and bound (``time_limit``), on HiGHS alone up to
     its hand-over count and on SCIP after it; the same result every time."""
-    from fleetplan.optimizer.solvers import HIGHS_NODE_LIMIT, solve
+    from fleetplan.optimizer.mip.solvers import HIGHS_NODE_LIMIT, solve
 
     product, options, limits = CASES["api-tiers-spot"]
     prob = _problem(catalog, examples, product, options, limits)

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from fleetplan.models.presets import get_preset
-from fleetplan.optimizer import sensitivity
-from fleetplan.optimizer.candidates import Shapes, generate_candidates
-from fleetplan.optimizer.deadline import Deadline
+from fleetplan.optimizer.decisions import sensitivity
+from fleetplan.optimizer.problem_data.candidates import Shapes, generate_candidates
+from fleetplan.optimizer.runtime.deadline import Deadline
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.problem import CandidateMemo
-from fleetplan.optimizer.scenario import load_scenario, parse_scenario
-from fleetplan.optimizer.sensitivity import (
+from fleetplan.optimizer.problem_data.problem import CandidateMemo
+from fleetplan.optimizer.traffic.scenario import load_scenario, parse_scenario
+from fleetplan.optimizer.decisions.sensitivity import (
     DRIVERS,
     Replanner,
     gpu_price,

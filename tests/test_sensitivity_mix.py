@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from fleetplan.models.presets import get_preset
-from fleetplan.optimizer.deadline import Deadline
-from fleetplan.optimizer.errors import InfeasibleError
-from fleetplan.optimizer.formulation import build_model
-from fleetplan.optimizer.problem import build_problem
-from fleetplan.optimizer.scenario import load_scenario, parse_scenario
-from fleetplan.optimizer.sensitivity import DRIVERS, Replanner, input_length, kept_shapes, tornado, unserved
+from fleetplan.optimizer.runtime.deadline import Deadline
+from fleetplan.optimizer.common.errors import InfeasibleError
+from fleetplan.optimizer.mip.formulation import build_model
+from fleetplan.optimizer.problem_data.problem import build_problem
+from fleetplan.optimizer.traffic.scenario import load_scenario, parse_scenario
+from fleetplan.optimizer.decisions.sensitivity import DRIVERS, Replanner, input_length, kept_shapes, tornado, unserved
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from fleetplan.main import main
-from fleetplan.optimizer.simulate import DecodeReplicas, Requests, decode_fleet, tpot_s
+from fleetplan.optimizer.simulation.simulate import DecodeReplicas, Requests, decode_fleet, tpot_s
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

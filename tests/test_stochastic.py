@@ -15,11 +15,11 @@ from fleetplan.catalogs.commitments import load_commitments
 from fleetplan.catalogs.loader import load_catalog
 from fleetplan.main import main
 from fleetplan.models.presets import get_preset
-from fleetplan.optimizer.demand import hourly_qps
-from fleetplan.optimizer.problem import CandidateMemo
-from fleetplan.optimizer.scenario import parse_scenario
-from fleetplan.optimizer.stochastic import outcome_problem, plan_under_uncertainty
-from fleetplan.optimizer.uncertainty import Case, Overrides, UncertaintyError, cases, parse_uncertainty
+from fleetplan.optimizer.traffic.demand import hourly_qps
+from fleetplan.optimizer.problem_data.problem import CandidateMemo
+from fleetplan.optimizer.traffic.scenario import parse_scenario
+from fleetplan.optimizer.decisions.stochastic import outcome_problem, plan_under_uncertainty
+from fleetplan.optimizer.traffic.uncertainty import Case, Overrides, UncertaintyError, cases, parse_uncertainty
 
 HOURS = 730.0  # hours per month of the default preset
 TERM_1Y_H100 = 2.35  # catalogs/data/commitments.yaml

@@ -13,10 +13,10 @@ import pytest
 from fleetplan.catalogs import load_catalog
 from fleetplan.main import main
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.results import plan_to_dict
-from fleetplan.optimizer.scenario import load_scenario
-from fleetplan.optimizer.sweep import grid_points, parse_axis, sampled_points
-from fleetplan.optimizer.whatif import apply_edits
+from fleetplan.optimizer.explanation.results import plan_to_dict
+from fleetplan.optimizer.traffic.scenario import load_scenario
+from fleetplan.optimizer.decisions.sweep import grid_points, parse_axis, sampled_points
+from fleetplan.optimizer.decisions.whatif import apply_edits
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 OPEN = str(EXAMPLES / "seed-chat-70b-open.yaml")

@@ -11,8 +11,8 @@ import pytest
 
 from fleetplan.catalogs.loader import InputError
 from fleetplan.main import main
-from fleetplan.optimizer.synthetic import generate, trace_csv
-from fleetplan.optimizer.trace import (
+from fleetplan.optimizer.traffic.synthetic import generate, trace_csv
+from fleetplan.optimizer.traffic.trace import (
     Trace, horizon_hours, trace_hourly_qps, product_fields, read_trace, size_histogram,
 )
 
@@ -146,12 +146,12 @@ def test_cli_bad_trace_exits_2_with_one_line(tmp_path, capsys):
 
 
 def test_scenario_with_a_trace_needs_no_sizes_and_plans(tmp_path):
-    from fleetplan.optimizer.scenario import load_scenario
+    from fleetplan.optimizer.traffic.scenario import load_scenario
 
     s, folder = load_scenario(EXAMPLES / "chat-trace.yaml")
     p = s.products[0]
     assert (p.peak_qps, p.input_tokens, p.output_tokens) == (40, 1680, 194)
-    from fleetplan.optimizer.demand import hourly_qps as demand
+    from fleetplan.optimizer.traffic.demand import hourly_qps as demand
 
     qps = demand(s.products, folder)["chat"]
     assert len(qps) == 168 and max(qps) == pytest.approx(40.0)
@@ -162,7 +162,7 @@ def test_scenario_with_a_trace_needs_no_sizes_and_plans(tmp_path):
     ("    trace: t.csv\n    demand_profile: p.csv\n", "demand_profile or trace, not both"),
 ])
 def test_scenario_trace_rules(tmp_path, extra, words):
-    from fleetplan.optimizer.scenario import ScenarioError, load_scenario
+    from fleetplan.optimizer.traffic.scenario import ScenarioError, load_scenario
 
     y = write(tmp_path, "products:\n  - name: a\n    model: llama-3.1-8b\n" + extra, "s.yaml")
     with pytest.raises(ScenarioError, match=words.replace("(", r"\(")):
@@ -170,7 +170,7 @@ def test_scenario_trace_rules(tmp_path, extra, words):
 
 
 def test_scenario_trace_missing_names_the_field(tmp_path):
-    from fleetplan.optimizer.scenario import load_scenario
+    from fleetplan.optimizer.traffic.scenario import load_scenario
 
     y = write(tmp_path, "products:\n  - name: a\n    model: llama-3.1-8b\n    trace: nothere.csv\n", "s.yaml")
     with pytest.raises(InputError, match=r"products\[a\]\.trace: .*nothere.csv: trace file not found"):

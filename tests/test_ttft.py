@@ -20,12 +20,12 @@ from fleetplan.models.ttft import (
     queue_factor,
     utilisation_for_queue_factor,
 )
-from fleetplan.optimizer.candidates import generate_candidates, prefill_work_per_request, resolve_gpu_price
-from fleetplan.optimizer.errors import InfeasibleError
+from fleetplan.optimizer.problem_data.candidates import generate_candidates, prefill_work_per_request, resolve_gpu_price
+from fleetplan.optimizer.common.errors import InfeasibleError
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.invariants import check_invariants
-from fleetplan.optimizer.results import plan_to_dict
-from fleetplan.optimizer.scenario import load_scenario, parse_scenario
+from fleetplan.optimizer.explanation.invariants import check_invariants
+from fleetplan.optimizer.explanation.results import plan_to_dict
+from fleetplan.optimizer.traffic.scenario import load_scenario, parse_scenario
 from fleetplan.models.parallel import tp_problem
 
 

@@ -1,4 +1,4 @@
-"""mypy passes on the public API: the package root, :mod:`fleetplan.api` with its result types,
+"""mypy passes on the public API: the package root, :mod:`fleetplan.commands.api` with its result types,
 and the progress events, checked strictly (the modules they import are read, not reported on).
 
 The package maps several folders into one namespace (``cli/`` is ``fleetplan``), so the check
@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = pytest.mark.slow  # each check starts mypy on the package (about a minute here)
 ROOT = Path(__file__).resolve().parents[1]
-CHECKED = ("__init__.py", "api.py", "progress.py", "optimizer/deadline.py")
+CHECKED = ("__init__.py", "api.py", "progress.py", "optimizer/runtime/deadline.py")
 
 
 def package_tree(into: Path) -> Path:

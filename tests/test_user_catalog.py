@@ -54,7 +54,7 @@ def test_a_shipped_id_is_refused_without_replace():
     assert message.startswith("model_id: 'llama-3.1-8b' is a model of the shipped catalog (Llama 3.1 8B)")
     assert "catalog mine.yaml" in message and "llama-3.1-8b-custom" in message and "pass replace" in message
     assert "--" not in message  # the library names its parameters; the command shows its flags:
-    from fleetplan.io import error_text
+    from fleetplan.commands.io import error_text
 
     shown = error_text(err.value)
     assert shown.startswith("--id: 'llama-3.1-8b' is a model of the shipped catalog (Llama 3.1 8B)")

@@ -11,7 +11,7 @@ import yaml
 
 from fleetplan.main import main
 from fleetplan.models.queueing import ServiceTime
-from fleetplan.optimizer.percentiles import Targets, pool_utilisation_cap
+from fleetplan.optimizer.problem_data.percentiles import Targets, pool_utilisation_cap
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -72,7 +72,7 @@ def test_bursty_arrivals_in_simulate_same_seed_same_bytes(conversational_plan, c
 def bursty_scenario(tmp_path: Path) -> Path:
     """150 s of a code-completion-like trace at 20 requests/s in bursts (SCV 100), an 8B model on
     H100s with chunked prefill and a P99 TTFT target of 1 s."""
-    from fleetplan.optimizer.synthetic import TraceShape, generate, trace_csv
+    from fleetplan.optimizer.traffic.synthetic import TraceShape, generate, trace_csv
 
     a, i, o = generate(72_000, 2, TraceShape(hours=1, arrival_scv=100.0))
     keep = a < 150.0
@@ -123,11 +123,11 @@ def test_a_plan_without_a_trace_has_no_verification(conversational_plan):
 
 def test_a_plan_whose_replay_still_misses_when_the_rounds_end_is_not_optimal_and_says_why(tmp_path, monkeypatch,
                                                                                        catalog):
-    from fleetplan.optimizer import verify
-    from fleetplan.optimizer.deadline import Deadline
+    from fleetplan.optimizer.simulation import verify
+    from fleetplan.optimizer.runtime.deadline import Deadline
     from fleetplan.optimizer.plan import make_plan
-    from fleetplan.optimizer.results import plan_to_dict
-    from fleetplan.optimizer.scenario import load_scenario
+    from fleetplan.optimizer.explanation.results import plan_to_dict
+    from fleetplan.optimizer.traffic.scenario import load_scenario
 
     monkeypatch.setattr(verify, "REPLAY_ROUNDS", 0)  # no tightening round allowed: the first replay's verdict stands
     scenario, folder = load_scenario(bursty_scenario(tmp_path))
@@ -163,7 +163,7 @@ def _reference_decode_fleet(reqs, ready_s, fleet, rate_per_s, seed=0, step_guess
 
     import numpy as np
 
-    from fleetplan.optimizer.simulate import Replica, TokenTimes, _warm_start
+    from fleetplan.optimizer.simulation.simulate import Replica, TokenTimes, _warm_start
 
     replicas = [Replica() for _ in range(fleet.replicas)]
     _warm_start(replicas, rate_per_s, reqs, fleet, step_guess_s, np.random.Generator(np.random.PCG64(seed)))
@@ -238,8 +238,8 @@ def test_the_event_loop_gives_the_timings_of_one_event_per_step(prefill_on_decod
     and last token time and the busy share equal the plain one-event-per-step simulation's."""
     import numpy as np
 
-    from fleetplan.optimizer.simulate import DecodeReplicas, Requests, decode_fleet
-    from fleetplan.optimizer.synthetic import renewal_gaps
+    from fleetplan.optimizer.simulation.simulate import DecodeReplicas, Requests, decode_fleet
+    from fleetplan.optimizer.traffic.synthetic import renewal_gaps
 
     rng = np.random.Generator(np.random.PCG64(7))
     n = 600
@@ -259,8 +259,8 @@ def test_the_replica_search_finds_the_fewest_replicas_replaying_each_count_once(
     exactly ``needed``, with ``replays`` replays (none of counts already known or implied)."""
     import math
 
-    from fleetplan.optimizer import verify
-    from fleetplan.optimizer.simulate_plan import Settings
+    from fleetplan.optimizer.simulation import verify
+    from fleetplan.optimizer.simulation.simulate_plan import Settings
 
     seen: list[int] = []
 

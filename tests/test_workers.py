@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from fleetplan.optimizer.workers import allowed, default_jobs, jobs, map_in_copies, shared
+from fleetplan.optimizer.runtime.workers import allowed, default_jobs, jobs, map_in_copies, shared
 
 
 def _scaled(i: int) -> tuple[int, int, int]:

@@ -31,7 +31,7 @@ from pydantic_core import PydanticUndefined
 
 
 def _scenario_schema() -> type[BaseModel]:
-    from fleetplan.optimizer.scenario import Scenario
+    from fleetplan.optimizer.traffic.scenario import Scenario
 
     return Scenario
 
@@ -50,13 +50,13 @@ def _shipped_catalog() -> Any:
 
 
 def _families() -> tuple[Callable[..., None], ...]:
-    from fleetplan.optimizer.formulation import FAMILIES
+    from fleetplan.optimizer.mip.formulation import FAMILIES
 
     return FAMILIES
 
 
 def _variables_doc() -> str:
-    from fleetplan.optimizer.formulation import define_variables
+    from fleetplan.optimizer.mip.formulation import define_variables
 
     return inspect.getdoc(define_variables) or ""
 

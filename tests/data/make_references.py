@@ -18,12 +18,12 @@ from typing import Any
 
 from fleetplan.catalogs import load_catalog
 from fleetplan.models.presets import get_preset
-from fleetplan.optimizer.formulation import build_model
-from fleetplan.optimizer.linear import to_linear_problem
-from fleetplan.optimizer.problem import build_problem
+from fleetplan.optimizer.mip.formulation import build_model
+from fleetplan.optimizer.mip.linear import to_linear_problem
+from fleetplan.optimizer.problem_data.problem import build_problem
 from fleetplan.optimizer.plan import make_plan
-from fleetplan.optimizer.results import plan_to_dict
-from fleetplan.optimizer.scenario import load_scenario, parse_scenario
+from fleetplan.optimizer.explanation.results import plan_to_dict
+from fleetplan.optimizer.traffic.scenario import load_scenario, parse_scenario
 
 HERE = Path(__file__).resolve().parent
 EXAMPLES = HERE.parent.parent / "examples"

@@ -1,0 +1,647 @@
+"""Two-stage stochastic fleet planning: reserved commitments now, hourly recourse per outcome.
+
+First stage: ``commit[g, t]``, whole GPUs of type g committed for term t (1y, 3y, or the
+catalog's ``reserved`` price), paid every month whatever comes true. Second stage, per outcome s
+of :mod:`fleetplan.optimizer.traffic.uncertainty`: the fleet MIP of :mod:`fleetplan.optimizer.mip.formulation` for that outcome's demand, spot
+availability and prices, with its reserved replicas free (already paid) but limited by the
+commitment:
+
+    sum_c GPUs per replica(c) x reserved_s[c] (c on type g) <= sum_t commit[g, t]   for every s, g
+
+Objective: sum_{g,t} price[g,t] x hours per month x commit[g,t] + sum_s p_s cost_s(recourse),
+plus ``risk_weight`` x CVaR_alpha of the outcomes' total cost when asked for (Rockafellar-Uryasev:
+eta + 1/(1-alpha) sum_s p_s u_s, u_s >= cost_s - eta, u_s >= 0).
+
+Solved either as one extensive-form MIP (every outcome's model side by side, the commitment
+shared), or by dual decomposition (each outcome has its own copy x_s of the commitment, the
+nonanticipativity rows x_s = sum_r p_r x_r are priced by multipliers w_s with sum_s p_s w_s = 0):
+
+    L(w) = sum_s p_s min { (c + w_s) . x_s + cost_s(recourse) }  <=  optimum, for any such w
+
+L(w) is a proven lower bound (each outcome's MIP bound is used, not its incumbent); w is moved
+by subgradient steps (Polyak's step towards the best plan's cost). Upper bounds come from
+evaluating candidate commitments (the outcomes' mean, rounded, and the mean forecast's): the
+commitment fixed, each outcome's recourse solved. The outcomes' MIPs are independent, so they
+run in worker processes (:func:`~fleetplan.optimizer.runtime.workers.map_in_copies`) or on a Dask cluster; each is solved
+alone on one thread, so the plan is the same wherever they run.
+
+Owns the two-stage model, its solution and the figures a decision needs (value of the
+stochastic solution, expected value of perfect information, regret); it prints nothing."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fleetplan.catalogs.loader import Catalog
+from fleetplan.models.presets import Preset
+from fleetplan.optimizer.traffic.demand import hourly_qps
+from fleetplan.optimizer.common.enums import Tier
+from fleetplan.optimizer.mip.formulation import build_model
+from fleetplan.optimizer.mip.linear import LinearProblem, to_linear_problem
+from fleetplan.optimizer.problem_data.problem import CandidateMemo, FleetProblem, build_problem
+from fleetplan.optimizer.problem_data.reductions import reduced
+from fleetplan.optimizer.traffic.scenario import Scenario
+from fleetplan.optimizer.mip.solvers import Solver, solve
+from fleetplan.optimizer.traffic.uncertainty import Case, Uncertainty, UncertaintyError, cases, mean_case
+from fleetplan.optimizer.runtime.workers import jobs, map_in_copies, shared
+
+SUB_GAP = 1e-4  # relative gap the extensive form and the wait-and-see MIPs are proven to
+# the decomposition proves each outcome's MIP to a quarter of the gap asked for, at most this: the
+# bound, not the incumbent, enters L, so a looser MIP gap costs bound but never validity, and the
+# last hundredths of a percent of a horizon's MIP (hours rounding up) cost most of its time
+SUB_GAP_MAX = 1e-3
+EXTENSIVE_MAX_COLUMNS = 5_000  # ``auto`` solves the extensive form up to this many columns, else decomposes
+PRICE_SCALED = {"on_demand": "on_demand_price_scale", "pool_on_demand": "on_demand_price_scale",
+                "spot": "spot_price_scale", "pool_spot": "spot_price_scale", "api": "api_price_scale"}
+RESERVED = ("reserved", "pool_reserved")
+
+
+@dataclass(frozen=True)
+class TermPrice:
+    """The price of committing one GPU of ``gpu`` for ``term`` (USD per GPU-hour) and its source."""
+
+    gpu: str
+    term: str
+    usd_per_gpu_hour: float
+    source: str
+    as_of: str
+
+
+@dataclass
+class OutcomeModel:
+    """One outcome's recourse model: the fleet MIP with reserved replicas free, plus the
+    commitment's columns (first, in :attr:`commit_cols` order) and its linking rows."""
+
+    case: Case
+    lp: LinearProblem
+    commit_cols: list[int]
+    hours_per_month: float
+
+
+@dataclass(frozen=True)
+class SubResult:
+    """An outcome's MIP solved: its objective with the commitment's cost as priced, a proven lower
+    bound on it, the commitment it chose, and the recourse cost alone (USD per month)."""
+
+    objective_usd: float
+    bound_usd: float
+    commit: tuple[float, ...]
+    recourse_usd: float
+
+
+@dataclass
+class OutcomeCost:
+    """What the chosen commitment costs in one outcome, and what that outcome's own best plan costs."""
+
+    name: str
+    probability: float
+    cost_usd: float
+    own_optimum_usd: float
+
+    @property
+    def regret_usd(self) -> float:
+        """How much more the commitment costs here than the plan made for this outcome alone."""
+        return max(0.0, self.cost_usd - self.own_optimum_usd)
+
+
+@dataclass
+class StochasticPlan:
+    """The commitment, the cost distribution it leads to and the figures that justify it."""
+
+    commitment: list[tuple[TermPrice, int]]
+    expected_cost_usd: float
+    lower_bound_usd: float
+    outcomes: list[OutcomeCost]
+    mean_forecast_commitment: list[tuple[TermPrice, int]]
+    mean_forecast_expected_cost_usd: float
+    wait_and_see_usd: float
+    method: str
+    iterations: int = 0
+    solve_s: float = 0.0
+    risk_weight: float = 0.0
+    cvar_alpha: float = 0.95
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def gap(self) -> float:
+        """Proven relative gap of :attr:`expected_cost_usd` to the lower bound."""
+        if self.expected_cost_usd <= 0:
+            return 0.0
+        return max(0.0, (self.expected_cost_usd - self.lower_bound_usd) / self.expected_cost_usd)
+
+    @property
+    def vss_usd(self) -> float:
+        """Value of the stochastic solution: expected cost of committing to the mean forecast's
+        plan minus that of this plan."""
+        return self.mean_forecast_expected_cost_usd - self.expected_cost_usd
+
+    @property
+    def evpi_usd(self) -> float:
+        """Expected value of perfect information: this plan's expected cost minus the expected
+        cost of planning each outcome knowing it (wait and see)."""
+        return self.expected_cost_usd - self.wait_and_see_usd
+
+    def percentiles(self) -> dict[str, float]:
+        """P50, P95 and the worst outcome's cost (probability-weighted: the smallest cost whose
+        outcomes at or below it hold at least that probability)."""
+        ranked = sorted(self.outcomes, key=lambda o: (o.cost_usd, o.name))
+
+        def at(q: float) -> float:
+            total = 0.0
+            for o in ranked:
+                total += o.probability
+                if total >= q - 1e-9:
+                    return o.cost_usd
+            return ranked[-1].cost_usd
+
+        return {"p50": at(0.5), "p95": at(0.95), "worst": ranked[-1].cost_usd}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as JSON-ready data (keys in a fixed order, money in USD per month)."""
+        def commit(items: list[tuple[TermPrice, int]]) -> list[dict[str, Any]]:
+            return [{"gpu": t.gpu, "term": t.term, "gpus": n, "usd_per_gpu_hour": t.usd_per_gpu_hour,
+                     "source": t.source, "as_of": t.as_of} for t, n in items]
+
+        return {
+            "commitment": commit(self.commitment),
+            "expected_cost_usd": round(self.expected_cost_usd, 2),
+            "cost_percentiles_usd": {k: round(v, 2) for k, v in self.percentiles().items()},
+            "scenarios": [{"name": o.name, "probability": o.probability, "cost_usd": round(o.cost_usd, 2),
+                           "own_optimum_usd": round(o.own_optimum_usd, 2), "regret_usd": round(o.regret_usd, 2)}
+                          for o in self.outcomes],
+            "vss_usd": round(self.vss_usd, 2) if math.isfinite(self.vss_usd) else None,
+            "evpi_usd": round(self.evpi_usd, 2),
+            "lower_bound_usd": round(self.lower_bound_usd, 2),
+            "gap": round(self.gap, 6),
+            "mean_forecast": {"commitment": commit(self.mean_forecast_commitment),
+                              "expected_cost_usd": (round(self.mean_forecast_expected_cost_usd, 2)
+                                                    if math.isfinite(self.mean_forecast_expected_cost_usd) else None)},
+            "wait_and_see_usd": round(self.wait_and_see_usd, 2),
+            "method": self.method,
+            "iterations": self.iterations,
+            "risk_weight": self.risk_weight,
+            "cvar_alpha": self.cvar_alpha,
+            "notes": list(self.notes),
+        }
+
+
+# ----------------------------------------------------------------------------- building
+
+
+def outcome_problem(scenario: Scenario, catalog: Catalog, preset: Preset, folder: Path, case: Case,
+                    qps: dict[str, list[float]], memo: CandidateMemo) -> FleetProblem:
+    """The fleet problem of one outcome: each product's QPS scaled, spot availability set."""
+    sc = scenario
+    if case.overrides.spot_max_share is not None:
+        sc = scenario.model_copy(update={"options": scenario.options.model_copy(
+            update={"spot_max_share": case.overrides.spot_max_share})})
+    demand = {p: [q * case.overrides.scale_of(p) for q in hours] for p, hours in qps.items()}
+    prob, _, _ = build_problem(sc, catalog, preset, folder, demand=demand, memo=memo)
+    return reduced(prob)
+
+
+def _reserved_gpus(lp: LinearProblem, prob: FleetProblem) -> dict[str, list[tuple[int, float]]]:
+    """Per GPU type, the reserved replica columns of ``lp`` and the GPUs each replica holds."""
+    out: dict[str, list[tuple[int, float]]] = {}
+    for j, (family, index) in enumerate(lp.col_keys):
+        if family in RESERVED:
+            part = prob.pools[str(index[0])] if family == "pool_reserved" else prob.cand[str(index[0])]
+            out.setdefault(part.gpu, []).append((j, float(part.gpus_per_replica)))
+    return out
+
+
+def _catalog_reserved(prob: FleetProblem) -> dict[str, tuple[float, str]]:
+    """The reserved-tier price (USD per GPU-hour) and its source of every GPU type with candidates."""
+    out: dict[str, tuple[float, str]] = {}
+    for part in [*prob.all_candidates(), *prob.all_pool()]:
+        out.setdefault(part.gpu, (part.price.tier(Tier.RESERVED), part.price.tier_source(Tier.RESERVED)))
+    return out
+
+
+def term_prices(unc: Uncertainty, catalog_reserved: dict[str, tuple[float, str]],
+                rows: Sequence[dict[str, Any]]) -> list[TermPrice]:
+    """The commitment terms offered per GPU type, in (GPU, term) order: a scenario's
+    ``term_gpu_hour_usd``, else a row of the commitment catalog (``rows``), else for ``reserved``
+    the reserved-tier price the planner already uses. A term with no price is not offered."""
+    out = []
+    for gpu in sorted(catalog_reserved):
+        for term in unc.terms:
+            given = unc.term_gpu_hour_usd.get(term, {})  # type: ignore[call-overload]
+            row = next((r for r in rows if r["gpu"] == gpu and r["term"] == term), None)
+            if gpu in given:
+                out.append(TermPrice(gpu, term, float(given[gpu]), f"scenario uncertainty.term_gpu_hour_usd.{term}", ""))
+            elif row is not None:
+                out.append(TermPrice(gpu, term, float(row["usd_per_gpu_hour"]), str(row["source"]), str(row["as_of"])))
+            elif term == "reserved":
+                usd, source = catalog_reserved[gpu]
+                out.append(TermPrice(gpu, term, usd, source, ""))
+    return out
+
+
+def outcome_model(case: Case, prob: FleetProblem, terms: list[TermPrice]) -> OutcomeModel:
+    """The recourse MIP of one outcome with the commitment's columns (cost as priced, bounded by
+    the most GPUs its reserved replicas could hold) and rows linking its reserved GPUs to them."""
+    base = to_linear_problem(build_model(prob))
+    ov = case.overrides
+    objective = list(base.objective)
+    for j, (family, _) in enumerate(base.col_keys):
+        if family in RESERVED:
+            objective[j] = 0.0  # paid through the commitment
+        elif family in PRICE_SCALED:
+            objective[j] *= getattr(ov, PRICE_SCALED[family])
+    reserved = _reserved_gpus(base, prob)
+    n = len(terms)
+    lp = LinearProblem(
+        col_names=[f"commit[{t.gpu},{t.term}]" for t in terms] + base.col_names,
+        col_lower=[0.0] * n + list(base.col_lower),
+        col_upper=[float(_most_gpus(reserved.get(t.gpu, []), base)) for t in terms] + list(base.col_upper),
+        col_integer=[True] * n + list(base.col_integer),
+        objective=[t.usd_per_gpu_hour * prob.hours_per_month for t in terms] + objective,
+        objective_constant=base.objective_constant,
+        row_names=list(base.row_names), row_lower=list(base.row_lower), row_upper=list(base.row_upper),
+        row_index=[[j + n for j in r] for r in base.row_index], row_value=list(base.row_value),
+        col_keys=[("commit", (t.gpu, t.term)) for t in terms] + list(base.col_keys),
+        row_families=list(base.row_families),
+    )
+    for gpu, cols in sorted(reserved.items()):
+        mine = [i for i, t in enumerate(terms) if t.gpu == gpu]
+        lp.row_names.append(f"{gpu}-reserved_within_commitment-max")
+        lp.row_families.append("reserved_within_commitment")
+        lp.row_index.append([j + n for j, _ in cols] + mine)
+        lp.row_value.append([g for _, g in cols] + [-1.0] * len(mine))
+        lp.row_lower.append(-math.inf)
+        lp.row_upper.append(0.0)
+    return OutcomeModel(case, lp, list(range(n)), prob.hours_per_month)
+
+
+def _most_gpus(cols: list[tuple[int, float]], lp: LinearProblem) -> float:
+    """The most GPUs the reserved columns ``cols`` could hold (each at its bound)."""
+    total = sum(g * lp.col_upper[j] for j, g in cols)
+    return total if math.isfinite(total) else 1e6
+
+
+# ----------------------------------------------------------------------------- one outcome's MIP
+
+
+Box = tuple[Sequence[float], Sequence[float]]  # lower and upper GPUs of each commitment column
+
+
+def solve_outcome(lp: LinearProblem, n_commit: int, commit_cost: Sequence[float], box: Box | None,
+                  solver: Solver, gap: float, time_limit_s: float | None) -> SubResult | None:
+    """An outcome's MIP with the commitment's columns priced at ``commit_cost`` (USD per GPU per
+    month) and kept within ``box`` (fixed where its bounds meet); None when it has no plan."""
+    objective = list(commit_cost) + lp.objective[n_commit:]
+    lower, upper = list(lp.col_lower), list(lp.col_upper)
+    if box is not None:
+        for i, (lo, hi) in enumerate(zip(*box)):
+            lower[i], upper[i] = float(lo), float(hi)  # more than this outcome could use is still a commitment
+    run = lp.with_bounds(lower, upper)
+    run.objective = objective
+    res = solve(run, solver, time_limit_s=time_limit_s, mip_rel_gap=gap)
+    if res.objective is None or not res.values:
+        return None
+    obj = float(res.objective)
+    bound = obj - (res.mip_gap or 0.0) * abs(obj) if res.status == "optimal" or res.mip_gap is not None else -math.inf
+    commit = tuple(float(round(v)) for v in res.values[:n_commit])
+    paid = sum(c * x for c, x in zip(commit_cost, commit))
+    return SubResult(obj, min(obj, bound), commit, obj - paid)
+
+
+def _solve_in_copy(i: int, commit_cost: Sequence[float], box: Box | None, solver: Solver, gap: float,
+                   time_limit_s: float | None) -> SubResult | None:
+    """Worker: :func:`solve_outcome` of outcome ``i`` of the parent's models (:func:`~fleetplan.optimizer.runtime.workers.shared`)."""
+    models: list[OutcomeModel] = shared()
+    m = models[i]
+    return solve_outcome(m.lp, len(m.commit_cols), commit_cost, box, solver, gap, time_limit_s)
+
+
+Runner = Callable[[list[tuple[int, Sequence[float], Box | None]]], list[SubResult | None]]
+
+
+def local_runner(models: list[OutcomeModel], solver: Solver, gap: float = SUB_GAP,
+                 time_limit_s: float | None = None, workers: int | None = None) -> Runner:
+    """Solves outcomes' MIPs here: in worker processes (copies of this one) when allowed."""
+    def run(calls: list[tuple[int, Sequence[float], Box | None]]) -> list[SubResult | None]:
+        return map_in_copies(_solve_in_copy, models, [(i, c, f, solver, gap, time_limit_s) for i, c, f in calls],
+                             workers if workers is not None else jobs())
+    return run
+
+
+def dask_runner(client: Any, models: list[OutcomeModel], solver: Solver, gap: float = SUB_GAP,
+                time_limit_s: float | None = None) -> Runner:
+    """Solves outcomes' MIPs on the Dask cluster of ``client``: each outcome's model is sent once
+    and its solves are submitted against it; results in the order asked for."""
+    lps = client.scatter([m.lp for m in models], broadcast=False)
+    sizes = [len(m.commit_cols) for m in models]
+
+    def run(calls: list[tuple[int, Sequence[float], Box | None]]) -> list[SubResult | None]:
+        futures = [client.submit(solve_outcome, lps[i], sizes[i], list(c), None if b is None else (list(b[0]), list(b[1])), solver,
+                                 gap, time_limit_s, pure=False) for i, c, b in calls]
+        return list(client.gather(futures))
+    return run
+
+
+# ----------------------------------------------------------------------------- the two-stage plan
+
+
+def _costs(models: list[OutcomeModel]) -> list[float]:
+    """The commitment's price per GPU per month, term by term (the same in every outcome)."""
+    return models[0].lp.objective[:len(models[0].commit_cols)]
+
+
+def evaluate(models: list[OutcomeModel], commit: Sequence[float], run: Runner) -> list[float] | None:
+    """Each outcome's total cost (commitment plus recourse, USD per month) with ``commit`` fixed;
+    None when some outcome has no plan with it."""
+    costs = _costs(models)
+    found = run([(i, costs, (list(commit), list(commit))) for i in range(len(models))])
+    if any(f is None for f in found):
+        return None
+    return [f.objective_usd for f in found]  # type: ignore[union-attr]
+
+
+def extensive_form(models: list[OutcomeModel], risk_weight: float = 0.0, alpha: float = 0.95) -> LinearProblem:
+    """Every outcome's model side by side, weighted by its probability, sharing one commitment
+    (and, with ``risk_weight``, CVaR's columns and rows)."""
+    n = len(models[0].commit_cols)
+    costs = _costs(models)
+    first = models[0].lp
+    lp = LinearProblem(col_names=first.col_names[:n], col_lower=[0.0] * n,
+                       col_upper=[max(m.lp.col_upper[i] for m in models) for i in range(n)],
+                       col_integer=[True] * n, objective=list(costs), col_keys=first.col_keys[:n])
+    offsets = []
+    for s, m in enumerate(models):
+        p, sub = m.case.probability, m.lp
+        off = lp.num_cols - n
+        offsets.append(off)
+        lp.col_names += [f"{s}:{name}" for name in sub.col_names[n:]]
+        lp.col_lower += sub.col_lower[n:]
+        lp.col_upper += sub.col_upper[n:]
+        lp.col_integer += sub.col_integer[n:]
+        lp.objective += [p * c for c in sub.objective[n:]]
+        lp.col_keys += [(family, (s, *index)) for family, index in sub.col_keys[n:]]
+        lp.objective_constant += p * sub.objective_constant
+        for i in range(sub.num_rows):
+            lp.row_names.append(f"{s}:{sub.row_names[i]}")
+            lp.row_families.append(sub.row_families[i])
+            lp.row_index.append([j if j < n else j + off for j in sub.row_index[i]])
+            lp.row_value.append(list(sub.row_value[i]))
+            lp.row_lower.append(sub.row_lower[i])
+            lp.row_upper.append(sub.row_upper[i])
+    if risk_weight > 0:
+        eta = lp.num_cols
+        lp.col_names.append("cvar_eta")
+        lp.col_keys.append(("cvar_eta", ()))
+        lp.col_lower.append(-math.inf)
+        lp.col_upper.append(math.inf)
+        lp.col_integer.append(False)
+        lp.objective.append(risk_weight)
+        for s, m in enumerate(models):
+            u = lp.num_cols
+            lp.col_names.append(f"cvar_excess[{s}]")
+            lp.col_keys.append(("cvar_excess", (s,)))
+            lp.col_lower.append(0.0)
+            lp.col_upper.append(math.inf)
+            lp.col_integer.append(False)
+            lp.objective.append(risk_weight * m.case.probability / (1.0 - alpha))
+            sub = m.lp
+            cols = list(range(n)) + [j + offsets[s] for j in range(n, sub.num_cols) if sub.objective[j] != 0.0]
+            vals = list(costs) + [sub.objective[j] for j in range(n, sub.num_cols) if sub.objective[j] != 0.0]
+            lp.row_names.append(f"{s}-cvar_excess-min")
+            lp.row_families.append("cvar_excess")
+            lp.row_index.append(cols + [eta, u])
+            lp.row_value.append(vals + [-1.0, -1.0])
+            lp.row_lower.append(-math.inf)
+            lp.row_upper.append(-sub.objective_constant)
+    return lp
+
+
+def _rounded(x: Sequence[float]) -> tuple[float, ...]:
+    return tuple(float(max(0, round(v + 1e-9))) for v in x)
+
+
+def solve_extensive(models: list[OutcomeModel], solver: Solver, gap: float, time_limit_s: float | None,
+                    risk_weight: float = 0.0, alpha: float = 0.95) -> tuple[tuple[float, ...], float]:
+    """The extensive form solved: (commitment, proven lower bound on its objective)."""
+    lp = extensive_form(models, risk_weight, alpha)
+    res = solve(lp, solver, time_limit_s=time_limit_s, mip_rel_gap=gap)
+    if res.objective is None or not res.values:
+        raise UncertaintyError(f"uncertainty: some outcome has no plan ({res.termination})")
+    obj = float(res.objective)
+    bound = obj - (res.mip_gap or 0.0) * abs(obj)
+    return _rounded(res.values[:len(models[0].commit_cols)]), bound
+
+
+@dataclass
+class Decomposed:
+    """Where dual decomposition ended: the best commitment, its outcomes' costs, the proven lower
+    bound, the wait-and-see optima and the Lagrangian rounds run."""
+
+    commit: tuple[float, ...]
+    outcome_costs: list[float]
+    lower_bound_usd: float
+    own_optima: list[float]
+    iterations: int
+
+
+@dataclass
+class _Node:
+    """A box of commitments (``lower <= commit <= upper``), a lower bound on the best plan in it
+    and the multipliers its Lagrangian rounds start from."""
+
+    bound_usd: float
+    lower: list[float]
+    upper: list[float]
+    w: list[list[float]]
+
+
+ROUNDS_PER_NODE = 8  # Lagrangian rounds on one box before it is split
+
+
+def decompose(models: list[OutcomeModel], run: Runner, gap: float, max_iterations: int,
+              deadline_s: float | None = None, extra: Sequence[Sequence[float]] = (),
+              progress: Callable[[int, float, float], None] | None = None) -> Decomposed:
+    """Dual decomposition (see the module docstring) inside a branch and bound on the commitment:
+    each box of commitments gets up to :data:`ROUNDS_PER_NODE` subgradient rounds of L(w) with the
+    outcomes' copies kept in the box; a box whose bound reaches the best plan's cost (less
+    ``gap``) is closed, one whose outcomes agree on a commitment is solved, and any other is split
+    on the term whose copies disagree most. The lower bound is the least bound of the open boxes:
+    proven whatever the Lagrangian's own duality gap. Ends at ``gap``, ``max_iterations`` rounds
+    or ``deadline_s`` seconds; ``extra`` commitments are evaluated as candidates too."""
+    start = time.monotonic()
+    n = len(models[0].commit_cols)
+    p = [m.case.probability for m in models]
+    c = _costs(models)
+    upper = math.inf
+    best: tuple[float, ...] | None = None
+    best_costs: list[float] = []
+    seen: dict[tuple[float, ...], float] = {}
+    own: list[float] = []
+    rounds = 0
+
+    def consider(x: tuple[float, ...]) -> None:
+        nonlocal upper, best, best_costs
+        if x in seen:
+            return
+        costs = evaluate(models, x, run)
+        seen[x] = math.inf if costs is None else sum(pi * v for pi, v in zip(p, costs))
+        if costs is not None and (seen[x] < upper - 1e-9 or (best is not None and seen[x] <= upper + 1e-9 and x < best)):
+            upper, best, best_costs = seen[x], x, costs
+
+    def closed(bound: float) -> bool:
+        return upper < math.inf and upper - bound <= gap * abs(upper)
+
+    def out_of_time() -> bool:
+        return rounds >= max_iterations or (deadline_s is not None and time.monotonic() - start > deadline_s)
+
+    top = [max(m.lp.col_upper[i] for m in models) for i in range(n)]
+    open_nodes = [_Node(-math.inf, [0.0] * n, top, [[0.0] * n for _ in models])]
+    for x in extra:
+        consider(_rounded(x))
+    while open_nodes and not out_of_time():
+        open_nodes.sort(key=lambda nd: (nd.bound_usd, nd.lower, nd.upper))
+        node = open_nodes.pop(0)
+        if closed(node.bound_usd):
+            open_nodes.append(node)
+            break
+        w, theta, stall, bound = node.w, 1.0, 0, node.bound_usd
+        agreed: tuple[float, ...] | None = None
+        subs: list[SubResult] = []
+        for _ in range(ROUNDS_PER_NODE):
+            found = run([(s, [ci + wi for ci, wi in zip(c, w[s])], (node.lower, node.upper)) for s in range(len(models))])
+            rounds += 1
+            if any(f is None for f in found):
+                bound = math.inf  # some outcome has no plan with a commitment in this box
+                break
+            subs = found  # type: ignore[assignment]
+            if not own:
+                own = [f.objective_usd for f in subs]
+            value = sum(pi * f.bound_usd for pi, f in zip(p, subs))
+            if value > bound + 1e-9 * max(1.0, abs(value)):
+                bound, stall = value, 0
+            else:
+                stall += 1
+                if stall >= 2:
+                    theta, stall = theta / 2.0, 0
+            mean = [sum(pi * f.commit[i] for pi, f in zip(p, subs)) for i in range(n)]
+            consider(tuple(min(max(v, lo), hi) for v, lo, hi in zip(_rounded(mean), node.lower, node.upper)))
+            if progress is not None:
+                progress(rounds, min([bound, *(nd.bound_usd for nd in open_nodes)]), upper)
+            step = [[f.commit[i] - mean[i] for i in range(n)] for f in subs]
+            norm = sum(pi * sum(g * g for g in gs) for pi, gs in zip(p, step))
+            if norm <= 1e-12:
+                agreed = subs[0].commit
+                break
+            if closed(bound) or out_of_time():
+                break
+            alpha = theta * (upper - value) / norm if upper < math.inf else 1.0
+            w = [[wi + alpha * g for wi, g in zip(w[s], step[s])] for s in range(len(models))]
+        if agreed is not None:
+            consider(agreed)  # every outcome's best in the box is this commitment: the box is solved
+            continue
+        if bound == math.inf or closed(bound):
+            continue
+        if out_of_time():
+            open_nodes.append(_Node(bound, node.lower, node.upper, w))
+            break
+        spread = [sum(pi * (f.commit[i] - mean[i]) ** 2 for pi, f in zip(p, subs)) for i in range(n)]
+        i = max(range(n), key=lambda k: (spread[k], -k))
+        cut = min(math.floor(mean[i]), node.upper[i] - 1.0)
+        left_upper, right_lower = list(node.upper), list(node.lower)
+        left_upper[i], right_lower[i] = cut, cut + 1.0
+        open_nodes.append(_Node(bound, list(node.lower), left_upper, [list(r) for r in w]))
+        open_nodes.append(_Node(bound, right_lower, list(node.upper), [list(r) for r in w]))
+    if best is None:
+        raise UncertaintyError("uncertainty: no commitment found that every outcome can plan with")
+    lower = min([upper, *(nd.bound_usd for nd in open_nodes)])
+    return Decomposed(best, best_costs, lower, own, rounds)
+
+
+def _commitment(terms: list[TermPrice], x: Sequence[float]) -> list[tuple[TermPrice, int]]:
+    return [(t, int(round(v))) for t, v in zip(terms, x) if round(v) > 0]
+
+
+def plan_under_uncertainty(scenario: Scenario, unc: Uncertainty, catalog: Catalog, preset: Preset, folder: Path,
+                           solver: Solver = "highs", *, commitment_rows: Sequence[dict[str, Any]] = (),
+                           client: Any = None, workers: int | None = None,
+                           time_limit_s: float | None = None,
+                           progress: Callable[[str, int, int], None] | None = None) -> StochasticPlan:
+    """The two-stage plan of ``scenario`` under ``unc``: the commitment, its cost in every outcome,
+    the mean forecast's commitment and cost, the wait-and-see optima (for EVPI and regret).
+
+    Outcome MIPs run on the Dask cluster of ``client`` when given, else in ``workers`` local
+    processes (default: what the command allows); the plan is the same either way."""
+    if Tier.RESERVED not in scenario.options.tiers:
+        raise UncertaintyError("options.tiers: a commitment needs the reserved tier (nearest valid choice: "
+                               "[reserved, on_demand])")
+    start = time.monotonic()
+    items = cases(unc)
+    qps = hourly_qps(scenario.products, folder)
+    memo = CandidateMemo()
+    mean = mean_case(items, [p.name for p in scenario.products])
+    probs = []
+    for k, case in enumerate([mean, *items]):
+        probs.append(outcome_problem(scenario, catalog, preset, folder, case, qps, memo))
+        if progress is not None:
+            progress("outcome models", k + 1, len(items) + 1)
+    reserved: dict[str, tuple[float, str]] = {}
+    for prob in probs:
+        for gpu, v in _catalog_reserved(prob).items():
+            reserved.setdefault(gpu, v)
+    terms = term_prices(unc, reserved, commitment_rows)
+    if not terms:
+        raise UncertaintyError("uncertainty.terms: no commitment term has a price for any GPU type in play; give "
+                               "term_gpu_hour_usd or add reserved to terms (nearest valid choice: reserved)")
+    models = [outcome_model(case, prob, terms) for case, prob in zip([mean, *items], probs)]
+    mean_model, models = models[0], models[1:]
+    gap = unc.max_gap
+    sub_gap = min(SUB_GAP_MAX, gap / 4.0)
+    run = (dask_runner(client, models, solver, sub_gap, time_limit_s) if client is not None
+           else local_runner(models, solver, sub_gap, time_limit_s, workers=workers))
+    # the mean forecast's commitment
+    ev = solve_outcome(mean_model.lp, len(terms), _costs(models), None, solver, SUB_GAP, time_limit_s)
+    if ev is None:
+        raise UncertaintyError("uncertainty: the mean forecast has no plan")
+    columns = sum(m.lp.num_cols for m in models)
+    method = unc.method
+    if method == "auto":
+        method = "extensive" if unc.risk_weight > 0 or columns <= EXTENSIVE_MAX_COLUMNS else "decomposition"
+    notes: list[str] = []
+    if method == "extensive":
+        x, bound = solve_extensive(models, solver, min(gap, SUB_GAP), time_limit_s, unc.risk_weight, unc.cvar_alpha)
+        costs = evaluate(models, x, run)
+        own_found = run([(i, _costs(models), None) for i in range(len(models))])
+        if costs is None or any(f is None for f in own_found):
+            raise UncertaintyError("uncertainty: some outcome has no plan")
+        own = [f.objective_usd for f in own_found]  # type: ignore[union-attr]
+        iterations = 0
+        if unc.risk_weight > 0:
+            notes.append(f"objective: expected cost + {unc.risk_weight:g} x CVaR {unc.cvar_alpha:g}; the lower bound "
+                         f"is the expected cost's own")
+            # expected cost alone is bounded by the wait-and-see value; the bound above is the risk objective's
+            bound = sum(m.case.probability * v for m, v in zip(models, own))
+    else:
+        dec = decompose(models, run, gap, unc.max_iterations, time_limit_s, extra=[ev.commit],
+                        progress=None if progress is None else
+                        lambda it, lo, up: progress("decomposition rounds", it, unc.max_iterations))
+        x, costs, bound, own, iterations = dec.commit, dec.outcome_costs, dec.lower_bound_usd, dec.own_optima, dec.iterations
+    expected = sum(m.case.probability * v for m, v in zip(models, costs))
+    eev_costs = evaluate(models, ev.commit, run)
+    if eev_costs is None:
+        notes.append("the mean forecast's commitment leaves some outcome without a plan: its expected cost is infinite")
+        eev = math.inf
+    else:
+        eev = sum(m.case.probability * v for m, v in zip(models, eev_costs))
+    wait_and_see = sum(m.case.probability * v for m, v in zip(models, own))
+    outcomes = [OutcomeCost(m.case.name, m.case.probability, v, o) for m, v, o in zip(models, costs, own)]
+    return StochasticPlan(
+        commitment=_commitment(terms, x), expected_cost_usd=expected, lower_bound_usd=min(bound, expected),
+        outcomes=outcomes, mean_forecast_commitment=_commitment(terms, ev.commit),
+        mean_forecast_expected_cost_usd=eev, wait_and_see_usd=min(wait_and_see, expected), method=method,
+        iterations=iterations, solve_s=time.monotonic() - start, risk_weight=unc.risk_weight,
+        cvar_alpha=unc.cvar_alpha, notes=notes,
+    )
