@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from fleetplan.catalogs.files import MAX_CATALOG_FILES, InputError, parse_yaml, read_text, short_repr
 from fleetplan.catalogs.schema import GPU, LLM, APIPrice, GPUPrice, ReferencePrice
 from fleetplan.catalogs.problems import entry_problems, join_problems
+import difflib
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SHIPPED_FILES = ("gpus.yaml", "models.yaml", "prices.yaml", "api_prices.yaml")
@@ -31,8 +32,6 @@ class CatalogError(InputError):
 
 def nearest(word: str, choices: Iterable[str]) -> str:
     """Return ``" (nearest: X)"`` for the closest valid choice, or a short list of valid ones."""
-    import difflib
-
     choices = sorted(set(choices))
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.3)
     if close:

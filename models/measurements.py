@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from fleetplan.catalogs import fields as F
 from fleetplan.catalogs.fields import Range
+from fleetplan.models.presets import normalize_engine
 
 REQUIRED_COLUMNS: tuple[str, ...] = (
     "model", "gpu", "precision", "tp", "batch", "input_tokens", "output_tokens", "engine", "measured_tpot_ms",
@@ -73,8 +74,6 @@ class Measurement:
     def configuration(self) -> tuple[str, str, str, int, str]:
         """The configuration group, what stays fixed across a batch sweep: model, GPU, engine,
         TP, precision (cross-validation leaves whole groups out)."""
-        from fleetplan.models.presets import normalize_engine
-
         return (self.model, self.gpu, normalize_engine(self.engine) or "", self.tp, self.precision)
 
 

@@ -24,6 +24,7 @@ from fleetplan.optimizer.runtime.deadline import Deadline
 from fleetplan.optimizer.plan import relaxed_cost
 from fleetplan.optimizer.traffic.scenario import Scenario
 from fleetplan.optimizer.mip.solvers import Solver
+from fleetplan.optimizer.runtime.workers import stop
 
 
 def _key(scenario: Scenario) -> str:
@@ -56,8 +57,6 @@ class LimitsAhead:
         wanted limit is planned here (see :meth:`resolve`)."""
         keys = {_key(r.scenario) for r in wanted}
         if any(k not in keys and not f.done() for k, f in self.futures.items()):
-            from fleetplan.optimizer.runtime.workers import stop
-
             stop(self.pool)
             self.futures = {}
             return

@@ -25,6 +25,8 @@ from fleetplan.optimizer.plan import make_plan
 from fleetplan.optimizer.problem_data.problem import SECONDS_PER_HOUR
 from fleetplan.optimizer.traffic.scenario import Scenario
 from fleetplan.optimizer.mip.solvers import Solver
+from fleetplan.catalogs.files import write_atomically
+import io
 
 DEFAULT_SCALES: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 
@@ -225,8 +227,6 @@ def _crossing(points: list[BreakevenPoint], field: str) -> float | None:
 def plot(result: BreakevenResult, path: Path, title: str) -> None:
     """Write the three cost curves (:func:`plot_bytes`) to ``path``, a PNG or SVG file by its
     extension (:data:`PLOT_SUFFIXES`), atomically: the one write of this module, asked for by path."""
-    from fleetplan.catalogs.files import write_atomically
-
     write_atomically(path, plot_bytes(result, title, path.suffix.lower().lstrip(".") or "png"))
 
 
@@ -234,8 +234,6 @@ def plot_bytes(result: BreakevenResult, title: str, fmt: str = "png") -> bytes:
     """The three cost curves (costs rounded to cents, as in the JSON) as a ``fmt`` image (``png``
     or ``svg``). Drawn on a :class:`matplotlib.figure.Figure` of its own: no pyplot, so neither
     matplotlib's backend nor its list of open figures changes (a notebook keeps its own)."""
-    import io
-
     from matplotlib.figure import Figure
 
     pts = [p.as_dict() for p in result.points]

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from fleetplan.optimizer.common.defaults import SENSITIVITY_GAP, SWING
 from fleetplan.catalogs.loader import Catalog, InputError
-from fleetplan.models.presets import Preset
+from fleetplan.models.presets import Preset, get_preset
 from fleetplan.optimizer.problem_data.candidates import (
     Candidate,
     CandidateSet,
@@ -30,9 +30,11 @@ from fleetplan.optimizer.problem_data.candidates import (
 from fleetplan.optimizer.runtime.deadline import Deadline
 from fleetplan.optimizer.common.enums import Tier
 from fleetplan.optimizer.common.errors import SolverError
-from fleetplan.optimizer.problem_data.problem import CandidateMemo, candidate_key, copied
+from fleetplan.optimizer.problem_data.problem import CandidateMemo, build_problem, candidate_key, copied
 from fleetplan.optimizer.traffic.scenario import Product, Scenario
 from fleetplan.optimizer.mip.solution import Plan, ProductPlan
+from fleetplan.optimizer.plan import make_plan
+from fleetplan.optimizer.decomposition.components import combined_result, solve_components
 
 
 def _products(scenario: Scenario, change: Callable[[Product], dict[str, Any]]) -> Scenario:
@@ -102,8 +104,6 @@ class Replanner:
 
     def cost(self, scenario: Scenario, within: Deadline) -> tuple[float | None, bool, str | None]:
         """(monthly cost, proven optimal, why there is no plan) of ``scenario`` by ``within``."""
-        from fleetplan.optimizer.plan import make_plan
-
         quick = scenario.model_copy(update={"options": scenario.options.model_copy(
             update={"mip_rel_gap": max(scenario.options.mip_rel_gap, SENSITIVITY_GAP)})})
         try:
@@ -117,10 +117,6 @@ class Replanner:
     def kept_cost(self, scenario: Scenario, plan: Plan, within: Deadline) -> tuple[float | None, bool, str | None]:
         """(monthly cost, proven optimal, why there is none) of ``scenario`` with each product of
         ``plan`` kept on its configuration shape (see the module docstring)."""
-        from fleetplan.models.presets import get_preset
-        from fleetplan.optimizer.decomposition.components import combined_result, solve_components
-        from fleetplan.optimizer.problem_data.problem import build_problem
-
         preset = self.preset or get_preset(scenario.preset)
         try:
             try:

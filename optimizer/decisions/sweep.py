@@ -24,8 +24,17 @@ from typing import Any, Callable, Iterable
 
 from fleetplan.optimizer.common.defaults import DEFAULT_MAX_POINTS, MAX_POINTS
 from fleetplan.catalogs.files import short
-from fleetplan.catalogs.loader import InputError
+from fleetplan.catalogs.loader import InputError, nearest
 from fleetplan.optimizer.runtime.deadline import Progress, ProgressCallback
+from fleetplan.catalogs import load_catalog
+from fleetplan.models.calibration import apply_profile
+from fleetplan.models.presets import get_preset
+from fleetplan.optimizer.traffic.scenario import load_scenario
+from fleetplan.optimizer.decisions.whatif import apply_edits, check_path
+from fleetplan.optimizer.common.errors import SolverError
+from fleetplan.optimizer.plan import make_plan
+from fleetplan.optimizer.explanation.results import plan_to_dict
+from fleetplan.optimizer.runtime.workers import worker_pool
 
 # A grid's value count is printed in full below this; above it, only its order of magnitude.
 _COUNT_DIGITS = 1e15
@@ -106,8 +115,6 @@ def parse_axis(text: str, max_points: int = DEFAULT_MAX_POINTS) -> Axis:
     if m:
         name = m.group(1)
         if name not in DISTRIBUTIONS:
-            from fleetplan.catalogs.loader import nearest
-
             raise _error(f"{flag}: unknown distribution {name!r}{nearest(name, DISTRIBUTIONS)}")
         args = tuple(_number(a) for a in m.group(2).split(","))
         _check_distribution(flag, name, args)
@@ -184,11 +191,6 @@ class Sweep:
 @lru_cache(maxsize=4)
 def _loaded(sweep: Sweep) -> tuple[Any, Path, Any, Any]:
     """The scenario, its folder, the catalog and the preset, read once per process."""
-    from fleetplan.catalogs import load_catalog
-    from fleetplan.models.calibration import apply_profile
-    from fleetplan.models.presets import get_preset
-    from fleetplan.optimizer.traffic.scenario import load_scenario
-
     scenario, folder = load_scenario(sweep.scenario)
     catalog = load_catalog([*(folder / c for c in scenario.catalogs), *sweep.catalogs])
     preset = apply_profile(get_preset(scenario.preset), Path(sweep.calibration), "") if sweep.calibration else None
@@ -197,8 +199,6 @@ def _loaded(sweep: Sweep) -> tuple[Any, Path, Any, Any]:
 
 def check_axes(sweep: Sweep, axes: list[Axis]) -> None:
     """Every axis's path names a field of the scenario (raises naming the nearest valid one)."""
-    from fleetplan.optimizer.decisions.whatif import check_path
-
     scenario, folder = _loaded(sweep)[:2]
     seen: set[str] = set()
     for a in axes:
@@ -211,8 +211,6 @@ def check_axes(sweep: Sweep, axes: list[Axis]) -> None:
 def check_points(sweep: Sweep, points: list[dict[str, Any]]) -> None:
     """Every point makes a valid scenario (a value out of its field's range raises naming the
     field and the range), before any point is planned."""
-    from fleetplan.optimizer.decisions.whatif import apply_edits
-
     scenario, folder = _loaded(sweep)[:2]
     seen: set[tuple[Any, ...]] = set()
     for p in points:
@@ -225,11 +223,6 @@ def check_points(sweep: Sweep, points: list[dict[str, Any]]) -> None:
 def plan_point(task: tuple[Sweep, int, dict[str, Any]]) -> dict[str, Any]:
     """One point: the scenario with the point's values, planned (runner-ups and baselines off);
     its row holds the point, the inputs, the plan's key outputs, or the error that stopped it."""
-    from fleetplan.optimizer.common.errors import SolverError
-    from fleetplan.optimizer.plan import make_plan
-    from fleetplan.optimizer.explanation.results import plan_to_dict
-    from fleetplan.optimizer.decisions.whatif import apply_edits
-
     sweep, index, values = task
     scenario, folder, catalog, preset = _loaded(sweep)
     row: dict[str, Any] = {"point": index, **values}
@@ -278,8 +271,6 @@ def local_runner(jobs: int) -> Runner:
     def run(fn: Callable[[Any], dict[str, Any]], tasks: list[Any]) -> Iterable[dict[str, Any]]:
         if jobs <= 1:
             return (fn(t) for t in tasks)
-        from fleetplan.optimizer.runtime.workers import worker_pool
-
         with worker_pool(jobs) as pool:
             return list(pool.map(fn, tasks, chunksize=max(1, len(tasks) // (4 * jobs))))
     return run

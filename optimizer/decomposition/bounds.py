@@ -15,6 +15,7 @@ from fleetplan.optimizer.problem_data.candidates import (
 from fleetplan.optimizer.common.defaults import CEILING_TOLERANCE
 from fleetplan.optimizer.common.enums import Tier
 from fleetplan.optimizer.problem_data.problem import SECONDS_PER_HOUR, FleetProblem, ProductData
+from fleetplan.optimizer.decomposition.product_optimum import needs
 
 
 def quick_bound(prob: FleetProblem, pd: ProductData, choice: tuple[Candidate | None, PoolCandidate | None],
@@ -231,8 +232,6 @@ def part_bounds(prob: FleetProblem, pd: ProductData, decode: list[Candidate], po
     each part with its share is bounded on its own (:func:`lagrangian_part_bound`): the replicas
     of each part meet the demand the API leaves, and the API's tokens stay within its share."""
     import numpy as np
-
-    from fleetplan.optimizer.decomposition.product_optimum import needs
 
     if prob.hour_counts or pd.api is None or not prob.hourly_tiers:
         return None

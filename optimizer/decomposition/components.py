@@ -16,7 +16,7 @@ from fleetplan.optimizer.common.enums import Status, Tier
 from fleetplan.optimizer.common.errors import InfeasibleError, SolverError
 from fleetplan.optimizer.mip.formulation import build_model
 from fleetplan.optimizer.mip.linear import LinearProblem, to_linear_problem
-from fleetplan.optimizer.decomposition.portfolio import GroupBound
+from fleetplan.optimizer.decomposition.portfolio import GroupBound, plan_group
 from fleetplan.optimizer.problem_data.problem import FleetProblem
 from fleetplan.optimizer.problem_data.reductions import reduced
 from fleetplan.optimizer.traffic.scenario import Product
@@ -30,6 +30,7 @@ from fleetplan.optimizer.mip.solution import (
 )
 from fleetplan.optimizer.mip.solvers import Solver, SolveResult, solve
 from fleetplan.optimizer.common.text import gap_split, pct
+from fleetplan.optimizer.runtime.workers import worker_pool
 
 # What solving one group gives: (problem, MIP solved, the product's whole model or None, result or
 # None if infeasible, problem to read the solution from)
@@ -112,8 +113,6 @@ def solve_one_by_one(whole: FleetProblem, names: list[str], solver: Solver, dead
     chosen together (:func:`fleetplan.optimizer.decomposition.portfolio.plan_group`): each product's outcome
     and a lower bound on the group's joint optimum; the plan is checked against the shared
     limits afterwards (:func:`one_by_one_result`)."""
-    from fleetplan.optimizer.decomposition.portfolio import plan_group  # the group search uses this module's pieces
-
     deadline.note("joint plan of " + ", ".join(names[:3]) + (", ..." if len(names) > 3 else "") +
                   ": planned product by product")
     return plan_group(whole, names, solver, deadline, gap)
@@ -261,8 +260,6 @@ def solve_components(prob: FleetProblem, products: list[Product], solver: Solver
 def _in_workers(tasks: list[Any], heavy: list[Any], jobs: int, deadline: Deadline) -> list[Any]:
     """Outcomes of ``tasks``, the ``heavy`` ones in worker processes, copies of this one (seconds,
     not the deadline, cross the process boundary)."""
-    from fleetplan.optimizer.runtime.workers import worker_pool
-
     timed = [(w, n, so, deadline.left(), g) for w, n, so, _, g in heavy]
     with worker_pool(min(len(heavy), jobs), copy=True) as pool:
         done = dict(zip([id(t) for t in heavy], pool.map(solve_component, timed)))

@@ -49,6 +49,10 @@ from fleetplan.optimizer.runtime.deadline import Deadline
 from fleetplan.optimizer.problem_data.problem import SECONDS_PER_HOUR, FleetProblem, ProductData
 from fleetplan.optimizer.mip.linear import LinearProblem, to_linear_problem
 from fleetplan.optimizer.mip.solvers import SolveResult, solve
+from fleetplan.optimizer.decomposition.bounds import by_quick_bound
+from fleetplan.optimizer.decomposition.product_optimum import best_pool, exact_by_rule, optima_by_types, own_optimum
+from fleetplan.optimizer.common.errors import SolverError
+from fleetplan.optimizer.decomposition.search import solve_by_configuration, with_choices
 
 Choice = tuple[Candidate | None, PoolCandidate | None]
 # A product plan of a search: (result, the model it solves, the problem to read it from)
@@ -186,8 +190,6 @@ def cheapest_by_type(prob: FleetProblem, name: str) -> dict[str, tuple[float, Ch
     """Per decode GPU type (``API_ONLY`` for all-API) the lowest quick bound of the product's
     :func:`type_choices` on it (:func:`~fleetplan.optimizer.decomposition.bounds.quick_bound`), with the choice (first by key among
     equals); in pool mode the choice takes :func:`cheapest_pool`."""
-    from fleetplan.optimizer.decomposition.bounds import by_quick_bound
-
     best: dict[str, tuple[float, Choice]] = {}
     pd = prob.products[name]
     pool = cheapest_pool(prob, pd)
@@ -312,8 +314,6 @@ def bound_options(prob: FleetProblem, name: str, floor: dict[str, float]) -> lis
     type is left open: one option per pair of types made a master too large to solve in time).
     Otherwise the lowest quick bound of its choices there, and the decode GPUs it runs for
     certain (:func:`fewest_gpus`)."""
-    from fleetplan.optimizer.decomposition.product_optimum import exact_by_rule, optima_by_types
-
     low = lowered(prob.restrict([name], limits=False), floor)
     pd = prob.products[name]
     if exact_by_rule(low, low.products[name]):
@@ -361,8 +361,6 @@ def _own_plans(whole: FleetProblem, known: dict[str, dict[str, Found]], solver: 
     (:func:`~fleetplan.optimizer.decomposition.product_optimum.own_optimum`) the optimum is proven without a
     solver; the other products are searched in order, each with its share of ``deadline`` and the
     cheapest plan in ``known`` as the plan to beat (see :func:`_searched_bound`)."""
-    from fleetplan.optimizer.decomposition.product_optimum import own_optimum
-
     out: dict[str, float] = {}
     searched = []
     for name in known:
@@ -387,9 +385,6 @@ def _searched_bound(whole: FleetProblem, known: dict[str, dict[str, Found]], nam
     ``known`` as the plan to beat (a plan found is added); returns a lower bound on its own cost:
     the search's, the plan to beat less the gap when nothing beats it, else the least quick bound
     of its choices."""
-    from fleetplan.optimizer.common.errors import SolverError
-    from fleetplan.optimizer.decomposition.search import solve_by_configuration
-
     alone = whole.restrict([name], limits=False)
     best = min((float(f[0].objective or 0.0) for f in known[name].values()), default=math.inf)
     try:
@@ -412,9 +407,6 @@ def _lower_bound(res: SolveResult) -> float:
 
 def _on_type(whole: FleetProblem, name: str, gpu: str, solver: str, deadline: Deadline, gap: float) -> Found | None:
     """The product's cheapest plan with its decode on ``gpu`` (None if none was found in time)."""
-    from fleetplan.optimizer.common.errors import SolverError
-    from fleetplan.optimizer.decomposition.search import solve_by_configuration
-
     try:
         return solve_by_configuration(whole.restrict([name], limits=False), name, solver,
                                       keep=lambda c: c.gpu == gpu, deadline=deadline, mip_rel_gap=gap,
@@ -518,8 +510,6 @@ def _plans_on_chosen_types(whole: FleetProblem, known: dict[str, dict[str, Found
     optimum there (the cheapest decode split on that type with the cheapest pool split).
     Last, each product is planned again with the others' GPUs in its instances
     (:func:`best_responses`)."""
-    from fleetplan.optimizer.decomposition.product_optimum import exact_by_rule
-
     start = {n: min(plans, key=lambda g: (float(plans[g][0].objective or 0.0), g)) for n, plans in known.items()}
     idle, seen = idle_prices(whole)[1], {}
     types = _choose(whole, known, start, idle, seen)
@@ -562,9 +552,6 @@ def best_responses(whole: FleetProblem, known: dict[str, dict[str, Found]], plan
     rounds, each product's search a share of ``deadline``; skipped where GPUs are limited per
     tier (the others' tiers are not tracked) or hours were merged. A plan found is also kept in
     ``known`` at its own cost (a plan of the product alone)."""
-    from fleetplan.optimizer.common.errors import SolverError
-    from fleetplan.optimizer.decomposition.search import solve_by_configuration
-
     if not whole.instance_gpus or whole.tier_availability or any(f[2].hour_of for f in plans.values()):
         return plans
     plain = plain_prices(whole)
@@ -866,8 +853,6 @@ def rule_plans_by_type(prob: FleetProblem, name: str) -> dict[str, RulePlan]:
     """Per decode GPU type, the cheapest :class:`RulePlan` of the product's configurations there
     (in pool mode with the pool of the cheapest split,
     :func:`~fleetplan.optimizer.decomposition.product_optimum.best_pool`; first by key among equals)."""
-    from fleetplan.optimizer.decomposition.product_optimum import best_pool
-
     pd = prob.products[name]
     pool = best_pool(prob, pd)
     best: dict[str, RulePlan] = {}
@@ -881,8 +866,6 @@ def rule_plans_by_type(prob: FleetProblem, name: str) -> dict[str, RulePlan]:
 def rule_found(prob: FleetProblem, plan: RulePlan) -> Found:
     """A :class:`RulePlan` as a search result: its columns keyed as the formulation keys them (the
     others read as zero), on a problem of the product with only that choice."""
-    from fleetplan.optimizer.decomposition.search import with_choices
-
     keys: list[tuple[str, tuple[Any, ...]]] = []
     values: list[float] = []
     for prefix, x, split in (("", plan.choice[0], plan.decode), ("pool_", plan.choice[1], plan.pool)):

@@ -20,6 +20,7 @@ from fleetplan.optimizer.common.defaults import MONEY_TOLERANCE_USD
 from fleetplan.optimizer.traffic.scenario import Scenario
 from fleetplan.optimizer.traffic.sites import SITE_LIMIT
 from fleetplan.optimizer.mip.solution import Plan
+from fleetplan.optimizer.problem_data.site_power import site_relaxations
 
 # The cheapest plan of a scenario by a deadline: (monthly cost, proven optimal), or None when no
 # plan was found (infeasible, or out of time). :func:`fleetplan.optimizer.plan.make_plan` passes it.
@@ -89,8 +90,6 @@ def binds(plan: Plan, r: Relaxation) -> bool:
 def binding_relaxations(plan: Plan, scenario: Scenario) -> list[Relaxation]:
     """Every availability limit the plan leaves less than one step of, each raised by one step
     (see :func:`every_relaxation` for the step and the order)."""
-    from fleetplan.optimizer.problem_data.site_power import site_relaxations  # site_power is below the plan's modules
-
     return [r for r in every_relaxation(scenario) if binds(plan, r)] + site_relaxations(plan, scenario)
 
 

@@ -23,6 +23,7 @@ from fleetplan.optimizer.decomposition.search import solve_by_configuration
 from fleetplan.optimizer.mip.solution import ProductPlan, extract
 from fleetplan.optimizer.mip.solvers import Solver
 from fleetplan.optimizer.runtime.workers import fork_available, jobs, map_in_copies, shared
+from fleetplan.optimizer.decomposition.mix_hours import HOUR_RUNS_FROM, gpu_type_bounds
 
 
 def runs_only(pp: ProductPlan, keep: Callable[[Candidate], bool]) -> bool:
@@ -66,8 +67,6 @@ class Compared:
         """A lower bound on each GPU type's runner-up of a request mix over a long horizon
         (:func:`~fleetplan.optimizer.decomposition.mix_hours.gpu_type_bounds`, at least :data:`~fleetplan.optimizer.decomposition.mix_hours.HOUR_RUNS_FROM` hours);
         empty where there is none (then every type is searched)."""
-        from fleetplan.optimizer.decomposition.mix_hours import HOUR_RUNS_FROM, gpu_type_bounds
-
         if self.pp.mix is None or self.prob.hours < HOUR_RUNS_FROM or not tasks:
             return {}
         pd = self.prob.products[self.pp.product.name]

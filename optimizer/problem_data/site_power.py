@@ -22,6 +22,7 @@ from fleetplan.catalogs.power import PowerCatalog, power_catalog
 from fleetplan.models.power import it_draw_w_per_gpu, tokens_per_joule, tonnes_co2
 from fleetplan.optimizer.traffic.scenario import ScenarioError
 from fleetplan.optimizer.traffic.sites import POWER_STEP_W, SITE_LIMIT, Site, figures, full_load_w_per_gpu, hourly_value, owned_prices, site_of
+from pyomo.core import Constraint
 
 if TYPE_CHECKING:
     from pyomo.core import ConcreteModel
@@ -78,8 +79,6 @@ def site_mw_expression(m: ConcreteModel, prob: FleetProblem, row: SiteRow, h: in
 def define_site_power(m: ConcreteModel, prob: FleetProblem) -> None:
     """In every hour, the facility power of each site's GPUs at full load stays within its limit
     (MW): PUE x sum_{g,t on the site} P_full[g] x GPUs[g,t,h] <= limit (see the module docstring)."""
-    from pyomo.core import Constraint
-
     from fleetplan.optimizer.mip.formulation import _gpu_types
 
     types = set(_gpu_types(prob))

@@ -28,6 +28,12 @@ from fleetplan.optimizer.simulation.simulate import (
 )
 from fleetplan.optimizer.traffic.synthetic import renewal_gaps
 from fleetplan.optimizer.traffic.trace import SECONDS_PER_HOUR, Trace
+from fleetplan.models.layout import Layout
+from fleetplan.models.prefill import prefill_flops
+from fleetplan.models.roofline import decode_step
+from fleetplan.models.ttft import prefill_service_s
+from fleetplan.models.queueing import ServiceTime, ttft_quantile_s
+from fleetplan.optimizer.traffic.scenario import PERCENTILES
 
 
 @dataclass(frozen=True)
@@ -94,10 +100,6 @@ def step_model(llm: Any, gpu: Any, preset: Any, pd: dict[str, Any]) -> StepTime:
     prefill share when colocated) takes the plan's ``step_time_ms`` (the plan's engine and
     calibration), memoised on a grid of contexts (eighths of an octave) and prefill tokens
     (multiples of 64)."""
-    from fleetplan.models.layout import Layout
-    from fleetplan.models.prefill import prefill_flops
-    from fleetplan.models.roofline import decode_step
-
     layout = Layout(pd["tp"], pd.get("pp") or 1, pd.get("ep") or 1, pd.get("dp_attention") or 1)
 
     def raw(b: int, context: float, prefill: int) -> float:
@@ -188,9 +190,6 @@ def _chunk_tokens(preset: Any) -> int:
 
 def _pool_service_s(llm: Any, catalog: Any, preset: Any, pd: dict[str, Any], reqs: Requests) -> tuple[np.ndarray, float]:
     """(each request's prefill service seconds on a pool replica, the KV hand-off seconds)."""
-    from fleetplan.models.prefill import prefill_flops
-    from fleetplan.models.ttft import prefill_service_s
-
     pool = pd["prefill"]
     if not pool.get("gpu"):
         raise InputError(f"plan: products[{pd['name']}] prefills on a pool but the plan names no pool GPU")
@@ -215,8 +214,6 @@ def analytic_pool_ttft_ms(pd: dict[str, Any], catalog: Any, preset: Any, load: H
                           reqs: Requests) -> dict[str, float | None]:
     """The analytic TTFT percentiles of the pool (:mod:`fleetplan.models.queueing`) at the hour's
     rate, over the service times of the simulated requests: what the simulation checks."""
-    from fleetplan.models.queueing import ServiceTime, ttft_quantile_s
-
     service, transfer = _pool_service_s(catalog.model(pd["model"], "model"), catalog, preset, pd, reqs)
     times, counts = np.unique(service, return_counts=True)
     mix = ServiceTime.of_mix(times.tolist(), counts.tolist())
@@ -253,8 +250,6 @@ def _certain_miss(reqs: Requests, targets_ms: dict[str, float], product_requests
     (of ``product_requests``, the product's requests ``reqs`` are part of; None: ``reqs`` are
     all) have had no first token for longer than its budget (served late, or still waiting at
     ``now``): the product's run must miss that target whatever happens after."""
-    from fleetplan.optimizer.traffic.scenario import PERCENTILES
-
     count = reqs.count if product_requests is None else product_requests
     limits = [(v / 1e3, math.floor((1.0 - PERCENTILES[k]) * count)) for k, v in targets_ms.items()]
 

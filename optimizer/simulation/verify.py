@@ -36,6 +36,8 @@ from fleetplan.optimizer.explanation.results import plan_to_dict
 from fleetplan.optimizer.traffic.scenario import Product, Scenario
 from fleetplan.optimizer.simulation.simulate_plan import Settings, hour_load, simulate_product
 from fleetplan.optimizer.mip.solution import Plan
+from fleetplan.optimizer.problem_data.problem import CandidateMemo
+from fleetplan.optimizer.traffic.trace import read_trace, trace_fields
 
 SEED = 0
 
@@ -53,8 +55,6 @@ def make_verified_plan(scenario: Scenario, catalog: Catalog, folder: Path, deadl
     as it is, with ``verification`` None. Every round's plan is made as asked, on one
     candidate memo (the rounds change only the demand). ``verify`` False: ``make``'s plan
     unreplayed, its ``verification`` saying so where a product gives a trace."""
-    from fleetplan.optimizer.problem_data.problem import CandidateMemo
-
     products = traced(scenario)
     if not verify:
         plan = make(scenario, catalog, folder=folder, deadline=deadline, **keywords)
@@ -97,8 +97,6 @@ def unverified() -> dict[str, Any]:
 
 def _replay_source(product: Product, folder: Path) -> dict[str, Any]:
     """What a product is replayed on: the trace itself, or (``peak_qps`` rescaling it) draws at its SCV."""
-    from fleetplan.optimizer.traffic.trace import read_trace, trace_fields
-
     fields = trace_fields(product, folder)
     peak = max(range(len(fields["profile"])), key=lambda h: (fields["profile"][h], -h))
     # the step times every replay of the product shares (rounds and searches replay the same configurations)

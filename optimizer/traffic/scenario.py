@@ -48,6 +48,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from fleetplan.optimizer.traffic.trace import resolve_traces
 
 
 class ScenarioError(InputError):
@@ -432,8 +433,6 @@ def parse_scenario(raw: Any, where: str, folder: Path | str | None = None) -> Sc
 def _completed(scenario: Scenario, folder: Path) -> Scenario:
     """``scenario`` with every product's trace read (relative to ``folder``) into the fields it
     leaves out; unchanged without a trace, and for a scenario already completed."""
-    from fleetplan.optimizer.traffic.trace import resolve_traces  # trace builds RequestBucket, defined here
-
     return resolve_traces(scenario, folder)
 
 

@@ -35,6 +35,7 @@ import numpy as np
 from fleetplan.optimizer.common.defaults import DEFAULT_BUCKETS, DEFAULT_PERCENTILE
 from fleetplan.catalogs.fields import TOKENS
 from fleetplan.catalogs.loader import InputError, nearest
+from fleetplan.optimizer.traffic.arrival_stats import planned_hour_stats, planning_scv
 
 # The canonical columns and the names the public traces give them.
 #   Azure LLM inference trace 2023 (Splitwise, Patel et al., ISCA 2024) and 2024 (DynamoLLM,
@@ -294,8 +295,6 @@ def _fields(path: str, size: int, mtime_ns: int, buckets: int, percentile: float
 
 def _variability(trace: Trace, qps: list[float]) -> dict[str, Any]:
     """``arrivals`` (each plan hour's arrival statistics) and ``arrival_scv`` (the busiest planned hour's)."""
-    from fleetplan.optimizer.traffic.arrival_stats import planned_hour_stats, planning_scv
-
     hours = planned_hour_stats(trace.arrival_s, len(qps))
     return {"arrival_scv": planning_scv(hours, qps), "arrivals": hours}
 
