@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from fleetplan.catalogs.schema import PRECISIONS
-from fleetplan.main import LISTINGS, build_parser
+from fleetplan.commands.catalog import LISTINGS
+from fleetplan.main import build_parser
 from fleetplan.models.presets import PRESETS
 from fleetplan.optimizer.mip.solvers import SOLVERS
 

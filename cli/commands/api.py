@@ -380,7 +380,7 @@ def estimate(model: str, gpu: str, *, input_tokens: int, output_tokens: int, tp:
 
     from fleetplan.catalogs import fields as F
     from fleetplan.catalogs.schema import PRECISIONS
-    from fleetplan.main import estimate_document
+    from fleetplan.commands.estimate import estimate_document
     from fleetplan.models.presets import PRESETS
 
     args = argparse.Namespace(
