@@ -239,7 +239,7 @@ def test_profile_schema_round_trip_and_lookup(tmp_path):
 
 def test_presets_differ_by_data_not_by_name():
     for folder in ("optimizer", "cli", "models"):
-        for f in (ROOT / folder).glob("*.py"):
+        for f in (ROOT / folder).rglob("*.py"):
             text = f.read_text(encoding="utf-8")
             assert not re.search(r"preset\.name\s*(==|!=)", text), f
             assert not re.search(r"name\s*(==|!=)\s*[\"'](seed|default)[\"']", text), f
