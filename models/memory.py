@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from fleetplan.catalogs.schema import GPU, LLM
+from fleetplan.models.moe import routed_expert_params
 
 BYTES_PER_VALUE: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5}
 
@@ -129,8 +130,6 @@ def held_weight_bytes(llm: LLM, precision: str, vendor: str = "nvidia") -> float
     """
     if precision != "fp4":
         return weight_bytes(llm, precision)
-    from fleetplan.models.moe import routed_expert_params
-
     quantised = routed_expert_params(llm) if llm.moe is not None else llm.total_params
     rest = llm.total_params - quantised
     return quantised * fp4_bits_per_weight(llm, vendor) / 8.0 + rest * FP4_UNQUANTISED_BYTES

@@ -20,7 +20,8 @@ from fleetplan.optimizer.common.defaults import MONEY_TOLERANCE_USD
 from fleetplan.optimizer.traffic.scenario import Scenario
 from fleetplan.optimizer.traffic.sites import SITE_LIMIT
 from fleetplan.optimizer.mip.solution import Plan
-from fleetplan.optimizer.problem_data.site_power import site_relaxations
+from fleetplan.optimizer.explanation.power import site_mw_by_hour, smallest_step_mw
+from fleetplan.optimizer.traffic.sites import POWER_STEP_W
 
 # The cheapest plan of a scenario by a deadline: (monthly cost, proven optimal), or None when no
 # plan was found (infeasible, or out of time). :func:`fleetplan.optimizer.plan.make_plan` passes it.
@@ -38,7 +39,7 @@ class Relaxation:
     scenario: Scenario
     gpu: str
     tier: str | None = None
-    step_unit: str = "gpus"  # "MW" for a site's power (see :func:`fleetplan.optimizer.problem_data.site_power.site_relaxations`)
+    step_unit: str = "gpus"  # "MW" for a site's power (see :func:`site_relaxations`)
 
 
 def _raised(scenario: Scenario, gpu: str, tier: str | None, to: int) -> Scenario:
@@ -138,3 +139,20 @@ def binding_sentence(entry: dict[str, Any]) -> str:
         return f"{head}: not valued (time limit)"
     proven = "" if entry["proven"] else " (not proven optimal)"
     return f"{head} would save ${entry['value_usd_per_month']:,.0f} a month{proven}"
+
+
+def site_relaxations(plan: Plan, scenario: Scenario) -> list[Relaxation]:
+    """Each site whose limit binds the plan (some hour leaves less than its smallest replica's
+    full-load draw free), raised by one MW (:data:`fleetplan.optimizer.traffic.sites.POWER_STEP_W`): the relaxations
+    this module values by planning again."""
+    out = []
+    step = POWER_STEP_W / 1e6
+    for i, s in enumerate(scenario.sites):
+        row, least = site_mw_by_hour(plan, s), smallest_step_mw(plan, s)
+        if least <= 0 or all(mw + least <= s.limit_mw + 1e-9 for mw in row):
+            continue
+        sites = list(scenario.sites)
+        sites[i] = s.model_copy(update={"limit_mw": s.limit_mw + step})
+        out.append(Relaxation(f"{SITE_LIMIT}{s.name}", step, s.limit_mw + step,
+                              scenario.model_copy(update={"sites": sites}), "", None, "MW"))
+    return out

@@ -407,7 +407,7 @@ class PlanFile(_Read):
     preset: Name
     calibration: StrictStr | None = None
     hours: HoursCount
-    tiers: list[Tier | Literal["owned"]] = Field(min_length=1)  # owned: a site's owned GPUs (see :mod:`fleetplan.optimizer.problem_data.site_power`)
+    tiers: list[Tier | Literal["owned"]] = Field(min_length=1)  # owned: a site's owned GPUs (see :mod:`fleetplan.optimizer.traffic.sites`)
     monthly_cost_usd: Usd
     mip_gap: Gap | None = None
     gap_breakdown_usd: GapBreakdown | None = None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fleetplan.optimizer.problem_data.site_power import power_report, site_tiers, sites_report
+from fleetplan.optimizer.explanation.power import power_report, site_tiers, sites_report
 from fleetplan.optimizer.problem_data.candidates import Candidate, CandidateSet, PoolCandidate
 from fleetplan.optimizer.runtime.deadline import DEFAULT_TIME_LIMIT_S
 from fleetplan.optimizer.common.enums import Tier

@@ -40,13 +40,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from fleetplan.optimizer.problem_data.candidates import Candidate, PoolCandidate
 from fleetplan.optimizer.common.enums import Tier
 from fleetplan.optimizer.common.errors import InfeasibleError
 from fleetplan.optimizer.problem_data.mix import BucketData
-from fleetplan.optimizer.problem_data.site_power import define_site_power
+from fleetplan.optimizer.problem_data.site_power import SiteRow
 from fleetplan.optimizer.problem_data.problem import (
     PETA,
     SECONDS_PER_HOUR,
@@ -638,6 +638,25 @@ MIX_FAMILIES: tuple[Family, ...] = (
     declare_mix_shares, define_bucket_demand_covered, define_capacity_consumed, define_api_by_bucket,
     define_mix_pool, define_mix_prefill_pool_meets_demand,
 )
+def site_mw_expression(m: ConcreteModel, prob: FleetProblem, row: SiteRow, h: int, types: set[str]) -> Any:
+    """Expression: the facility MW the GPUs on the site of ``row`` hold in hour ``h`` at full load."""
+    return sum(mw * gpus_in_tier(m, prob, g, t, h) for g, mw in row.mw_per_gpu if g in types
+               for t in prob.tiers if row.hosts(t))
+
+
+def define_site_power(m: ConcreteModel, prob: FleetProblem) -> None:
+    """In every hour, the facility power of each site's GPUs at full load stays within its limit
+    (MW): PUE x sum_{g,t on the site} P_full[g] x GPUs[g,t,h] <= limit (see :mod:`fleetplan.optimizer.problem_data.site_power`)."""
+    types = set(_gpu_types(prob))
+    rows = [r for r in prob.site_power if any(g in types for g, _ in r.mw_per_gpu)]
+    if not rows:
+        return
+    by_name = {r.name: r for r in rows}
+    m.site_power = Constraint(
+        [(r.name, h) for r in rows for h in range(prob.hours)],
+        rule=lambda m, s, h: site_mw_expression(m, prob, by_name[s], h, types) <= by_name[s].limit_mw)
+
+
 LIMIT_FAMILIES: tuple[Family, ...] = (define_gpu_availability, define_site_power, declare_instances, define_whole_instances,
                                        define_objective)
 FAMILIES: tuple[Family, ...] = DECODE_FAMILIES + SHARE_FAMILIES + POOL_FAMILIES + MIX_FAMILIES + LIMIT_FAMILIES

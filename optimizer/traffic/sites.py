@@ -1,7 +1,7 @@
 """Sites and owned hardware in a scenario: the ``sites:`` schema and what it does to GPU-hour
 prices (an owned GPU type's all-month price, a carbon price on every GPU-hour).
 
-Owns the schema and the prices; the MIP rows and the power report are in :mod:`fleetplan.optimizer.problem_data.site_power`.
+Owns the schema and the prices; the MIP rows are built from :mod:`fleetplan.optimizer.problem_data.site_power` in :mod:`fleetplan.optimizer.mip.formulation`, the power report is :mod:`fleetplan.optimizer.explanation.power`.
 Imports only the catalogs and the pure formulas of :mod:`fleetplan.models.power`: the scenario
 and the candidates read it, so it must import neither."""
 
