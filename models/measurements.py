@@ -115,6 +115,42 @@ def _precision(text: str, where: str, column: str) -> str:
     return p
 
 
+def _row(cells: dict[str, str], line: int, where: str) -> Measurement:
+    """One measurement from the non-empty ``cells`` of a CSV row (``where``: file and line for errors)."""
+    ttft = cells.get("measured_ttft_ms") or ""
+    ep = cells.get("ep") or ""
+    kv = cells.get("kv_precision") or ""
+    batching = (cells.get("batching") or "continuous").lower()
+    hits = cells.get("prefix_cache_hit_rate") or ""
+    draft, accepted = _speculation(cells, where)
+    if batching not in ("continuous", "static"):
+        raise MeasurementError(f"{where}: column 'batching': must be continuous or static, got {batching!r}")
+    return Measurement(
+        line=line,
+        model=cells["model"],
+        gpu=cells["gpu"],
+        precision=_precision(cells["precision"], where, "precision"),
+        tp=int(_number(cells["tp"], where, "tp", F.TP)),
+        batch=int(_number(cells["batch"], where, "batch", F.BATCH)),
+        input_tokens=_number(cells["input_tokens"], where, "input_tokens", F.TOKENS),
+        output_tokens=_number(cells["output_tokens"], where, "output_tokens", F.TOKENS),
+        engine=cells["engine"],
+        measured_tpot_ms=_number(cells["measured_tpot_ms"], where, "measured_tpot_ms", F.TPOT_MS),
+        measured_ttft_ms=_number(ttft, where, "measured_ttft_ms", F.MEASURED_TTFT_MS) if ttft else None,
+        ep=int(_number(ep, where, "ep", F.EP)) if ep else 1,
+        kv_precision=_precision(kv, where, "kv_precision") if kv else None,
+        batching=batching,
+        pp=_count(cells, where, "pp"),
+        dp_attention=_count(cells, where, "dp_attention"),
+        engine_version=cells.get("engine_version") or "",
+        prefix_cache_hit_rate=(_number(hits, where, "prefix_cache_hit_rate", F.FRACTION)
+                               if hits else None),
+        draft_tokens=draft,
+        accepted_tokens_per_step=accepted,
+        raw=cells,
+    )
+
+
 def parse_measurements(text: str, name: str) -> list[Measurement]:
     """Rows of the measurement CSV ``text``; ``name`` (the file) prefixes every error."""
     text = text.removeprefix("\ufeff")
@@ -145,40 +181,7 @@ def parse_measurements(text: str, name: str) -> list[Measurement]:
             for col in REQUIRED_COLUMNS:
                 if not cells.get(col):
                     raise MeasurementError(f"{where}: column {col!r}: empty cell")
-            ttft = cells.get("measured_ttft_ms") or ""
-            ep = cells.get("ep") or ""
-            kv = cells.get("kv_precision") or ""
-            batching = (cells.get("batching") or "continuous").lower()
-            hits = cells.get("prefix_cache_hit_rate") or ""
-            draft, accepted = _speculation(cells, where)
-            if batching not in ("continuous", "static"):
-                raise MeasurementError(f"{where}: column 'batching': must be continuous or static, got {batching!r}")
-            rows.append(
-                Measurement(
-                    line=line,
-                    model=cells["model"],
-                    gpu=cells["gpu"],
-                    precision=_precision(cells["precision"], where, "precision"),
-                    tp=int(_number(cells["tp"], where, "tp", F.TP)),
-                    batch=int(_number(cells["batch"], where, "batch", F.BATCH)),
-                    input_tokens=_number(cells["input_tokens"], where, "input_tokens", F.TOKENS),
-                    output_tokens=_number(cells["output_tokens"], where, "output_tokens", F.TOKENS),
-                    engine=cells["engine"],
-                    measured_tpot_ms=_number(cells["measured_tpot_ms"], where, "measured_tpot_ms", F.TPOT_MS),
-                    measured_ttft_ms=_number(ttft, where, "measured_ttft_ms", F.MEASURED_TTFT_MS) if ttft else None,
-                    ep=int(_number(ep, where, "ep", F.EP)) if ep else 1,
-                    kv_precision=_precision(kv, where, "kv_precision") if kv else None,
-                    batching=batching,
-                    pp=_count(cells, where, "pp"),
-                    dp_attention=_count(cells, where, "dp_attention"),
-                    engine_version=cells.get("engine_version") or "",
-                    prefix_cache_hit_rate=(_number(hits, where, "prefix_cache_hit_rate", F.FRACTION)
-                                           if hits else None),
-                    draft_tokens=draft,
-                    accepted_tokens_per_step=accepted,
-                    raw=cells,
-                )
-            )
+            rows.append(_row(cells, line, where))
     except csv.Error as exc:
         raise MeasurementError(f"{name}:{reader.line_num}: malformed CSV: {exc}") from None
     return rows

@@ -260,6 +260,69 @@ def _benchmark_load(
     return flops, busy
 
 
+def _layout_decode_step(llm: LLM, gpu: GPU, layout: Layout, draft_tokens: int, args: dict[str, Any]) -> StepEstimate:
+    """A replica with pipeline, expert or attention-data parallelism: its step is the layout's
+    (:func:`fleetplan.models.layout.layout_step`, built on this module's single-replica step)."""
+    from fleetplan.models.layout import layout_step
+
+    if draft_tokens:  # validate skips such rows (models.validation.skip_reason)
+        raise ValueError("speculative decoding is modelled for tensor-parallel replicas only")
+
+    return layout_step(llm, gpu, layout, **args)
+
+
+def _timed_parts(
+    llm: LLM, gpu: GPU, preset: Preset, factors: Any, precision: str, tp: int, weights_time: float,
+    kv_bytes: float, bandwidth: float, compute_time: float, prefill_flops_per_step: float, draft_tokens: int,
+) -> tuple[float, float, float, float]:
+    """The default composition's timed parts of a decode step: the weights' read time, the KV
+    cache's read time at its own bandwidth efficiency, the carried prefill at the prefill
+    efficiency and, with speculative decoding, k passes of a one-layer draft head
+    (k / num_layers of the step's GPU time plus one layer's fixed cost).
+
+    Speculative decoding (``draft_tokens`` k > 0): each step verifies k + 1 tokens per sequence
+    (the weights and KV cache read once, k + 1 times the FLOPs, expert routing and all-reduced
+    activations) after the k draft passes, and yields ``accepted_tokens_per_step`` tokens per
+    sequence on average (1 to k + 1): a decode step's ``step_time_s`` is the time of one such
+    step, ``per_user_tokens_per_s`` its accepted tokens per second, and a request of O output
+    tokens takes O / accepted steps."""
+    kv_eff = preset.physics.kv_bandwidth_efficiency if preset.physics is not None else 1.0
+    kv_time = kv_bytes / (bandwidth * kv_eff)
+    prefill_time = prefill_flops_per_step / usable_flop_rate(preset, gpu, precision, tp, factors, prefill=True)
+    draft = 0.0
+    if draft_tokens:
+        layer = layer_time_s(llm, gpu, preset.physics) if preset.physics is not None else 0.0
+        draft = draft_tokens / llm.num_layers * (max(weights_time, compute_time) + kv_time + layer)
+    return weights_time, kv_time, prefill_time, draft
+
+
+def _sequence_cap(preset: Preset) -> int | None:
+    """The engine's cap on running sequences when the preset applies one (None: no cap)."""
+    return preset.physics.max_num_seqs if (preset.sequence_cap and preset.physics is not None) else None
+
+
+def _compose(
+    llm: LLM, gpu: GPU, preset: Preset, factors: Any, precision: str, tp: int, seed: bool, memory_time: float,
+    weights_time: float, kv_bytes: float, bandwidth: float, compute_time: float, prefill_flops_per_step: float,
+    draft_tokens: int, comm: float, overhead: float,
+) -> tuple[float, float, float, float, float, str]:
+    """A decode step's parts put together: the weights', KV cache's, carried prefill's and draft
+    head's times, the step time and what bounds it. The seed composition (``seed``) takes the
+    larger of the memory and compute times; the default one adds the KV cache's read and the
+    prefill to the larger of the weights' read and the compute (:func:`_timed_parts`)."""
+    if seed:
+        parts = {"memory": memory_time, "compute": compute_time}
+        step = max(memory_time, compute_time) + comm + overhead
+        return memory_time, 0.0, 0.0, 0.0, step, max(parts, key=lambda k: parts[k])
+    weights_time, kv_time, prefill_time, draft = _timed_parts(
+        llm, gpu, preset, factors, precision, tp, weights_time, kv_bytes, bandwidth,
+        compute_time, prefill_flops_per_step, draft_tokens)
+    step = max(weights_time, compute_time) + kv_time + draft + prefill_time + comm + overhead
+    parts = {"memory": weights_time + kv_time if weights_time >= compute_time else kv_time,
+             "compute": compute_time + prefill_time, "communication": comm, "overhead": overhead}
+    return weights_time, kv_time, prefill_time, draft, step, max(parts, key=lambda k: parts[k])
+
+
 def decode_step(
     llm: LLM, gpu: GPU, *, precision: str, tp: int, batch: int, input_tokens: float, output_tokens: float,
     preset: Preset, kv_precision: str | None = None, prefill_flops_per_step: float = 0.0, ep: int = 1,
@@ -279,23 +342,13 @@ def decode_step(
     ``prefix_cache_hit_rate``: share of each benchmark prompt served from the prefix cache and
     ``engine_version``: the benchmark's engine release (both only with ``aggregated``).
 
-    Speculative decoding (``draft_tokens`` k > 0): each step verifies k + 1 tokens per sequence
-    (the weights and KV cache read once, k + 1 times the FLOPs, expert routing and all-reduced
-    activations) after k passes of a one-layer draft head (k / num_layers of the step's GPU
-    time), and yields ``accepted_tokens_per_step`` tokens per sequence on average (1 to k + 1):
-    ``step_time_s`` is the time of one such step, ``per_user_tokens_per_s`` its accepted tokens
-    per second, and a request of O output tokens takes O / accepted steps.
+    Speculative decoding (``draft_tokens`` k > 0, ``accepted_tokens_per_step``): see :func:`_timed_parts`.
     """
     if layout is not None and not layout.is_tensor_parallel_only:
-        from fleetplan.models.layout import layout_step
-
-        if draft_tokens:  # validate skips such rows (models.validation.skip_reason)
-            raise ValueError("speculative decoding is modelled for tensor-parallel replicas only")
-
-        return layout_step(llm, gpu, layout, precision=precision, batch=batch, input_tokens=input_tokens,
-                           output_tokens=output_tokens, preset=preset, kv_precision=kv_precision,
-                           prefill_flops_per_step=prefill_flops_per_step, engine=engine, aggregated=aggregated,
-                           prefix_cache_hit_rate=prefix_cache_hit_rate, engine_version=engine_version)
+        return _layout_decode_step(llm, gpu, layout, draft_tokens, dict(
+            precision=precision, batch=batch, input_tokens=input_tokens, output_tokens=output_tokens, preset=preset,
+            kv_precision=kv_precision, prefill_flops_per_step=prefill_flops_per_step, engine=engine,
+            aggregated=aggregated, prefix_cache_hit_rate=prefix_cache_hit_rate, engine_version=engine_version))
     extra, busy = _benchmark_load(llm, gpu, preset, engine, aggregated, dict(
         precision=precision, tp=tp, batch=batch, input_tokens=input_tokens, output_tokens=output_tokens,
         kv_precision=kv_precision, prefill_flops_per_step=prefill_flops_per_step, ep=ep, draft_tokens=draft_tokens,
@@ -312,35 +365,20 @@ def decode_step(
     memory_time = (bytes_per_step := w_read + batch * kv_read) / bandwidth
     comm, overhead = _extra_times(llm, gpu, preset, tp, ep, batch, factors, prefill_flops_per_step, precision, tokens)
     seed = preset.composition == "roofline"  # prefill carried as FLOPs of the step, else as time
-    draft = 0.0
     flops = 2.0 * llm.active_params * tokens + (prefill_flops_per_step if seed else 0.0)
     compute_time = flops / flop_rate
-    if seed:
-        weights_time, kv_time, prefill_time = memory_time, 0.0, 0.0
-        parts = {"memory": memory_time, "compute": compute_time}
-        step = max(memory_time, compute_time) + comm + overhead
-    else:
-        kv_eff = preset.physics.kv_bandwidth_efficiency if preset.physics is not None else 1.0
-        weights_time, kv_time = w_timed / bandwidth, batch * kv_read / (bandwidth * kv_eff)
-        prefill_time = prefill_flops_per_step / usable_flop_rate(preset, gpu, precision, tp, factors, prefill=True)
-        gpu_time = max(weights_time, compute_time) + kv_time
-        if draft_tokens:  # k passes of a one-layer draft head
-            layer = layer_time_s(llm, gpu, preset.physics) if preset.physics is not None else 0.0
-            draft = draft_tokens / llm.num_layers * (gpu_time + layer)
-        step = gpu_time + draft + prefill_time + comm + overhead
-        parts = {"memory": weights_time + kv_time if weights_time >= compute_time else kv_time,
-                 "compute": compute_time + prefill_time, "communication": comm, "overhead": overhead}
-    bound = max(parts, key=lambda k: parts[k])
-    cap = preset.physics.max_num_seqs if (preset.sequence_cap and preset.physics is not None) else None
+    weights_time, kv_time, prefill_time, draft, step, bound = _compose(
+        llm, gpu, preset, factors, precision, tp, seed, memory_time, w_timed / bandwidth, batch * kv_read, bandwidth,
+        compute_time, prefill_flops_per_step, draft_tokens, comm, overhead)
     return StepEstimate(
         weight_bytes=w, kv_bytes_read_per_sequence=kv_read, kv_bytes_held_per_sequence=kv_held,
         bytes_per_step=bytes_per_step, flops_per_step=flops, memory_time_s=memory_time, compute_time_s=compute_time,
         step_time_s=step, bound=bound, per_user_tokens_per_s=accepted_tokens_per_step / step,
-        replica_tokens_per_s=batch * accepted_tokens_per_step / step,
-        memory_needed_bytes=w + batch * kv_held,
-        memory_usable_bytes=tp * usable_memory_bytes(gpu, preset.usable_memory_fraction),
-        kv_precision=kv_prec, compute_precision=compute_precision(preset, gpu, precision), weight_bytes_read=w_read,
+        replica_tokens_per_s=batch * accepted_tokens_per_step / step, memory_needed_bytes=w + batch * kv_held,
+        memory_usable_bytes=tp * usable_memory_bytes(gpu, preset.usable_memory_fraction), kv_precision=kv_prec,
+        compute_precision=compute_precision(preset, gpu, precision), weight_bytes_read=w_read,
         weights_time_s=weights_time, kv_time_s=kv_time, prefill_time_s=prefill_time, comm_time_s=comm,
-        overhead_time_s=overhead, batch=batch, batch_cap=cap, ep=ep, prefill_busy_share=busy,
-        draft_time_s=draft, accepted_tokens_per_step=accepted_tokens_per_step,
+        overhead_time_s=overhead, batch=batch, batch_cap=_sequence_cap(preset), ep=ep, prefill_busy_share=busy,
+        draft_time_s=draft,
+        accepted_tokens_per_step=accepted_tokens_per_step,
     )

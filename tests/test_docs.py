@@ -19,6 +19,7 @@ A fence without a language fails: every block says what it is. A comment line
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -230,7 +231,13 @@ def test_the_api_reference_finds_every_public_name_with_its_docstring():
 
     api = griffe.load("fleetplan.commands.api", search_paths=[p for p in sys.path if p and not (Path(p) / "fleetplan").is_file()])
     for name in fleetplan.commands.api.__all__:
-        assert api[name].docstring is not None and api[name].docstring.value.strip(), name
+        try:
+            doc = api[name].docstring
+        except griffe.AliasResolutionError:  # re-exported from a folder an editable install maps elsewhere
+            obj = getattr(fleetplan.commands.api, name)
+            assert not (inspect.isclass(obj) or inspect.isfunction(obj)) or obj.__doc__, name  # a type alias has none
+            continue
+        assert doc is not None and doc.value.strip(), name
     page = (DOCS / "reference" / "api.md").read_text(encoding="utf-8")
     assert "::: fleetplan.commands.api" in page
     assert all(f"        - {name}\n" in page for name in fleetplan.commands.api.__all__)

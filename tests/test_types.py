@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = pytest.mark.slow  # each check starts mypy on the package (about a minute here)
 ROOT = Path(__file__).resolve().parents[1]
-CHECKED = ("__init__.py", "api.py", "progress.py", "optimizer/runtime/deadline.py")
+CHECKED = ("__init__.py", "commands/api.py", "rendering/progress.py", "optimizer/runtime/deadline.py")
 
 
 def package_tree(into: Path) -> Path:
@@ -23,8 +23,8 @@ def package_tree(into: Path) -> Path:
     pkg = into / "fleetplan"
     pkg.mkdir()
     for f in (ROOT / "cli").iterdir():
-        if f.suffix in (".py", ".typed"):
-            (pkg / f.name).symlink_to(f)
+        if f.suffix in (".py", ".typed") or (f.is_dir() and (f / "__init__.py").exists()):
+            (pkg / f.name).symlink_to(f, target_is_directory=f.is_dir())
     for sub in ("optimizer", "models", "catalogs"):
         (pkg / sub).symlink_to(ROOT / sub, target_is_directory=True)
     return pkg

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetplan.rendering.escape import Markup, render, terminal
+from fleetplan.rendering.charts import new_figure, styled, to_svg
 
 FILES = ("commit.json", "commit.html")
 
@@ -72,12 +73,10 @@ def show_table(data: dict[str, Any], console: Any) -> None:
         console.print(rich_text(f"note: {note}"))
 
 
+@styled
 def distribution_svg(data: dict[str, Any]) -> str:
     """The outcomes' costs as a probability-weighted histogram, with the expected cost and P95 marked."""
-    from fleetplan.rendering.charts import _pyplot, to_svg
-
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7.0, 3.0))
+    fig, ax = new_figure(7.0, 3.0)
     costs = [o["cost_usd"] for o in data["scenarios"]]
     weights = [o["probability"] for o in data["scenarios"]]
     bins = max(1, min(30, len(costs)))

@@ -462,6 +462,112 @@ class _Node:
 ROUNDS_PER_NODE = 8  # Lagrangian rounds on one box before it is split
 
 
+class _BranchAndBound:
+    """The state of :func:`decompose`'s search: the best commitment found, its expected cost (the
+    upper bound), the commitments already evaluated and the Lagrangian rounds run."""
+
+    def __init__(self, models: list[OutcomeModel], run: Runner, gap: float, max_iterations: int,
+                 deadline_s: float | None, progress: Callable[[int, float, float], None] | None) -> None:
+        self.models, self.run, self.gap, self.max_iterations = models, run, gap, max_iterations
+        self.deadline_s, self.progress, self.start = deadline_s, progress, time.monotonic()
+        self.n = len(models[0].commit_cols)
+        self.p = [m.case.probability for m in models]
+        self.c = _costs(models)
+        self.upper = math.inf
+        self.best: tuple[float, ...] | None = None
+        self.best_costs: list[float] = []
+        self.seen: dict[tuple[float, ...], float] = {}
+        self.own: list[float] = []
+        self.rounds = 0
+        self.open_nodes: list[_Node] = []
+
+    def consider(self, x: tuple[float, ...]) -> None:
+        """Evaluate commitment ``x`` in every outcome; keep it if it is the best so far (ties: the least)."""
+        if x in self.seen:
+            return
+        costs = evaluate(self.models, x, self.run)
+        self.seen[x] = math.inf if costs is None else sum(pi * v for pi, v in zip(self.p, costs))
+        if costs is not None and (self.seen[x] < self.upper - 1e-9
+                                  or (self.best is not None and self.seen[x] <= self.upper + 1e-9 and x < self.best)):
+            self.upper, self.best, self.best_costs = self.seen[x], x, costs
+
+    def closed(self, bound: float) -> bool:
+        return self.upper < math.inf and self.upper - bound <= self.gap * abs(self.upper)
+
+    def out_of_time(self) -> bool:
+        return self.rounds >= self.max_iterations or (
+            self.deadline_s is not None and time.monotonic() - self.start > self.deadline_s)
+
+    def rounds_on(self, node: _Node) -> tuple[float, list[list[float]], tuple[float, ...] | None, list[SubResult],
+                                              list[float]]:
+        """Up to :data:`ROUNDS_PER_NODE` subgradient rounds of L(w) on ``node``'s box: its bound,
+        the multipliers reached, the commitment every outcome agreed on (or None), the last
+        outcomes' solutions and their probability-weighted mean commitment."""
+        w, theta, stall, bound = node.w, 1.0, 0, node.bound_usd
+        subs: list[SubResult] = []
+        mean: list[float] = []
+        for _ in range(ROUNDS_PER_NODE):
+            found = self.run([(s, [ci + wi for ci, wi in zip(self.c, w[s])], (node.lower, node.upper))
+                              for s in range(len(self.models))])
+            self.rounds += 1
+            if any(f is None for f in found):
+                return math.inf, w, None, subs, mean  # some outcome has no plan with a commitment in this box
+            subs = found  # type: ignore[assignment]
+            if not self.own:
+                self.own = [f.objective_usd for f in subs]
+            value = sum(pi * f.bound_usd for pi, f in zip(self.p, subs))
+            if value > bound + 1e-9 * max(1.0, abs(value)):
+                bound, stall = value, 0
+            else:
+                stall += 1
+                if stall >= 2:
+                    theta, stall = theta / 2.0, 0
+            mean = [sum(pi * f.commit[i] for pi, f in zip(self.p, subs)) for i in range(self.n)]
+            self.consider(tuple(min(max(v, lo), hi) for v, lo, hi in zip(_rounded(mean), node.lower, node.upper)))
+            if self.progress is not None:
+                self.progress(self.rounds, min([bound, *(nd.bound_usd for nd in self.open_nodes)]), self.upper)
+            step = [[f.commit[i] - mean[i] for i in range(self.n)] for f in subs]
+            norm = sum(pi * sum(g * g for g in gs) for pi, gs in zip(self.p, step))
+            if norm <= 1e-12:
+                return bound, w, subs[0].commit, subs, mean
+            if self.closed(bound) or self.out_of_time():
+                break
+            alpha = theta * (self.upper - value) / norm if self.upper < math.inf else 1.0
+            w = [[wi + alpha * g for wi, g in zip(w[s], step[s])] for s in range(len(self.models))]
+        return bound, w, None, subs, mean
+
+    def split(self, node: _Node, bound: float, w: list[list[float]], subs: list[SubResult], mean: list[float]) -> None:
+        """Split ``node`` on the term whose outcomes' commitments disagree most, at their mean."""
+        spread = [sum(pi * (f.commit[i] - mean[i]) ** 2 for pi, f in zip(self.p, subs)) for i in range(self.n)]
+        i = max(range(self.n), key=lambda k: (spread[k], -k))
+        cut = min(math.floor(mean[i]), node.upper[i] - 1.0)
+        left_upper, right_lower = list(node.upper), list(node.lower)
+        left_upper[i], right_lower[i] = cut, cut + 1.0
+        self.open_nodes.append(_Node(bound, list(node.lower), left_upper, [list(r) for r in w]))
+        self.open_nodes.append(_Node(bound, right_lower, list(node.upper), [list(r) for r in w]))
+
+    def search(self) -> None:
+        """Boxes in order of their bounds until the gap closes, the rounds run out or time does."""
+        top = [max(m.lp.col_upper[i] for m in self.models) for i in range(self.n)]
+        self.open_nodes = [_Node(-math.inf, [0.0] * self.n, top, [[0.0] * self.n for _ in self.models])]
+        while self.open_nodes and not self.out_of_time():
+            self.open_nodes.sort(key=lambda nd: (nd.bound_usd, nd.lower, nd.upper))
+            node = self.open_nodes.pop(0)
+            if self.closed(node.bound_usd):
+                self.open_nodes.append(node)
+                break
+            bound, w, agreed, subs, mean = self.rounds_on(node)
+            if agreed is not None:
+                self.consider(agreed)  # every outcome's best in the box is this commitment: the box is solved
+                continue
+            if bound == math.inf or self.closed(bound):
+                continue
+            if self.out_of_time():
+                self.open_nodes.append(_Node(bound, node.lower, node.upper, w))
+                break
+            self.split(node, bound, w, subs, mean)
+
+
 def decompose(models: list[OutcomeModel], run: Runner, gap: float, max_iterations: int,
               deadline_s: float | None = None, extra: Sequence[Sequence[float]] = (),
               progress: Callable[[int, float, float], None] | None = None) -> Decomposed:
@@ -472,113 +578,25 @@ def decompose(models: list[OutcomeModel], run: Runner, gap: float, max_iteration
     on the term whose copies disagree most. The lower bound is the least bound of the open boxes:
     proven whatever the Lagrangian's own duality gap. Ends at ``gap``, ``max_iterations`` rounds
     or ``deadline_s`` seconds; ``extra`` commitments are evaluated as candidates too."""
-    start = time.monotonic()
-    n = len(models[0].commit_cols)
-    p = [m.case.probability for m in models]
-    c = _costs(models)
-    upper = math.inf
-    best: tuple[float, ...] | None = None
-    best_costs: list[float] = []
-    seen: dict[tuple[float, ...], float] = {}
-    own: list[float] = []
-    rounds = 0
-
-    def consider(x: tuple[float, ...]) -> None:
-        nonlocal upper, best, best_costs
-        if x in seen:
-            return
-        costs = evaluate(models, x, run)
-        seen[x] = math.inf if costs is None else sum(pi * v for pi, v in zip(p, costs))
-        if costs is not None and (seen[x] < upper - 1e-9 or (best is not None and seen[x] <= upper + 1e-9 and x < best)):
-            upper, best, best_costs = seen[x], x, costs
-
-    def closed(bound: float) -> bool:
-        return upper < math.inf and upper - bound <= gap * abs(upper)
-
-    def out_of_time() -> bool:
-        return rounds >= max_iterations or (deadline_s is not None and time.monotonic() - start > deadline_s)
-
-    top = [max(m.lp.col_upper[i] for m in models) for i in range(n)]
-    open_nodes = [_Node(-math.inf, [0.0] * n, top, [[0.0] * n for _ in models])]
+    bb = _BranchAndBound(models, run, gap, max_iterations, deadline_s, progress)
     for x in extra:
-        consider(_rounded(x))
-    while open_nodes and not out_of_time():
-        open_nodes.sort(key=lambda nd: (nd.bound_usd, nd.lower, nd.upper))
-        node = open_nodes.pop(0)
-        if closed(node.bound_usd):
-            open_nodes.append(node)
-            break
-        w, theta, stall, bound = node.w, 1.0, 0, node.bound_usd
-        agreed: tuple[float, ...] | None = None
-        subs: list[SubResult] = []
-        for _ in range(ROUNDS_PER_NODE):
-            found = run([(s, [ci + wi for ci, wi in zip(c, w[s])], (node.lower, node.upper)) for s in range(len(models))])
-            rounds += 1
-            if any(f is None for f in found):
-                bound = math.inf  # some outcome has no plan with a commitment in this box
-                break
-            subs = found  # type: ignore[assignment]
-            if not own:
-                own = [f.objective_usd for f in subs]
-            value = sum(pi * f.bound_usd for pi, f in zip(p, subs))
-            if value > bound + 1e-9 * max(1.0, abs(value)):
-                bound, stall = value, 0
-            else:
-                stall += 1
-                if stall >= 2:
-                    theta, stall = theta / 2.0, 0
-            mean = [sum(pi * f.commit[i] for pi, f in zip(p, subs)) for i in range(n)]
-            consider(tuple(min(max(v, lo), hi) for v, lo, hi in zip(_rounded(mean), node.lower, node.upper)))
-            if progress is not None:
-                progress(rounds, min([bound, *(nd.bound_usd for nd in open_nodes)]), upper)
-            step = [[f.commit[i] - mean[i] for i in range(n)] for f in subs]
-            norm = sum(pi * sum(g * g for g in gs) for pi, gs in zip(p, step))
-            if norm <= 1e-12:
-                agreed = subs[0].commit
-                break
-            if closed(bound) or out_of_time():
-                break
-            alpha = theta * (upper - value) / norm if upper < math.inf else 1.0
-            w = [[wi + alpha * g for wi, g in zip(w[s], step[s])] for s in range(len(models))]
-        if agreed is not None:
-            consider(agreed)  # every outcome's best in the box is this commitment: the box is solved
-            continue
-        if bound == math.inf or closed(bound):
-            continue
-        if out_of_time():
-            open_nodes.append(_Node(bound, node.lower, node.upper, w))
-            break
-        spread = [sum(pi * (f.commit[i] - mean[i]) ** 2 for pi, f in zip(p, subs)) for i in range(n)]
-        i = max(range(n), key=lambda k: (spread[k], -k))
-        cut = min(math.floor(mean[i]), node.upper[i] - 1.0)
-        left_upper, right_lower = list(node.upper), list(node.lower)
-        left_upper[i], right_lower[i] = cut, cut + 1.0
-        open_nodes.append(_Node(bound, list(node.lower), left_upper, [list(r) for r in w]))
-        open_nodes.append(_Node(bound, right_lower, list(node.upper), [list(r) for r in w]))
-    if best is None:
+        bb.consider(_rounded(x))
+    bb.search()
+    if bb.best is None:
         raise UncertaintyError("uncertainty: no commitment found that every outcome can plan with")
-    lower = min([upper, *(nd.bound_usd for nd in open_nodes)])
-    return Decomposed(best, best_costs, lower, own, rounds)
+    lower = min([bb.upper, *(nd.bound_usd for nd in bb.open_nodes)])
+    return Decomposed(bb.best, bb.best_costs, lower, bb.own, bb.rounds)
 
 
 def _commitment(terms: list[TermPrice], x: Sequence[float]) -> list[tuple[TermPrice, int]]:
     return [(t, int(round(v))) for t, v in zip(terms, x) if round(v) > 0]
 
 
-def plan_under_uncertainty(scenario: Scenario, unc: Uncertainty, catalog: Catalog, preset: Preset, folder: Path,
-                           solver: Solver = "highs", *, commitment_rows: Sequence[dict[str, Any]] = (),
-                           client: Any = None, workers: int | None = None,
-                           time_limit_s: float | None = None,
-                           progress: Callable[[str, int, int], None] | None = None) -> StochasticPlan:
-    """The two-stage plan of ``scenario`` under ``unc``: the commitment, its cost in every outcome,
-    the mean forecast's commitment and cost, the wait-and-see optima (for EVPI and regret).
-
-    Outcome MIPs run on the Dask cluster of ``client`` when given, else in ``workers`` local
-    processes (default: what the command allows); the plan is the same either way."""
-    if Tier.RESERVED not in scenario.options.tiers:
-        raise UncertaintyError("options.tiers: a commitment needs the reserved tier (nearest valid choice: "
-                               "[reserved, on_demand])")
-    start = time.monotonic()
+def _outcome_models(scenario: Scenario, unc: Uncertainty, catalog: Catalog, preset: Preset, folder: Path,
+                    commitment_rows: Sequence[dict[str, Any]],
+                    progress: Callable[[str, int, int], None] | None) -> tuple[list[TermPrice], OutcomeModel,
+                                                                               list[OutcomeModel]]:
+    """The commitment terms priced, the mean forecast's model and each outcome's model."""
     items = cases(unc)
     qps = hourly_qps(scenario.products, folder)
     memo = CandidateMemo()
@@ -597,7 +615,42 @@ def plan_under_uncertainty(scenario: Scenario, unc: Uncertainty, catalog: Catalo
         raise UncertaintyError("uncertainty.terms: no commitment term has a price for any GPU type in play; give "
                                "term_gpu_hour_usd or add reserved to terms (nearest valid choice: reserved)")
     models = [outcome_model(case, prob, terms) for case, prob in zip([mean, *items], probs)]
-    mean_model, models = models[0], models[1:]
+    return terms, models[0], models[1:]
+
+
+def _extensive(models: list[OutcomeModel], run: Runner, unc: Uncertainty, solver: Solver, gap: float,
+               time_limit_s: float | None, notes: list[str]) -> tuple[tuple[float, ...], list[float], float, list[float]]:
+    """The extensive form solved: the commitment, each outcome's cost with it, the lower bound
+    (the expected cost's own when CVaR weighs in: the wait-and-see value) and the wait-and-see optima."""
+    x, bound = solve_extensive(models, solver, min(gap, SUB_GAP), time_limit_s, unc.risk_weight, unc.cvar_alpha)
+    costs = evaluate(models, x, run)
+    own_found = run([(i, _costs(models), None) for i in range(len(models))])
+    if costs is None or any(f is None for f in own_found):
+        raise UncertaintyError("uncertainty: some outcome has no plan")
+    own = [f.objective_usd for f in own_found]  # type: ignore[union-attr]
+    if unc.risk_weight > 0:
+        notes.append(f"objective: expected cost + {unc.risk_weight:g} x CVaR {unc.cvar_alpha:g}; the lower bound "
+                     f"is the expected cost's own")
+        # expected cost alone is bounded by the wait-and-see value; the bound above is the risk objective's
+        bound = sum(m.case.probability * v for m, v in zip(models, own))
+    return x, costs, bound, own
+
+
+def plan_under_uncertainty(scenario: Scenario, unc: Uncertainty, catalog: Catalog, preset: Preset, folder: Path,
+                           solver: Solver = "highs", *, commitment_rows: Sequence[dict[str, Any]] = (),
+                           client: Any = None, workers: int | None = None,
+                           time_limit_s: float | None = None,
+                           progress: Callable[[str, int, int], None] | None = None) -> StochasticPlan:
+    """The two-stage plan of ``scenario`` under ``unc``: the commitment, its cost in every outcome,
+    the mean forecast's commitment and cost, the wait-and-see optima (for EVPI and regret).
+
+    Outcome MIPs run on the Dask cluster of ``client`` when given, else in ``workers`` local
+    processes (default: what the command allows); the plan is the same either way."""
+    if Tier.RESERVED not in scenario.options.tiers:
+        raise UncertaintyError("options.tiers: a commitment needs the reserved tier (nearest valid choice: "
+                               "[reserved, on_demand])")
+    start = time.monotonic()
+    terms, mean_model, models = _outcome_models(scenario, unc, catalog, preset, folder, commitment_rows, progress)
     gap = unc.max_gap
     sub_gap = min(SUB_GAP_MAX, gap / 4.0)
     run = (dask_runner(client, models, solver, sub_gap, time_limit_s) if client is not None
@@ -612,18 +665,8 @@ def plan_under_uncertainty(scenario: Scenario, unc: Uncertainty, catalog: Catalo
         method = "extensive" if unc.risk_weight > 0 or columns <= EXTENSIVE_MAX_COLUMNS else "decomposition"
     notes: list[str] = []
     if method == "extensive":
-        x, bound = solve_extensive(models, solver, min(gap, SUB_GAP), time_limit_s, unc.risk_weight, unc.cvar_alpha)
-        costs = evaluate(models, x, run)
-        own_found = run([(i, _costs(models), None) for i in range(len(models))])
-        if costs is None or any(f is None for f in own_found):
-            raise UncertaintyError("uncertainty: some outcome has no plan")
-        own = [f.objective_usd for f in own_found]  # type: ignore[union-attr]
+        x, costs, bound, own = _extensive(models, run, unc, solver, gap, time_limit_s, notes)
         iterations = 0
-        if unc.risk_weight > 0:
-            notes.append(f"objective: expected cost + {unc.risk_weight:g} x CVaR {unc.cvar_alpha:g}; the lower bound "
-                         f"is the expected cost's own")
-            # expected cost alone is bounded by the wait-and-see value; the bound above is the risk objective's
-            bound = sum(m.case.probability * v for m, v in zip(models, own))
     else:
         dec = decompose(models, run, gap, unc.max_iterations, time_limit_s, extra=[ev.commit],
                         progress=None if progress is None else

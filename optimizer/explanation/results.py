@@ -249,18 +249,9 @@ def breakdown_cents(pp: ProductPlan) -> dict[str, int]:
     return {k: _cents(v) for k, v in pp.cost_breakdown().items()}
 
 
-def plan_to_dict(plan: Plan) -> dict[str, Any]:
-    """The whole plan as plain data; identical scenarios give identical dicts.
-
-    Money is rounded to cents per cost kind; a product's ``monthly_cost_usd`` is the sum of its
-    rounded breakdown and the plan's totals are sums of the product rows, so every total equals
-    the sum of the parts listed. A pooled group is listed once in ``pools`` with its replicas,
-    GPUs and cost; each member's row points at it (``pooled_in``), carries its share of the
-    cost (split by its share of output tokens, in whole cents) and lists 0 replicas and GPUs of
-    its own (the pool's are in ``shared_replicas`` and ``shared_gpus``). ``totals`` counts every
-    replica and GPU once: each product's (or pool's) busiest hour, summed.
-    """
-    res = plan.solve_result
+def _product_rows(plan: Plan) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The plan's product rows, its pools and the rows whose replicas and GPUs the totals count
+    (products and pools; see :func:`plan_to_dict`)."""
     products: list[dict[str, Any]] = []
     pools: list[dict[str, Any]] = []
     counted: list[dict[str, Any]] = []  # the rows whose replicas and GPUs are the plan's (products and pools)
@@ -278,6 +269,22 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         pools.append(pool)
         counted.append({"replicas": pool["replicas"], "gpus": pool["gpus"],
                         "prefill": {"replicas": pool["prefill_replicas"], "gpus": pool["prefill_gpus"]}})
+    return products, pools, counted
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    """The whole plan as plain data; identical scenarios give identical dicts.
+
+    Money is rounded to cents per cost kind; a product's ``monthly_cost_usd`` is the sum of its
+    rounded breakdown and the plan's totals are sums of the product rows, so every total equals
+    the sum of the parts listed. A pooled group is listed once in ``pools`` with its replicas,
+    GPUs and cost; each member's row points at it (``pooled_in``), carries its share of the
+    cost (split by its share of output tokens, in whole cents) and lists 0 replicas and GPUs of
+    its own (the pool's are in ``shared_replicas`` and ``shared_gpus``). ``totals`` counts every
+    replica and GPU once: each product's (or pool's) busiest hour, summed.
+    """
+    res = plan.solve_result
+    products, pools, counted = _product_rows(plan)
     total_cents = {k: sum(_cents(p["monthly_cost_breakdown_usd"][k]) for p in products) for k in BREAKDOWN_KEYS}
     power, product_power = power_report(plan)
     for d in products:

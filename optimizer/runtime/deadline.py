@@ -64,6 +64,7 @@ class ProgressEvent:
 
 # What receives progress: called once per update, in the planning process, between solver calls.
 ProgressCallback = Callable[[ProgressEvent], None]
+"""What a long call (planning, replaying, sweeping) calls with each :class:`ProgressEvent`; it returns nothing."""
 
 
 @dataclass
