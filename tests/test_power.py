@@ -255,3 +255,22 @@ def test_site_power_row_by_hand(catalog) -> None:
     assert coefs and all(v == pytest.approx(969 * 1.56 / 1e6, rel=1e-9) for v in coefs.values())
     assert not any(name.startswith(("spot", "pool_spot")) for name in coefs)
     assert any(name.startswith("reserved[") for name in coefs) and any(name.startswith("on_demand[") for name in coefs)
+
+
+def test_a_site_naming_an_unknown_gpu_is_refused_with_the_nearest(tmp_path) -> None:
+    """A typo in a site's GPU ids is an error naming the field and the nearest id, never a site
+    that silently hosts nothing (exit 2, one line, no output)."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    doc = yaml.safe_load((EXAMPLES / "power-capped-site.yaml").read_text(encoding="utf-8"))
+    doc["sites"][0]["gpus"] = ["h100-sxmm"]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    run = subprocess.run([sys.executable, "-m", "fleetplan", "plan", str(path)], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.strip() == ("fleetplan: error: sites[dc1].gpus: unknown GPU id 'h100-sxmm' "
+                                  "(nearest valid choice: h100-sxm)")

@@ -124,10 +124,9 @@ def cmd_commit(args: argparse.Namespace) -> int:
     from fleetplan.catalogs.loader import load_catalog
     from fleetplan.commands.cluster import check_reachable, connected
     from fleetplan.catalogs.files import write_atomically
-    from fleetplan.commands.io import console, dumps, output_in
+    from fleetplan.commands.io import console, dumps, out_dir, output_in
     from fleetplan.models.presets import get_preset
     from fleetplan.optimizer.decisions.stochastic import plan_under_uncertainty
-    from fleetplan.commands.sweep import _out_dir
 
     scenario, unc, folder = read_stochastic_scenario(args.scenario)
     catalog = load_catalog(args.catalog)
@@ -135,7 +134,7 @@ def cmd_commit(args: argparse.Namespace) -> int:
         check_reachable(args.scheduler)
     paths: list[Path] = []
     if args.out:
-        out = _out_dir(args.out)
+        out = out_dir(args.out, FILES)
         paths = [output_in(out, name, "--out", [args.scenario, *args.catalog]) for name in FILES]
 
     def progress(stage: str, done: int, total: int) -> None:

@@ -163,3 +163,20 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"fleetplan: internal error: {type(exc).__name__}: {terminal(one_line(str(exc)))} "
               "(FLEETPLAN_DEBUG=1 shows details)", file=sys.stderr)
         return 1
+
+
+def out_dir(path: str, files: Sequence[str]) -> Path:
+    """The ``--out`` directory for ``files``, created when missing (its parent must exist); a file
+    there is refused."""
+    from fleetplan.catalogs.loader import InputError
+
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out: {out} is not a directory; give a directory for {', '.join(files)}")
+    if not out.parent.is_dir():
+        raise InputError(f"--out: {out.parent} does not exist; create it or give an existing directory's path")
+    try:
+        out.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"--out: cannot create {out}: {exc.strerror}") from None
+    return out

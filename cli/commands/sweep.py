@@ -15,10 +15,8 @@ import argparse
 import csv
 import io
 import sys
-from pathlib import Path
 from typing import Any
 
-from fleetplan.catalogs.loader import InputError
 from fleetplan.rendering.escape import terminal
 
 FILES = ("sweep.csv", "sweep.parquet", "sweep.svg")
@@ -91,23 +89,9 @@ def _rows(args: argparse.Namespace, sweep: Any, points: list[dict[str, Any]]) ->
         return run_points(sweep, points, lambda fn, tasks: map_in_order(client, fn, tasks))
 
 
-def _out_dir(path: str) -> Path:
-    """The output directory, created when missing (its parent must exist); a file there is refused."""
-    out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out: {out} is not a directory; give a directory for {', '.join(FILES)}")
-    if not out.parent.is_dir():
-        raise InputError(f"--out: {out.parent} does not exist; create it or give an existing directory's path")
-    try:
-        out.mkdir(exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"--out: cannot create {out}: {exc.strerror}") from None
-    return out
-
-
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Plan every point, then write the table, the Parquet file and the plot."""
-    from fleetplan.commands.io import FLAG_OF, output_in, scenario_inputs, write_atomically
+    from fleetplan.commands.io import FLAG_OF, out_dir, output_in, scenario_inputs, write_atomically
     from fleetplan.optimizer.traffic.scenario import load_scenario
     from fleetplan.commands.cluster import check_reachable
     from fleetplan.optimizer.decisions.sweep import OUTPUTS, Sweep, check_axes, check_points, grid_points, parse_axis, sampled_points
@@ -121,7 +105,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     scenario, folder = load_scenario(args.scenario)
     if args.scheduler:
         check_reachable(args.scheduler)  # before the output directory is made
-    out = _out_dir(args.out)
+    out = out_dir(args.out, FILES)
     inputs = scenario_inputs(args.scenario, scenario, folder, args.catalog, args.calibration)
     paths = [output_in(out, name, "--out", inputs) for name in FILES]
     print(f"fleetplan: sweep: {len(points):,} points to plan", file=sys.stderr)

@@ -327,6 +327,9 @@ def build_problem(
     a product that found none then is an error naming ``options.time_limit_s``
     (:class:`~fleetplan.optimizer.runtime.deadline.DeadlinePassed`), a pooled group that found none stays unpooled."""
     check_options(catalog, scenario.options, scenario.products)
+    for site in scenario.sites:  # a site's GPU ids name catalog GPUs as the options' do (owned ones: sites.py)
+        for gpu_id in site.gpus or ():
+            catalog.gpu(gpu_id, f"sites[{site.name}].gpus")
     qps = demand if demand is not None else hourly_qps(scenario.products, folder or Path("."))
     memo = memo if memo is not None else CandidateMemo()
     sets: dict[str, CandidateSet] = {}
