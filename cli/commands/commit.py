@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from fleetplan.rendering.escape import Markup, render, terminal
+from fleetplan.optimizer.common.defaults import DEFAULT_TIME_LIMIT_S
 from fleetplan.rendering.charts import new_figure, styled, to_svg
+from fleetplan.rendering.progress import ProgressLine
 
 FILES = ("commit.json", "commit.html")
 
@@ -137,18 +139,26 @@ def cmd_commit(args: argparse.Namespace) -> int:
         out = out_dir(args.out, FILES)
         paths = [output_in(out, name, "--out", [args.scenario, *args.catalog]) for name in FILES]
 
-    def progress(stage: str, done: int, total: int) -> None:
-        print(f"fleetplan: commit: {stage} {done}/{total}", file=sys.stderr)
+    line = ProgressLine.for_terminal(quiet=args.json)
 
-    kwargs: dict[str, Any] = dict(commitment_rows=load_commitments(), time_limit_s=args.time_limit,
-                                  progress=progress if args.progress else None)
-    if args.scheduler:
-        with connected(args.scheduler) as client:
+    def progress(stage: str, done: int, total: int) -> None:
+        if args.progress:  # a line each, for logs
+            print(f"fleetplan: commit: {stage} {done}/{total}", file=sys.stderr)
+        else:
+            line.update(stage, done, total)
+
+    time_limit_s = args.time_limit or scenario.options.time_limit_s or DEFAULT_TIME_LIMIT_S
+    kwargs: dict[str, Any] = dict(commitment_rows=load_commitments(), time_limit_s=time_limit_s, progress=progress)
+    try:
+        if args.scheduler:
+            with connected(args.scheduler) as client:
+                plan = plan_under_uncertainty(scenario, unc, catalog, get_preset(scenario.preset), folder,
+                                              args.solver, client=client, **kwargs)
+        else:
             plan = plan_under_uncertainty(scenario, unc, catalog, get_preset(scenario.preset), folder, args.solver,
-                                          client=client, **kwargs)
-    else:
-        plan = plan_under_uncertainty(scenario, unc, catalog, get_preset(scenario.preset), folder, args.solver,
-                                      workers=args.jobs, **kwargs)
+                                          workers=args.jobs, **kwargs)
+    finally:
+        line.close()
     data = plan.to_dict()
     if paths:  # both made before either is written: no half-written output
         contents = [dumps(data), html_page(data)]
@@ -179,8 +189,9 @@ def register(sub: Any) -> None:
     s.add_argument("--jobs", type=number_flag(F.JOBS), default=1, help="local worker processes (default 1)")
     s.add_argument("--scheduler", help=SCHEDULER_HELP)
     s.add_argument("--time-limit", type=number_flag(F.TIME_LIMIT_S), default=None,
-                   help="seconds for the decomposition (its best plan and proven gap are reported)")
-    s.add_argument("--progress", action="store_true", help="progress lines on stderr")
+                   help="seconds for the solves (default: the scenario's options.time_limit_s, else 60); the best "
+                        "commitment found and its proven gap are reported")
+    s.add_argument("--progress", action="store_true", help="a progress line each step on stderr (a terminal gets one redrawn line without it)")
     add_solver_flag(s)
     add_catalog_flag(s)
     s.set_defaults(func=cmd_commit)
