@@ -26,19 +26,14 @@ FILES = ("commit.json", "commit.html")
 def read_stochastic_scenario(path: str) -> tuple[Any, Any, Path]:
     """The scenario file at ``path`` as (scenario without its uncertainty block, the block
     validated, folder); a file without the block is refused with one line."""
-    from fleetplan.catalogs.loader import parse_yaml, read_text
-    from fleetplan.optimizer.traffic.scenario import ScenarioError, parse_scenario
+    from fleetplan.optimizer.traffic.scenario import load_scenario_taking
     from fleetplan.optimizer.traffic.uncertainty import UncertaintyError, parse_uncertainty
 
-    p = Path(path)
-    raw = parse_yaml(read_text(p, "scenario file", ScenarioError), p, ScenarioError)
-    if not isinstance(raw, dict) or "uncertainty" not in raw:
-        raise UncertaintyError(f"{p}: no uncertainty: block; add one (outcomes: or sample:), or plan one forecast "
+    scenario, block, folder = load_scenario_taking(path, "uncertainty")
+    if block is None:
+        raise UncertaintyError(f"{path}: no uncertainty: block; add one (outcomes: or sample:), or plan one forecast "
                                f"with `fleetplan plan`")
-    raw = dict(raw)
-    block = raw.pop("uncertainty")
-    scenario = parse_scenario(raw, str(p), p.parent)
-    return scenario, parse_uncertainty(block, str(p), [q.name for q in scenario.products]), p.parent
+    return scenario, parse_uncertainty(block, str(path), [q.name for q in scenario.products]), folder
 
 
 def _usd(x: float | None) -> str:

@@ -470,11 +470,23 @@ def _validated(raw: Any, where: str, folder: Path) -> Scenario:
 
 def load_scenario(path: Path | str) -> tuple[Scenario, Path]:
     """Read and validate a scenario file; returns it with its folder (for relative paths)."""
+    scenario, _, folder = load_scenario_taking(path, None)
+    return scenario, folder
+
+
+def load_scenario_taking(path: Path | str, block: str | None) -> tuple[Scenario, Any, Path]:
+    """:func:`load_scenario` with the top-level ``block`` (such as ``uncertainty``) taken out of
+    the document before it is validated and returned as read (None where the file has none), for
+    the planner that reads that block; errors name the file's line as :func:`load_scenario`'s do."""
     p = Path(path)
     text = read_text(p, "scenario file", ScenarioError)
     raw = parse_yaml(text, p, ScenarioError)
+    taken = None
+    if block is not None and isinstance(raw, dict):
+        raw = dict(raw)
+        taken = raw.pop(block, None)
     try:
-        return parse_scenario(raw, str(p), p.parent), p.parent
+        return parse_scenario(raw, str(p), p.parent), taken, p.parent
     except ScenarioError as exc:
         if isinstance(raw, dict):
             raw = _inline_histograms(raw, p.parent)
