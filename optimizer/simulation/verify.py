@@ -90,8 +90,8 @@ def make_verified_plan(scenario: Scenario, catalog: Catalog, folder: Path, deadl
 
 
 def unverified() -> dict[str, Any]:
-    """The ``verification`` of a plan from a trace planned with ``--no-verify``."""
-    return {"method": "none: planned with --no-verify, not replayed", "hours": [], "rounds": 0,
+    """The ``verification`` of a plan from a trace planned without the replay check (the CLI's ``--no-verify``)."""
+    return {"method": "none: planned without the replay check, not replayed", "hours": [], "rounds": 0,
             "meets_targets": None, "ttft_ms": None, "tpot_ms": None, "missed_requests": None}
 
 
