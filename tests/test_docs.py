@@ -241,3 +241,11 @@ def test_the_api_reference_finds_every_public_name_with_its_docstring():
     page = (DOCS / "reference" / "api.md").read_text(encoding="utf-8")
     assert "::: fleetplan.commands.api" in page
     assert all(f"        - {name}\n" in page for name in fleetplan.commands.api.__all__)
+
+
+def test_the_api_page_shows_sphinx_roles_as_code_names():
+    hook = reference_hook()
+    html = ("Owns the functions :mod:<code>fleetplan</code> exports; :meth:<code>~fleetplan.Plan.to_json</code> "
+            "writes; :class:<code>InputError</code> raised")
+    assert hook.on_page_content(html) == ("Owns the functions <code>fleetplan</code> exports; <code>to_json</code> "
+                                          "writes; <code>InputError</code> raised")

@@ -312,3 +312,18 @@ def on_config(config: Any, **_: Any) -> Any:
 def on_page_markdown(markdown: str, **_: Any) -> str:
     """MkDocs event: fill the generated sections of a page."""
     return fill(markdown)
+
+
+SPHINX_ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|exc|obj):<code>(~?)([^<]+)</code>")
+
+
+def _plain_role(match: re.Match[str]) -> str:
+    """``:func:`~a.b.c``` reads as ``c`` (the tilde's meaning in Sphinx), else the whole name."""
+    name = match.group(2)
+    return f"<code>{name.rsplit('.', 1)[-1] if match.group(1) else name}</code>"
+
+
+def on_page_content(html: str, **_: Any) -> str:
+    """Docstrings cross-reference in Sphinx roles (``:func:`name```); the API page shows the name as
+    code, not the role's markup."""
+    return SPHINX_ROLE.sub(_plain_role, html)
