@@ -103,6 +103,14 @@ def test_a_bursty_trace_the_unverified_plan_misses_is_tightened_until_its_replay
     arrivals = check["products"][0]["trace_arrivals"]
     assert arrivals["arrival_scv"] > 20.0 and arrivals["peak_qps_1s"] > 3 * arrivals["mean_qps"]
     assert v["products"][0]["replicas"] > u["products"][0]["replicas"]
+    # the verified plan reports the trace's demand, not the raised rate it was sized for: a replay of
+    # the plan file (no trace given) runs the product's real rate
+    pu, pv = u["products"][0], v["products"][0]
+    assert pv["demand_tokens_per_s"] == pu["demand_tokens_per_s"] and pu["sized_for_tokens_per_s"] is None
+    assert pv["sized_for_tokens_per_s"] > 1.05 * pv["demand_tokens_per_s"]
+    assert main(["simulate", str(verified), "--requests", "200", "--json"]) == 0
+    rate = json.loads(capsys.readouterr().out)["products"][0]["qps"]
+    assert rate == pytest.approx(pv["demand_tokens_per_s"] / pv["output_tokens"], rel=1e-3)
     # simulate --trace agrees with both: the unverified plan misses, the verified one meets
     for plan, meets in ((unverified, False), (verified, True)):
         assert main(["simulate", str(plan), "--trace", trace, "--json"]) == 0

@@ -116,6 +116,7 @@ def _configuration_fields(pp: ProductPlan) -> dict[str, Any]:
         "usable_replica_tokens_per_s": _r(c.usable_tokens_per_s) if c else None,
         "capacity_tokens_per_s": _r(pp.capacity_tokens_per_s),
         "demand_tokens_per_s": _r(pp.demand_tokens_per_s),
+        "sized_for_tokens_per_s": _r(max(pp.sized_for_tokens_per_s)) if pp.sized_for_tokens_per_s else None,
         "headroom": pp.product.effective_headroom,
         "step_time_ms": _r(e.step_time_s * 1e3) if e else None,
         "bound": e.bound if e else None,

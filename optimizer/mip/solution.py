@@ -142,6 +142,9 @@ class ProductPlan:
     solve_optimal: bool = True
     mix: MixPlan | None = None  # a product planned from a request mix: all its configurations
     ttft_percentiles_ms: dict[str, float] | None = None  # with percentile targets (see :mod:`fleetplan.optimizer.explanation.tail`)
+    # a product whose fleet a replay sized for more than its demand (bursty arrivals): the hourly
+    # output tokens/s the MIP was solved for; ``data`` then holds the product's real demand
+    sized_for_tokens_per_s: tuple[float, ...] | None = None
 
     # ---- decode replicas and the prefill pool, each as a fleet
     @property

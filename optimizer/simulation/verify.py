@@ -65,11 +65,12 @@ def make_verified_plan(scenario: Scenario, catalog: Catalog, folder: Path, deadl
     if not products:
         return make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **full)
     replays = {p.name: _replay_source(p, folder) for p in products}
+    real = {k: list(v) for k, v in demand.items()}
     plan = make(scenario, catalog, folder=folder, deadline=deadline, demand=demand, **full)
     rounds = 0
     while True:
         rounds += 1
-        doc = plan_to_dict(plan)
+        doc = plan_to_dict(at_demand(plan, real, demand))  # replayed at the real rate, not the raised one
         deadline.progress.update("replaying the trace", rounds, REPLAY_ROUNDS + 1, best=doc["monthly_cost_usd"])
         rows = {name: _replay(doc, name, catalog, plan, source, give_up=True) for name, source in replays.items()}
         rows = {k: v for k, v in rows.items() if v is not None}
@@ -83,10 +84,30 @@ def make_verified_plan(scenario: Scenario, catalog: Catalog, folder: Path, deadl
         except (InfeasibleError, SolverError):
             rows.update({k: _replay(doc, k, catalog, plan, replays[k]) for k in missed})
             break  # no fleet within the scenario's limits holds the capacity the replay needs
+    plan = at_demand(plan, real, demand)
     plan.verification = verification(rows, rounds, replays)
     if missed:
         _not_met(plan, missed, rows)
     return plan
+
+
+def at_demand(plan: Plan, real: dict[str, list[float]], planned: dict[str, list[float]]) -> Plan:
+    """``plan`` reported at its products' ``real`` hourly QPS where a replay raised the QPS it was
+    solved for (``planned``): such a product's hourly demand (and its mix buckets') scaled back to
+    the real rate, the output tokens/s the fleet was sized for kept in ``sized_for_tokens_per_s``.
+    Fleet, API tokens and costs are the plan's; utilisation and cost per token are then the real ones."""
+    products = []
+    for pp in plan.products:
+        asked, solved = real.get(pp.product.name), planned.get(pp.product.name)
+        if asked is None or solved is None or asked == solved or len(solved) != len(pp.data.demand_tokens_per_s):
+            products.append(pp)
+            continue
+        ratio = [a / s if s > 0 else 1.0 for a, s in zip(asked, solved)]
+        data = replace(pp.data, demand_tokens_per_s=tuple(d * k for d, k in zip(pp.data.demand_tokens_per_s, ratio)),
+                       buckets=tuple(replace(b, demand_tokens_per_s=tuple(d * k for d, k in zip(b.demand_tokens_per_s, ratio)))
+                                     for b in pp.data.buckets))
+        products.append(replace(pp, data=data, sized_for_tokens_per_s=pp.data.demand_tokens_per_s))
+    return replace(plan, products=products)
 
 
 def unverified() -> dict[str, Any]:
