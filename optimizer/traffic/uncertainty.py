@@ -203,8 +203,7 @@ class Sample(_Strict):
     on_demand_price_scale: Distribution | None = None
     spot_price_scale: Distribution | None = None
     api_price_scale: Distribution | None = None
-    mix_shift: Distribution | None = Field(
-        default=None, description="long_prompt_shift of every product with a request mix")
+    mix_shift: Distribution | None = None
     spot_preemption: Distribution | None = None
 
 
