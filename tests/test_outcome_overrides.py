@@ -22,7 +22,7 @@ from fleetplan.optimizer.decisions.stochastic import outcome_model, outcome_prob
 from fleetplan.optimizer.problem_data.problem import CandidateMemo
 from fleetplan.optimizer.traffic.demand import hourly_qps
 from fleetplan.optimizer.traffic.scenario import parse_scenario
-from fleetplan.optimizer.traffic.uncertainty import (Case, Overrides, cases, mean_case, outcome_inputs,
+from fleetplan.optimizer.traffic.uncertainty import (Case, Overrides, UncertaintyError, cases, mean_case, outcome_inputs,
                                                      parse_uncertainty)
 
 HOURS = 730.0  # hours per month of the default preset
@@ -275,3 +275,11 @@ def test_a_bad_profile_file_names_its_line(tmp_path, capsys):
     assert main(["commit", _write(tmp_path, PLAIN, _one(demand_profile={"chat": "bad.csv"}))]) == 2
     err = capsys.readouterr().err
     assert "bad.csv: line 3: hour 2 out of order (expected 1)" in err and err.count("\n") == 1
+
+
+def test_a_block_parsed_with_product_names_only_is_checked_when_planned():
+    scenario = parse_scenario(MIX, "test", Path("."))
+    u = parse_uncertainty(_one(mix_shares={"assistant": [0.5, 0.25, 0.25]}), "t", ["assistant"])
+    with pytest.raises(UncertaintyError, match=r"mix_shares.assistant: 3 shares for 2 buckets"):
+        plan_under_uncertainty(scenario, u, load_catalog(), get_preset("default"), Path("."),
+                               commitment_rows=load_commitments())

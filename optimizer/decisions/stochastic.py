@@ -47,8 +47,8 @@ from fleetplan.optimizer.problem_data.problem import CandidateMemo, FleetProblem
 from fleetplan.optimizer.problem_data.reductions import reduced
 from fleetplan.optimizer.traffic.scenario import Scenario
 from fleetplan.optimizer.mip.solvers import Solver, solve
-from fleetplan.optimizer.traffic.uncertainty import (Case, Overrides, Uncertainty, UncertaintyError, cases, mean_case,
-                                                     outcome_inputs)
+from fleetplan.optimizer.traffic.uncertainty import (Case, Overrides, Uncertainty, UncertaintyError, cases,
+                                                     check_outcomes, mean_case, outcome_inputs)
 from fleetplan.optimizer.runtime.workers import jobs, map_in_copies, shared
 
 SUB_GAP = 1e-4  # relative gap the extensive form and the wait-and-see MIPs are proven to
@@ -610,6 +610,7 @@ def _outcome_models(scenario: Scenario, unc: Uncertainty, catalog: Catalog, pres
                     progress: Callable[[str, int, int], None] | None) -> tuple[list[TermPrice], OutcomeModel,
                                                                                list[OutcomeModel]]:
     """The commitment terms priced, the mean forecast's model and each outcome's model."""
+    check_outcomes(unc, scenario.products, folder, "scenario")  # a block parsed with product names only
     items = cases(unc)
     qps = hourly_qps(scenario.products, folder)
     memo = CandidateMemo()
