@@ -205,6 +205,18 @@ def test_the_scenario_reference_names_every_field_with_its_range_and_default():
     assert "`512`" in row and "a whole number from 1 to 65536" in row
 
 
+def test_the_uncertainty_reference_names_every_field_of_the_block():
+    from fleetplan.optimizer.traffic import uncertainty
+
+    page = reference_hook().uncertainty_reference()
+    for model in (uncertainty.Uncertainty, uncertainty.Outcome, uncertainty.Sample, uncertainty.Distribution):
+        for name in model.model_fields:
+            row = next(ln for ln in page.splitlines() if ln.startswith(f"| `{name}`"))
+            assert row.split("|")[-2].strip(), f"{name} has no meaning"
+    row = next(ln for ln in page.splitlines() if ln.startswith("| `spot_preemption` | number"))
+    assert "at least 0.0, at most 1.0" in row and "`0.0`" in row
+
+
 def test_the_formulation_page_has_one_section_per_constraint_family_in_build_order():
     from fleetplan.optimizer.mip.formulation import FAMILIES
 

@@ -33,7 +33,7 @@ def read_stochastic_scenario(path: str) -> tuple[Any, Any, Path]:
     if block is None:
         raise UncertaintyError(f"{path}: no uncertainty: block; add one (outcomes: or sample:), or plan one forecast "
                                f"with `fleetplan plan`")
-    return scenario, parse_uncertainty(block, str(path), [q.name for q in scenario.products]), folder
+    return scenario, parse_uncertainty(block, str(path), scenario.products, folder), folder
 
 
 def _usd(x: float | None) -> str:

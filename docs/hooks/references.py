@@ -36,6 +36,13 @@ def _scenario_schema() -> type[BaseModel]:
     return Scenario
 
 
+def _uncertainty_schemas() -> dict[str, type[BaseModel]]:
+    from fleetplan.optimizer.traffic import uncertainty
+
+    return {"uncertainty": uncertainty.Uncertainty, "uncertainty.outcomes[]": uncertainty.Outcome,
+            "uncertainty.sample": uncertainty.Sample, "a distribution": uncertainty.Distribution}
+
+
 def _catalog_schemas() -> dict[str, type[BaseModel]]:
     from fleetplan.catalogs import schema
 
@@ -102,6 +109,55 @@ NOTES = {
     "limits": "limits the products share",
     "limits.monthly_budget_usd": "the most the plan may cost a month",
     "limits.allow_pooling": "products of one model may share one pool of replicas",
+}
+
+# What a field of the ``uncertainty:`` block means where its schema gives no description.
+UNCERTAINTY_NOTES = {
+    "outcomes": "listed outcomes, probabilities summing to 1 (give this or `sample`)",
+    "sample": "outcomes drawn from distributions (give this or `outcomes`)",
+    "terms": "commitment terms offered",
+    "term_gpu_hour_usd": "term prices of your own by term and GPU id",
+    "risk_weight": "weight of CVaR_alpha of the outcomes' cost added to the expected cost",
+    "cvar_alpha": "the CVaR's level: the mean of the worst 1 - alpha of the outcomes",
+    "method": "`extensive` (one MIP), `decomposition` (by outcome, proven bound) or `auto`",
+    "max_gap": "proven relative gap the decomposition stops at",
+    "max_iterations": "Lagrangian rounds the decomposition may run",
+    "name": "the outcome's name, unique in the block",
+    "probability": "the outcome's probability",
+    "demand_scale": "every product's QPS times this, hour by hour, or a map by product name; each in (0, 100]",
+    "demand_profile": "products' hourly profiles replaced: 24 or 168 multipliers of `peak_qps`, or a profile "
+                      "CSV relative to the scenario file (`hour,multiplier` or `hour,qps`)",
+    "mix_shares": "products' request-mix shares replaced, one per bucket of `requests:` in order, summing to 1 "
+                  "(0 leaves a bucket out)",
+    "long_prompt_shift": "the share of long-prompt requests (buckets whose prompt is longer than the mix's mean) "
+                         "times this, the other buckets lowered in proportion; a number or a map by product name, each in "
+                         "(0, 100], at most 1 / the long-prompt share",
+    "spot_max_share": "share of GPUs that may run on spot in any hour; left out: `options.spot_max_share`",
+    "spot_preemption": "share of spot replica-hours lost to preemption, each served by an on-demand replica-hour",
+    "on_demand_price_scale": "on-demand GPU-hour prices times this",
+    "spot_price_scale": "spot GPU-hour prices times this",
+    "api_price_scale": "hosted-API prices times this",
+    "scenarios": "outcomes drawn, each of probability 1 / scenarios",
+    "seed": "the generator's seed: the same outcomes on every machine",
+    "distribution": "`uniform` (low, high), `normal` (mean, std), `lognormal` (mean, std of the logarithm) or "
+                    "`choice` (values, weights)",
+    "low": "lower end (uniform), or the clip below of any distribution",
+    "high": "upper end (uniform), or the clip above of any distribution",
+    "mean": "mean (normal), or mean of the logarithm (lognormal)",
+    "std": "standard deviation (normal), or of the logarithm (lognormal)",
+    "values": "the values of a `choice`",
+    "weights": "their probabilities, summing to 1; left out: equal",
+}
+# The sampled fields: each a distribution its draws are clipped to the field's range from.
+SAMPLE_NOTES = {
+    "demand_scale": "every product's `demand_scale`, drawn (clipped to [0.001, 100])",
+    "spot_max_share": "`spot_max_share`, drawn (clipped to [0, 1])",
+    "on_demand_price_scale": "`on_demand_price_scale`, drawn (clipped to [0.001, 10])",
+    "spot_price_scale": "`spot_price_scale`, drawn (clipped to [0.001, 10])",
+    "api_price_scale": "`api_price_scale`, drawn (clipped to [0.001, 10])",
+    "mix_shift": "every mix's `long_prompt_shift`, drawn (clipped to [0.001, 100]; above 1 / the long-prompt "
+                 "share, every request is long)",
+    "spot_preemption": "`spot_preemption`, drawn (clipped to [0, 1])",
 }
 
 SUFFIX_UNITS = (("_usd_per_million_tokens", "USD per million tokens"), ("_usd_per_gpu_hour", "USD per GPU-hour"),
@@ -219,11 +275,12 @@ def _unit(path: str, unit: str) -> str:
     return next((u for suffix, u in SUFFIX_UNITS if name.endswith(suffix)), "")
 
 
-def field_table(model: type[BaseModel], notes: dict[str, str] | None = None) -> str:
-    """A Markdown table of every field of ``model``: type, unit, valid values, default, meaning."""
+def field_table(model: type[BaseModel], notes: dict[str, str] | None = None, inner: bool = True) -> str:
+    """A Markdown table of every field of ``model`` (and of the models inside it unless not
+    ``inner``): type, unit, valid values, default, meaning."""
     notes = notes or {}
     rows = ["| field | type | unit | valid values | default | meaning |", "|---|---|---|---|---|---|"]
-    for path, field in scenario_fields(model):
+    for path, field in scenario_fields(model) if inner else list(model.model_fields.items()):
         unit, valid = _valid(_metadata(field.annotation, list(field.metadata)))
         meaning = field.description or notes.get(path, "")
         rows.append(f"| `{path}` | {_type_text(field.annotation)} | {_cell(_unit(path, unit))} | {_cell(valid)} "
@@ -238,6 +295,16 @@ def scenario_reference() -> str:
             "A path `products[].api.model` names the field `model` of the mapping `api` of an entry of the list "
             "`products`. Every number is checked against its range when the file is read; a field not listed "
             "here is refused, naming the nearest valid one.\n\n" + field_table(schema, NOTES))
+
+
+def uncertainty_reference() -> str:
+    """Every field of the ``uncertainty:`` block (``fleetplan commit``), one table per mapping in it."""
+    parts = []
+    for where, model in _uncertainty_schemas().items():
+        title = f"`{where}`" if where.startswith("uncertainty") else where
+        notes = {**UNCERTAINTY_NOTES, **SAMPLE_NOTES} if where == "uncertainty.sample" else UNCERTAINTY_NOTES
+        parts.append(f"### {title}\n\n{_md(inspect.getdoc(model) or '')}\n\n{field_table(model, notes, inner=False)}")
+    return "\n".join(parts)
 
 
 def catalog_reference() -> str:
@@ -284,7 +351,8 @@ def formulation_reference() -> str:
 
 
 GENERATED: dict[str, Callable[[], str]] = {
-    "scenario": scenario_reference, "catalog": catalog_reference, "catalog-sources": catalog_sources,
+    "scenario": scenario_reference, "uncertainty": uncertainty_reference, "catalog": catalog_reference,
+    "catalog-sources": catalog_sources,
     "formulation": formulation_reference,
 }
 

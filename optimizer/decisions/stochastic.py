@@ -47,7 +47,8 @@ from fleetplan.optimizer.problem_data.problem import CandidateMemo, FleetProblem
 from fleetplan.optimizer.problem_data.reductions import reduced
 from fleetplan.optimizer.traffic.scenario import Scenario
 from fleetplan.optimizer.mip.solvers import Solver, solve
-from fleetplan.optimizer.traffic.uncertainty import Case, Uncertainty, UncertaintyError, cases, mean_case
+from fleetplan.optimizer.traffic.uncertainty import (Case, Overrides, Uncertainty, UncertaintyError, cases,
+                                                     check_outcomes, mean_case, outcome_inputs)
 from fleetplan.optimizer.runtime.workers import jobs, map_in_copies, shared
 
 SUB_GAP = 1e-4  # relative gap the extensive form and the wait-and-see MIPs are proven to
@@ -59,6 +60,7 @@ EXTENSIVE_MAX_COLUMNS = 5_000  # ``auto`` solves the extensive form up to this m
 PRICE_SCALED = {"on_demand": "on_demand_price_scale", "pool_on_demand": "on_demand_price_scale",
                 "spot": "spot_price_scale", "pool_spot": "spot_price_scale", "api": "api_price_scale"}
 RESERVED = ("reserved", "pool_reserved")
+SPOT = ("spot", "pool_spot")
 
 
 @dataclass(frozen=True)
@@ -195,12 +197,9 @@ class StochasticPlan:
 
 def outcome_problem(scenario: Scenario, catalog: Catalog, preset: Preset, folder: Path, case: Case,
                     qps: dict[str, list[float]], memo: CandidateMemo) -> FleetProblem:
-    """The fleet problem of one outcome: each product's QPS scaled, spot availability set."""
-    sc = scenario
-    if case.overrides.spot_max_share is not None:
-        sc = scenario.model_copy(update={"options": scenario.options.model_copy(
-            update={"spot_max_share": case.overrides.spot_max_share})})
-    demand = {p: [q * case.overrides.scale_of(p) for q in hours] for p, hours in qps.items()}
+    """The fleet problem of one outcome: its demand, request mixes and spot availability as
+    :func:`~fleetplan.optimizer.traffic.uncertainty.outcome_inputs` sets them."""
+    sc, demand = outcome_inputs(scenario, folder, case.overrides, qps, f"uncertainty.outcomes[{case.name}]")
     prob, _, _ = build_problem(sc, catalog, preset, folder, demand=demand, memo=memo)
     return reduced(prob)
 
@@ -247,13 +246,7 @@ def outcome_model(case: Case, prob: FleetProblem, terms: list[TermPrice]) -> Out
     """The recourse MIP of one outcome with the commitment's columns (cost as priced, bounded by
     the most GPUs its reserved replicas could hold) and rows linking its reserved GPUs to them."""
     base = to_linear_problem(build_model(prob))
-    ov = case.overrides
-    objective = list(base.objective)
-    for j, (family, _) in enumerate(base.col_keys):
-        if family in RESERVED:
-            objective[j] = 0.0  # paid through the commitment
-        elif family in PRICE_SCALED:
-            objective[j] *= getattr(ov, PRICE_SCALED[family])
+    objective = recourse_objective(base, prob, case.overrides)
     reserved = _reserved_gpus(base, prob)
     n = len(terms)
     lp = LinearProblem(
@@ -277,6 +270,26 @@ def outcome_model(case: Case, prob: FleetProblem, terms: list[TermPrice]) -> Out
         lp.row_lower.append(-math.inf)
         lp.row_upper.append(0.0)
     return OutcomeModel(case, lp, list(range(n)), prob.hours_per_month)
+
+
+def recourse_objective(base: LinearProblem, prob: FleetProblem, ov: Overrides) -> list[float]:
+    """The outcome's objective on the columns of ``base`` (USD per month): reserved replicas free
+    (paid through the commitment), on-demand, spot and API prices times the outcome's scales, and
+    each spot replica-hour also paying ``spot_preemption`` on-demand replica-hours, the share of it
+    lost to preemption and served on demand instead:
+
+        spot[c,h]:  weight_h x (spot_scale x spot price(c) + preemption x on_demand_scale x on-demand price(c))"""
+    objective = list(base.objective)
+    for j, (family, index) in enumerate(base.col_keys):
+        if family in RESERVED:
+            objective[j] = 0.0
+        elif family in PRICE_SCALED:
+            objective[j] *= getattr(ov, PRICE_SCALED[family])
+            if family in SPOT and ov.spot_preemption > 0.0:
+                part = prob.pools[str(index[0])] if family == "pool_spot" else prob.cand[str(index[0])]
+                objective[j] += (ov.spot_preemption * ov.on_demand_price_scale * prob.weight(int(index[1]))
+                                 * part.usd_per_replica_hour_in(Tier.ON_DEMAND))
+    return objective
 
 
 def _most_gpus(cols: list[tuple[int, float]], lp: LinearProblem) -> float:
@@ -597,10 +610,11 @@ def _outcome_models(scenario: Scenario, unc: Uncertainty, catalog: Catalog, pres
                     progress: Callable[[str, int, int], None] | None) -> tuple[list[TermPrice], OutcomeModel,
                                                                                list[OutcomeModel]]:
     """The commitment terms priced, the mean forecast's model and each outcome's model."""
+    check_outcomes(unc, scenario.products, folder, "scenario")  # a block parsed with product names only
     items = cases(unc)
     qps = hourly_qps(scenario.products, folder)
     memo = CandidateMemo()
-    mean = mean_case(items, [p.name for p in scenario.products])
+    mean = mean_case(items, [p.name for p in scenario.products], scenario, folder, qps)
     probs = []
     for k, case in enumerate([mean, *items]):
         probs.append(outcome_problem(scenario, catalog, preset, folder, case, qps, memo))

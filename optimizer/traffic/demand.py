@@ -70,6 +70,12 @@ def hourly_qps(products: list[Product], folder: Path) -> dict[str, list[float]]:
     return {p.name: _qps(p, profiles.get(p.name), hours) for p in products}
 
 
+def profile_qps(product: Product, kind: str, values: list[float]) -> list[float]:
+    """``product``'s queries per second in each hour of one profile (``kind`` ``multiplier`` or
+    ``qps``, as :func:`read_demand_profile` returns), its busiest hour checked as a scenario's is."""
+    return _qps(product, (kind, values), len(values))
+
+
 def _qps(product: Product, profile: tuple[str, list[float]] | None, hours: int) -> list[float]:
     """``product``'s queries per second in each of ``hours`` from its profile (peak all along without one)."""
     if profile is None:
