@@ -72,6 +72,7 @@ class Components:
     ttft_fixed: float = 0.0
     ttft_scaled: float = 0.0
     measured_ttft: float = 0.0
+    cluster: str = ""
 
 
 def _uniform(scale: float) -> CalibrationFactors:
@@ -100,6 +101,7 @@ def components(row: Measurement, catalog: Catalog, preset: Preset) -> Components
         engine=normalize_engine(row.engine) or "", kind=model_kind(catalog.models[row.model]),
         group=repr(row.configuration), tokens_per_step=e.accepted_tokens_per_step, draft=e.draft_time_s,
         ttft_fixed=fixed, ttft_scaled=one - fixed, measured_ttft=(row.measured_ttft_ms or 0.0) / 1e3,
+        cluster=repr((row.model, gpu.id, normalize_engine(row.engine) or "")),
     )
 
 
@@ -129,6 +131,7 @@ class Table:
     ttft_scaled: np.ndarray
     ttft_measured: np.ndarray  # NaN where the row reports none
     tpot_values: np.ndarray
+    clusters: np.ndarray  # per group: its model x GPU x engine, held out together
 
 
 def table(comp: Sequence[Components]) -> Table:
@@ -146,6 +149,8 @@ def table(comp: Sequence[Components]) -> Table:
         ttft_scaled=np.array([c.ttft_scaled for c in comp]),
         ttft_measured=np.array([c.measured_ttft if c.measured_ttft > 0 else math.nan for c in comp]),
         tpot_values=np.clip(values, -LOG_BOUND, LOG_BOUND),
+        clusters=np.unique([first[g].cluster for g in groups], return_inverse=True)[1].reshape(-1)
+        if comp else np.zeros(0, dtype=np.int64),
     )
 
 
@@ -183,7 +188,7 @@ def ttft_loss(t: Table, s: np.ndarray) -> H.Loss:
     logs = np.log(predicted_ttft(t, s, np.zeros_like(s)) / t.ttft_measured)
     has = np.isfinite(logs)
     logs = np.where(has, logs, 0.0)
-    cap = math.log(2.0)
+    cap = math.log(1.5)
 
     def loss(logm: np.ndarray, held: np.ndarray) -> np.ndarray:
         rows = held[:, t.row_group] & has[None, :]
@@ -221,17 +226,19 @@ class Calibration:
     def method(self) -> str:
         """How the held-out figures were obtained."""
         if self.folds == 0:
-            return "none: every row is of one configuration group, so none can be held out"
-        if self.folds < H.MAX_FOLDS or self.folds == self.table.cells.groups:
-            return "leave-one-configuration-group-out, levels chosen again inside every fold"
-        return f"{self.folds}-fold, grouped by configuration group, levels chosen again inside every fold"
+            return "none: every row is of one model on one GPU with one engine, so none can be held out"
+        if self.folds < H.MAX_FOLDS or self.folds == len(np.unique(self.table.clusters)):
+            return ("leave-one-out by model x GPU x engine (all its configuration groups together), levels chosen "
+                    "again inside every fold")
+        return (f"{self.folds}-fold by model x GPU x engine (all its configuration groups together), levels chosen "
+                "again inside every fold")
 
 
-def _fit_one(values: np.ndarray, train: np.ndarray, cells: H.Cells, loss: H.Loss,
-             allow_off: bool) -> tuple[H.Shrink, list[H.LevelChoice], list[np.ndarray], np.ndarray]:
-    """Levels chosen on ``train`` by cross-validation, their offsets fitted on ``train`` and every
-    group's log multiplier."""
-    shrink, choices = H.select(values, train, cells, loss, allow_off)
+def _fit_one(values: np.ndarray, train: np.ndarray, cells: H.Cells, loss: H.Loss, allow_off: bool,
+             clusters: np.ndarray) -> tuple[H.Shrink, list[H.LevelChoice], list[np.ndarray], np.ndarray]:
+    """Levels chosen on ``train`` by cross-validation (``clusters`` held out whole), their offsets
+    fitted on ``train`` and every group's log multiplier."""
+    shrink, choices = H.select(values, train, cells, loss, allow_off, clusters)
     offsets = H.fit(values, train, cells, shrink)
     return shrink, choices, offsets, H.log_multipliers(offsets, cells)
 
@@ -244,19 +251,35 @@ def _nested(t: Table, value_of: list[np.ndarray], loss_of: list[H.Loss], outer: 
     held_out = np.full(t.cells.groups, math.nan)
     per_fold = []
     for held, values, loss in zip(outer, value_of, loss_of, strict=True):
-        *_, logm = _fit_one(values, ~held, t.cells, loss, allow_off)
+        *_, logm = _fit_one(values, ~held, t.cells, loss, allow_off, t.clusters)
         held_out[held] = logm[held]
         per_fold.append(logm)
     return held_out, per_fold
 
 
-def _better(loss: H.Loss, held_out: np.ndarray, baseline: np.ndarray) -> bool:
-    """Whether the held-out multipliers lose less than ``baseline`` on the groups held out."""
+def _better(loss: H.Loss, held_out: np.ndarray, baseline: np.ndarray, outer: np.ndarray) -> bool:
+    """Whether the held-out multipliers lose less than ``baseline`` on the groups held out, by
+    more than one standard error of the gain over the outer folds (the rule levels are chosen
+    by, applied to the whole procedure: a calibration whose gain is a few groups' luck is not
+    kept)."""
     held = np.isfinite(held_out)
-    if not held.any():
+    if not held.any() or len(outer) < 2:
         return False
-    calibrated = loss(np.where(held, held_out, 0.0)[None, :], held[None, :])
-    return bool(calibrated.sum() < loss(np.where(held, baseline, 0.0)[None, :], held[None, :]).sum())
+    masks = outer & held[None, :]
+    gain = loss(np.where(held, baseline, 0.0)[None, :], masks) - loss(np.where(held, held_out, 0.0)[None, :], masks)
+    return bool(gain.sum() > np.std(gain, ddof=1) * math.sqrt(len(gain)))
+
+
+def _within_kept(t: Table, s: np.ndarray, f_held: np.ndarray, band: float = 1.5) -> bool:
+    """Whether the held-out TTFT factors keep at least as many rows within ``band`` of the
+    measured TTFT as no factor (the figure users read for TTFT)."""
+    f = np.where(np.isfinite(f_held), f_held, 0.0)
+    measured = t.ttft_measured
+    rows = np.isfinite(measured) & np.isfinite(f_held)[t.row_group]
+
+    def share(pred: np.ndarray) -> int:
+        return int(np.sum(np.abs(np.log(pred[rows] / measured[rows])) <= math.log(band) * (1 + 1e-12)))
+    return share(predicted_ttft(t, s, f)) >= share(predicted_ttft(t, s, np.zeros_like(f)))
 
 
 def _quantity(t: Table, values: np.ndarray, loss: H.Loss, held_out: np.ndarray, better: bool,
@@ -264,7 +287,7 @@ def _quantity(t: Table, values: np.ndarray, loss: H.Loss, held_out: np.ndarray, 
     """A quantity fitted on every group (nothing, at every level, unless ``better`` or ``force``)."""
     kept, allow_off = better or force, not force
     everyone = np.ones(t.cells.groups, dtype=bool)
-    shrink, choices, offsets, logm = _fit_one(values, everyone, t.cells, loss, allow_off)
+    shrink, choices, offsets, logm = _fit_one(values, everyone, t.cells, loss, allow_off, t.clusters)
     if not kept:
         shrink = tuple([None] * len(H.LEVELS))
         offsets, logm = H.fit(values, everyone, t.cells, shrink), np.zeros(t.cells.groups)
@@ -274,18 +297,18 @@ def _quantity(t: Table, values: np.ndarray, loss: H.Loss, held_out: np.ndarray, 
 def calibrate(t: Table, force: bool = False) -> Calibration:
     """TPOT, then TTFT against the TTFT of the calibrated step, each cross-validated by whole
     groups with the levels chosen again inside every fold; a quantity is kept when its held-out
-    error is below no calibration's on the same rows (``force``: always, every level at its
-    best shrinkage)."""
+    error is below no calibration's on the same rows by more than one standard error (TTFT: and
+    no fewer rows within 1.5x); ``force``: always, every level at its best shrinkage."""
     n = t.cells.groups
-    outer = H.folds(np.ones(n, dtype=bool))
+    outer = H.folds(np.ones(n, dtype=bool), t.clusters)
     zeros = np.zeros(n)
     tpot_loss_ = tpot_loss(t)
     s_held, s_folds = _nested(t, [t.tpot_values] * len(outer), [tpot_loss_] * len(outer), outer, not force)
-    tpot = _quantity(t, t.tpot_values, tpot_loss_, s_held, _better(tpot_loss_, s_held, zeros), force)
+    tpot = _quantity(t, t.tpot_values, tpot_loss_, s_held, _better(tpot_loss_, s_held, zeros, outer), force)
     s_use = [s if tpot.kept else zeros for s in s_folds]
     f_held, _ = _nested(t, [ttft_values(t, s) for s in s_use], [ttft_loss(t, s) for s in s_use], outer, not force)
     s_cv = np.where(np.isfinite(s_held), s_held, 0.0) if tpot.kept else zeros
-    better = _better(ttft_loss(t, s_cv), f_held, zeros)
+    better = _better(ttft_loss(t, s_cv), f_held, zeros, outer) and _within_kept(t, s_cv, f_held)
     ttft = _quantity(t, ttft_values(t, tpot.log), ttft_loss(t, tpot.log), f_held, better, force)
     return Calibration(t, tpot, ttft, len(outer), force)
 
@@ -334,7 +357,7 @@ def level_fits(c: Calibration, which: str) -> list[LevelFit]:
         cells = [] if k is None else [
             LevelOffset(**dict(zip(_FIELDS[level], key, strict=True)), scale=round(math.exp(offsets[i]), 6),
                         groups=int(groups[i]), rows=int(rows[i]))
-            for i, key in enumerate(c.table.cells.keys[level]) if groups[i] > 0
+            for i, key in enumerate(c.table.cells.keys[level]) if groups[i] >= H.MIN_CELL_GROUPS
         ]
         per_row = max(int(rows.sum()), 1)
         out.append(LevelFit(

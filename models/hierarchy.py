@@ -13,7 +13,8 @@ the sum of the levels above it): a cell of a level measured in ``n`` groups gets
     offset = sum of the groups' residuals / (n + k)
 
 so its weight is ``n / (n + k)`` (a random-effects estimate with ``k`` the ratio of the noise
-to the spread of the level's true offsets). ``k`` is chosen per level by cross-validation over
+to the spread of the level's true offsets); a cell measured in one group only keeps its parent's
+value (:data:`MIN_CELL_GROUPS`). ``k`` is chosen per level by cross-validation over
 whole groups (:func:`select`): each candidate of :data:`SHRINK_GRID` and "off" are tried, level
 after level, and a level is kept only at a ``k`` whose held-out error is lower than without it.
 :func:`nested_predictions` repeats that whole choice inside each fold of an outer
@@ -41,6 +42,9 @@ SHRINK_GRID: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
 MAX_FOLDS = 40
 # Without a single fold to judge by (one group), a forced fit shrinks every level by one group.
 UNJUDGED_SHRINK = 1.0
+# A cell's offset needs two groups: from one, nothing tells the cell's offset (which other
+# configurations of the cell share) from that one configuration's own error.
+MIN_CELL_GROUPS = 2
 Shrink = tuple[float | None, ...]  # per level of LEVELS: k, or None when the level is off
 # (log multipliers of every group, one row per fold; the groups each fold holds out) -> each
 # fold's summed loss over its held-out groups' rows
@@ -82,8 +86,8 @@ def fit_many(values: np.ndarray, train: np.ndarray, cells: Cells, shrink: Shrink
     """Per level, the offset of each cell (one row per row of the boolean mask ``train``, folds x
     groups), fitted on that row's training groups (a group whose value is NaN carries no
     information): level after level, the sum of the residuals the levels before left over the
-    cell's groups divided by their number plus the level's ``k``. A cell no training group
-    belongs to gets 0 (its parent's value)."""
+    cell's groups divided by their number plus the level's ``k``. A cell fewer than
+    :data:`MIN_CELL_GROUPS` training groups belong to gets 0 (its parent's value)."""
     used = train & np.isfinite(values)[None, :]
     weight = used.astype(float)
     resid = np.where(used, values[None, :], 0.0)
@@ -94,7 +98,7 @@ def fit_many(values: np.ndarray, train: np.ndarray, cells: Cells, shrink: Shrink
             out.append(np.zeros((train.shape[0], member.shape[1])))
             continue
         total, count = (resid * weight) @ member, weight @ member
-        offset = np.where(count > 0, total / np.maximum(count + k, 1e-12), 0.0)
+        offset = np.where(count >= MIN_CELL_GROUPS, total / np.maximum(count + k, 1e-12), 0.0)
         out.append(offset)
         resid = resid - offset @ member.T
     return out
@@ -112,17 +116,19 @@ def log_multipliers(offsets: Sequence[np.ndarray], cells: Cells) -> np.ndarray:
                np.zeros(cells.groups))
 
 
-def folds(train: np.ndarray) -> np.ndarray:
-    """Grouped folds over the groups of ``train`` (folds x groups, True where held out): one
-    group each, or :data:`MAX_FOLDS` folds dealt round-robin in group order when there are more;
-    none with fewer than two groups."""
-    members = np.flatnonzero(train)
+def folds(train: np.ndarray, clusters: np.ndarray | None = None) -> np.ndarray:
+    """Grouped folds over the groups of ``train`` (folds x groups, True where held out): each
+    fold holds out whole clusters (``clusters[g]``, by default each group its own), one cluster
+    each, or :data:`MAX_FOLDS` folds dealt round-robin in cluster order when there are more;
+    none with fewer than two clusters."""
+    ids = np.arange(len(train)) if clusters is None else clusters
+    members = np.unique(ids[train])
     if len(members) < 2:
         return np.zeros((0, len(train)), dtype=bool)
     n = min(len(members), MAX_FOLDS)
     out = np.zeros((n, len(train)), dtype=bool)
     for f in range(n):
-        out[f, members[f::n]] = True
+        out[f] = train & np.isin(ids, members[f::n])
     return out
 
 
@@ -146,16 +152,17 @@ class LevelChoice:
 
 
 def select(values: np.ndarray, train: np.ndarray, cells: Cells, loss: Loss,
-           allow_off: bool = True) -> tuple[Shrink, list[LevelChoice]]:
+           allow_off: bool = True, clusters: np.ndarray | None = None) -> tuple[Shrink, list[LevelChoice]]:
     """``k`` per level chosen by grouped cross-validation within ``train``, level after level
     (most general first, the levels before at their chosen ``k``): the candidate of
-    :data:`SHRINK_GRID` with the lowest held-out loss, kept only when that loss is below the
-    loss without the level by more than one standard error of the difference (summed over the
-    folds, from the folds' spread: the one-standard-error rule, which prefers the simpler model
-    when the data cannot tell them apart). ``allow_off`` False keeps every level at its best
+    :data:`SHRINK_GRID` shrunk most among those whose held-out loss is within one standard error
+    of the lowest, kept only when its loss is below the loss without the level by more than one
+    standard error of the difference (summed over the folds, from the folds' spread: the
+    one-standard-error rule, which prefers the simpler model when the data cannot tell them
+    apart). ``allow_off`` False keeps every level at its best
     ``k`` (a forced fit). Without two groups to hold out no level is kept (forced: every level
-    at :data:`UNJUDGED_SHRINK`)."""
-    held = folds(train & np.isfinite(values))
+    at :data:`UNJUDGED_SHRINK`). ``clusters``: groups held out together (see :func:`folds`)."""
+    held = folds(train & np.isfinite(values), clusters)
     chosen: list[float | None] = [None] * len(LEVELS)
     if not len(held):
         k = None if allow_off else UNJUDGED_SHRINK
@@ -165,12 +172,24 @@ def select(values: np.ndarray, train: np.ndarray, cells: Cells, loss: Loss,
     for i, level in enumerate(LEVELS):
         trials = [(k, cv_loss(values, train, cells, tuple(chosen[:i] + [k] + chosen[i + 1:]), loss, held))
                   for k in SHRINK_GRID]
-        best_k, best = min(trials, key=lambda kv: (float(kv[1].sum()), kv[0]))
+        best_k, best = _most_shrunk_within_one_error(trials)
         gain = current - best
-        standard_error = float(np.std(gain, ddof=1) * math.sqrt(len(gain)))
-        keep = not allow_off or float(gain.sum()) > standard_error
+        keep = not allow_off or float(gain.sum()) > _standard_error(gain)
         report.append(LevelChoice(level, best_k if keep else None, float(current.sum()),
                                   float(best.sum()) if keep else None))
         if keep:
             chosen[i], current = best_k, best
     return tuple(chosen), report
+
+
+def _standard_error(diff: np.ndarray) -> float:
+    """One standard error of the sum over folds of a per-fold difference (from the folds' spread)."""
+    return float(np.std(diff, ddof=1) * math.sqrt(len(diff))) if len(diff) > 1 else 0.0
+
+
+def _most_shrunk_within_one_error(trials: Sequence[tuple[float, np.ndarray]]) -> tuple[float, np.ndarray]:
+    """Of (k, per-fold loss) candidates, the largest ``k`` whose summed loss exceeds the lowest's
+    by no more than one standard error of their difference."""
+    _, lowest = min(trials, key=lambda kv: (float(kv[1].sum()), kv[0]))
+    close = [(k, loss) for k, loss in trials if float((loss - lowest).sum()) <= _standard_error(loss - lowest)]
+    return max(close, key=lambda kv: kv[0])

@@ -110,11 +110,13 @@ def test_the_other_half_improves_with_a_systematic_offset_and_is_never_worse(cat
     assert preset is not DEFAULT
     trt = [r for r in test if r.engine == "trtllm"]
     vllm = [r for r in test if r.engine == "vllm"]
-    # TensorRT-LLM groups never calibrated get its offset; vLLM's stay as they were, within the
-    # noise of the 6 vLLM groups the engine level saw (spread 0.05 / sqrt 6 = 0.02 on their mean)
+    # TensorRT-LLM groups never calibrated get its offset; vLLM's stay as they were within 1%
+    # (the all level's mean of both engines, taken back by the engine level shrunk by k: a cell
+    # of one group, vLLM on Blackwell here, keeps its parent's value) and the noise of the 6 vLLM
+    # groups the engine level saw (spread 0.05 / sqrt 6 = 0.02 on their mean)
     assert _mape(trt, DEFAULT, catalog) == pytest.approx(1 - 1 / 1.4, abs=noise * 1.2 + 1e-3)
     assert _mape(trt, preset, catalog) < 0.25 * _mape(trt, DEFAULT, catalog) + noise
-    assert _mape(vllm, preset, catalog) <= _mape(vllm, DEFAULT, catalog) + 1e-3 + noise / 2
+    assert _mape(vllm, preset, catalog) <= _mape(vllm, DEFAULT, catalog) + 0.01 + noise / 2
     assert _mape(test, preset, catalog) < _mape(test, DEFAULT, catalog)
 
 
@@ -131,13 +133,14 @@ def test_the_noise_halves_are_refused_or_not_made_worse(catalog):
 def test_nested_cross_validation_chooses_levels_again_in_every_fold(catalog):
     rows = synthetic(catalog, {"trtllm": 1.3}, {}, noise=0.02, seed=1)
     c = cal.calibration_of(rows, catalog, DEFAULT)
-    assert c.folds == 24 and c.method.startswith("leave-one-configuration-group-out")
-    # the held-out multiplier of a group equals a calibration fitted without it, by hand
+    # 18 folds: each model (Llama-3.1-70B at TP 2 and 4 together) on each GPU with each engine
+    assert c.folds == 18 and c.method.startswith("leave-one-out by model x GPU x engine")
+    # the held-out multiplier of a group equals a calibration fitted without its cluster, by hand
     t = c.table
-    g = 5
-    train = np.ones(t.cells.groups, dtype=bool)
-    train[g] = False
-    shrink, _ = H.select(t.tpot_values, train, t.cells, cal.tpot_loss(t))
+    held = H.folds(np.ones(t.cells.groups, dtype=bool), t.clusters)[5]
+    g = int(np.flatnonzero(held)[0])
+    train = ~held
+    shrink, _ = H.select(t.tpot_values, train, t.cells, cal.tpot_loss(t), clusters=t.clusters)
     offsets = H.fit(t.tpot_values, train, t.cells, shrink)
     assert c.tpot.held_out[g] == pytest.approx(H.log_multipliers(offsets, t.cells)[g], rel=1e-12)
     # what the group's rows are predicted at, as calibrate reports them
@@ -158,16 +161,17 @@ def test_fit_shrinks_each_level_toward_its_parent_by_hand():
     all_ = 0.2 / (4 + 1.0)  # the sum 0.2 over 4 groups plus one group's worth of no change
     assert off[0][0] == pytest.approx(all_)
     assert off[2] == pytest.approx([(0.6 - 2 * all_) / (2 + 2.0), (-0.4 - 2 * all_) / (2 + 2.0)])
-    # a group held out of the fit gets its cells' offsets from the others; a cell no training
-    # group is in gets 0: its parent's value
+    # a group held out of the fit gets its cells' offsets from the others; a cell fewer than two
+    # training groups are in gets 0, its parent's value: engine b with group 3 held out
     train[3] = False
-    off = H.fit(values, train, cells, (None,) * 5 + (0.5,))
-    assert off[5][3] == 0.0 and off[5][0] == pytest.approx(0.4 / 1.5)
+    off = H.fit(values, train, cells, (None, None, 0.5, None, None, None))
+    assert H.MIN_CELL_GROUPS == 2
+    assert off[2][1] == 0.0 and off[2][0] == pytest.approx(0.6 / 2.5)
 
 
 def test_one_standard_error_rule_keeps_a_level_only_beyond_the_noise_of_its_gain():
     keys = [{"all": (), "kind": ("dense",), "engine": (e,), "family": ("x",), "engine_family": (e, "x"),
-             "setup": (str(i), "x", e, "dense")} for i, e in enumerate("abababab")]
+             "setup": (str(i % 4), "x", e, "dense")} for i, e in enumerate("abababab")]
     cells = H.cells_of(keys)
     noise = np.array([0.3, -0.2, -0.25, 0.15, 0.1, -0.3, 0.2, 0.05])
 

@@ -234,7 +234,8 @@ def _refuse_or_force(path: Path, r: dict[str, Any], errors: dict[str, Any], forc
     if not cal.refused(r["calibration"]):
         return
     if not r["held"]:
-        why = "every row is of one configuration group, so no level can be checked on a group it did not see"
+        why = ("every row is of one model on one GPU with one engine, so no level can be checked on a configuration "
+               "of another")
     else:
         why = f"no level predicts held-out configuration groups better than none ({_figures(errors)})"
     if not force:
@@ -346,10 +347,11 @@ def _print_calibration(out: str, profile: Any, r: dict[str, Any], errors: dict[s
         if tt["cross_validated"].get("rows"):
             print(_stats_line("TTFT uncalibrated, held out", tt["uncalibrated_held_out_rows"]))
             print(_stats_line("TTFT calibrated, held out", tt["cross_validated"]))
-        print(f"  (cross-validation: {c.method}, {c.folds} folds; every held-out configuration group predicted "
-              "by a calibration that never saw it)")
+        print(f"  (cross-validation: {c.method}, {c.folds} folds; every held-out configuration predicted by a "
+              "calibration that never saw its model on its GPU with its engine)")
     else:
-        print("  (no cross-validation: every row is of one configuration group; measure a second one to check the fit)")
+        print("  (no cross-validation: every row is of one model on one GPU with one engine; measure another to check "
+              "the fit)")
 
 
 def register(sub: Any) -> None:
