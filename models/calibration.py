@@ -29,7 +29,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from fleetplan.models import hierarchy as H
 from fleetplan.models.measurements import Measurement
 from fleetplan.models.presets import CalibrationFactors, Preset, normalize_engine
 from fleetplan.models.profile import (
-    PROFILE_VERSION, AnyProfile, CalibrationProfile, FactorEntry, LevelFit, LevelOffset, ProfileV1, QuantityFit,
+    PROFILE_VERSION, AnyProfile, CalibrationProfile, FactorEntry, Level, LevelFit, LevelOffset, ProfileV1, QuantityFit,
     read_profile,
 )
 from fleetplan.models.roofline import model_kind
@@ -157,7 +157,8 @@ def table(comp: Sequence[Components]) -> Table:
 def predicted_ttft(t: Table, s: np.ndarray, f: np.ndarray) -> np.ndarray:
     """Each row's TTFT (seconds) under per-group log multipliers ``s`` (TPOT) and ``f`` (TTFT)."""
     g = t.row_group
-    return np.exp(f[g]) * (t.ttft_fixed + np.exp(s[g]) * t.ttft_scaled)
+    out: np.ndarray = np.exp(f[g]) * (t.ttft_fixed + np.exp(s[g]) * t.ttft_scaled)
+    return out
 
 
 def ttft_values(t: Table, s: np.ndarray) -> np.ndarray:
@@ -177,14 +178,15 @@ def tpot_loss(t: Table) -> H.Loss:
     fold: log multipliers and held-out masks are folds x groups)."""
     def loss(logm: np.ndarray, held: np.ndarray) -> np.ndarray:
         rows = held[:, t.row_group]
-        return np.sum(np.where(rows, np.abs(np.exp(logm[:, t.row_group]) * t.tpot_ratio - 1.0), 0.0), axis=1)
+        out: np.ndarray = np.sum(np.where(rows, np.abs(np.exp(logm[:, t.row_group]) * t.tpot_ratio - 1.0), 0.0), axis=1)
+        return out
     return loss
 
 
 def ttft_loss(t: Table, s: np.ndarray) -> H.Loss:
-    """Summed |log(calibrated / measured)| of TTFT, capped at log 2 (beyond 2x, the project's
-    widest band, a row counts as 2x off: one queued row ten times off does not decide), over the
-    held-out groups' rows that report one, with TPOT log multipliers ``s``."""
+    """Summed |log(calibrated / measured)| of TTFT, capped at log 1.5 (beyond 1.5x, the band the
+    TTFT figures count, a row counts as 1.5x off: one queued row ten times off does not decide),
+    over the held-out groups' rows that report one, with TPOT log multipliers ``s``."""
     logs = np.log(predicted_ttft(t, s, np.zeros_like(s)) / t.ttft_measured)
     has = np.isfinite(logs)
     logs = np.where(has, logs, 0.0)
@@ -192,7 +194,8 @@ def ttft_loss(t: Table, s: np.ndarray) -> H.Loss:
 
     def loss(logm: np.ndarray, held: np.ndarray) -> np.ndarray:
         rows = held[:, t.row_group] & has[None, :]
-        return np.sum(np.where(rows, np.minimum(np.abs(logm[:, t.row_group] + logs), cap), 0.0), axis=1)
+        out: np.ndarray = np.sum(np.where(rows, np.minimum(np.abs(logm[:, t.row_group] + logs), cap), 0.0), axis=1)
+        return out
     return loss
 
 
@@ -355,13 +358,13 @@ def level_fits(c: Calibration, which: str) -> list[LevelFit]:
     for level, k, choice, offsets in zip(H.LEVELS, q.shrink, q.choices, q.offsets, strict=True):
         groups, rows = _cell_counts(c, which, level)
         cells = [] if k is None else [
-            LevelOffset(**dict(zip(_FIELDS[level], key, strict=True)), scale=round(math.exp(offsets[i]), 6),
-                        groups=int(groups[i]), rows=int(rows[i]))
+            LevelOffset.model_validate({**dict(zip(_FIELDS[level], key, strict=True)), "groups": int(groups[i]),
+                                        "scale": round(math.exp(offsets[i]), 6), "rows": int(rows[i])})
             for i, key in enumerate(c.table.cells.keys[level]) if groups[i] >= H.MIN_CELL_GROUPS
         ]
         per_row = max(int(rows.sum()), 1)
         out.append(LevelFit(
-            level=level, shrink_groups=k, offsets=cells,
+            level=cast(Level, level), shrink_groups=k, offsets=cells,
             cv_error_without=None if choice.loss_without is None else round(choice.loss_without / per_row, 6),
             cv_error_with=None if choice.loss_with is None or k is None else round(choice.loss_with / per_row, 6),
         ))

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from fleetplan.catalogs import fields as F
 from fleetplan.catalogs.loader import format_validation_error
 
-PROFILE_VERSION = 2
+PROFILE_VERSION: Literal[2] = 2
 READABLE_VERSIONS = (1, 2)
 
 Scale = Annotated[float, F.CALIBRATION_SCALE]
