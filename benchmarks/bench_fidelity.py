@@ -1,19 +1,29 @@
 """Fidelity benchmark: seed vs default vs calibrated on measured TPOT and TTFT, by configuration group.
 
-Usage: python benchmarks/bench_fidelity.py [MEASUREMENTS.csv ...] [--folds N] [--nested SPLITS]
+Usage: python benchmarks/bench_fidelity.py [MEASUREMENTS.csv ...] [--folds N] [--halves SPLITS]
+                                           [--nested SPLITS] [--no-tables]
 
-For each measurement file (default: ``../shared/reference/measurements/silicon-train.csv`` and
-the public measurements in ``benchmarks/data/``) it predicts every row the planner would run with
-the ``seed`` and ``default`` presets, and with the default preset calibrated by a profile fitted
-on the other configuration groups only (leave-groups-out: each held-out group, a (model, GPU,
+For each measurement file (default: ``silicon-train.csv`` and ``inferencemax-train.csv`` in
+``../shared/reference/measurements/`` and the public measurements in ``benchmarks/data/``) it
+predicts every row the planner would run with the ``seed`` and ``default`` presets, and with
+the default preset calibrated by the profile ``calibrate`` writes on the other configuration
+groups only (none where it refuses; leave-groups-out: each held-out group, a (model, GPU,
 engine, TP, precision) batch sweep, is predicted by a profile that never saw it, as a user
 predicting a configuration they have not measured). It prints TPOT and TTFT error (rows, share
-within 1.25x / 1.5x / 2x, MAPE, median measured/predicted) overall and by engine, TP, model kind
-(dense / MoE) and GPU, then the "calibrate on half of the groups, predict the other half" figure
-(both halves in turn) against the uncalibrated preset on the same rows. That figure is in sample
-for the physics, which was fitted on every group; ``--nested SPLITS`` measures calibration where
-the physics has not seen the groups either: physics fitted on half of the groups, calibration on
-a quarter, prediction of the last quarter.
+within 1.25x / 1.5x / 2x, MAPE, median measured/predicted) overall and by engine, TP, model
+kind (dense / MoE) and GPU.
+
+The halves experiment (``--halves SPLITS``, default 5): the configuration groups of a file are
+halved at random SPLITS times (seeds 0, 1, ...); ``calibrate`` runs on one half and the other
+half is predicted, then the other way round. It prints, over those 2 x SPLITS predictions, the
+median and the worst (the split where calibration did most harm) of TPOT MAPE (dense, MoE, all
+rows) and TTFT within 1.5x and MAPE, calibrated against uncalibrated on the same rows, and how
+often ``calibrate`` refused. It runs on each file, on the files together, and across files:
+calibrated on one file, every row of another predicted.
+
+That figure is in sample for the physics, which was fitted on these groups; ``--nested SPLITS``
+measures calibration where the physics has not seen the groups either: physics fitted on half of
+the groups, calibration on a quarter, prediction of the last quarter.
 
 The default preset's physical parameters were fitted on silicon-train.csv and inferencemax-train.csv
 (``benchmarks/fit_physics.py``); their own leave-groups-out error is printed by
@@ -37,7 +47,8 @@ from fleetplan.models.roofline import model_kind
 from fleetplan.models.validation import error_stats, predict, skip_reason
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_FILES = (HERE.parent.parent / "shared" / "reference" / "measurements" / "silicon-train.csv",
+REFERENCE = HERE.parent.parent / "shared" / "reference" / "measurements"
+DEFAULT_FILES = (REFERENCE / "silicon-train.csv", REFERENCE / "inferencemax-train.csv",
                  HERE / "data" / "public-measurements.csv")
 BY: tuple[str, ...] = ("engine", "tp", "kind", "gpu")
 Pred = tuple[float, float]  # (TPOT ms, TTFT ms)
@@ -69,7 +80,7 @@ def folds_of(rows: list[Measurement], folds: int) -> list[int]:
 
 
 def held_out(rows: list[Measurement], catalog: Catalog, base: Preset, fold: list[int],
-             as_calibrate: bool = False) -> list[Pred | None]:
+             as_calibrate: bool = True) -> list[Pred | None]:
     """Each row predicted by a profile fitted on the rows of every other fold (None if none);
     ``as_calibrate``: the profile ``calibrate`` would write, or none where it refuses."""
     out: list[Pred | None] = [None] * len(rows)
@@ -118,19 +129,73 @@ def table(title: str, rows: list[Measurement], results: dict[str, list[Pred | No
                     print(line(f"{by} {value}, {label}", stats(rows, preds, which, lambda r: key(r, by, catalog) == value)))
 
 
-def halves(rows: list[Measurement], catalog: Catalog, base: Preset, default: list[Pred]) -> None:
-    """Calibrate on half of the configuration groups, predict the other half (both ways)."""
-    fold = folds_of(rows, 2)
-    cal = held_out(rows, catalog, base, fold, as_calibrate=True)
-    print("\ncalibrated on half of the configuration groups, predicting the other half (both halves in turn; "
-          "the profile `calibrate` writes, none where it refuses):\n")
-    print("| rows | model | rows | within 1.25x | within 1.5x | within 2x | MAPE | median measured/predicted |")
-    print("|---|---|---|---|---|---|---|---|")
-    for kind in ("dense", "moe"):
-        keep = (lambda r, k=kind: model_kind(catalog.models[r.model]) == k)
-        for label, preds in (("uncalibrated", list(default)), ("calibrated", cal)):
-            held = [p if c is not None else None for p, c in zip(preds, cal, strict=True)]
-            print(f"| {kind} TPOT " + line(label, stats(rows, held, 0, keep)))
+def split_figures(test: list[Measurement], catalog: Catalog, base: Preset, calibrated: Preset) -> dict[str, Pred]:
+    """(uncalibrated, calibrated) figures of one predicted half: TPOT MAPE of dense, MoE and all
+    rows, TTFT within 1.5x and TTFT MAPE (over rows with a measured TTFT)."""
+    plain_p, cal_p = plain(test, catalog, base), plain(test, catalog, calibrated)
+    out: dict[str, Pred] = {}
+    kinds = (("dense TPOT MAPE", "dense"), ("MoE TPOT MAPE", "moe"), ("all TPOT MAPE", None))
+    for label, kind in kinds:
+        keep = None if kind is None else (lambda r, k=kind: model_kind(catalog.models[r.model]) == k)
+        a, b = stats(test, list(plain_p), 0, keep), stats(test, list(cal_p), 0, keep)
+        if a.get("rows"):
+            out[label] = (float(a["mape"]), float(b["mape"]))
+    a, b = stats(test, list(plain_p), 1), stats(test, list(cal_p), 1)
+    if a.get("rows"):
+        out["TTFT within 1.5x"] = (float(a["within_1.5x"]), float(b["within_1.5x"]))
+        out["TTFT MAPE"] = (float(a["mape"]), float(b["mape"]))
+    return out
+
+
+def halving(rows: list[Measurement], seed: int) -> tuple[list[Measurement], list[Measurement]]:
+    """The rows of a random half of the configuration groups (seeded) and of the other half."""
+    import numpy as np
+
+    groups = sorted({r.configuration for r in rows}, key=repr)
+    perm = [groups[i] for i in np.random.default_rng(seed).permutation(len(groups))]
+    mine = set(perm[: len(perm) // 2])
+    return [r for r in rows if r.configuration in mine], [r for r in rows if r.configuration not in mine]
+
+
+def summarise_splits(title: str, results: list[tuple[dict[str, Pred], bool]]) -> None:
+    """Median and worst split of each figure, calibrated against uncalibrated on the same rows."""
+    import numpy as np
+
+    refused = sum(1 for _, r in results if r)
+    print(f"\n{title}: {len(results)} predictions, calibrate refused {refused}\n")
+    print("| figure | uncalibrated, median | calibrated, median | worst split: uncalibrated -> calibrated |")
+    print("|---|---|---|---|")
+    labels = [k for k in ("dense TPOT MAPE", "MoE TPOT MAPE", "all TPOT MAPE", "TTFT within 1.5x", "TTFT MAPE")
+              if any(k in f for f, _ in results)]
+    for label in labels:
+        pairs = [f[label] for f, _ in results if label in f]
+        harm = [(c - u) * (-1 if "within" in label else 1) for u, c in pairs]
+        worst = pairs[int(np.argmax(harm))]
+        print(f"| {label} | {np.median([u for u, _ in pairs]):.1%} | {np.median([c for _, c in pairs]):.1%} | "
+              f"{worst[0]:.1%} -> {worst[1]:.1%} |")
+
+
+def halves(title: str, rows: list[Measurement], catalog: Catalog, base: Preset, splits: int) -> None:
+    """Calibrate on a random half of the groups, predict the other half; both ways, ``splits`` times."""
+    results = []
+    for seed in range(splits):
+        a, b = halving(rows, seed)
+        for train, test in ((a, b), (b, a)):
+            calibrated = calibrated_unless_worse(base, train, catalog)
+            results.append((split_figures(test, catalog, base, calibrated), calibrated is base))
+    summarise_splits(f"{title}, calibrated on a random half of the configuration groups, the other half predicted "
+                     f"({splits} halvings, both ways)", results)
+
+
+def across(named: list[tuple[str, list[Measurement]]], catalog: Catalog, base: Preset) -> None:
+    """Calibrated on every row of one file, every row of another predicted."""
+    for name_a, rows_a in named:
+        for name_b, rows_b in named:
+            if name_a == name_b:
+                continue
+            calibrated = calibrated_unless_worse(base, rows_a, catalog)
+            summarise_splits(f"calibrated on {name_a}, {name_b} predicted",
+                             [(split_figures(rows_b, catalog, base, calibrated), calibrated is base)])
 
 
 def _mape_by_kind(rows: list[Measurement], preds: list[float], catalog: Catalog, kind: str) -> float:
@@ -182,24 +247,31 @@ def nested(rows: list[Measurement], catalog: Catalog, splits: int) -> None:
         print(f"| {kind} | " + " | ".join(cells) + " |")
 
 
-def run(path: Path, catalog: Catalog, folds: int, splits: int = 0) -> None:
+def usable(path: Path, catalog: Catalog, base: Preset) -> list[Measurement]:
+    """The rows of a measurement file the planner would run."""
+    all_rows = parse_measurements(path.read_text(encoding="utf-8"), path.name)
+    return [r for r in all_rows if skip_reason(r, catalog, base) is None]
+
+
+def run(path: Path, catalog: Catalog, folds: int, splits: int = 0, halvings: int = 5, tables: bool = True) -> None:
     """Every table for one measurement file."""
     all_rows = parse_measurements(path.read_text(encoding="utf-8"), path.name)
     t0 = time.perf_counter()
     base = get_preset("default")
-    rows = [r for r in all_rows if skip_reason(r, catalog, base) is None]
-    seed_ok = [skip_reason(r, catalog, get_preset("seed")) is None for r in rows]
-    seed = [p if ok else None for p, ok in zip(plain(rows, catalog, get_preset("seed")), seed_ok, strict=True)]
-    default = plain(rows, catalog, base)
+    rows = usable(path, catalog, base)
     n_groups = len({r.configuration for r in rows})
-    cv = held_out(rows, catalog, base, folds_of(rows, min(folds, n_groups)))
-    results: dict[str, list[Pred | None]] = {"seed": seed, "default": list(default), "calibrated (held out)": cv}
     print(f"## {path.name}: {len(rows)} rows in {n_groups} configuration groups the planner would run "
-          f"({len(all_rows) - len(rows)} skipped); calibration cross-validated over {min(folds, n_groups)} "
-          f"folds of whole groups")
-    table(path.name, rows, results, catalog)
-    if n_groups >= 4:
-        halves(rows, catalog, base, default)
+          f"({len(all_rows) - len(rows)} skipped)")
+    if tables:
+        seed_ok = [skip_reason(r, catalog, get_preset("seed")) is None for r in rows]
+        seed = [p if ok else None for p, ok in zip(plain(rows, catalog, get_preset("seed")), seed_ok, strict=True)]
+        default = plain(rows, catalog, base)
+        cv = held_out(rows, catalog, base, folds_of(rows, min(folds, n_groups)))
+        results: dict[str, list[Pred | None]] = {"seed": seed, "default": list(default), "calibrated (held out)": cv}
+        print(f"\ncalibration cross-validated over {min(folds, n_groups)} folds of whole groups")
+        table(path.name, rows, results, catalog)
+    if halvings and n_groups >= 4:
+        halves(path.name, rows, catalog, base, halvings)
     if splits and n_groups >= 30:
         nested(rows, catalog, splits)
     print(f"\n({time.perf_counter() - t0:.1f} s)\n")
@@ -209,12 +281,23 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("files", nargs="*", default=[str(f) for f in DEFAULT_FILES])
     ap.add_argument("--folds", type=int, default=44, help="folds of whole configuration groups (default 44)")
+    ap.add_argument("--halves", type=int, default=5, metavar="SPLITS",
+                    help="random halvings of the groups for the halves experiment (default 5; 0: none)")
     ap.add_argument("--nested", type=int, default=0, metavar="SPLITS",
                     help="also fit the physics on half of the groups and calibrate on a quarter, SPLITS times")
+    ap.add_argument("--no-tables", action="store_true", help="only the halves and cross-file experiments")
     args = ap.parse_args(argv)
     catalog = load_catalog()
     for f in args.files:
-        run(Path(f), catalog, args.folds, args.nested)
+        run(Path(f), catalog, args.folds, args.nested, args.halves, not args.no_tables)
+    base = get_preset("default")
+    named = [(Path(f).name, usable(Path(f), catalog, base)) for f in args.files]
+    if len(named) > 1 and args.halves:
+        together = [r for _, rows in named for r in rows]
+        print(f"## {' + '.join(n for n, _ in named)} together")
+        halves("the files together", together, catalog, base, args.halves)
+        print("\n## across files")
+        across(named, catalog, base)
     return 0
 
 

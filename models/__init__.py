@@ -13,6 +13,8 @@
   :mod:`~fleetplan.models.interference`: the default preset's terms beyond first order;
 - :mod:`fleetplan.models.measurements`, :mod:`~fleetplan.models.validation`,
   :mod:`~fleetplan.models.calibration`: measured benchmarks, error statistics and fitted profiles;
+- :mod:`fleetplan.models.hierarchy`: the calibration's estimator (offsets per level, shrunk by
+  cross-validation);
 - :mod:`fleetplan.models.profile`: the calibration profile's schema, for writing and reading it.
 """
 

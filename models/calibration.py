@@ -1,29 +1,24 @@
-"""Calibration profiles: one scale factor per GPU, engine and model kind, fitted to measurements.
+"""Calibration profiles: hierarchical offsets of TPOT and TTFT fitted to a user's measurements.
 
-A user's measurements fix what is systematic in their setup: how fast their engine build runs
-on their GPUs, for their kind of model. Each configuration group (model, GPU, engine, TP,
-precision: a batch sweep moves together) gives one number, the median over its rows of
+A user's measurements fix what is systematic in their setup: how fast their engine runs, on
+their GPU family, for their kind of model. Each configuration group (model, GPU, engine, TP,
+precision: a batch sweep moves together) gives the median over its rows of
+log(measured / predicted), and :mod:`fleetplan.models.hierarchy` splits those values into
+offsets at the levels all, model kind, engine, GPU family, engine x family and setup (GPU id,
+engine, kind), each shrunk toward the levels above it by an amount chosen by cross-validation
+over whole groups; a level that does not predict held-out groups better is left out.
 
-    r = log(measured TPOT / predicted TPOT)
+Two quantities are calibrated apart. The TPOT factor ``exp(s)`` multiplies every term of the
+step (bandwidth and compute factors ``exp(-s)``, overhead and communication ``exp(s)``), so the
+prefill time, and the TTFT with it, move too. The TTFT factor ``exp(t)`` then multiplies the
+benchmark TTFT that :func:`fleetplan.models.validation.predict` gives (its residuals are taken
+against the TTFT the calibrated step gives): the harnesses and schedulers that decide a measured
+TTFT differ far more between setups than the step does. The planner's open-loop TTFT is not
+scaled by ``t``; it moves with the step.
 
-and every scope (a GPU id, its family or any GPU; an engine or any; dense, MoE or any kind)
-that groups were measured in gets the log factor
-
-    s = sum of r over its groups / (groups + SHRINK_GROUPS)
-
-shrunk towards zero (no change) by the number of groups, not rows: a batch sweep of forty
-points is one configuration a user measured. A profile scales every term of the step by
-``exp(s)`` of the most specific scope that matches (bandwidth and compute factors ``exp(-s)``,
-overhead and communication ``exp(s)``), so the prefill time and TTFT move with it. One factor
-per scope, because what calibration must fix is a setup's offset on configurations it has not
-measured: with the physics fitted on other configuration groups, calibrating on half of the
-rest of silicon-train.csv's groups and predicting the other half
-(``python benchmarks/bench_fidelity.py --nested``), bandwidth and overhead factors per level
-each shrunk by a prior made dense TPOT worse (14.7% -> 19.5%), where this one scale helps.
-
-Cross-validation refits on all rows but one configuration group and predicts the held-out
-group, as a user predicting a configuration they have not measured; with more than
-:data:`MAX_LOCO_CONFIGS` groups it uses that many grouped folds instead.
+``calibrate`` cross-validates the whole procedure (the choice of levels and shrinkage inside
+every fold) and keeps a quantity only when its held-out error is lower than uncalibrated on the
+same rows; when neither is kept it writes no profile.
 """
 
 from __future__ import annotations
@@ -34,34 +29,31 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from fleetplan.catalogs.loader import Catalog, InputError, parse_yaml, read_text
+from fleetplan.models import hierarchy as H
 from fleetplan.models.measurements import Measurement
 from fleetplan.models.presets import CalibrationFactors, Preset, normalize_engine
-from fleetplan.models.profile import PROFILE_VERSION, CalibrationProfile, FactorEntry, read_profile
+from fleetplan.models.profile import (
+    PROFILE_VERSION, AnyProfile, CalibrationProfile, FactorEntry, Level, LevelFit, LevelOffset, ProfileV1, QuantityFit,
+    read_profile,
+)
 from fleetplan.models.roofline import model_kind
 from fleetplan.models.validation import predict
 
 __all__ = ["PROFILE_VERSION"]
-MAX_LOCO_CONFIGS = 40
-LOG_BOUND = 3.0
-# Groups' worth of "no change" each scope's factor is shrunk with. Chosen by cross-validation on
-# ../shared/reference/measurements/silicon-train.csv (physics fitted on half of the groups,
-# calibration on a quarter, prediction of the last quarter, 4 random splits: dense TPOT MAPE
-# 10.3%, 10.3%, 10.4%, 10.5% for 1, 2, 3, 4 groups, 10.8% uncalibrated) and on the public
-# measurements (calibrated on half of their 24 groups, the other half predicted: dense 14.1%,
-# 13.5%, 13.3%, 13.2% against 13.3% uncalibrated). At 3 calibration is worse than none on
-# neither; at 1 it lost 0.8 point on the public file, where a half holds only 12 groups.
-SHRINK_GROUPS = 3.0
+LOG_BOUND = 3.0  # a factor beyond e^3 (20x) is a wrong row, not a setup's offset
+QUANTITIES: tuple[str, ...] = ("tpot", "ttft")
 
 
 @dataclass(frozen=True)
 class Components:
     """The terms of one row's predicted step time at unit factors (seconds), the tokens a step
-    gains each sequence (above 1 with speculative decoding) and the row's groups."""
+    gains each sequence (above 1 with speculative decoding), its uncalibrated TTFT split into the
+    part a step scale leaves alone (admission) and the part it scales, and the row's groups."""
 
     weights: float
     compute: float
@@ -77,12 +69,27 @@ class Components:
     group: str = ""
     tokens_per_step: float = 1.0
     draft: float = 0.0
+    ttft_fixed: float = 0.0
+    ttft_scaled: float = 0.0
+    measured_ttft: float = 0.0
+    cluster: str = ""
+
+
+def _uniform(scale: float) -> CalibrationFactors:
+    """Factors that scale every term of the step by ``scale`` on any GPU, engine and kind."""
+    return CalibrationFactors(bandwidth_scale=1 / scale, compute_scale=1 / scale, overhead_scale=scale,
+                              comm_scale=scale)
 
 
 def components(row: Measurement, catalog: Catalog, preset: Preset) -> Components:
-    """The terms of the uncalibrated ``preset``'s TPOT for ``row``."""
+    """The terms of the uncalibrated ``preset``'s TPOT for ``row``, and its TTFT at a unit and a
+    doubled step scale (a TTFT is affine in the step's scale: admission plus work)."""
     base = dataclasses.replace(preset, factors=(), calibration=None)
-    e = predict(row, catalog, base).estimate
+    p = predict(row, catalog, base)
+    e = p.estimate
+    doubled = predict(row, catalog, dataclasses.replace(base, factors=(_uniform(2.0),))).predicted_ttft_ms / 1e3
+    one = p.predicted_ttft_ms / 1e3
+    fixed = min(max(2.0 * one - doubled, 0.0), one)
     gpu = catalog.gpus[row.gpu]
     if preset.composition == "roofline":
         weights, kv, prefill = e.memory_time_s, 0.0, 0.0
@@ -93,10 +100,9 @@ def components(row: Measurement, catalog: Catalog, preset: Preset) -> Components
         overhead=e.overhead_time_s, measured=row.measured_tpot_ms / 1e3, family=gpu.family, gpu=gpu.id,
         engine=normalize_engine(row.engine) or "", kind=model_kind(catalog.models[row.model]),
         group=repr(row.configuration), tokens_per_step=e.accepted_tokens_per_step, draft=e.draft_time_s,
+        ttft_fixed=fixed, ttft_scaled=one - fixed, measured_ttft=(row.measured_ttft_ms or 0.0) / 1e3,
+        cluster=repr((row.model, gpu.id, normalize_engine(row.engine) or "")),
     )
-
-
-Scope = tuple[str | None, str | None, str | None]  # (GPU id or family, engine, kind); None: any
 
 
 def _base_s(c: Components) -> float:
@@ -106,112 +112,333 @@ def _base_s(c: Components) -> float:
     return (terms + c.draft) / c.tokens_per_step
 
 
-def group_log_ratios(comp: Sequence[Components]) -> dict[str, tuple[float, Components]]:
-    """Per configuration group: the median of log(measured / predicted) over its rows, and one
-    of its rows (for its GPU, family, engine and kind)."""
-    by_group: dict[str, list[Components]] = {}
-    for c in comp:
-        by_group.setdefault(c.group, []).append(c)
-    return {g: (statistics.median(math.log(c.measured / _base_s(c)) for c in cs), cs[0])
-            for g, cs in sorted(by_group.items())}
+def level_keys(c: Components) -> dict[str, tuple[str, ...]]:
+    """The cell of each level of :data:`~fleetplan.models.hierarchy.LEVELS` a row's group is in."""
+    return {"all": (), "kind": (c.kind,), "engine": (c.engine,), "family": (c.family,),
+            "engine_family": (c.engine, c.family), "setup": (c.gpu, c.family, c.engine, c.kind)}
 
 
-def _scopes_of(c: Components) -> list[Scope]:
-    """The scopes a row of ``c``'s group calibrates: its GPU and model kind pooled over engines
-    (engine None: what the planner, which names no engine, uses) and with its engine."""
-    return [(c.gpu, None, c.kind), (c.gpu, c.engine, c.kind)]
+@dataclass(frozen=True)
+class Table:
+    """A measurement set as the estimator reads it: per row its group and uncalibrated figures,
+    per group its cells and its TPOT value (median log measured / predicted)."""
+
+    comp: tuple[Components, ...]
+    row_group: np.ndarray
+    cells: H.Cells
+    tpot_ratio: np.ndarray  # predicted / measured TPOT per row, uncalibrated
+    ttft_fixed: np.ndarray
+    ttft_scaled: np.ndarray
+    ttft_measured: np.ndarray  # NaN where the row reports none
+    tpot_values: np.ndarray
+    clusters: np.ndarray  # per group: its model x GPU x engine, held out together
 
 
-@dataclass
-class Fit:
-    """Fitted log factors of every scope with measured groups, with their group and row counts."""
-
-    log_scale: dict[Scope, float]
-    groups: dict[Scope, int]
-    rows: dict[Scope, int]
-
-    def factors(self) -> tuple[CalibrationFactors, ...]:
-        """The fit as a preset's calibration factors, one per scope."""
-        return tuple(_factors(scope, s) for scope, s in self.log_scale.items())
-
-
-def _factors(scope: Scope, log_scale: float) -> CalibrationFactors:
-    """The multipliers that scale every term of the step by ``exp(log_scale)``."""
-    up, down = round(math.exp(log_scale), 6), round(math.exp(-log_scale), 6)
-    return CalibrationFactors(gpu=scope[0], engine=scope[1], kind=scope[2], bandwidth_scale=down,
-                              compute_scale=down, overhead_scale=up, comm_scale=up, unnamed_engine=scope[1] is None)
-
-
-def fit(comp: Sequence[Components]) -> Fit:
-    """One shrunk log factor per scope: the sum of its groups' median log ratios over the
-    number of its groups plus :data:`SHRINK_GROUPS`."""
-    sums: dict[Scope, float] = {}
-    groups: dict[Scope, int] = {}
-    rows: dict[Scope, int] = {}
-    for r, c in group_log_ratios(comp).values():
-        for scope in _scopes_of(c):
-            sums[scope] = sums.get(scope, 0.0) + r
-            groups[scope] = groups.get(scope, 0) + 1
-    for c in comp:
-        for scope in _scopes_of(c):
-            rows[scope] = rows.get(scope, 0) + 1
-    log_scale = {k: float(np.clip(v / (groups[k] + SHRINK_GROUPS), -LOG_BOUND, LOG_BOUND))
-                 for k, v in sorted(sums.items(), key=lambda kv: repr(kv[0]))}
-    return Fit(log_scale=log_scale, groups=groups, rows=rows)
+def table(comp: Sequence[Components]) -> Table:
+    """The :class:`Table` of rows' components (groups in sorted order)."""
+    groups = sorted({c.group for c in comp})
+    where = {g: i for i, g in enumerate(groups)}
+    first = {c.group: c for c in reversed(comp)}
+    row_group = np.array([where[c.group] for c in comp], dtype=np.int64)
+    ratio = np.array([_base_s(c) / c.measured for c in comp])
+    values = np.array([statistics.median(-math.log(ratio[i]) for i in np.flatnonzero(row_group == g))
+                       for g in range(len(groups))]) if comp else np.zeros(0)
+    return Table(
+        comp=tuple(comp), row_group=row_group, cells=H.cells_of([level_keys(first[g]) for g in groups]),
+        tpot_ratio=ratio, ttft_fixed=np.array([c.ttft_fixed for c in comp]),
+        ttft_scaled=np.array([c.ttft_scaled for c in comp]),
+        ttft_measured=np.array([c.measured_ttft if c.measured_ttft > 0 else math.nan for c in comp]),
+        tpot_values=np.clip(values, -LOG_BOUND, LOG_BOUND),
+        clusters=np.unique([first[g].cluster for g in groups], return_inverse=True)[1].reshape(-1)
+        if comp else np.zeros(0, dtype=np.int64),
+    )
 
 
-def predict_with_fit(comp: Sequence[Components], f: Fit) -> np.ndarray:
-    """Predicted step times (seconds) of ``comp`` under fitted factors: each row's most specific
-    matching scope, chosen as the planner chooses (:meth:`Preset.factors_for`)."""
-    preset = Preset(name="fit", factors=f.factors())
+def predicted_ttft(t: Table, s: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """Each row's TTFT (seconds) under per-group log multipliers ``s`` (TPOT) and ``f`` (TTFT)."""
+    g = t.row_group
+    out: np.ndarray = np.exp(f[g]) * (t.ttft_fixed + np.exp(s[g]) * t.ttft_scaled)
+    return out
+
+
+def ttft_values(t: Table, s: np.ndarray) -> np.ndarray:
+    """Per group, the median over its rows with a measured TTFT of log(measured / the TTFT under
+    TPOT log multipliers ``s``); NaN for a group without one."""
+    logs = np.log(t.ttft_measured / predicted_ttft(t, s, np.zeros_like(s)))
+    out = np.full(t.cells.groups, math.nan)
+    for g in range(t.cells.groups):
+        mine = logs[(t.row_group == g) & np.isfinite(logs)]
+        if len(mine):
+            out[g] = float(np.clip(np.median(mine), -LOG_BOUND, LOG_BOUND))
+    return out
+
+
+def tpot_loss(t: Table) -> H.Loss:
+    """Summed |calibrated / measured - 1| of TPOT over the rows of the held-out groups (every
+    fold: log multipliers and held-out masks are folds x groups)."""
+    def loss(logm: np.ndarray, held: np.ndarray) -> np.ndarray:
+        rows = held[:, t.row_group]
+        out: np.ndarray = np.sum(np.where(rows, np.abs(np.exp(logm[:, t.row_group]) * t.tpot_ratio - 1.0), 0.0), axis=1)
+        return out
+    return loss
+
+
+def ttft_loss(t: Table, s: np.ndarray) -> H.Loss:
+    """Summed |log(calibrated / measured)| of TTFT, capped at log 1.5 (beyond 1.5x, the band the
+    TTFT figures count, a row counts as 1.5x off: one queued row ten times off does not decide),
+    over the held-out groups' rows that report one, with TPOT log multipliers ``s``."""
+    logs = np.log(predicted_ttft(t, s, np.zeros_like(s)) / t.ttft_measured)
+    has = np.isfinite(logs)
+    logs = np.where(has, logs, 0.0)
+    cap = math.log(1.5)
+
+    def loss(logm: np.ndarray, held: np.ndarray) -> np.ndarray:
+        rows = held[:, t.row_group] & has[None, :]
+        out: np.ndarray = np.sum(np.where(rows, np.minimum(np.abs(logm[:, t.row_group] + logs), cap), 0.0), axis=1)
+        return out
+    return loss
+
+
+@dataclass(frozen=True)
+class QuantityResult:
+    """One quantity fitted on every group: the levels' shrinkage and choices, the cells' offsets,
+    each group's log multiplier in sample, its held-out log multiplier from the nested
+    cross-validation (NaN without a fold), whether that held-out error is below no
+    calibration's (``better``) and whether the quantity is kept (better, or forced)."""
+
+    shrink: H.Shrink
+    choices: tuple[H.LevelChoice, ...]
+    offsets: tuple[np.ndarray, ...]
+    log: np.ndarray
+    held_out: np.ndarray
+    kept: bool
+    better: bool
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A measurement set calibrated: TPOT and TTFT (each kept or not), and the outer folds."""
+
+    table: Table
+    tpot: QuantityResult
+    ttft: QuantityResult
+    folds: int
+    forced: bool
+
+    @property
+    def method(self) -> str:
+        """How the held-out figures were obtained."""
+        if self.folds == 0:
+            return "none: every row is of one model on one GPU with one engine, so none can be held out"
+        if self.folds < H.MAX_FOLDS or self.folds == len(np.unique(self.table.clusters)):
+            return ("leave-one-out by model x GPU x engine (all its configuration groups together), levels chosen "
+                    "again inside every fold")
+        return (f"{self.folds}-fold by model x GPU x engine (all its configuration groups together), levels chosen "
+                "again inside every fold")
+
+
+def _fit_one(values: np.ndarray, train: np.ndarray, cells: H.Cells, loss: H.Loss, allow_off: bool,
+             clusters: np.ndarray) -> tuple[H.Shrink, list[H.LevelChoice], list[np.ndarray], np.ndarray]:
+    """Levels chosen on ``train`` by cross-validation (``clusters`` held out whole), their offsets
+    fitted on ``train`` and every group's log multiplier."""
+    shrink, choices = H.select(values, train, cells, loss, allow_off, clusters)
+    offsets = H.fit(values, train, cells, shrink)
+    return shrink, choices, offsets, H.log_multipliers(offsets, cells)
+
+
+def _nested(t: Table, value_of: list[np.ndarray], loss_of: list[H.Loss], outer: np.ndarray,
+            allow_off: bool) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Each group's held-out log multiplier: in fold ``i`` (``outer[i]`` held out), levels chosen
+    and fitted on the rest with values ``value_of[i]`` and loss ``loss_of[i]``; and every fold's
+    multipliers of all groups."""
+    held_out = np.full(t.cells.groups, math.nan)
+    per_fold = []
+    for held, values, loss in zip(outer, value_of, loss_of, strict=True):
+        *_, logm = _fit_one(values, ~held, t.cells, loss, allow_off, t.clusters)
+        held_out[held] = logm[held]
+        per_fold.append(logm)
+    return held_out, per_fold
+
+
+def _better(loss: H.Loss, held_out: np.ndarray, baseline: np.ndarray, outer: np.ndarray) -> bool:
+    """Whether the held-out multipliers lose less than ``baseline`` on the groups held out, by
+    more than one standard error of the gain over the outer folds (the rule levels are chosen
+    by, applied to the whole procedure: a calibration whose gain is a few groups' luck is not
+    kept)."""
+    held = np.isfinite(held_out)
+    if not held.any() or len(outer) < 2:
+        return False
+    masks = outer & held[None, :]
+    gain = loss(np.where(held, baseline, 0.0)[None, :], masks) - loss(np.where(held, held_out, 0.0)[None, :], masks)
+    return bool(gain.sum() > np.std(gain, ddof=1) * math.sqrt(len(gain)))
+
+
+def _within_kept(t: Table, s: np.ndarray, f_held: np.ndarray, band: float = 1.5) -> bool:
+    """Whether the held-out TTFT factors keep at least as many rows within ``band`` of the
+    measured TTFT as no factor (the figure users read for TTFT)."""
+    f = np.where(np.isfinite(f_held), f_held, 0.0)
+    measured = t.ttft_measured
+    rows = np.isfinite(measured) & np.isfinite(f_held)[t.row_group]
+
+    def share(pred: np.ndarray) -> int:
+        return int(np.sum(np.abs(np.log(pred[rows] / measured[rows])) <= math.log(band) * (1 + 1e-12)))
+    return share(predicted_ttft(t, s, f)) >= share(predicted_ttft(t, s, np.zeros_like(f)))
+
+
+def _quantity(t: Table, values: np.ndarray, loss: H.Loss, held_out: np.ndarray, better: bool,
+              force: bool) -> QuantityResult:
+    """A quantity fitted on every group (nothing, at every level, unless ``better`` or ``force``)."""
+    kept, allow_off = better or force, not force
+    everyone = np.ones(t.cells.groups, dtype=bool)
+    shrink, choices, offsets, logm = _fit_one(values, everyone, t.cells, loss, allow_off, t.clusters)
+    if not kept:
+        shrink = tuple([None] * len(H.LEVELS))
+        offsets, logm = H.fit(values, everyone, t.cells, shrink), np.zeros(t.cells.groups)
+    return QuantityResult(shrink, tuple(choices), tuple(offsets), logm, held_out, kept, better)
+
+
+def calibrate(t: Table, force: bool = False) -> Calibration:
+    """TPOT, then TTFT against the TTFT of the calibrated step, each cross-validated by whole
+    groups with the levels chosen again inside every fold; a quantity is kept when its held-out
+    error is below no calibration's on the same rows by more than one standard error (TTFT: and
+    no fewer rows within 1.5x); ``force``: always, every level at its best shrinkage."""
+    n = t.cells.groups
+    outer = H.folds(np.ones(n, dtype=bool), t.clusters)
+    zeros = np.zeros(n)
+    tpot_loss_ = tpot_loss(t)
+    s_held, s_folds = _nested(t, [t.tpot_values] * len(outer), [tpot_loss_] * len(outer), outer, not force)
+    tpot = _quantity(t, t.tpot_values, tpot_loss_, s_held, _better(tpot_loss_, s_held, zeros, outer), force)
+    s_use = [s if tpot.kept else zeros for s in s_folds]
+    f_held, _ = _nested(t, [ttft_values(t, s) for s in s_use], [ttft_loss(t, s) for s in s_use], outer, not force)
+    s_cv = np.where(np.isfinite(s_held), s_held, 0.0) if tpot.kept else zeros
+    better = _better(ttft_loss(t, s_cv), f_held, zeros, outer) and _within_kept(t, s_cv, f_held)
+    ttft = _quantity(t, ttft_values(t, tpot.log), ttft_loss(t, tpot.log), f_held, better, force)
+    return Calibration(t, tpot, ttft, len(outer), force)
+
+
+def row_predictions(c: Calibration, which: str) -> dict[str, np.ndarray]:
+    """Per row, in seconds: the uncalibrated ``which`` (``tpot`` or ``ttft``; TTFT NaN where the
+    row reports none), the profile's in sample (a quantity not kept predicts as uncalibrated) and
+    the nested cross-validation's held out, as calibration would predict it kept (NaN where the
+    row's group had no fold)."""
+    t, g = c.table, c.table.row_group
+    zeros = np.zeros(t.cells.groups)
+    s_cv = c.tpot.held_out
+    if which == "tpot":
+        base = t.tpot_ratio * np.array([x.measured for x in t.comp])
+        return {"uncalibrated": base, "in_sample": base * np.exp(c.tpot.log[g]), "held_out": base * np.exp(s_cv[g])}
+    s_used = np.where(np.isfinite(s_cv), s_cv, 0.0) if c.tpot.kept else zeros
+    held = predicted_ttft(t, s_used, np.where(np.isfinite(c.ttft.held_out), c.ttft.held_out, 0.0))
+    held[~np.isfinite(s_cv[g])] = math.nan
+    return {"uncalibrated": predicted_ttft(t, zeros, zeros), "in_sample": predicted_ttft(t, c.tpot.log, c.ttft.log),
+            "held_out": held}
+
+
+_FIELDS: dict[str, tuple[str, ...]] = {
+    "all": (), "kind": ("kind",), "engine": ("engine",), "family": ("family",),
+    "engine_family": ("engine", "family"), "setup": ("gpu", "family", "engine", "kind"),
+}
+
+
+def _cell_counts(c: Calibration, which: str, level: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per cell of ``level``: the groups and rows that informed ``which`` (TTFT: those with a
+    measured TTFT)."""
+    t = c.table
+    idx, size = t.cells.index[level], len(t.cells.keys[level])
+    informed = np.ones(len(t.comp), dtype=bool) if which == "tpot" else np.isfinite(t.ttft_measured)
+    rows_per_group = np.bincount(t.row_group, informed.astype(float), t.cells.groups)
+    return np.bincount(idx, (rows_per_group > 0).astype(float), size), np.bincount(idx, rows_per_group, size)
+
+
+def level_fits(c: Calibration, which: str) -> list[LevelFit]:
+    """The :class:`~fleetplan.models.profile.LevelFit` of every level of ``which`` (``tpot`` or
+    ``ttft``), most general first; a left-out level has no offsets."""
+    q: QuantityResult = getattr(c, which)
     out = []
-    for c in comp:
-        scale = preset.factors_for(c.gpu, c.family, c.engine, c.kind).overhead_scale
-        out.append(_base_s(c) * scale)
-    return np.array(out)
-
-
-def cross_validated_predictions(comp: Sequence[Components], configs: Sequence[tuple[Any, ...]]) -> tuple[np.ndarray, str, int]:
-    """Held-out predictions (seconds) of every row, the method's name and the number of folds.
-
-    A row whose fold leaves nothing to fit on (all rows come from one configuration) has no
-    held-out prediction: NaN, for the caller to leave out."""
-    distinct = sorted(set(configs), key=repr)
-    if len(distinct) <= MAX_LOCO_CONFIGS:
-        fold_of = {cfg: i for i, cfg in enumerate(distinct)}
-        method = "leave-one-configuration-group-out"
-    else:
-        fold_of = {cfg: i % MAX_LOCO_CONFIGS for i, cfg in enumerate(distinct)}
-        method = f"{MAX_LOCO_CONFIGS}-fold, grouped by configuration group"
-    folds = sorted(set(fold_of.values()))
-    out = np.full(len(comp), math.nan)
-    for k in folds:
-        test = [i for i, cfg in enumerate(configs) if fold_of[cfg] == k]
-        train = [i for i, cfg in enumerate(configs) if fold_of[cfg] != k]
-        if not train:
-            continue
-        f = fit([comp[i] for i in train])
-        out[test] = predict_with_fit([comp[i] for i in test], f)
-    return out, method, len(folds)
-
-
-def profile_factors(f: Fit, comp: Sequence[Components]) -> list[FactorEntry]:
-    """Every factor entry of a profile, most general first: one per scope with measured groups,
-    with the rows it was fitted on."""
-    del comp  # the fit holds its own counts
-    order = sorted(f.log_scale, key=lambda k: (sum(x is not None for x in k), repr(k)))
-    entries = []
-    for scope in order:
-        fac = _factors(scope, f.log_scale[scope])
-        entries.append(FactorEntry(
-            gpu=scope[0], engine=scope[1], kind=scope[2], rows=f.rows[scope],  # type: ignore[arg-type]
-            unnamed_engine=fac.unnamed_engine, bandwidth_scale=fac.bandwidth_scale,
-            compute_scale=fac.compute_scale, overhead_scale=fac.overhead_scale, comm_scale=fac.comm_scale,
+    for level, k, choice, offsets in zip(H.LEVELS, q.shrink, q.choices, q.offsets, strict=True):
+        groups, rows = _cell_counts(c, which, level)
+        cells = [] if k is None else [
+            LevelOffset.model_validate({**dict(zip(_FIELDS[level], key, strict=True)), "groups": int(groups[i]),
+                                        "scale": round(math.exp(offsets[i]), 6), "rows": int(rows[i])})
+            for i, key in enumerate(c.table.cells.keys[level]) if groups[i] >= H.MIN_CELL_GROUPS
+        ]
+        per_row = max(int(rows.sum()), 1)
+        out.append(LevelFit(
+            level=cast(Level, level), shrink_groups=k, offsets=cells,
+            cv_error_without=None if choice.loss_without is None else round(choice.loss_without / per_row, 6),
+            cv_error_with=None if choice.loss_with is None or k is None else round(choice.loss_with / per_row, 6),
         ))
-    return entries
+    return out
 
 
-def load_profile(path: Path) -> CalibrationProfile:
+def _log_offsets(levels: Sequence[Any]) -> dict[str, dict[tuple[str | None, ...], float]]:
+    """A profile quantity's levels as {level: {cell key: log multiplier}}."""
+    out: dict[str, dict[tuple[str | None, ...], float]] = {level: {} for level in H.LEVELS}
+    for lv in levels:
+        for o in lv.offsets:
+            out[lv.level][tuple(getattr(o, f) for f in _FIELDS[lv.level])] = math.log(o.scale)
+    return out
+
+
+def _composed(levels: dict[str, dict[tuple[str | None, ...], float]], family: str | None, engine: str | None,
+              kind: str | None, gpu: str | None = None) -> float:
+    """The log multiplier of a configuration: its cells' offsets summed over the levels (a level
+    it has no cell in, or names nothing of, adds nothing)."""
+    total = levels["all"].get((), 0.0)
+    total += levels["kind"].get((kind,), 0.0) if kind else 0.0
+    total += levels["engine"].get((engine,), 0.0) if engine else 0.0
+    total += levels["family"].get((family,), 0.0) if family else 0.0
+    total += levels["engine_family"].get((engine, family), 0.0) if engine and family else 0.0
+    total += levels["setup"].get((gpu, family, engine, kind), 0.0) if gpu else 0.0
+    return total
+
+
+def factors_of(profile: CalibrationProfile) -> tuple[CalibrationFactors, ...]:
+    """The profile as the preset's :class:`CalibrationFactors`: one entry per family (or any) x
+    engine (or any) x kind (or any), and one per measured setup, each the product of its cells'
+    multipliers, so that :meth:`Preset.factors_for`'s most specific entry is the hierarchy's
+    answer for any GPU, engine and kind (measured or not)."""
+    tpot, ttft = _log_offsets(profile.tpot.levels), _log_offsets(profile.ttft.levels)
+    families = sorted({k[-1] for lv in ("family", "engine_family") for d in (tpot, ttft) for k in d[lv]}, key=str)
+    engines = sorted({k[0] for lv in ("engine", "engine_family") for d in (tpot, ttft) for k in d[lv]}, key=str)
+    setups = sorted({k for d in (tpot, ttft) for k in d["setup"]}, key=repr)
+    out = []
+    for kind in (None, "dense", "moe"):
+        for engine in (None, *engines):
+            for family in (None, *families):
+                out.append(_entry(family, engine, kind, _composed(tpot, family, engine, kind),
+                                  _composed(ttft, family, engine, kind)))
+    for gpu, family, engine, kind in setups:
+        out.append(_entry(gpu, engine, kind, _composed(tpot, family, engine, kind, gpu),
+                          _composed(ttft, family, engine, kind, gpu)))
+    return tuple(out)
+
+
+def _entry(gpu: str | None, engine: str | None, kind: str | None, log_tpot: float, log_ttft: float) -> CalibrationFactors:
+    """Factors that scale every term of the step by ``exp(log_tpot)`` and the TTFT by ``exp(log_ttft)``."""
+    up, down = round(math.exp(log_tpot), 6), round(math.exp(-log_tpot), 6)
+    return CalibrationFactors(gpu=gpu, engine=engine, kind=kind, bandwidth_scale=down, compute_scale=down,
+                              overhead_scale=up, comm_scale=up, ttft_scale=round(math.exp(log_ttft), 6))
+
+
+def factors_from_entries(entries: Sequence[FactorEntry]) -> tuple[CalibrationFactors, ...]:
+    """A format-1 profile's factor entries as the preset's :class:`CalibrationFactors`."""
+    return tuple(
+        CalibrationFactors(
+            gpu=f.gpu, engine=normalize_engine(f.engine), kind=f.kind, bandwidth_scale=f.bandwidth_scale,
+            compute_scale=f.compute_scale, overhead_scale=f.overhead_scale, comm_scale=f.comm_scale,
+            unnamed_engine=f.unnamed_engine,
+        )
+        for f in entries
+    )
+
+
+def profile_factors(profile: AnyProfile) -> tuple[CalibrationFactors, ...]:
+    """The preset factors of a profile of either format."""
+    return factors_from_entries(profile.factors) if isinstance(profile, ProfileV1) else factors_of(profile)
+
+
+def load_profile(path: Path) -> AnyProfile:
     """The profile at ``path``, validated by its schema (one line naming the field if not)."""
     text = read_text(path, "file", InputError, "`calibration`: ")
     try:
@@ -223,56 +450,62 @@ def load_profile(path: Path) -> CalibrationProfile:
 def apply_profile(preset: Preset, path: Path, preset_hint: str = "use the preset {fitted}") -> Preset:
     """``preset`` adjusted by the calibration profile at ``path``.
 
-    The profile must have been fitted against the same preset; its factor entries become the
-    preset's :class:`CalibrationFactors` and ``calibration`` names the profile file. A profile
-    fitted for another preset is refused with ``preset_hint`` (``{fitted}`` is replaced by the
-    profile's preset): how the caller's user chooses the preset.
+    The profile must have been fitted against the same preset; its factors become the preset's
+    :class:`CalibrationFactors` and ``calibration`` names the profile file. A profile fitted for
+    another preset is refused with ``preset_hint`` (``{fitted}`` is replaced by the profile's
+    preset): how the caller's user chooses the preset.
     """
     profile = load_profile(path)
     if profile.preset != preset.name:
         hint = preset_hint.format(fitted=profile.preset, used=preset.name)
         raise InputError(f"{path}: profile was fitted for preset {profile.preset!r}, not {preset.name!r} ({hint})")
-    return dataclasses.replace(preset, factors=factors_from_entries(profile.factors), calibration=path.name)
+    return dataclasses.replace(preset, factors=profile_factors(profile), calibration=path.name)
 
 
-def factors_from_entries(entries: Sequence[FactorEntry]) -> tuple[CalibrationFactors, ...]:
-    """A profile's factor entries as the preset's :class:`CalibrationFactors`."""
-    return tuple(
-        CalibrationFactors(
-            gpu=f.gpu, engine=normalize_engine(f.engine), kind=f.kind, bandwidth_scale=f.bandwidth_scale,
-            compute_scale=f.compute_scale, overhead_scale=f.overhead_scale, comm_scale=f.comm_scale,
-            unnamed_engine=f.unnamed_engine,
-        )
-        for f in entries
+def build_profile(c: Calibration, preset: Preset, measurements: str = "", skipped_rows: int = 0,
+                  error: dict[str, Any] | None = None) -> CalibrationProfile:
+    """The :class:`CalibrationProfile` of a calibration."""
+    measures = {"tpot": "TPOT mean |calibrated / measured - 1| (MAPE)",
+                "ttft": "TTFT mean |log(calibrated / measured)|"}
+    return CalibrationProfile(
+        fleetplan_calibration=PROFILE_VERSION, preset=preset.name, measurements=measurements,
+        rows=len(c.table.comp), skipped_rows=skipped_rows, groups=c.table.cells.groups, forced=c.forced,
+        method={
+            "model": "TPOT: every term of the step times the product of the configuration's cells' multipliers; "
+                     "TTFT: the benchmark TTFT of the calibrated step times its own product",
+            "estimator": "per configuration group the median log(measured / predicted); levels all, kind, engine, "
+                         "family, engine_family, setup fitted in turn on what the levels above left, each cell "
+                         "shrunk by its groups n / (n + k)",
+            "selection": f"k per level from {list(H.SHRINK_GRID)} or left out, by cross-validation over whole "
+                         "groups; a quantity kept only when nested cross-validation finds it better than none",
+        },
+        tpot=QuantityFit(kept=c.tpot.kept, error_measure=measures["tpot"], levels=level_fits(c, "tpot")),
+        ttft=QuantityFit(kept=c.ttft.kept, error_measure=measures["ttft"], levels=level_fits(c, "ttft")),
+        error=error or {},
     )
 
 
+def calibration_of(rows: Sequence[Measurement], catalog: Catalog, preset: Preset, force: bool = False) -> Calibration:
+    """``rows`` (each one the planner would run) calibrated against ``preset``."""
+    return calibrate(table([components(r, catalog, preset) for r in rows]), force)
+
+
+def refused(c: Calibration) -> bool:
+    """Whether ``calibrate`` refuses (writes no profile unless forced): nested cross-validation
+    finds neither quantity's calibration better than none."""
+    return not (c.tpot.better or c.ttft.better)
+
+
 def fitted_preset(preset: Preset, rows: Sequence[Measurement], catalog: Catalog, name: str = "fit") -> Preset:
-    """``preset`` calibrated on ``rows`` exactly as a profile written by ``calibrate`` would
-    calibrate it (for cross-validation of everything a profile changes, TTFT included)."""
-    comp = [components(r, catalog, preset) for r in rows]
-    entries = profile_factors(fit(comp), comp)
-    return dataclasses.replace(preset, factors=factors_from_entries(entries), calibration=name)
+    """``preset`` calibrated on ``rows`` as ``calibrate --force`` would calibrate it."""
+    c = calibration_of(rows, catalog, preset, force=True)
+    return dataclasses.replace(preset, factors=factors_of(build_profile(c, preset)), calibration=name)
 
 
-def cross_validated_mape(comp: Sequence[Components], configs: Sequence[tuple[Any, ...]]) -> tuple[float, float] | None:
-    """(calibrated, uncalibrated) TPOT MAPE over the rows cross-validation could hold out, or
-    None when no row could be held out: the figures ``calibrate`` compares before writing."""
-    cv, _, _ = cross_validated_predictions(comp, configs)
-    held = [i for i, v in enumerate(cv) if math.isfinite(v)]
-    if not held:
-        return None
-    plain = np.array([_base_s(comp[i]) for i in held])
-    measured = np.array([comp[i].measured for i in held])
-    calibrated = float(np.mean(np.abs(cv[held] - measured) / measured))
-    return calibrated, float(np.mean(np.abs(plain - measured) / measured))
-
-
-def calibrated_unless_worse(preset: Preset, rows: Sequence[Measurement], catalog: Catalog) -> Preset:
-    """What a user who runs ``calibrate`` on ``rows`` ends up with: the calibrated preset, or
-    ``preset`` itself when cross-validation finds calibration worse (``calibrate`` refuses)."""
-    comp = [components(r, catalog, preset) for r in rows]
-    mapes = cross_validated_mape(comp, [r.configuration for r in rows])
-    if mapes is not None and mapes[0] > mapes[1]:
+def calibrated_unless_worse(preset: Preset, rows: Sequence[Measurement], catalog: Catalog, name: str = "fit") -> Preset:
+    """What a user who runs ``calibrate`` on ``rows`` ends up with: the calibrated preset (the
+    quantities cross-validation kept), or ``preset`` itself where ``calibrate`` refuses."""
+    c = calibration_of(rows, catalog, preset)
+    if refused(c) and not c.forced:
         return preset
-    return fitted_preset(preset, rows, catalog)
+    return dataclasses.replace(preset, factors=factors_of(build_profile(c, preset)), calibration=name)

@@ -67,7 +67,8 @@ class CalibrationFactors:
     pooled over the engines measured, which a named engine never measured should not inherit).
     Memory times are divided by
     ``bandwidth_scale``, compute times by ``compute_scale``; the fixed overhead and the
-    communication time are multiplied by ``overhead_scale`` and ``comm_scale``.
+    communication time are multiplied by ``overhead_scale`` and ``comm_scale``; a benchmark's
+    predicted TTFT (:func:`fleetplan.models.validation.predict`) by ``ttft_scale`` on top.
     """
 
     gpu: str | None = None
@@ -78,6 +79,7 @@ class CalibrationFactors:
     overhead_scale: float = 1.0
     comm_scale: float = 1.0
     unnamed_engine: bool = False
+    ttft_scale: float = 1.0
 
 
 IDENTITY = CalibrationFactors()

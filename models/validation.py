@@ -41,7 +41,7 @@ from fleetplan.models.moe import ep_problem
 from fleetplan.models.parallel import tp_problem
 from fleetplan.models.presets import Preset, normalize_engine
 from fleetplan.models.prefill import prefill_flops
-from fleetplan.models.roofline import StepEstimate, decode_step
+from fleetplan.models.roofline import StepEstimate, decode_step, model_kind
 from fleetplan.models.ttft import benchmark_ttft_s, prefill_service_s, ttft_s
 
 WITHIN: tuple[float, ...] = (1.25, 1.5, 2.0)
@@ -183,14 +183,19 @@ def predict(row: Measurement, catalog: Catalog, preset: Preset) -> Prediction:
     Where the engine runs fewer sequences than the row's concurrency (:func:`running_batch`), TPOT
     is that of the running batch, and a closed loop of B clients over R slots makes each request
     queue for ``(B / R - 1)`` request times (Little's law: R slots each serve one request per
-    TTFT + O x TPOT) before its own TTFT at the running batch."""
+    TTFT + O x TPOT) before its own TTFT at the running batch. A calibration's ``ttft_scale``
+    multiplies the TTFT last."""
     running = running_batch(row, catalog, preset)
     if 1 <= running < row.batch:
         p = _predict_running(dataclasses.replace(row, batch=running), catalog, preset)
         service_ms = p.predicted_ttft_ms + row.output_tokens * p.predicted_tpot_ms
         queue_ms = (row.batch / running - 1.0) * service_ms if row.batching == "continuous" else 0.0
-        return dataclasses.replace(p, row=row, predicted_ttft_ms=p.predicted_ttft_ms + queue_ms)
-    return _predict_running(row, catalog, preset)
+        p = dataclasses.replace(p, row=row, predicted_ttft_ms=p.predicted_ttft_ms + queue_ms)
+    else:
+        p = _predict_running(row, catalog, preset)
+    gpu = catalog.gpus[row.gpu]
+    scale = preset.factors_for(gpu.id, gpu.family, row.engine, model_kind(catalog.models[row.model])).ttft_scale
+    return p if scale == 1.0 else dataclasses.replace(p, predicted_ttft_ms=p.predicted_ttft_ms * scale)
 
 
 def _predict_running(row: Measurement, catalog: Catalog, preset: Preset) -> Prediction:

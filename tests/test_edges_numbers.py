@@ -378,16 +378,20 @@ def test_calibrate_one_configuration_writes_only_finite_numbers(capsys, tmp_path
     # three batch sizes of one configuration (the third at 64: 120 sequences do not fit in usable memory)
     one.write_text("\n".join([*lines[:3], lines[3].replace(",120,", ",64,", 1)]) + "\n")
     out = tmp_path / "profile.yaml"
+    # one model on one GPU with one engine: no level can be checked on another, so none is written
     code, text, err = run(capsys, ["calibrate", str(one), "--out", str(out), "--json"])
+    assert code == 2 and text == "" and not out.exists()
+    assert "one model on one GPU with one engine" in err and "--force" in err and len(err.splitlines()) == 1
+    code, text, err = run(capsys, ["calibrate", str(one), "--out", str(out), "--json", "--force"])
     assert code == 0, err
     assert "Infinity" not in text and "NaN" not in text
     doc = json.loads(text)
-    assert doc["error"]["cross_validated"]["overall"] == {"rows": 0}
+    assert doc["error"]["tpot"]["cross_validated"]["overall"] == {"rows": 0}
     assert all(r["predicted_tpot_ms"] is None for r in doc["cross_validated_rows"])
     profile_text = out.read_text()
     assert ".inf" not in profile_text and ".nan" not in profile_text
-    factors = yaml.safe_load(profile_text)["factors"]
-    assert all(math.isfinite(f[k]) and f[k] > 0 for f in factors for k in
-               ("bandwidth_scale", "compute_scale", "overhead_scale", "comm_scale"))
+    # a cell's offset needs two configuration groups: forced on one, the profile changes nothing
+    doc = yaml.safe_load(profile_text)
+    assert doc["forced"] is True and all(lv["offsets"] == [] for q in ("tpot", "ttft") for lv in doc[q]["levels"])
     code, _, err = run(capsys, [*ESTIMATE, "--calibration", str(out), "--json"])
     assert code == 0, err

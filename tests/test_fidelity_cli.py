@@ -11,7 +11,7 @@ import yaml
 from fleetplan.catalogs import load_catalog
 from fleetplan.catalogs.loader import InputError
 from fleetplan.main import main
-from fleetplan.models.calibration import SHRINK_GROUPS, apply_profile
+from fleetplan.models.calibration import apply_profile
 from fleetplan.models.measurements import MeasurementError, parse_measurements
 from fleetplan.models.presets import DEFAULT, SEED, CalibrationFactors
 from fleetplan.models.validation import error_stats, predict
@@ -157,45 +157,50 @@ def test_calibrate_recovers_known_factors_and_cross_validates(tmp_path, capsys, 
     code, out, _ = run(capsys, ["calibrate", str(f), "--out", str(out_file), "--json"])
     assert code == 0
     d = json.loads(out)
-    cv = d["error"]["cross_validated"]
-    assert cv["method"] == "leave-one-configuration-group-out" and cv["folds"] == 8
-    # four groups per GPU: each held-out group is predicted from the other three, shrunk by three
-    # groups' worth of no change (SHRINK_GROUPS): 1.3^(3 / (3 + 3)) slower
-    assert SHRINK_GROUPS == 3.0
-    assert cv["overall"]["mape"] == pytest.approx(1 - 1.3 ** (3 / 6) / 1.3, abs=2e-3)
-    assert d["error"]["uncalibrated"]["overall"]["mape"] == pytest.approx(1 - 1 / 1.3, abs=2e-3)
+    cv = d["error"]["tpot"]["cross_validated"]
+    # one fold per model on each GPU (Llama-3.1-70B's TP 2 and 4 held out together)
+    assert cv["method"].startswith("leave-one-out by model x GPU x engine") and cv["folds"] == 6
+    assert d["error"]["tpot"]["uncalibrated"]["overall"]["mape"] == pytest.approx(1 - 1 / 1.3, abs=2e-3)
+    # every group is 1.3x slower: each held-out model is predicted from the others nearly exactly
+    assert cv["overall"]["mape"] < 0.01 and d["tpot"]["kept"] and d["forced"] is False
+    # the first level, all rows: 8 groups of log 1.3 each, shrunk by the k cross-validation chose
+    first = d["tpot"]["levels"][0]
+    assert first["level"] == "all" and first["shrink_groups"] in (0.25, 0.5)
+    assert first["offsets"][0]["scale"] == pytest.approx(1.3 ** (8 / (8 + first["shrink_groups"])), rel=1e-5)
     preset = apply_profile(DEFAULT, out_file)
     assert preset.calibration == "profile.yaml"
     got = preset.factors_for("h100-sxm", "hopper", "vllm", "dense")
-    # recovered, shrunk toward no change by three groups' worth: 1.3^(4 / (4 + 3))
-    assert got.overhead_scale == pytest.approx(1.3 ** (4 / 7), rel=1e-5)
-    assert got.bandwidth_scale == pytest.approx(1.3 ** (-4 / 7), rel=1e-5) and got.compute_scale == got.bandwidth_scale
-    # the planner's lookup without an engine gets the GPU's factors pooled over engines; an engine
-    # never measured on the GPU gets none
-    assert preset.factors_for("h100-sxm", "hopper", None, "dense").overhead_scale == pytest.approx(1.3 ** (4 / 7), rel=1e-5)
-    assert preset.factors_for("h100-sxm", "hopper", "sglang", "dense").overhead_scale == 1.0
-    assert preset.factors_for("b200", "blackwell", "vllm", "dense").overhead_scale == 1.0
+    assert got.overhead_scale == pytest.approx(1.3, rel=5e-3)
+    assert got.bandwidth_scale == pytest.approx(1 / got.overhead_scale, rel=1e-5) and got.compute_scale == got.bandwidth_scale
+    # an engine and a GPU family never measured get the product of the levels that name neither
+    # (all and kind): the offset of every group measured, as far as cross-validation carried it
+    scales = {lv["level"]: {(o["kind"],): o["scale"] for o in lv["offsets"]} for lv in d["tpot"]["levels"]}
+    expected = scales["all"].get((None,), 1.0) * scales["kind"].get(("dense",), 1.0)
+    assert preset.factors_for("b200", "blackwell", "sglang", "dense").overhead_scale == pytest.approx(expected, rel=1e-5)
     doc = yaml.safe_load(out_file.read_text())
-    assert doc["preset"] == "default" and doc["fleetplan_calibration"] == 1
+    assert doc["preset"] == "default" and doc["fleetplan_calibration"] == 2
 
 
 def test_calibration_flag_on_validate_estimate_and_plan(tmp_path, capsys, catalog, examples):
     f = _synthetic(tmp_path, catalog)
     prof = tmp_path / "p.yaml"
     assert run(capsys, ["calibrate", str(f), "--out", str(prof)])[0] == 0
+    scale = apply_profile(DEFAULT, prof).factors_for("h100-sxm", "hopper", "vllm", "dense").overhead_scale
     code, out, _ = run(capsys, ["validate", str(f), "--calibration", str(prof), "--json"])
     d = json.loads(out)
     assert code == 0 and d["calibration"] == "p.yaml"
-    assert d["summary"]["overall"]["mape"] == pytest.approx(1 - 1.3 ** (4 / 7) / 1.3, abs=2e-3)
+    assert d["summary"]["overall"]["mape"] == pytest.approx(abs(1 - scale / 1.3), abs=2e-3)
     est = ["estimate", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "2", "--batch", "64",
            "--precision", "fp8", "--input-tokens", "2000", "--output-tokens", "400", "--json"]
     plain = json.loads(run(capsys, est)[1])
     code, out, _ = run(capsys, [*est, "--calibration", str(prof)])
-    assert code == 0 and json.loads(out)["step_time_ms"] == pytest.approx(plain["step_time_ms"] * 1.3 ** (4 / 7), rel=1e-4)
+    # estimate names no engine, as the planner: the levels that name no engine
+    unnamed = apply_profile(DEFAULT, prof).factors_for("h100-sxm", "hopper", None, "dense").overhead_scale
+    assert code == 0 and json.loads(out)["step_time_ms"] == pytest.approx(plain["step_time_ms"] * unnamed, rel=1e-4)
     # a profile fitted for one preset is refused for another
     code, _, err = run(capsys, [*est[:-1], "--preset", "seed", "--json", "--calibration", str(prof)])
     assert code == 2 and "fitted for preset 'default'" in err
-    # plans say which calibration they used
+    # plans say which calibration they used (a profile of the earlier format still loads)
     seed_prof = tmp_path / "seed.yaml"
     seed_prof.write_text("fleetplan_calibration: 1\npreset: seed\nmeasurements: m.csv\nrows: 1\nskipped_rows: 0\n"
                          "factors:\n  - {gpu: null, engine: null, "
@@ -208,6 +213,9 @@ def test_calibration_flag_on_validate_estimate_and_plan(tmp_path, capsys, catalo
 @pytest.mark.parametrize(
     ("text", "expected"),
     [("just text", "not a fleetplan calibration profile"),
+     ("fleetplan_calibration: 3\npreset: default\n", "p.yaml.fleetplan_calibration: profile format 3 is not one "
+      "this fleetplan reads (1 or 2)"),
+     ("fleetplan_calibration: 2\npreset: default\ntpot: {kept: true}\n", "p.yaml.ttft: Field required"),
      ("fleetplan_calibration: 1\npreset: default\nmeasurements: m.csv\nrows: 1\nskipped_rows: 0\nfactors: []\n",
       "p.yaml.factors: List should have at least 1 item"),
      ("fleetplan_calibration: 1\npreset: default\nfactors: []\nrows: -1\n", "p.yaml.rows: Input should be greater than"),

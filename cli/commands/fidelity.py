@@ -164,88 +164,109 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fit_rows(rows: list[Any], catalog: Any, preset: Any) -> dict[str, Any]:
-    """Fit calibration factors to ``rows``, with predictions uncalibrated, in sample and
-    cross-validated by configuration group; the rows the planner would not run are skipped."""
+def _fit_rows(rows: list[Any], catalog: Any, preset: Any, force: bool) -> dict[str, Any]:
+    """Calibrate on the rows the planner would run (the others skipped), with every row's TPOT and
+    TTFT uncalibrated, in sample and held out (nested cross-validation by configuration group)."""
     from fleetplan.models import calibration as cal
     from fleetplan.models.validation import predict_all
 
     preds, skipped = predict_all(rows, catalog, preset)
     used = [p.row for p in preds]
-    comp = [cal.components(r, catalog, preset) for r in used]
-    fitted = cal.fit(comp) if len(used) >= MIN_CALIBRATION_ROWS else None
-    cv, method, folds = cal.cross_validated_predictions(comp, [r.configuration for r in used]) if fitted else ([], "", 0)
-    cv_ms = [float(v) * 1e3 if math.isfinite(v) else None for v in cv]
-    held = [i for i, v in enumerate(cv_ms) if v is not None]
-    if not held:
-        method, folds = "none: every row is of one configuration group, so none can be held out", 0
-    return {"preds": preds, "skipped": skipped, "used": used, "comp": comp, "fit": fitted, "cv_ms": cv_ms,
-            "held": held, "method": method, "folds": folds}
+    if len(used) < MIN_CALIBRATION_ROWS:
+        return {"used": used, "skipped": skipped, "calibration": None}
+    c = cal.calibration_of(used, catalog, preset, force)
+    ms = {q: {k: v * 1e3 for k, v in cal.row_predictions(c, q).items()} for q in cal.QUANTITIES}
+    held = [i for i, v in enumerate(ms["tpot"]["held_out"]) if math.isfinite(v)]
+    return {"used": used, "skipped": skipped, "calibration": c, "ms": ms, "held": held}
+
+
+def _ttft_summary(rows: list[Any], predicted: Any, keep: list[int]) -> dict[str, Any]:
+    """TTFT error statistics over the rows ``keep`` that report a measured TTFT."""
+    from fleetplan.models.validation import error_stats
+
+    pairs = [(rows[i].measured_ttft_ms, float(predicted[i])) for i in keep
+             if rows[i].measured_ttft_ms and math.isfinite(float(predicted[i]))]
+    return error_stats([m for m, _ in pairs], [p for _, p in pairs])
 
 
 def _calibration_errors(r: dict[str, Any]) -> dict[str, Any]:
-    """Summaries uncalibrated (all rows and the held-out ones), in sample and cross-validated."""
-    from fleetplan.models import calibration as cal
+    """TPOT and TTFT summaries uncalibrated (all rows and the held-out ones), in sample (the
+    profile as written) and cross-validated (calibration as it would predict held-out groups)."""
     from fleetplan.models.validation import summarize
 
-    used, held, cv_ms = r["used"], r["held"], r["cv_ms"]
-    plain = [p.predicted_tpot_ms for p in r["preds"]]
+    used, held, ms = r["used"], r["held"], r["ms"]
+    every = list(range(len(used)))
+    tp = ms["tpot"]
+    tt = ms["ttft"]
     return {
-        "uncalibrated": summarize(used, plain),
-        "uncalibrated_held": summarize([used[i] for i in held], [plain[i] for i in held]),
-        "in_sample": summarize(used, list(cal.predict_with_fit(r["comp"], r["fit"]) * 1e3)),
-        "cross_validated": summarize([used[i] for i in held], [cv_ms[i] for i in held]),
+        "tpot": {
+            "uncalibrated": summarize(used, list(tp["uncalibrated"])),
+            "uncalibrated_held_out_rows": summarize([used[i] for i in held], [tp["uncalibrated"][i] for i in held]),
+            "in_sample": summarize(used, list(tp["in_sample"])),
+            "cross_validated": summarize([used[i] for i in held], [tp["held_out"][i] for i in held]),
+        },
+        "ttft": {
+            "uncalibrated": _ttft_summary(used, tt["uncalibrated"], every),
+            "uncalibrated_held_out_rows": _ttft_summary(used, tt["uncalibrated"], held),
+            "in_sample": _ttft_summary(used, tt["in_sample"], every),
+            "cross_validated": _ttft_summary(used, tt["held_out"], held),
+        },
     }
 
 
-def _refuse_or_force(path: Path, errors: dict[str, Any], held: list[int], force: bool, out: str) -> bool:
-    """Whether the profile is worse, cross-validated, than no profile on the same held-out rows:
-    refused (exit 2 with both figures) unless ``force``, which says so on stderr."""
-    from fleetplan.catalogs.loader import InputError
+def _figures(errors: dict[str, Any]) -> str:
+    """The held-out figures calibrate decides by, calibrated against uncalibrated on the same rows."""
+    tp, tt = errors["tpot"], errors["ttft"]
+    text = (f"TPOT MAPE {tp['cross_validated']['overall']['mape']:.1%} calibrated against "
+            f"{tp['uncalibrated_held_out_rows']['overall']['mape']:.1%} uncalibrated")
+    if tt["cross_validated"].get("rows"):
+        text += (f", TTFT within 1.5x {tt['cross_validated']['within_1.5x']:.1%} against "
+                 f"{tt['uncalibrated_held_out_rows']['within_1.5x']:.1%}")
+    return text + " on the same held-out rows"
 
-    if not held:
-        return False
-    calibrated = errors["cross_validated"]["overall"]["mape"]
-    plain = errors["uncalibrated_held"]["overall"]["mape"]
-    if calibrated <= plain:
-        return False
-    why = (f"cross-validated MAPE calibrated {calibrated:.1%} is worse than uncalibrated {plain:.1%} "
-           f"on the same held-out rows")
+
+def _refuse_or_force(path: Path, r: dict[str, Any], errors: dict[str, Any], force: bool, out: str) -> None:
+    """Refuse (exit 2, one line with the figures) when cross-validation kept neither TPOT nor TTFT,
+    unless ``force``, which writes the profile every level at its best shrinkage and says so."""
+    from fleetplan.catalogs.loader import InputError
+    from fleetplan.models import calibration as cal
+
+    if not cal.refused(r["calibration"]):
+        return
+    if not r["held"]:
+        why = ("every row is of one model on one GPU with one engine, so no level can be checked on a configuration "
+               "of another")
+    else:
+        why = f"no level predicts held-out configuration groups better than none ({_figures(errors)})"
     if not force:
         raise InputError(f"{path}: calibrate: {why}; profile not written (--force writes it anyway)")
-    print(terminal(f"fleetplan: warning: {why}; profile written to {out} anyway (--force)"), file=sys.stderr)
-    return True
+    print(terminal(f"fleetplan: warning: profile forced, every level kept at its best shrinkage: {why}; "
+                   f"written to {out} anyway (--force)"), file=sys.stderr)
 
 
-def _profile(path: Path, preset: Any, r: dict[str, Any], errors: dict[str, Any], forced: bool) -> Any:
-    """The :class:`~fleetplan.models.profile.CalibrationProfile` of a fit."""
-    from fleetplan.models import calibration as cal
-    from fleetplan.models.profile import CalibrationProfile
-
-    cv = {"method": r["method"], "folds": r["folds"], **_stats_json(errors["cross_validated"]["overall"])}
-    return CalibrationProfile(
-        fleetplan_calibration=cal.PROFILE_VERSION, preset=preset.name, measurements=path.name, rows=len(r["used"]),
-        skipped_rows=len(r["skipped"]), groups=len({u.configuration for u in r["used"]}), forced=forced,
-        method={
-            "model": "every term of the step times exp(s) of the most specific scope (GPU id or family, engine, kind)",
-            "estimator": "per configuration group the median log(measured/predicted TPOT); per scope the sum over "
-                         f"its groups / (groups + {cal.SHRINK_GROUPS:g})",
-        },
-        factors=cal.profile_factors(r["fit"], r["comp"]),
-        error={"uncalibrated": _stats_json(errors["uncalibrated"]["overall"]),
-               "in_sample": _stats_json(errors["in_sample"]["overall"]), "cross_validated": cv},
-    )
+def _error_document(r: dict[str, Any], errors: dict[str, Any]) -> dict[str, Any]:
+    """The profile's and ``--json``'s error block."""
+    c = r["calibration"]
+    out: dict[str, Any] = {}
+    for q in ("tpot", "ttft"):
+        e = errors[q]
+        out[q] = {"uncalibrated": _stats_json(e["uncalibrated"]),
+                  "uncalibrated_held_out_rows": _stats_json(e["uncalibrated_held_out_rows"]),
+                  "in_sample": _stats_json(e["in_sample"]),
+                  "cross_validated": {"method": c.method, "folds": c.folds, **_stats_json(e["cross_validated"])}}
+    return out
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    """Fit calibration factors, report cross-validated error, write the profile unless it is
-    worse than none (``--force`` writes it anyway)."""
+    """Fit the hierarchical calibration, report its cross-validated error, write the profile
+    unless cross-validation kept nothing (``--force`` writes it anyway)."""
     import yaml
 
     from fleetplan.catalogs import load_catalog
     from fleetplan.catalogs.files import check_output_file, write_atomically
     from fleetplan.catalogs.loader import InputError
     from fleetplan.commands.io import catalog_inputs
+    from fleetplan.models import calibration as cal
     from fleetplan.models.presets import get_preset
     from fleetplan.models.profile import profile_document
 
@@ -253,61 +274,84 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     catalog = load_catalog(args.catalog)
     preset = get_preset(args.preset)
     path, rows = _read_measurements(args.file)
-    r = _fit_rows(rows, catalog, preset)
-    if r["fit"] is None:
+    r = _fit_rows(rows, catalog, preset, args.force)
+    if r["calibration"] is None:
         raise InputError(f"{path}: calibration needs at least {MIN_CALIBRATION_ROWS} rows with a known model and GPU, "
                          f"got {len(r['used'])}")
     errors = _calibration_errors(r)
-    forced = _refuse_or_force(path, errors, r["held"], args.force, args.out)
-    profile = _profile(path, preset, r, errors, forced)
+    _refuse_or_force(path, r, errors, args.force, args.out)
+    profile = cal.build_profile(r["calibration"], preset, path.name, len(r["skipped"]), _error_document(r, errors))
     write_atomically(out, yaml.safe_dump(profile_document(profile), sort_keys=False, allow_unicode=True))
     if args.json:
-        _print_calibration_json(args.out, profile, r, errors)
+        _print_calibration_json(args.out, profile, r)
     else:
         _print_calibration(args.out, profile, r, errors)
     return 0
 
 
-def _print_calibration_json(out: str, profile: Any, r: dict[str, Any], errors: dict[str, Any]) -> None:
+def _print_calibration_json(out: str, profile: Any, r: dict[str, Any]) -> None:
     from fleetplan.commands.io import dumps
 
+    ms = r["ms"]
     doc = {
         "profile": str(out),
         **{k: getattr(profile, k) for k in ("preset", "measurements", "rows", "skipped_rows", "groups", "forced")},
-        "factors": [f.model_dump(mode="json") for f in profile.factors],
-        "error": {
-            "uncalibrated": _stats_json(errors["uncalibrated"]),
-            "uncalibrated_held_out_rows": _stats_json(errors["uncalibrated_held"]),
-            "in_sample": _stats_json(errors["in_sample"]),
-            "cross_validated": {"method": r["method"], "folds": r["folds"], **_stats_json(errors["cross_validated"])},
-        },
+        "tpot": profile.tpot.model_dump(mode="json"),
+        "ttft": profile.ttft.model_dump(mode="json"),
+        "error": profile.error,
         "cross_validated_rows": [
-            {"line": u.line, "measured_tpot_ms": _r(u.measured_tpot_ms), "predicted_tpot_ms": _r(v)}
-            for u, v in zip(r["used"], r["cv_ms"], strict=True)
+            {"line": u.line, "measured_tpot_ms": _r(u.measured_tpot_ms), "predicted_tpot_ms": _finite(ms["tpot"]["held_out"][i]),
+             "measured_ttft_ms": _r(u.measured_ttft_ms), "predicted_ttft_ms": _finite(ms["ttft"]["held_out"][i])
+             if u.measured_ttft_ms else None}
+            for i, u in enumerate(r["used"])
         ],
     }
     sys.stdout.write(dumps(doc))
 
 
+def _finite(x: float) -> float | None:
+    return _r(x) if math.isfinite(float(x)) else None
+
+
+def _print_levels(name: str, q: Any) -> None:
+    """One quantity's levels: the shrinkage chosen (or left out) with the held-out error, and the cells."""
+    print(f"{name}: {'kept' if q.kept else 'not kept (no change)'}; levels by cross-validation ({q.error_measure}):")
+    for lv in q.levels:
+        if lv.shrink_groups is None:
+            print(f"  {lv.level:<14} left out" + (f" (held-out error {lv.cv_error_without:.4f} without it)"
+                                                  if lv.cv_error_without is not None else ""))
+            continue
+        judged = (f", held-out error {lv.cv_error_without:.4f} -> {lv.cv_error_with:.4f}"
+                  if lv.cv_error_with is not None and lv.cv_error_without is not None else "")
+        print(f"  {lv.level:<14} shrunk by {lv.shrink_groups:g} groups{judged}")
+        for o in lv.offsets:
+            who = " / ".join(str(v) for v in (o.gpu, o.family, o.engine, o.kind) if v is not None) or "every row"
+            print(terminal(f"    {who:<40} groups {o.groups:>3}  rows {o.rows:>4}  x{o.scale:.3f}"))
+
+
 def _print_calibration(out: str, profile: Any, r: dict[str, Any], errors: dict[str, Any]) -> None:
-    used, skipped = r["used"], r["skipped"]
+    used, skipped, c = r["used"], r["skipped"], r["calibration"]
     print(terminal(f"{profile.measurements}: fitted preset {profile.preset} on {len(used)} rows in {profile.groups} "
                    f"configuration groups ({len(skipped)} skipped); profile written to {out}"))
     for row, why in skipped:
         print(terminal(f"  skipped line {row.line}: {why}"))
-    print("step time scale per GPU, engine and model kind (engine 'any': the planner's, pooled over engines):")
-    for f in profile.factors:
-        who = " / ".join((str(f.gpu), "any" if f.unnamed_engine else str(f.engine), str(f.kind)))
-        print(terminal(f"  {who:<36} rows {f.rows:>4}  step time x{f.overhead_scale:.3f}"))
-    print(_stats_line("uncalibrated", errors["uncalibrated"]["overall"]))
-    print(_stats_line("calibrated, in sample", errors["in_sample"]["overall"]))
+    _print_levels("TPOT (every term of the step)", profile.tpot)
+    _print_levels("TTFT (on top of the step's scale)", profile.ttft)
+    tp = errors["tpot"]
+    print(_stats_line("TPOT uncalibrated", tp["uncalibrated"]["overall"]))
+    print(_stats_line("TPOT calibrated, in sample", tp["in_sample"]["overall"]))
     if r["held"]:
-        print(_stats_line("uncalibrated, held-out rows", errors["uncalibrated_held"]["overall"]))
-        print(_stats_line("calibrated, cross-validated", errors["cross_validated"]["overall"]))
-        print(f"  (cross-validation: {r['method']}, {r['folds']} folds; every held-out configuration group "
-              "predicted by a fit that never saw it)")
+        print(_stats_line("TPOT uncalibrated, held out", tp["uncalibrated_held_out_rows"]["overall"]))
+        print(_stats_line("TPOT calibrated, held out", tp["cross_validated"]["overall"]))
+        tt = errors["ttft"]
+        if tt["cross_validated"].get("rows"):
+            print(_stats_line("TTFT uncalibrated, held out", tt["uncalibrated_held_out_rows"]))
+            print(_stats_line("TTFT calibrated, held out", tt["cross_validated"]))
+        print(f"  (cross-validation: {c.method}, {c.folds} folds; every held-out configuration predicted by a "
+              "calibration that never saw its model on its GPU with its engine)")
     else:
-        print("  (no cross-validation: every row is of one configuration group; measure a second one to check the fit)")
+        print("  (no cross-validation: every row is of one model on one GPU with one engine; measure another to check "
+              "the fit)")
 
 
 def register(sub: Any) -> None:
@@ -326,7 +370,7 @@ def register(sub: Any) -> None:
     c.add_argument("--out", required=True, help="calibration profile YAML to write")
     add_preset_flags(c, calibration=False)
     add_catalog_flag(c)
-    c.add_argument("--json", action="store_true", help="print JSON: factors and uncalibrated, in-sample, cross-validated error")
+    c.add_argument("--json", action="store_true", help="print JSON: levels, offsets and uncalibrated, in-sample, cross-validated error")
     c.add_argument("--force", action="store_true",
-                   help="write the profile even when cross-validation finds it worse than uncalibrated")
+                   help="write the profile even when cross-validation keeps no level (every level at its best shrinkage)")
     c.set_defaults(func=cmd_calibrate)
