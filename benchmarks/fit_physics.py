@@ -14,12 +14,12 @@ the share of each prompt vLLM 0.12 benchmark runs served from the prefix cache; 
 TensorRT-LLM 1.2.0rc6.post3's speculative DeepSeek runs accept per step; and the share of a
 wave's prefill before a first token of each engine release in
 ``Physics.benchmark_release_shares`` (SGLang 0.5.1); the bandwidth efficiency of each AMD family
-(:data:`AMD`); each benchmark harness's factor on the engines' fixed latency in its runs and the
-cycles of drift of a harness that draws lengths from a range (:data:`HARNESSES`). Nothing is per
-model or GPU id. ``--ttft-only`` moves only the parameters a benchmark's TTFT alone depends on
-(:data:`TTFT_ONLY`: the harnesses' factors on the engines' fixed latency, the drift, the
-attention-DP balancing limit) and holds the rest at the shipped values, so the TTFT side can be
-refitted on top of a TPOT refit without moving the planner. (The fallback engine's share and the shared
+(:data:`AMD`); the cycles of drift of a benchmark harness that draws lengths from a range and the
+decode steps TensorRT-LLM holds a request to balance attention data-parallel ranks
+(:data:`BALANCING`). Nothing is per model or GPU id. ``--ttft-only`` moves only the parameters a
+benchmark's TTFT alone depends on (:data:`TTFT_ONLY`: the drift and the balancing limit) and holds
+the rest at the shipped values, so the TTFT side can be refitted on top of a TPOT refit without
+moving the planner. (The fallback engine's share and the shared
 ``admission_latency_s`` are not fitted: every row names its engine; they are the fitted engines'
 means.) The loss is robust least squares
 (Huber at 0.25) on the relative error of TPOT
@@ -80,8 +80,6 @@ ENGINES = ("atom", "sglang", "trtllm", "vllm")
 # costs per step and layer shared with NVIDIA's; a family no remaining row measures takes the
 # bandwidth efficiency the physics gives a family without figures (``Physics.fallback``)
 AMD = ("cdna3", "cdna4")
-# Benchmark harnesses with their own factor on the engines' fixed latency (fitted)
-HARNESSES = tuple(h for h, _ in DEFAULT_PHYSICS.harness_latency_scale) or ("inferencemax",)
 # Engines that hold a new request to balance attention data-parallel ranks (their limit in steps fitted)
 BALANCING = tuple(e for e, _ in DEFAULT_PHYSICS.attention_dp_balance_steps) or ("trtllm",)
 # Engine releases with their own share of a wave's prefill before a first token (fitted)
@@ -97,15 +95,13 @@ PARAMETERS: tuple[tuple[str, float, float], ...] = (
     ("accepted_trtllm_1.2.0rc6.post3", 1.0, 1.0 + SPECULATION[3]),
 ) + tuple(
     (f"bandwidth_{fam}", 0.3, 0.9) for fam in AMD) + tuple((f"share_{e}", 0.0, 1.0) for e in ENGINES) + tuple((f"admission_{e}", 0.0, 0.5) for e in ENGINES) + tuple(
-    (f"share_{e}_{r}", 0.0, 1.0) for e, r in RELEASES) + tuple(
-    (f"latency_scale_{h}", 0.05, 2.0) for h in HARNESSES) + (("length_drift_cycles", 0.0, 50.0),) + tuple(
+    (f"share_{e}_{r}", 0.0, 1.0) for e, r in RELEASES) + (("length_drift_cycles", 0.0, 50.0),) + tuple(
     (f"balance_steps_{e}", 0.0, 200.0) for e in BALANCING)
 # The parameters only a benchmark's TTFT depends on (``--ttft-only`` fits these alone, the rest held
-# at the shipped values): each harness's factor on the engines' fixed latency, the drift of a harness
-# that draws lengths from a range and the attention-DP balancing limit; the engines' fixed latencies
-# stay with the joint fit, since the planner's TTFT takes their mean
-TTFT_ONLY = tuple(f"latency_scale_{h}" for h in HARNESSES) + ("length_drift_cycles",) + tuple(
-    f"balance_steps_{e}" for e in BALANCING)
+# at the shipped values): the drift of a harness that draws lengths from a range and the
+# attention-DP balancing limit; the engines' fixed latencies stay with the joint fit, since the
+# planner's TTFT takes their mean
+TTFT_ONLY = ("length_drift_cycles",) + tuple(f"balance_steps_{e}" for e in BALANCING)
 TTFT_WEIGHT = 0.5
 HUBER = 0.25
 
@@ -125,8 +121,7 @@ def current() -> np.ndarray:
     values += [p.engine(e).prefill_before_first_token for e in ENGINES]
     values += [p.engine(e).admission_latency_s or p.admission_latency_s for e in ENGINES]
     values += [p.prefill_before_first_token(e, r) for e, r in RELEASES]
-    values += [p.latency_scale(h) for h in HARNESSES] + [p.length_drift_cycles]
-    values += [p.balance_steps(e) for e in BALANCING]
+    values += [p.length_drift_cycles] + [p.balance_steps(e) for e in BALANCING]
     return np.array(values)
 
 
@@ -155,7 +150,6 @@ def preset_of(x: np.ndarray) -> Preset:
         benchmark_prefix_cache=(("vllm", "0.12", v["hit_rate_vllm_0.12"]),),
         benchmark_speculation=(SPECULATION + (v["accepted_trtllm_1.2.0rc6.post3"],),),
         benchmark_release_shares=tuple((e, r, v[f"share_{e}_{r}"]) for e, r in RELEASES),
-        harness_latency_scale=tuple((h, v[f"latency_scale_{h}"]) for h in HARNESSES),
         length_drift_cycles=v["length_drift_cycles"],
         attention_dp_balance_steps=tuple((e, v[f"balance_steps_{e}"]) for e in BALANCING),
     )
@@ -333,18 +327,6 @@ def unmeasured_families(x: np.ndarray, rows: list[Measurement], catalog: Catalog
     return x
 
 
-def unmeasured_harnesses(x: np.ndarray, rows: list[Measurement], catalog: Catalog) -> np.ndarray:
-    """``x`` with the latency factor of each harness of :data:`HARNESSES` that no row of ``rows``
-    measures set to 1, what a harness the physics has no figure for gets."""
-    names = [name for name, _, _ in PARAMETERS]
-    seen = {h.id for r in rows if (h := catalog.harness_for(r.source_id)) is not None}
-    x = x.copy()
-    for h in HARNESSES:
-        if h not in seen:
-            x[names.index(f"latency_scale_{h}")] = 1.0
-    return x
-
-
 def residual_rows(rows: list[Measurement]) -> np.ndarray:
     """The row index of every element of :func:`residuals`' vector (TPOT first, then TTFT)."""
     return np.array(list(range(len(rows))) + [i for i, r in enumerate(rows) if r.measured_ttft_ms])
@@ -406,8 +388,7 @@ def held_out(rows: list[Measurement], fitted_rows: list[Measurement], catalog: C
         else:
             keep = np.array([id(fitted_rows[k]) not in out for k in range(len(fitted_rows))])
             xf = fold_fit(x, full[0], full[1], train, keep[owner], catalog)
-        xf = unmeasured_harnesses(unmeasured_releases(xf, train), train, catalog)
-        preset = preset_of(unmeasured_families(unmeasured_engines(xf, train), train, catalog))
+        preset = preset_of(unmeasured_families(unmeasured_engines(unmeasured_releases(xf, train), train), train, catalog))
         for i in members:
             p = predict(rows[i], catalog, preset)
             held[i] = (p.predicted_tpot_ms, p.predicted_ttft_ms)

@@ -98,10 +98,8 @@ class Physics:
     its whole context. All five describe how measurements were taken, for ``validate``; the
     planner uses none of them.
 
-    Closed-loop TTFT by benchmark harness (``validate`` only): ``harness_latency_scale``: (harness
-    id, factor) on the engines' fixed latency in that harness's runs (the client and the path to the
-    engine are the harness's); ``length_drift_cycles``: the cycles of drift over which a harness that
-    draws lengths from a range spreads a wave's arrivals (see
+    Closed-loop TTFT (``validate`` only): ``length_drift_cycles``: the cycles of drift over which a
+    benchmark harness that draws lengths from a range spreads a wave's arrivals (see
     :func:`fleetplan.models.interference.wave_share`); ``attention_dp_balance_steps``: (engine,
     steps) of engines that hold a new request until every attention data-parallel rank has one to
     prefill, or that many decode steps have passed.
@@ -129,7 +127,6 @@ class Physics:
     benchmark_release_shares: tuple[tuple[str, str, float], ...] = ()
     benchmark_kv_cache: tuple[tuple[str, tuple[str, ...], str], ...] = ()
     whole_context_admission: tuple[str, ...] = ()
-    harness_latency_scale: tuple[tuple[str, float], ...] = ()
     length_drift_cycles: float = 1.0
     attention_dp_balance_steps: tuple[tuple[str, float], ...] = ()
 
@@ -140,14 +137,6 @@ class Physics:
             if name == engine:
                 return steps
         return 0.0
-
-    def latency_scale(self, harness: str) -> float:
-        """Factor on the engines' fixed latency in runs of benchmark harness ``harness``: its
-        :attr:`harness_latency_scale` entry, else 1."""
-        for name, scale in self.harness_latency_scale:
-            if name == harness:
-                return scale
-        return 1.0
 
     def benchmark_kv_cache_precision(self, engine: str | None, precision: str) -> str | None:
         """KV-cache precision ``engine`` (normalised) allocates in benchmark runs of ``precision``
@@ -358,27 +347,21 @@ DEFAULT_PHYSICS = Physics(
     # their prompt and half their output on average.
     whole_context_admission=("trtllm",),
     # Closed-loop TTFT by benchmark harness (validate only; catalogs/data/benchmark_harnesses.yaml
-    # says how each harness's clients arrive). Fitted with the TTFT-only fit
-    # (``fit_physics.py --ttft-only``: these three alone, every other value held) on both files:
-    # InferenceMAX's runs (inferencemax-train.csv, 194 rows) reach the engines faster than
-    # aiconfigurator's (silicon-train.csv): at concurrency 8 or less their TTFT less the prefill and
-    # 1.5 steps is 25 ms with vLLM, 31 ms with TensorRT-LLM and 117 ms with SGLang, against 59, 144
-    # and 282 ms in silicon-train.csv, whose runs go through a serving frontend; the engines' fixed
-    # latencies (fitted on both files) are 0.741 of theirs in InferenceMAX's runs.
-    harness_latency_scale=(("inferencemax", 0.741),),
-    # Fitted: the cycles of drift over which InferenceMAX's length range (0.8-1.0 of the stated
-    # lengths) spreads a wave's arrivals, 0.418 (five cycles, what its median request has run, left
-    # InferenceMAX's TTFT within 1.5x in sample at 58.2% with the latencies refitted, against 62.4%
-    # at the fitted drift): the fit keeps part of each wave, which SGLang's DeepSeek-R1 runs on B200
-    # show (TTFT 145 -> 583 ms from 4 to 64 clients at 1,024/1,024 tokens) while its MI355X runs do
-    # not (104 -> 116 ms).
-    length_drift_cycles=0.418,
-    # Fitted on TensorRT-LLM's attention data-parallel runs of gpt-oss-120b on B200 (DP 2 and 4, 20
-    # rows of inferencemax-train.csv; InferenceMAX sets attention_dp_config enable_balance with
+    # says how each harness's clients arrive), fitted with the TTFT-only fit
+    # (``fit_physics.py --ttft-only``: these two alone, every other value held) on both files.
+    # The cycles of drift over which InferenceMAX's length range (0.8-1.0 of the stated lengths)
+    # spreads a wave's arrivals: 0.474. Five cycles (what its median request has run, every wave
+    # spread past its prefill) left InferenceMAX's TTFT within 1.5x in sample lower (58.2% against
+    # 62.4%, latencies refitted with a harness factor): the fit keeps part of each wave, which
+    # SGLang's DeepSeek-R1 runs on B200 show (TTFT 145 -> 583 ms from 4 to 64 clients at
+    # 1,024/1,024 tokens) while its MI355X runs do not (104 -> 116 ms).
+    length_drift_cycles=0.474,
+    # TensorRT-LLM's attention data-parallel runs of gpt-oss-120b on B200 (DP 2 and 4, 20 rows of
+    # inferencemax-train.csv; InferenceMAX sets attention_dp_config enable_balance with
     # timeout_iters 60): their TTFT is 70-160 ms above the same runs without attention DP at any
     # concurrency (101-180 ms against 30-45 ms at 1,024-token prompts), the balancer holding a new
-    # context request until every rank has one or 13.7 decode steps pass.
-    attention_dp_balance_steps=(("trtllm", 13.7),),
+    # context request until every rank has one or, fitted, 8.97 decode steps pass.
+    attention_dp_balance_steps=(("trtllm", 8.97),),
 )
 
 

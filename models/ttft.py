@@ -28,9 +28,8 @@ Closed-loop benchmark at concurrency ``B`` (``validate``): ahead of a request ar
 its arrival pattern leaves ahead (:mod:`fleetplan.models.interference`: with fixed lengths the
 share ``s`` of a wave's other ``B - 1`` prompts its engine prefills before its first token; with
 lengths drawn from a range, partly the drifted clients in their prefill), prefilled at most
-``chunk_tokens`` per engine step, each step also decoding the batch; the engine's fixed latency is
-scaled for the harness's own path to the engine; the median and the 99th percentile differ by the
-prompts ahead and the own prompt's length::
+``chunk_tokens`` per engine step, each step also decoding the batch; the median and the 99th
+percentile differ by the prompts ahead and the own prompt's length::
 
     TTFT = admission + (1 + ahead) x prefill + ceil((1 + ahead) x I / chunk) x step
 
@@ -147,7 +146,7 @@ def benchmark_ttft_percentiles_s(
     (:func:`~fleetplan.models.interference.closed_loop_prompts_ahead`: the share of a wave its
     engine at ``engine_version`` prefills first, at the benchmark's prefill ``busy_share``, and the
     drifted clients in their prefill) and its own are prefilled in chunks, with decode steps of
-    ``step_s`` interleaved, after the engine's fixed latency in that harness's runs (no queue: the
+    ``step_s`` interleaved, after the engine's fixed latency (no queue: the
     concurrency is the load). ``prefill_s`` is a prompt of the mean drawn length, ``tail_prefill_s``
     (default ``prefill_s``) one of the stated length, the tail's own; ``output_tokens`` the mean
     drawn output length. With ``attention_dp`` ranks, an engine that balances them holds the request
@@ -157,7 +156,7 @@ def benchmark_ttft_percentiles_s(
         share = benchmark_share_ahead(preset, engine, busy_share, engine_version)
         chunk = float(preset.physics.engine(normalize_engine(engine)).chunk_tokens)
         drift = preset.physics.length_drift_cycles
-        latency = admission_s(preset, engine) * preset.physics.latency_scale(arrival.harness)
+        latency = admission_s(preset, engine)
     wave = wave_share(arrival, batch, prefill_s, output_tokens, step_s, drift)
     ahead, tail_ahead = closed_loop_prompts_ahead(batch, share, busy_share, wave)
     hold, tail_hold = attention_dp_balance_wait_s(preset, engine, attention_dp, batch,

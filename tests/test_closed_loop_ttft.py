@@ -25,11 +25,10 @@ from fleetplan.models.validation import predict, row_arrival
 from fleetplan.models.ttft import attention_dp_balance_wait_s, benchmark_ttft_percentiles_s
 
 # One engine with round figures: a tenth of a wave ahead, 30 ms fixed latency, no busy-share
-# fall-off; harness "h" halves the latency; one cycle of drift; ten steps of balancing
+# fall-off; one cycle of drift; ten steps of balancing
 PHYSICS = dataclasses.replace(
     DEFAULT_PHYSICS, engines=(EnginePhysics("vllm", 0.1, 8192, 0.030),), busy_share_exponent=0.0,
-    benchmark_release_shares=(), harness_latency_scale=(("h", 0.5),), length_drift_cycles=1.0,
-    attention_dp_balance_steps=(("vllm", 10.0),))
+    benchmark_release_shares=(), length_drift_cycles=1.0, attention_dp_balance_steps=(("vllm", 10.0),))
 PRESET = dataclasses.replace(DEFAULT, physics=PHYSICS)
 # 11 clients, 50 ms prompts of 1,000 tokens, 20 ms decode steps, prefill 22% of a cycle
 CASE = dict(prefill_s=0.05, step_s=0.02, batch=11, input_tokens=1000.0, engine="vllm", busy_share=0.22)
@@ -57,12 +56,12 @@ def test_steady_by_hand():
 def test_partly_drifted_wave_by_hand():
     # lengths from 0.8 of the stated ones: a wave's arrivals spread over W = 1 x 0.2 x 100 x 0.02 = 0.4 s
     # against its prefill 11 x 0.05 = 0.55 s, so f = 1 - 0.4 / 0.55 = 3/11 of it still queues:
-    # ahead = 3/11 x 1 + 8/11 x 0.2 = 0.41818; harness h's latency 15 ms: 15 + 1.41818 x 50 + 20 = 105.909 ms
+    # ahead = 3/11 x 1 + 8/11 x 0.2 = 0.41818: 30 + 1.41818 x 50 + 20 = 120.909 ms
     arrival = Arrival("steady", 0.8, "h", "h")
     assert wave_share(arrival, 11, 0.05, 100.0, 0.02, 1.0) == pytest.approx(3 / 11)
     median, p99 = benchmark_ttft_percentiles_s(PRESET, **CASE, arrival=arrival, output_tokens=100.0)
-    assert median == pytest.approx(0.015 + (1 + 3 / 11 + 8 / 11 * 0.2) * 0.05 + 0.02)
-    assert median == pytest.approx(0.105909, abs=1e-6)
+    assert median == pytest.approx(0.030 + (1 + 3 / 11 + 8 / 11 * 0.2) * 0.05 + 0.02)
+    assert median == pytest.approx(0.120909, abs=1e-6)
     assert p99 >= median
     # a longer output spreads the wave past its prefill: fully drifted
     assert wave_share(arrival, 11, 0.05, 1000.0, 0.02, 1.0) == 0.0
@@ -136,7 +135,7 @@ def test_row_arrival_precedence(catalog):
     assert got[1] == Arrival("waves", 1.0, "row", "inferencemax")
     assert got[2] == Arrival("steady", 0.5, "row", "")
     assert got[3] == Arrival()
-    # InferenceMAX's harness reaches the engine faster and its clients drift apart: a lower TTFT
+    # InferenceMAX's clients drift apart: fewer prompts ahead, a lower TTFT
     preds = [predict(r, catalog, DEFAULT) for r in rows]
     assert preds[0].predicted_ttft_ms < preds[1].predicted_ttft_ms
     assert preds[0].predicted_tpot_ms == preds[1].predicted_tpot_ms  # arrivals change TTFT only
