@@ -1,6 +1,6 @@
 """Fit the default preset's physical parameters to measured TPOT and TTFT, and cross-validate them.
 
-Usage: python benchmarks/fit_physics.py [MEASUREMENTS.csv ...] [--cv] [--iterations N] [--fold-iterations N]
+Usage: python benchmarks/fit_physics.py [MEASUREMENTS.csv ...] [--cv] [--ttft-only] [--iterations N] [--fold-iterations N]
 
 The parameters (:data:`PARAMETERS`) are the few the default preset shares across every model
 and GPU: NVIDIA bandwidth efficiency (at most 0.90), per-step, per-layer and per-sequence
@@ -14,7 +14,12 @@ the share of each prompt vLLM 0.12 benchmark runs served from the prefix cache; 
 TensorRT-LLM 1.2.0rc6.post3's speculative DeepSeek runs accept per step; and the share of a
 wave's prefill before a first token of each engine release in
 ``Physics.benchmark_release_shares`` (SGLang 0.5.1); the bandwidth efficiency of each AMD family
-(:data:`AMD`). Nothing is per model or GPU id. (The fallback engine's share and the shared
+(:data:`AMD`); the cycles of drift of a benchmark harness that draws lengths from a range and the
+decode steps TensorRT-LLM holds a request to balance attention data-parallel ranks
+(:data:`BALANCING`). Nothing is per model or GPU id. ``--ttft-only`` moves only the parameters a
+benchmark's TTFT alone depends on (:data:`TTFT_ONLY`: the drift and the balancing limit) and holds
+the rest at the shipped values, so the TTFT side can be refitted on top of a TPOT refit without
+moving the planner. (The fallback engine's share and the shared
 ``admission_latency_s`` are not fitted: every row names its engine; they are the fitted engines'
 means.) The loss is robust least squares
 (Huber at 0.25) on the relative error of TPOT
@@ -75,6 +80,8 @@ ENGINES = ("atom", "sglang", "trtllm", "vllm")
 # costs per step and layer shared with NVIDIA's; a family no remaining row measures takes the
 # bandwidth efficiency the physics gives a family without figures (``Physics.fallback``)
 AMD = ("cdna3", "cdna4")
+# Engines that hold a new request to balance attention data-parallel ranks (their limit in steps fitted)
+BALANCING = tuple(e for e, _ in DEFAULT_PHYSICS.attention_dp_balance_steps) or ("trtllm",)
 # Engine releases with their own share of a wave's prefill before a first token (fitted)
 RELEASES = tuple((e, r) for e, r, _ in DEFAULT_PHYSICS.benchmark_release_shares)
 # (name, lower bound, upper bound); engines' shares are appended
@@ -88,7 +95,13 @@ PARAMETERS: tuple[tuple[str, float, float], ...] = (
     ("accepted_trtllm_1.2.0rc6.post3", 1.0, 1.0 + SPECULATION[3]),
 ) + tuple(
     (f"bandwidth_{fam}", 0.3, 0.9) for fam in AMD) + tuple((f"share_{e}", 0.0, 1.0) for e in ENGINES) + tuple((f"admission_{e}", 0.0, 0.5) for e in ENGINES) + tuple(
-    (f"share_{e}_{r}", 0.0, 1.0) for e, r in RELEASES)
+    (f"share_{e}_{r}", 0.0, 1.0) for e, r in RELEASES) + (("length_drift_cycles", 0.0, 50.0),) + tuple(
+    (f"balance_steps_{e}", 0.0, 200.0) for e in BALANCING)
+# The parameters only a benchmark's TTFT depends on (``--ttft-only`` fits these alone, the rest held
+# at the shipped values): the drift of a harness that draws lengths from a range and the
+# attention-DP balancing limit; the engines' fixed latencies stay with the joint fit, since the
+# planner's TTFT takes their mean
+TTFT_ONLY = ("length_drift_cycles",) + tuple(f"balance_steps_{e}" for e in BALANCING)
 TTFT_WEIGHT = 0.5
 HUBER = 0.25
 
@@ -108,6 +121,7 @@ def current() -> np.ndarray:
     values += [p.engine(e).prefill_before_first_token for e in ENGINES]
     values += [p.engine(e).admission_latency_s or p.admission_latency_s for e in ENGINES]
     values += [p.prefill_before_first_token(e, r) for e, r in RELEASES]
+    values += [p.length_drift_cycles] + [p.balance_steps(e) for e in BALANCING]
     return np.array(values)
 
 
@@ -136,6 +150,8 @@ def preset_of(x: np.ndarray) -> Preset:
         benchmark_prefix_cache=(("vllm", "0.12", v["hit_rate_vllm_0.12"]),),
         benchmark_speculation=(SPECULATION + (v["accepted_trtllm_1.2.0rc6.post3"],),),
         benchmark_release_shares=tuple((e, r, v[f"share_{e}_{r}"]) for e, r in RELEASES),
+        length_drift_cycles=v["length_drift_cycles"],
+        attention_dp_balance_steps=tuple((e, v[f"balance_steps_{e}"]) for e in BALANCING),
     )
     return dataclasses.replace(DEFAULT, physics=physics, compute_efficiency=v["compute_efficiency"],
                                prefill_compute_efficiency=v["prefill_compute_efficiency"])
@@ -154,17 +170,37 @@ def residuals(x: np.ndarray, rows: list[Measurement], catalog: Catalog) -> np.nd
     return np.array(tpot + ttft)
 
 
-def fit(rows: list[Measurement], catalog: Catalog, x0: np.ndarray, iterations: int) -> np.ndarray:
-    """Huber-weighted Levenberg-Marquardt within the bounds, numerical Jacobian, from ``x0``."""
+def free_mask(ttft_only: bool) -> np.ndarray:
+    """Which parameters a fit moves: all, or with ``ttft_only`` those of :data:`TTFT_ONLY`."""
+    return np.array([not ttft_only or name in TTFT_ONLY for name, _, _ in PARAMETERS])
+
+
+def forward_jacobian(f: Callable[[np.ndarray], np.ndarray], x: np.ndarray, r: np.ndarray,
+                     free: np.ndarray) -> np.ndarray:
+    """Forward differences of ``f`` at ``x`` (residuals ``r``) in the ``free`` parameters; zero
+    columns for the others."""
+    scale = np.maximum(np.abs(x), 1e-3)
+    jac = np.zeros((len(r), len(x)))
+    for i in np.flatnonzero(free):
+        step = np.zeros(len(x))
+        step[i] = 1e-4 * scale[i]
+        jac[:, i] = (f(x + step) - r) / step[i]
+    return jac
+
+
+def fit(rows: list[Measurement], catalog: Catalog, x0: np.ndarray, iterations: int,
+        free: np.ndarray | None = None) -> np.ndarray:
+    """Huber-weighted Levenberg-Marquardt within the bounds, numerical Jacobian, from ``x0``,
+    moving the ``free`` parameters (default all)."""
     lo = np.array([b for _, b, _ in PARAMETERS])
     hi = np.array([b for _, _, b in PARAMETERS])
-    scale = np.maximum(np.abs(x0), 1e-3)
+    free = np.ones(len(x0), dtype=bool) if free is None else free
     f: Callable[[np.ndarray], np.ndarray] = lambda x: residuals(x, rows, catalog)  # noqa: E731
     x, r, lam = x0.copy(), f(x0), 1e-2
 
     for _ in range(iterations):
         w = np.where(np.abs(r) <= HUBER, 1.0, HUBER / np.maximum(np.abs(r), 1e-12))
-        jac = np.stack([(f(x + e) - r) / e[i] for i, e in enumerate(np.diag(1e-4 * scale))], axis=1)
+        jac = forward_jacobian(f, x, r, free)
         h, g = jac.T @ (jac * w[:, None]), jac.T @ (w * r)
         for _ in range(8):
             cand = np.clip(x + np.linalg.solve(h + lam * np.diag(np.diag(h) + 1e-12), -g), lo, hi)
@@ -296,12 +332,13 @@ def residual_rows(rows: list[Measurement]) -> np.ndarray:
     return np.array(list(range(len(rows))) + [i for i, r in enumerate(rows) if r.measured_ttft_ms])
 
 
-def jacobian(x: np.ndarray, rows: list[Measurement], catalog: Catalog) -> tuple[np.ndarray, np.ndarray]:
-    """(residuals at ``x``, their forward-difference Jacobian), as :func:`fit` takes them."""
+def jacobian(x: np.ndarray, rows: list[Measurement], catalog: Catalog,
+             free: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(residuals at ``x``, their forward-difference Jacobian in the ``free`` parameters), as
+    :func:`fit` takes them."""
     r = residuals(x, rows, catalog)
-    scale = np.maximum(np.abs(x), 1e-3)
-    return r, np.stack([(residuals(x + e, rows, catalog) - r) / e[i]
-                        for i, e in enumerate(np.diag(1e-4 * scale))], axis=1)
+    return r, forward_jacobian(lambda y: residuals(y, rows, catalog), x, r,
+                               np.ones(len(x), dtype=bool) if free is None else free)
 
 
 def huber_loss(res: np.ndarray) -> float:
@@ -334,11 +371,12 @@ def fold_fit(x: np.ndarray, r: np.ndarray, jac: np.ndarray, train: list[Measurem
 
 
 def held_out(rows: list[Measurement], fitted_rows: list[Measurement], catalog: Catalog, x: np.ndarray,
-             scheme: str, fold_iterations: int, full: tuple[np.ndarray, np.ndarray] | None
-             ) -> list[tuple[float, float] | None]:
+             scheme: str, fold_iterations: int, full: tuple[np.ndarray, np.ndarray] | None,
+             free: np.ndarray | None = None) -> list[tuple[float, float] | None]:
     """(TPOT, TTFT) of every row ``scheme`` holds out, predicted by a fit on the other folds'
     ``fitted_rows`` (None for rows no fold of the scheme holds out). ``full`` is the full fit's
-    (residuals, Jacobian) over ``fitted_rows`` for the fast path; ``fold_iterations`` > 0 refits."""
+    (residuals, Jacobian) over ``fitted_rows`` for the fast path; ``fold_iterations`` > 0 refits
+    the ``free`` parameters (default all)."""
     held: list[tuple[float, float] | None] = [None] * len(rows)
     owner = residual_rows(fitted_rows)
     all_folds = folds(rows, scheme)
@@ -346,7 +384,7 @@ def held_out(rows: list[Measurement], fitted_rows: list[Measurement], catalog: C
         out = {id(rows[i]) for i in members}
         train = [r for r in fitted_rows if id(r) not in out]
         if fold_iterations > 0 or full is None:
-            xf = fit(train, catalog, x, max(1, fold_iterations))
+            xf = fit(train, catalog, x, max(1, fold_iterations), free)
         else:
             keep = np.array([id(fitted_rows[k]) not in out for k in range(len(fitted_rows))])
             xf = fold_fit(x, full[0], full[1], train, keep[owner], catalog)
@@ -400,6 +438,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--iterations", type=int, default=25)
     ap.add_argument("--fold-iterations", type=int, default=0,
                     help="refit each fold with this many full iterations (0: the fast Gauss-Newton path)")
+    ap.add_argument("--ttft-only", action="store_true",
+                    help="fit only the parameters TTFT alone depends on (TTFT_ONLY), the rest held at the shipped values")
     ap.add_argument("--schemes", default=",".join(name for name, _ in CV_SCHEMES),
                     help="the cross-validation schemes to run, comma-separated (group, tp, gpu, engine)")
     args = ap.parse_args(argv)
@@ -411,7 +451,8 @@ def main(argv: list[str]) -> int:
             print(f"not fitted (TPOT below the bandwidth floor): {r.model} {r.gpu} {r.engine} tp {r.tp} "
                   f"batch {r.batch} {r.input_tokens:g}/{r.output_tokens:g} tokens, {r.measured_tpot_ms} ms")
     print(f"fitting {len(PARAMETERS)} parameters to {len(fitted_rows)} rows", file=sys.stderr, flush=True)
-    x = fit(fitted_rows, catalog, current(), args.iterations)
+    free = free_mask(args.ttft_only)
+    x = fit(fitted_rows, catalog, current(), args.iterations, free)
     for (name, _, _), value in zip(PARAMETERS, x, strict=True):
         print(f"{name:<32} {value:.4g}")
     shipped = [predict(r, catalog, DEFAULT) for r in rows]
@@ -419,10 +460,10 @@ def main(argv: list[str]) -> int:
     fitted = [predict(r, catalog, preset_of(x)) for r in rows]
     report("refitted", rows, [(p.predicted_tpot_ms, p.predicted_ttft_ms) for p in fitted], catalog)
     if args.cv:
-        full = None if args.fold_iterations > 0 else jacobian(x, fitted_rows, catalog)
+        full = None if args.fold_iterations > 0 else jacobian(x, fitted_rows, catalog, free)
         results = {}
         for scheme in args.schemes.split(","):
-            results[scheme] = held_out(rows, fitted_rows, catalog, x, scheme, args.fold_iterations, full)
+            results[scheme] = held_out(rows, fitted_rows, catalog, x, scheme, args.fold_iterations, full, free)
             report(f"held out {scheme}", rows, results[scheme], catalog)
             if scheme in ("gpu", "engine"):
                 by_fold(scheme, rows, results[scheme])

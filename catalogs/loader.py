@@ -18,12 +18,12 @@ from typing import Any, get_args
 from pydantic import BaseModel, ValidationError
 
 from fleetplan.catalogs.files import MAX_CATALOG_FILES, InputError, parse_yaml, read_text, short_repr
-from fleetplan.catalogs.schema import GPU, LLM, APIPrice, GPUPrice, ReferencePrice
+from fleetplan.catalogs.schema import GPU, LLM, APIPrice, BenchmarkHarness, GPUPrice, ReferencePrice
 from fleetplan.catalogs.problems import entry_problems, join_problems
 import difflib
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
-SHIPPED_FILES = ("gpus.yaml", "models.yaml", "prices.yaml", "api_prices.yaml")
+SHIPPED_FILES = ("gpus.yaml", "models.yaml", "prices.yaml", "api_prices.yaml", "benchmark_harnesses.yaml")
 
 
 class CatalogError(InputError):
@@ -102,6 +102,7 @@ SECTIONS: dict[str, _Section] = {
     "prices": _Section("prices", GPUPrice, ("gpu", "provider", "kind", "region")),
     "reference": _Section("reference", ReferencePrice, ("gpu",)),
     "api_prices": _Section("api_prices", APIPrice, ("id",)),
+    "harnesses": _Section("harnesses", BenchmarkHarness, ("id",)),
 }
 
 
@@ -114,6 +115,7 @@ class Catalog:
     prices: list[GPUPrice] = field(default_factory=list)
     reference: dict[str, ReferencePrice] = field(default_factory=dict)
     api_prices: dict[str, APIPrice] = field(default_factory=dict)
+    harnesses: dict[str, BenchmarkHarness] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
 
     def gpu(self, gpu_id: str, what: str = "gpu") -> GPU:
@@ -129,6 +131,18 @@ class Catalog:
             return self.models[model_id]
         except KeyError:
             raise CatalogError(f"{what}: unknown model id {model_id!r}{nearest(model_id, self.models)}") from None
+
+    def harness_for(self, source_id: str) -> BenchmarkHarness | None:
+        """The benchmark harness with the longest of its ``source_id_prefixes`` that starts
+        ``source_id`` (on a tie, the first id in sorted order), or None."""
+        best: BenchmarkHarness | None = None
+        longest = 0
+        for harness_id in sorted(self.harnesses):
+            harness = self.harnesses[harness_id]
+            for prefix in harness.source_id_prefixes:
+                if source_id.startswith(prefix) and len(prefix) > longest:
+                    best, longest = harness, len(prefix)
+        return best
 
     def reference_price(self, gpu_id: str) -> ReferencePrice | None:
         """The reference GPU-hour price of ``gpu_id``, if the catalog has one."""
@@ -220,6 +234,8 @@ def load_catalog(extra_files: Iterable[Path | str] = (), include_shipped: bool =
                 catalog.prices.append(obj)  # type: ignore[arg-type]
             elif name == "reference":
                 catalog.reference[obj.gpu] = obj  # type: ignore[attr-defined]
+            elif name == "harnesses":
+                catalog.harnesses[obj.id] = obj  # type: ignore[attr-defined]
             else:
                 catalog.api_prices[obj.id] = obj  # type: ignore[attr-defined]
     if problems:

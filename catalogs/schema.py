@@ -149,3 +149,32 @@ class APIPrice(Entry):
     input_usd_per_million_tokens: Annotated[float, F.USD_PER_MILLION_TOKENS]
     output_usd_per_million_tokens: Annotated[float, F.USD_PER_MILLION_TOKENS]
     cached_input_usd_per_million_tokens: Annotated[float | None, F.USD_PER_MILLION_TOKENS] = None
+
+
+ArrivalPattern = Literal["waves", "steady"]
+
+
+class BenchmarkHarness(Entry):
+    """A closed-loop benchmark harness whose measurements ``validate`` may read: how its clients
+    arrive, for the rows whose ``source_id`` starts with one of ``source_id_prefixes``.
+
+    ``arrival_pattern``: ``waves`` where every request has the same lengths (a wave of clients
+    finishes together and the next wave's prompts arrive together), ``steady`` where lengths are
+    drawn from a range so the clients drift apart. ``length_range_ratio``: the harness draws each
+    prompt's and each output's length uniformly between this share of the stated length and the
+    stated length (1: fixed lengths; empty for ``steady``: clients taken as fully drifted apart).
+    """
+
+    id: str = Field(min_length=1)
+    source_id_prefixes: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
+    arrival_pattern: ArrivalPattern
+    length_range_ratio: Annotated[float | None, F.FRACTION] = None
+
+    @model_validator(mode="after")
+    def _pattern_matches_ratio(self) -> BenchmarkHarness:
+        fixed = self.length_range_ratio is not None and self.length_range_ratio >= 1.0
+        if self.arrival_pattern == "waves" and self.length_range_ratio is not None and not fixed:
+            raise ValueError("arrival_pattern waves needs fixed lengths: length_range_ratio 1 or empty")
+        if self.arrival_pattern == "steady" and fixed:
+            raise ValueError("arrival_pattern steady needs lengths drawn from a range: length_range_ratio below 1")
+        return self

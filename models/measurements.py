@@ -10,8 +10,13 @@ before decoding starts), ``engine_version`` (the engine's release, e.g. ``0.12.0
 0 to 1; empty: the preset's rule for that engine and release, else 0), ``draft_tokens`` and
 ``accepted_tokens_per_step`` (speculative decoding: tokens drafted per step, and tokens each
 sequence gains per step on average, 1 to draft_tokens + 1; empty: the preset's rule for that
-engine, release and model, else plain decoding). Other columns are kept
-with the row and otherwise ignored.
+engine, release and model, else plain decoding), ``source_id`` (the run's identifier: its
+start names the benchmark harness, ``harnesses`` in the catalog), ``arrival_pattern``
+(``waves``: fixed lengths; ``steady``: lengths drawn from a range, the clients drifted apart) and
+``length_range_ratio`` (the harness draws each length between this share of the stated length and
+the stated length, 0 to 1; 1 is fixed lengths), both empty: the harness's, else ``waves``;
+``measured_ttft_p99_ms`` (the run's 99th-percentile TTFT). Other columns are kept with the row and
+otherwise ignored.
 
 ``precision`` is bf16, fp8 or fp4 (fp16 is read as bf16: same bytes and tensor-core rate;
 nvfp4 and mxfp4 as fp4); ``batch`` is the concurrency; ``engine`` is free text (vllm, sglang,
@@ -34,7 +39,9 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
 )
 OPTIONAL_COLUMNS: tuple[str, ...] = ("measured_ttft_ms", "ep", "pp", "dp_attention", "kv_precision", "batching",
                                      "engine_version", "prefix_cache_hit_rate", "draft_tokens",
-                                     "accepted_tokens_per_step")
+                                     "accepted_tokens_per_step", "source_id", "arrival_pattern",
+                                     "length_range_ratio", "measured_ttft_p99_ms")
+ARRIVAL_PATTERNS: tuple[str, ...] = ("waves", "steady")
 PRECISION_ALIASES: dict[str, str] = {
     "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4",
 }
@@ -68,6 +75,10 @@ class Measurement:
     prefix_cache_hit_rate: float | None = None
     draft_tokens: int | None = None
     accepted_tokens_per_step: float | None = None
+    source_id: str = ""
+    arrival_pattern: str | None = None
+    length_range_ratio: float | None = None
+    measured_ttft_p99_ms: float | None = None
     raw: dict[str, str] = field(default_factory=dict, compare=False)
 
     @property
@@ -108,6 +119,25 @@ def _speculation(cells: dict[str, str], where: str) -> tuple[int | None, float |
     return draft, accepted
 
 
+def _arrival(cells: dict[str, str], where: str) -> tuple[str | None, float | None]:
+    """A row's ``arrival_pattern`` (waves or steady) and ``length_range_ratio`` (0 to 1), each
+    optional; where both are given they must agree (waves: ratio 1; steady: below 1)."""
+    pattern = (cells.get("arrival_pattern") or "").lower() or None
+    ratio_text = cells.get("length_range_ratio") or ""
+    ratio = _number(ratio_text, where, "length_range_ratio", F.FRACTION) if ratio_text else None
+    if pattern is not None and pattern not in ARRIVAL_PATTERNS:
+        near = "steady" if pattern.startswith("s") else "waves"
+        raise MeasurementError(f"{where}: column 'arrival_pattern': must be waves or steady, got {pattern!r} "
+                               f"(nearest valid choice: {near})")
+    if pattern == "waves" and ratio is not None and ratio < 1.0:
+        raise MeasurementError(f"{where}: column 'length_range_ratio': waves are fixed lengths, ratio 1, got {ratio:g} "
+                               "(or arrival_pattern steady)")
+    if pattern == "steady" and ratio is not None and ratio >= 1.0:
+        raise MeasurementError(f"{where}: column 'length_range_ratio': steady needs lengths drawn from a range, "
+                               "below 1, got 1 (or arrival_pattern waves)")
+    return pattern, ratio
+
+
 def _precision(text: str, where: str, column: str) -> str:
     p = PRECISION_ALIASES.get(text.strip().lower())
     if p is None:
@@ -123,6 +153,8 @@ def _row(cells: dict[str, str], line: int, where: str) -> Measurement:
     batching = (cells.get("batching") or "continuous").lower()
     hits = cells.get("prefix_cache_hit_rate") or ""
     draft, accepted = _speculation(cells, where)
+    pattern, ratio = _arrival(cells, where)
+    p99 = cells.get("measured_ttft_p99_ms") or ""
     if batching not in ("continuous", "static"):
         raise MeasurementError(f"{where}: column 'batching': must be continuous or static, got {batching!r}")
     return Measurement(
@@ -147,6 +179,10 @@ def _row(cells: dict[str, str], line: int, where: str) -> Measurement:
                                if hits else None),
         draft_tokens=draft,
         accepted_tokens_per_step=accepted,
+        source_id=cells.get("source_id") or "",
+        arrival_pattern=pattern,
+        length_range_ratio=ratio,
+        measured_ttft_p99_ms=_number(p99, where, "measured_ttft_p99_ms", F.MEASURED_TTFT_MS) if p99 else None,
         raw=cells,
     )
 

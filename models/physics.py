@@ -97,6 +97,12 @@ class Physics:
     cache at; ``whole_context_admission``: engines that admit a request only with cache room for
     its whole context. All five describe how measurements were taken, for ``validate``; the
     planner uses none of them.
+
+    Closed-loop TTFT (``validate`` only): ``length_drift_cycles``: the cycles of drift over which a
+    benchmark harness that draws lengths from a range spreads a wave's arrivals (see
+    :func:`fleetplan.models.interference.wave_share`); ``attention_dp_balance_steps``: (engine,
+    steps) of engines that hold a new request until every attention data-parallel rank has one to
+    prefill, or that many decode steps have passed.
     """
 
     families: tuple[FamilyPhysics, ...]
@@ -121,6 +127,16 @@ class Physics:
     benchmark_release_shares: tuple[tuple[str, str, float], ...] = ()
     benchmark_kv_cache: tuple[tuple[str, tuple[str, ...], str], ...] = ()
     whole_context_admission: tuple[str, ...] = ()
+    length_drift_cycles: float = 1.0
+    attention_dp_balance_steps: tuple[tuple[str, float], ...] = ()
+
+    def balance_steps(self, engine: str | None) -> float:
+        """Decode steps ``engine`` (normalised) holds a new request at most so that every attention
+        data-parallel rank gets one to prefill: its :attr:`attention_dp_balance_steps` entry, else 0."""
+        for name, steps in self.attention_dp_balance_steps:
+            if name == engine:
+                return steps
+        return 0.0
 
     def benchmark_kv_cache_precision(self, engine: str | None, precision: str) -> str | None:
         """KV-cache precision ``engine`` (normalised) allocates in benchmark runs of ``precision``
@@ -330,6 +346,22 @@ DEFAULT_PHYSICS = Physics(
     # blocks as a sequence grows (and preempt when they run out), so their running sequences hold
     # their prompt and half their output on average.
     whole_context_admission=("trtllm",),
+    # Closed-loop TTFT by benchmark harness (validate only; catalogs/data/benchmark_harnesses.yaml
+    # says how each harness's clients arrive), fitted with the TTFT-only fit
+    # (``fit_physics.py --ttft-only``: these two alone, every other value held) on both files.
+    # The cycles of drift over which InferenceMAX's length range (0.8-1.0 of the stated lengths)
+    # spreads a wave's arrivals: 0.474. Five cycles (what its median request has run, every wave
+    # spread past its prefill) left InferenceMAX's TTFT within 1.5x in sample lower (58.2% against
+    # 62.4%, latencies refitted with a harness factor): the fit keeps part of each wave, which
+    # SGLang's DeepSeek-R1 runs on B200 show (TTFT 145 -> 583 ms from 4 to 64 clients at
+    # 1,024/1,024 tokens) while its MI355X runs do not (104 -> 116 ms).
+    length_drift_cycles=0.474,
+    # TensorRT-LLM's attention data-parallel runs of gpt-oss-120b on B200 (DP 2 and 4, 20 rows of
+    # inferencemax-train.csv; InferenceMAX sets attention_dp_config enable_balance with
+    # timeout_iters 60): their TTFT is 70-160 ms above the same runs without attention DP at any
+    # concurrency (101-180 ms against 30-45 ms at 1,024-token prompts), the balancer holding a new
+    # context request until every rank has one or, fitted, 8.97 decode steps pass.
+    attention_dp_balance_steps=(("trtllm", 8.97),),
 )
 
 

@@ -24,11 +24,14 @@ KV cache crosses to a decode replica in ``transfer`` seconds::
 
     TTFT = service x queue_factor(utilisation) + transfer
 
-Closed-loop benchmark at concurrency ``B`` (``validate``): requests arrive in waves; ahead of a
-request are the share ``s`` of the other ``B - 1`` prompts its engine prefills before its first
-token, prefilled at most ``chunk_tokens`` per engine step, each step also decoding the batch::
+Closed-loop benchmark at concurrency ``B`` (``validate``): ahead of a request are the prompts
+its arrival pattern leaves ahead (:mod:`fleetplan.models.interference`: with fixed lengths the
+share ``s`` of a wave's other ``B - 1`` prompts its engine prefills before its first token; with
+lengths drawn from a range, partly the drifted clients in their prefill), prefilled at most
+``chunk_tokens`` per engine step, each step also decoding the batch; the median and the 99th
+percentile differ by the prompts ahead and the own prompt's length::
 
-    TTFT = admission + (1 + s (B - 1)) x prefill + ceil((1 + s (B - 1)) x I / chunk) x step
+    TTFT = admission + (1 + ahead) x prefill + ceil((1 + ahead) x I / chunk) x step
 
 Queueing: each replica is an M/D/1 queue, so a request spends ``1 + rho / (2 (1 - rho))``
 service times in it at utilisation ``rho``.
@@ -48,6 +51,7 @@ from fleetplan.catalogs.schema import GPU, LLM
 from fleetplan.models.physics import DEFAULT_TTFT_QUEUE_MULTIPLE
 from fleetplan.models.presets import Preset, normalize_engine
 from fleetplan.models.communication import parallel_comm_time_s
+from fleetplan.models.interference import WAVES, Arrival, closed_loop_prompts_ahead, wave_share
 from fleetplan.models.memory import weight_bytes
 from fleetplan.models.layout import Layout
 from fleetplan.models.roofline import (
@@ -123,20 +127,60 @@ def prefill_service_s(llm: LLM, gpu: GPU, preset: Preset, *, precision: str, tp:
 
 
 def benchmark_ttft_s(preset: Preset, *, prefill_s: float, step_s: float, batch: int, input_tokens: float,
-                     engine: str | None, busy_share: float = 0.0, engine_version: str = "") -> float:
-    """TTFT of a request in a closed-loop continuous-batching benchmark at concurrency ``batch``:
-    the share of the other prompts its engine at ``engine_version`` prefills first (at the
-    benchmark's prefill ``busy_share``, the decode step's
-    :attr:`~fleetplan.models.roofline.StepEstimate.prefill_busy_share`) is prefilled before it,
-    in chunks, with decode steps interleaved (no queue: the concurrency is the load)."""
-    share, chunk = 1.0, math.inf
+                     engine: str | None, busy_share: float = 0.0, engine_version: str = "",
+                     arrival: Arrival = WAVES, output_tokens: float = 0.0) -> float:
+    """Median TTFT of a request in a closed-loop continuous-batching benchmark at concurrency
+    ``batch`` (:func:`benchmark_ttft_percentiles_s`)."""
+    return benchmark_ttft_percentiles_s(
+        preset, prefill_s=prefill_s, step_s=step_s, batch=batch, input_tokens=input_tokens, engine=engine,
+        busy_share=busy_share, engine_version=engine_version, arrival=arrival, output_tokens=output_tokens)[0]
+
+
+def benchmark_ttft_percentiles_s(
+    preset: Preset, *, prefill_s: float, step_s: float, batch: int, input_tokens: float, engine: str | None,
+    busy_share: float = 0.0, engine_version: str = "", arrival: Arrival = WAVES, output_tokens: float = 0.0,
+    tail_prefill_s: float | None = None, attention_dp: int = 1,
+) -> tuple[float, float]:
+    """(median, 99th percentile) TTFT of a request in a closed-loop continuous-batching benchmark
+    at concurrency ``batch`` whose clients arrive as ``arrival`` says: the prompts ahead of it
+    (:func:`~fleetplan.models.interference.closed_loop_prompts_ahead`: the share of a wave its
+    engine at ``engine_version`` prefills first, at the benchmark's prefill ``busy_share``, and the
+    drifted clients in their prefill) and its own are prefilled in chunks, with decode steps of
+    ``step_s`` interleaved, after the engine's fixed latency (no queue: the
+    concurrency is the load). ``prefill_s`` is a prompt of the mean drawn length, ``tail_prefill_s``
+    (default ``prefill_s``) one of the stated length, the tail's own; ``output_tokens`` the mean
+    drawn output length. With ``attention_dp`` ranks, an engine that balances them holds the request
+    (:func:`attention_dp_balance_wait_s`)."""
+    share, chunk, drift, latency = 1.0, math.inf, 1.0, 0.0
     if preset.physics is not None:
         share = benchmark_share_ahead(preset, engine, busy_share, engine_version)
         chunk = float(preset.physics.engine(normalize_engine(engine)).chunk_tokens)
-    ahead = share * max(batch - 1, 0)
-    steps = max(1.0, math.ceil((1.0 + ahead) * input_tokens / chunk - 1e-9))
-    return ttft_s(prefill_s=prefill_s, requests_ahead=ahead, steps=steps, step_s=step_s, utilisation=0.0,
-                  admission_s=admission_s(preset, engine))
+        drift = preset.physics.length_drift_cycles
+        latency = admission_s(preset, engine)
+    wave = wave_share(arrival, batch, prefill_s, output_tokens, step_s, drift)
+    ahead, tail_ahead = closed_loop_prompts_ahead(batch, share, busy_share, wave)
+    hold, tail_hold = attention_dp_balance_wait_s(preset, engine, attention_dp, batch,
+                                                  latency + output_tokens * step_s, step_s)
+    latencies = (latency + hold, latency + tail_hold)
+    out = []
+    tail_own = prefill_s if tail_prefill_s is None else tail_prefill_s
+    for n, own_s, fixed in ((ahead, prefill_s, latencies[0]), (tail_ahead, tail_own, latencies[1])):
+        steps = max(1.0, math.ceil((1.0 + n) * input_tokens * arrival.mean_length_share() / chunk - 1e-9))
+        out.append(ttft_s(prefill_s=prefill_s, requests_ahead=n, steps=steps, step_s=step_s, utilisation=0.0,
+                          admission_s=fixed) + (own_s - prefill_s))
+    return out[0], out[1]
+
+
+def attention_dp_balance_wait_s(preset: Preset, engine: str | None, attention_dp: int, batch: int, cycle_s: float,
+                                step_s: float) -> tuple[float, float]:
+    """(median, tail) time an engine that balances ``attention_dp`` ranks holds a new request of a
+    closed loop of ``batch`` clients, each back every ``cycle_s``: until ``attention_dp - 1`` more
+    requests arrive (``(d - 1) x cycle / B``) or its limit of decode steps of ``step_s`` passes
+    (the tail waits out the limit); nothing for one rank or an engine that does not balance."""
+    if preset.physics is None or attention_dp <= 1 or batch <= 0:
+        return 0.0, 0.0
+    limit = preset.physics.balance_steps(normalize_engine(engine)) * step_s
+    return min((attention_dp - 1) * cycle_s / batch, limit), limit
 
 
 def colocated_configuration_ttft_s(

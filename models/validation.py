@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleetplan.catalogs.loader import Catalog, nearest
+from fleetplan.models.interference import Arrival
 from fleetplan.models.layout import Layout, layout_problem
 from fleetplan.models.measurements import Measurement
 from fleetplan.models.memory import bytes_per_value
@@ -42,7 +43,7 @@ from fleetplan.models.parallel import tp_problem
 from fleetplan.models.presets import Preset, normalize_engine
 from fleetplan.models.prefill import prefill_flops
 from fleetplan.models.roofline import StepEstimate, decode_step, model_kind
-from fleetplan.models.ttft import benchmark_ttft_s, prefill_service_s, ttft_s
+from fleetplan.models.ttft import benchmark_ttft_percentiles_s, prefill_service_s, ttft_s
 
 WITHIN: tuple[float, ...] = (1.25, 1.5, 2.0)
 # How a skip reason starts when the row ran but the model cannot hold its weights and one sequence
@@ -65,6 +66,8 @@ class Prediction:
     accepted_tokens_per_step: float = 1.0
     running_batch: int = 0
     engine_known: bool = True
+    arrival: Arrival = Arrival()
+    predicted_ttft_p99_ms: float = 0.0
 
     @property
     def ratio(self) -> float:
@@ -134,6 +137,22 @@ def running_batch(row: Measurement, catalog: Catalog, preset: Preset) -> int:
     return max(1, min(row.batch, cap, math.floor(free / max(held, 1.0))))
 
 
+def row_arrival(row: Measurement, catalog: Catalog) -> Arrival:
+    """How ``row``'s benchmark clients arrived: its own ``arrival_pattern`` / ``length_range_ratio``
+    columns (source ``row``), else the catalog harness its ``source_id`` starts with (source its
+    id), else fixed-length waves (``default``); ``harness`` is the matched harness in every case."""
+    h = catalog.harness_for(row.source_id) if row.source_id else None
+    harness = h.id if h is not None else ""
+    if row.arrival_pattern is not None or row.length_range_ratio is not None:
+        ratio = row.length_range_ratio
+        pattern = row.arrival_pattern or ("waves" if ratio is not None and ratio >= 1.0 else "steady")
+        return Arrival(pattern, 1.0 if pattern == "waves" else ratio, "row", harness)
+    if h is not None:
+        ratio = h.length_range_ratio
+        return Arrival(h.arrival_pattern, 1.0 if h.arrival_pattern == "waves" else ratio, h.id, harness)
+    return Arrival()
+
+
 def engine_known(row: Measurement, preset: Preset) -> bool:
     """Whether the preset has fitted figures for ``row``'s engine (else the engines' mean share and
     fixed latency stand in); a preset without physics uses none, so every engine is known to it."""
@@ -190,36 +209,53 @@ def predict(row: Measurement, catalog: Catalog, preset: Preset) -> Prediction:
         p = _predict_running(dataclasses.replace(row, batch=running), catalog, preset)
         service_ms = p.predicted_ttft_ms + row.output_tokens * p.predicted_tpot_ms
         queue_ms = (row.batch / running - 1.0) * service_ms if row.batching == "continuous" else 0.0
-        p = dataclasses.replace(p, row=row, predicted_ttft_ms=p.predicted_ttft_ms + queue_ms)
+        p = dataclasses.replace(p, row=row, predicted_ttft_ms=p.predicted_ttft_ms + queue_ms,
+                                predicted_ttft_p99_ms=p.predicted_ttft_p99_ms + queue_ms)
     else:
         p = _predict_running(row, catalog, preset)
     gpu = catalog.gpus[row.gpu]
     scale = preset.factors_for(gpu.id, gpu.family, row.engine, model_kind(catalog.models[row.model])).ttft_scale
-    return p if scale == 1.0 else dataclasses.replace(p, predicted_ttft_ms=p.predicted_ttft_ms * scale)
+    if scale == 1.0:
+        return p
+    return dataclasses.replace(p, predicted_ttft_ms=p.predicted_ttft_ms * scale,
+                               predicted_ttft_p99_ms=p.predicted_ttft_p99_ms * scale)
 
 
 def _predict_running(row: Measurement, catalog: Catalog, preset: Preset) -> Prediction:
     """:func:`predict` for a row whose batch all runs at once."""
-    llm, gpu = catalog.models[row.model], catalog.gpus[row.gpu]
+    llm = catalog.models[row.model]
     continuous = row.batching == "continuous"
     hits = prompt_hit_rate(row, preset)
     est = _step(row, catalog, preset, aggregated=continuous, hit_rate=hits)
     decode_only = _step(row, catalog, preset, aggregated=False) if continuous else est
     work = prefill_flops(llm, preset, row.input_tokens, hits)
-    prompt_s = prefill_service_s(llm, gpu, preset, precision=row.precision, tp=row.tp, flops=work, engine=row.engine)
+    prompt_s = _prompt_s(row, catalog, preset, work)
+    arrival = row_arrival(row, catalog)
     if continuous:
-        ttft = benchmark_ttft_s(preset, prefill_s=prompt_s, step_s=decode_only.step_time_s, batch=row.batch,
-                                input_tokens=row.input_tokens, engine=row.engine,
-                                busy_share=est.prefill_busy_share, engine_version=row.engine_version)
+        mean = arrival.mean_length_share()
+        mean_prompt_s = prompt_s if mean >= 1.0 else _prompt_s(
+            row, catalog, preset, prefill_flops(llm, preset, row.input_tokens * mean, hits))
+        ttft, tail = benchmark_ttft_percentiles_s(
+            preset, prefill_s=mean_prompt_s, step_s=decode_only.step_time_s, batch=row.batch,
+            input_tokens=row.input_tokens, engine=row.engine, busy_share=est.prefill_busy_share,
+            engine_version=row.engine_version, arrival=arrival, output_tokens=row.output_tokens * mean,
+            tail_prefill_s=prompt_s, attention_dp=row.dp_attention)
     else:  # static batching: every prompt of the batch is prefilled, then one step
-        ttft = ttft_s(prefill_s=prompt_s, requests_ahead=row.batch - 1, steps=1.0, step_s=est.step_time_s,
-                      utilisation=0.0)
+        ttft = tail = ttft_s(prefill_s=prompt_s, requests_ahead=row.batch - 1, steps=1.0, step_s=est.step_time_s,
+                             utilisation=0.0)
     draft, accepted = speculation(row, preset)
     tpot = est.step_time_s / est.accepted_tokens_per_step  # the step over the tokens it gains a sequence
     return Prediction(row=row, estimate=est, predicted_tpot_ms=tpot * 1e3, predicted_ttft_ms=ttft * 1e3,
                       decode_step_time_ms=decode_only.step_time_s * 1e3, prefill_flops_per_request=work,
                       prefix_cache_hit_rate=hits, draft_tokens=draft, accepted_tokens_per_step=accepted,
-                      running_batch=row.batch, engine_known=engine_known(row, preset))
+                      running_batch=row.batch, engine_known=engine_known(row, preset), arrival=arrival,
+                      predicted_ttft_p99_ms=tail * 1e3)
+
+
+def _prompt_s(row: Measurement, catalog: Catalog, preset: Preset, flops: float) -> float:
+    """Prefill service time of one of ``row``'s prompts of ``flops`` work."""
+    return prefill_service_s(catalog.models[row.model], catalog.gpus[row.gpu], preset, precision=row.precision,
+                             tp=row.tp, flops=flops, engine=row.engine)
 
 
 def predict_all(
@@ -281,3 +317,14 @@ def ttft_stats(predictions: Sequence[Prediction]) -> dict[str, float | int]:
     """Error statistics of TTFT over the rows that report a measured TTFT."""
     pairs = [(p.row.measured_ttft_ms, p.predicted_ttft_ms) for p in predictions if p.row.measured_ttft_ms]
     return error_stats([m for m, _ in pairs if m is not None], [p for _, p in pairs])
+
+
+def ttft_p99_stats(predictions: Sequence[Prediction]) -> dict[str, float | int]:
+    """Error statistics of the 99th-percentile TTFT over the rows that report a measured one."""
+    pairs = [(p.row.measured_ttft_p99_ms, p.predicted_ttft_p99_ms) for p in predictions if p.row.measured_ttft_p99_ms]
+    return error_stats([m for m, _ in pairs if m is not None], [p for _, p in pairs])
+
+
+def arrival_counts(predictions: Sequence[Prediction]) -> dict[str, int]:
+    """Rows predicted per arrival pattern (``waves``, ``steady``), in that order."""
+    return {k: sum(1 for p in predictions if p.arrival.pattern == k) for k in ("waves", "steady")}

@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 
 from fleetplan.rendering import table_fit
-from fleetplan.catalogs.schema import GPU, LLM, MoE, APIPrice, GPUPrice, ReferencePrice
+from fleetplan.catalogs.schema import GPU, LLM, MoE, APIPrice, BenchmarkHarness, GPUPrice, ReferencePrice
 from fleetplan.main import main
 from fleetplan.rendering.tables import print_plan
 
@@ -346,7 +346,7 @@ def _catalog_section() -> str:
     return text[start:text.index("\n## ", start + 1)]
 
 
-@pytest.mark.parametrize("schema", [GPU, LLM, MoE, GPUPrice, ReferencePrice, APIPrice], ids=lambda s: s.__name__)
+@pytest.mark.parametrize("schema", [GPU, LLM, MoE, GPUPrice, ReferencePrice, APIPrice, BenchmarkHarness], ids=lambda s: s.__name__)
 def test_the_catalogs_page_names_every_field(schema):
     """Every field of each entry kind, required or not, is named in the catalogs page's opening,
     and the required ones in the row of their entry: the page cannot drift from the schema."""
@@ -355,7 +355,8 @@ def test_the_catalogs_page_names_every_field(schema):
     for name in schema.model_fields:
         assert name in names, name
     rows = {"GPU": "GPU (`gpus`)", "LLM": "model (`models`)", "MoE": "model (`models`)", "GPUPrice": "GPU price (`prices`)",
-            "ReferencePrice": "reference price (`reference`)", "APIPrice": "API price (`api_prices`)"}
+            "ReferencePrice": "reference price (`reference`)", "APIPrice": "API price (`api_prices`)",
+            "BenchmarkHarness": "benchmark harness (`harnesses`)"}
     row = next(line for line in section.splitlines() if line.startswith(f"| {rows[schema.__name__]}"))
     for name, info in schema.model_fields.items():
         if info.is_required():

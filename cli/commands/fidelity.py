@@ -77,7 +77,8 @@ def typed_cells(m: Any) -> dict[str, Any]:
     d: dict[str, Any] = dict(m.raw)
     numbers = {"tp": m.tp, "batch": m.batch, "ep": m.ep, "input_tokens": _whole_or_float(m.input_tokens),
                "output_tokens": _whole_or_float(m.output_tokens), "measured_tpot_ms": m.measured_tpot_ms,
-               "measured_ttft_ms": m.measured_ttft_ms}
+               "measured_ttft_ms": m.measured_ttft_ms, "measured_ttft_p99_ms": m.measured_ttft_p99_ms,
+               "length_range_ratio": m.length_range_ratio}
     for key, value in numbers.items():
         if key in d:
             d[key] = value
@@ -92,7 +93,7 @@ def _validation(
     why) and the error statistics."""
     from fleetplan.catalogs import load_catalog
     from fleetplan.commands.io import resolve_preset
-    from fleetplan.models.validation import MODEL_ERROR, predict_all, summarize, ttft_stats
+    from fleetplan.models.validation import MODEL_ERROR, arrival_counts, predict_all, summarize, ttft_p99_stats, ttft_stats
 
     catalog = load_catalog(args.catalog)
     preset = resolve_preset(args.preset, args.calibration)
@@ -102,6 +103,9 @@ def _validation(
     skipped = [(r, why) for r, why in skipped if not why.startswith(MODEL_ERROR)]
     summary = summarize([p.row for p in preds], [p.predicted_tpot_ms for p in preds])
     summary["ttft"] = ttft_stats(preds)
+    if any(p.row.measured_ttft_p99_ms for p in preds):
+        summary["ttft_p99"] = ttft_p99_stats(preds)
+    summary["arrival_patterns"] = arrival_counts(preds)
     return path, preset, preds, skipped, errors, summary
 
 
@@ -114,6 +118,10 @@ def validation_document(args: argparse.Namespace) -> dict[str, Any]:
         d: dict[str, Any] = {"line": p.row.line, **typed_cells(p.row)}
         d["predicted_tpot_ms"] = _r(p.predicted_tpot_ms)
         d["predicted_ttft_ms"] = _r(p.predicted_ttft_ms)
+        if p.row.measured_ttft_p99_ms is not None:
+            d["predicted_ttft_p99_ms"] = _r(p.predicted_ttft_p99_ms)
+        d["arrival_pattern"] = p.arrival.pattern
+        d["arrival_source"] = p.arrival.source
         d["step_time_ms"] = _r(p.decode_step_time_ms)
         d["prefill_flops_per_request"] = p.prefill_flops_per_request
         d["prefix_cache_hit_rate"] = p.prefix_cache_hit_rate
@@ -157,11 +165,23 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if unknown:
         print(terminal(f"  note: no fitted figures for engine {', '.join(unknown)}: the engines' mean prefill share "
                        "and fixed latency used"))
-    _print_summary("time per output token (ratio = measured / predicted):", {k: v for k, v in summary.items() if k != "ttft"})
+    _print_summary("time per output token (ratio = measured / predicted):",
+                   {k: v for k, v in summary.items() if k not in ("ttft", "ttft_p99", "arrival_patterns")})
+    _print_ttft(summary)
+    return 0
+
+
+def _print_ttft(summary: dict[str, Any]) -> None:
+    """The TTFT lines of ``validate``: how the rows' clients arrived, the median's and the P99's errors."""
+    counts = summary["arrival_patterns"]
+    print(f"closed-loop arrivals: {counts['waves']} rows in waves (fixed lengths), {counts['steady']} steady "
+          "(lengths drawn from a range)")
     if summary["ttft"].get("rows"):
         print("time to first token (rows that report it; ratio = measured / predicted):")
         print(_stats_line("overall", summary["ttft"]))
-    return 0
+    if summary.get("ttft_p99", {}).get("rows"):
+        print("99th-percentile time to first token (rows that report it):")
+        print(_stats_line("overall", summary["ttft_p99"]))
 
 
 def _fit_rows(rows: list[Any], catalog: Any, preset: Any, force: bool) -> dict[str, Any]:

@@ -47,7 +47,7 @@ def _catalog_schemas() -> dict[str, type[BaseModel]]:
     from fleetplan.catalogs import schema
 
     return {"gpus": schema.GPU, "models": schema.LLM, "prices": schema.GPUPrice, "reference": schema.ReferencePrice,
-            "api_prices": schema.APIPrice}
+            "api_prices": schema.APIPrice, "harnesses": schema.BenchmarkHarness}
 
 
 def _shipped_catalog() -> Any:
@@ -321,7 +321,7 @@ def catalog_sources() -> str:
     cat = _shipped_catalog()
     rows = ["| entry | id | source | as of |", "|---|---|---|---|"]
     for kind, entries in (("GPU", cat.gpus), ("model", cat.models), ("reference price", cat.reference),
-                          ("API price", cat.api_prices)):
+                          ("API price", cat.api_prices), ("benchmark harness", cat.harnesses)):
         for key, e in sorted(entries.items()):
             rows.append(f"| {kind} | `{key}` | {_cell(e.source)} | {e.as_of} |")
     prices: dict[tuple[str, str], int] = {}
