@@ -131,6 +131,9 @@ PRODUCT_GAP = SECONDARY_GAP
 # bound, then the products are planned again on the GPU types chosen together (what is left).
 OWN_SHARE = 0.8
 BOUND_SHARE = 0.05
+# Share of a decomposed group's time kept for the Lagrangian bound when some GPU types are scarce
+# (its iterations take about 0.06 s each on the 50-product stress portfolio).
+LAGRANGIAN_SHARE = 0.05
 # The instance bound's master is solved to this relative gap (its bound is valid at whatever gap
 # the solver proves).
 MASTER_GAP = SECONDARY_GAP

@@ -10,13 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from fleetplan.optimizer.common.defaults import JOINT_MAX_COLUMNS
+from fleetplan.optimizer.common.defaults import JOINT_MAX_COLUMNS, LAGRANGIAN_SHARE
 from fleetplan.optimizer.runtime.deadline import Deadline
 from fleetplan.optimizer.common.enums import Status, Tier
 from fleetplan.optimizer.common.errors import InfeasibleError, SolverError
 from fleetplan.optimizer.mip.formulation import build_model
 from fleetplan.optimizer.mip.linear import LinearProblem, to_linear_problem
-from fleetplan.optimizer.decomposition.portfolio import GroupBound, plan_group
+from fleetplan.optimizer.decomposition.lagrangian import lagrangian_bound
+from fleetplan.optimizer.decomposition.portfolio import GroupBound, group_cost, plan_group
 from fleetplan.optimizer.problem_data.problem import FleetProblem
 from fleetplan.optimizer.problem_data.reductions import reduced
 from fleetplan.optimizer.traffic.scenario import Product
@@ -112,10 +113,20 @@ def solve_one_by_one(whole: FleetProblem, names: list[str], solver: Solver, dead
     """A coupled group too large for one MIP, planned product by product with their GPU types
     chosen together (:func:`fleetplan.optimizer.decomposition.portfolio.plan_group`): each product's outcome
     and a lower bound on the group's joint optimum; the plan is checked against the shared
-    limits afterwards (:func:`one_by_one_result`)."""
+    limits afterwards (:func:`one_by_one_result`). With scarce GPU types the bound is raised to
+    the Lagrangian bound with their availability priced
+    (:func:`~fleetplan.optimizer.decomposition.lagrangian.lagrangian_bound`, the last
+    :data:`LAGRANGIAN_SHARE` of the time) where that is higher."""
     deadline.note("joint plan of " + ", ".join(names[:3]) + (", ..." if len(names) > 3 else "") +
                   ": planned product by product")
-    return plan_group(whole, names, solver, deadline, gap)
+    if not whole.gpu_availability:
+        return plan_group(whole, names, solver, deadline, gap)
+    outcomes, bound = plan_group(whole, names, solver, deadline.share(1.0 - LAGRANGIAN_SHARE), gap)
+    if any(o[3] is None for o in outcomes):
+        return outcomes, bound
+    upper = group_cost(whole, {n: (o[3], o[1], o[4]) for n, o in zip(names, outcomes)})
+    found = lagrangian_bound(whole, names, bound.own_usd, upper, deadline)
+    return outcomes, replace(bound, lower_usd=max(bound.lower_usd, found.bound_usd))
 
 
 def one_by_one_result(plan: Plan, groups: list[list[str]], mip_rel_gap: float, parts_usd: dict[str, float]

@@ -26,7 +26,7 @@ the formulation (the master is a Pyomo model of its own, solved like every other
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -70,6 +70,7 @@ class GroupBound:
 
     lower_usd: float
     alone_usd: float
+    own_usd: dict[str, float] = field(default_factory=dict)  # each product's proven lower bound on its own
 
 
 @dataclass(frozen=True)
@@ -452,7 +453,7 @@ def plan_group(whole: FleetProblem, names: list[str], solver: str, deadline: Dea
     bound = max(sum(own.values()), instance_bound(whole, names, solver, deadline.share(BOUND_SHARE), MASTER_GAP))
     plans = _plans_on_chosen_types(whole, known, solver, deadline, product_gap)
     alone_usd = sum(min(_cost(f) for f in known[n].values()) for n in names)
-    return [(alone[n], plans[n][1], None, plans[n][0], plans[n][2]) for n in names], GroupBound(bound, alone_usd)
+    return [(alone[n], plans[n][1], None, plans[n][0], plans[n][2]) for n in names], GroupBound(bound, alone_usd, own)
 
 
 def _cost(found: Found) -> float:
@@ -735,12 +736,13 @@ class TierSplit:
         return self.held + self.on_demand[h] + self.spot[h]
 
 
-def split_by_tier(need: Any, prices: dict[str, float], hours_per_month: float, hour_weight: float,
-                  spot_share: float | None) -> TierSplit | None:
-    """The cheapest :class:`TierSplit` that runs at least ``need`` replicas each hour (hours of equal
-    weight) when a reserved level R is held and each hour's excess over R runs on spot, up to
-    ``spot_share`` of all replica-hours (None: uncapped) when spot is the cheaper, and on demand
-    otherwise; None when no level is feasible. ``prices``: USD per replica-hour of each tier in play."""
+def level_costs(need: Any, prices: dict[str, float], hours_per_month: float, hour_weight: float,
+                spot_share: float | None) -> tuple[Any, Any, Any]:
+    """For every reserved level R from 0 to the peak of ``need`` (only 0 without a reserved tier):
+    the levels, the cost in USD per month of holding R reserved all month and running each hour's
+    excess over R on spot (up to ``spot_share`` of all replica-hours, None: uncapped, when spot is
+    the cheaper) and on demand (inf where no tier takes the excess), and the spot replica-hours
+    taken (NumPy arrays, one entry per level). :func:`split_by_tier` keeps the cheapest."""
     peak = int(need.max()) if need.size else 0
     levels = np.arange(peak + 1) if "reserved" in prices else np.zeros(1, dtype=int)
     excess = np.clip(need[None, :] - levels[:, None], 0, None).sum(axis=1).astype(float)
@@ -751,6 +753,16 @@ def split_by_tier(need: Any, prices: dict[str, float], hours_per_month: float, h
     rest = excess - spot
     cost = levels * prices.get("reserved", 0.0) * hours_per_month + hour_weight * spot * prices.get("spot", 0.0)
     cost = cost + hour_weight * rest * prices["on_demand"] if "on_demand" in prices else np.where(rest > 0, np.inf, cost)
+    return levels, cost, spot
+
+
+def split_by_tier(need: Any, prices: dict[str, float], hours_per_month: float, hour_weight: float,
+                  spot_share: float | None) -> TierSplit | None:
+    """The cheapest :class:`TierSplit` that runs at least ``need`` replicas each hour (hours of equal
+    weight) when a reserved level R is held and each hour's excess over R runs on spot, up to
+    ``spot_share`` of all replica-hours (None: uncapped) when spot is the cheaper, and on demand
+    otherwise; None when no level is feasible. ``prices``: USD per replica-hour of each tier in play."""
+    levels, cost, spot = level_costs(need, prices, hours_per_month, hour_weight, spot_share)
     best = int(np.argmin(cost))  # the lowest level among equals
     if math.isinf(cost[best]):
         return None
