@@ -83,6 +83,8 @@ class Physics:
     """Everything the ``default`` preset adds to the roofline, with engine-level defaults.
 
     ``sequence_overhead_s``: host seconds per running sequence per decode step.
+    ``expert_parallel_busiest``: with expert parallelism the step waits for the GPU holding the
+    most touched experts (:func:`fleetplan.models.moe.busiest_expert_share`).
     ``prefill_communication``: the tokens a step or a prefill processes are all-reduced.
     ``busy_share_exponent``: how fast the share of a benchmark's other prompts ahead of a
     request falls as prefill takes more of the engine's time (see
@@ -112,6 +114,7 @@ class Physics:
     moe_small_group_tokens: float = 0.0
     weight_only_fp4_dequant_factor: float = 1.0
     weight_only_fp4_layer_s: float = 0.0
+    expert_parallel_busiest: bool = False
     admission_latency_s: float = 0.0
     sequence_overhead_s: float = 0.0
     prefill_communication: bool = False
@@ -330,6 +333,7 @@ DEFAULT_PHYSICS = Physics(
     # blocks as a sequence grows (and preempt when they run out), so their running sequences hold
     # their prompt and half their output on average.
     whole_context_admission=("trtllm",),
+    expert_parallel_busiest=True,
 )
 
 
