@@ -333,6 +333,18 @@ DEFAULT_PHYSICS = Physics(
     # blocks as a sequence grows (and preempt when they run out), so their running sequences hold
     # their prompt and half their output on average.
     whole_context_admission=("trtllm",),
+    # Not fitted (a rule, no parameter): with expert parallelism a GPU holds E / ep whole experts and
+    # reads only the touched ones, so a step waits for the GPU that holds the most
+    # (``moe.busiest_expert_share``: 1.69x the mean for gpt-oss-120b at EP 8 and batch 8, 1.13x at EP 2,
+    # nothing once every expert is touched). Its rows, the 45 EP rows of both files, in sample
+    # (median measured / predicted before -> after): gpt-oss-120b with TensorRT-LLM on H200 at TP 4 /
+    # EP 2 1.32 -> 1.30 and TP 8 / EP 8 1.16 -> 1.06, on B200 with attention-DP at EP 2 1.25 -> 1.25
+    # and EP 4 1.65 -> 1.63 (their slowness is mostly elsewhere); DeepSeek-R1 FP4 on 4 B200 at EP 4
+    # with SGLang 1.04 -> 1.00, with TensorRT-LLM 0.94 -> 0.88. Held out four ways
+    # (fit_physics.py --cv --iterations 12), the worst MoE figures moved 18.1% / 92.4% / 41.3% ->
+    # 17.9% / 92.9% / 41.4% (TPOT MAPE / within 1.5x / TTFT within 1.5x), dense 15.1% / 96.7% / 58.9%
+    # -> 15.1% / 96.7% / 58.5%; the other values were not refitted with it (a refit moves them by
+    # under 5% and MoE in sample from 14.3% to 14.2%).
     expert_parallel_busiest=True,
 )
 
