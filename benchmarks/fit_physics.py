@@ -1,6 +1,6 @@
 """Fit the default preset's physical parameters to measured TPOT and TTFT, and cross-validate them.
 
-Usage: python benchmarks/fit_physics.py [MEASUREMENTS.csv ...] [--cv] [--ttft-only] [--iterations N] [--fold-iterations N]
+Usage: python benchmarks/fit_physics.py [MEASUREMENTS.csv ...] [--cv [--residuals]] [--ttft-only] [--iterations N] [--fold-iterations N]
 
 The parameters (:data:`PARAMETERS`) are the few the default preset shares across every model
 and GPU: NVIDIA bandwidth efficiency (at most 0.90), per-step, per-layer and per-sequence
@@ -406,6 +406,21 @@ def by_fold(scheme: str, rows: list[Measurement], preds: list[tuple[float, float
               f"TTFT within 1.5x {f.get('within_1.5x', 0.0):6.1%}")
 
 
+def residual_table(scheme: str, rows: list[Measurement], preds: list[tuple[float, float] | None]) -> None:
+    """Held-out TPOT of ``scheme`` by model x GPU x engine x TP x EP x precision: rows, median
+    measured / predicted and MAPE, the configurations a structural change should move."""
+    cells: dict[tuple[object, ...], list[int]] = {}
+    for i, r in enumerate(rows):
+        if preds[i] is not None:
+            key = (r.model, r.gpu, normalize_engine(r.engine) or "", r.tp, r.ep, r.dp_attention, r.precision)
+            cells.setdefault(key, []).append(i)
+    for key, members in sorted(cells.items(), key=lambda kv: repr(kv[0])):
+        t = error_stats([rows[i].measured_tpot_ms for i in members], [preds[i][0] for i in members])  # type: ignore[index]
+        model, gpu, engine, tp, ep, dpa, precision = key
+        print(f"  {scheme:<6} {model:<16} {gpu:<9} {engine:<7} tp {tp} ep {ep} dpa {dpa} {precision:<5} "
+              f"rows {len(members):>3}  measured/predicted {t['median_ratio']:5.2f}  TPOT MAPE {t['mape']:6.1%}")
+
+
 def figure_of_record(results: dict[str, list[tuple[float, float] | None]], rows: list[Measurement],
                      catalog: Catalog) -> None:
     """The worst held-out figure over the schemes, per kind: the highest TPOT MAPE, the lowest
@@ -440,6 +455,8 @@ def main(argv: list[str]) -> int:
                     help="refit each fold with this many full iterations (0: the fast Gauss-Newton path)")
     ap.add_argument("--ttft-only", action="store_true",
                     help="fit only the parameters TTFT alone depends on (TTFT_ONLY), the rest held at the shipped values")
+    ap.add_argument("--residuals", action="store_true",
+                    help="with --cv, print each scheme's held-out TPOT by model x GPU x engine x TP x EP x precision")
     ap.add_argument("--schemes", default=",".join(name for name, _ in CV_SCHEMES),
                     help="the cross-validation schemes to run, comma-separated (group, tp, gpu, engine)")
     args = ap.parse_args(argv)
@@ -467,6 +484,8 @@ def main(argv: list[str]) -> int:
             report(f"held out {scheme}", rows, results[scheme], catalog)
             if scheme in ("gpu", "engine"):
                 by_fold(scheme, rows, results[scheme])
+            if args.residuals:
+                residual_table(scheme, rows, results[scheme])
         figure_of_record(results, rows, catalog)
     return 0
 

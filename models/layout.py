@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from fleetplan.catalogs.schema import GPU, LLM
 from fleetplan.models.communication import allreduce_time_s
 from fleetplan.models.memory import bytes_per_value
-from fleetplan.models.moe import params_read_per_step, routed_expert_params
+from fleetplan.models.moe import busiest_expert_share, params_read_per_step, routed_expert_params
 from fleetplan.models.parallel import tp_problem
 from fleetplan.models.physics import DEFAULT_PHYSICS, Physics
 from fleetplan.models.presets import Preset
@@ -225,13 +225,17 @@ def rank_comm_time_s(llm: LLM, gpu: GPU, layout: Layout, rank_tokens: int, physi
     return (llm.num_layers * (physics.allreduces_per_layer - 1) + llm.num_layers - moe_layers) * ar
 
 
-def expert_bytes_read(llm: LLM, preset: Preset, precision: str, tokens: int) -> float:
-    """Routed-expert bytes a step of ``tokens`` tokens reads (all of them without expert sampling)."""
+def expert_bytes_read(llm: LLM, preset: Preset, precision: str, tokens: int, ep: int = 1) -> float:
+    """Routed-expert bytes a step of ``tokens`` tokens reads (all of them without expert sampling),
+    at the busiest of ``ep`` expert-parallel GPUs where the physics times them so
+    (:func:`fleetplan.models.moe.busiest_expert_share`)."""
     if llm.moe is None:
         return 0.0
     routed = routed_expert_params(llm)
     if preset.moe_expert_sampling:
         routed = params_read_per_step(llm, tokens) - (llm.total_params - routed)
+    if preset.physics is not None and preset.physics.expert_parallel_busiest and ep > 1:
+        routed *= busiest_expert_share(llm.moe.num_experts, llm.moe.experts_per_token, float(tokens), ep)
     return routed * bytes_per_value(precision)
 
 
@@ -299,7 +303,7 @@ def layout_step(
     )
     per_byte = rank.memory_time_s / rank.bytes_per_step
     weights_read = (rank.weight_bytes_read - expert_bytes_read(llm, preset, precision, r)
-                    + expert_bytes_read(llm, preset, precision, micro) / layout.dp_attention)
+                    + expert_bytes_read(llm, preset, precision, micro, layout.ep) / layout.dp_attention)
     weights_time = weights_read * per_byte
     kv_time = (rank.bytes_per_step - rank.weight_bytes_read) * per_byte
     imbalance = lp.ep_load_imbalance if layout.ep > 1 else 1.0

@@ -8,11 +8,18 @@ distinct experts per MoE layer (uniform routing): ``k`` at one token, all ``E`` 
 Every touched expert's weights are read once, so the bytes per step are the dense and shared
 weights (attention, embeddings, shared experts, dense layers) plus the touched experts, not
 all experts and not only ``k``. Compute still follows the active parameters, 2 x P_active x B.
+
+With expert parallelism over ``ep`` GPUs each GPU holds ``E / ep`` whole experts and reads only
+the touched ones among them, so the step waits for the GPU that holds the most touched experts
+(:func:`busiest_expert_share`): each expert is touched with probability ``q = 1 - (1 - k/E)^B``,
+a GPU's count is binomial ``(E / ep, q)``, and the busiest of ``ep`` GPUs reads ``E[max]``
+experts against the mean ``E q / ep``.
 """
 
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from fleetplan.catalogs.schema import LLM
 
@@ -86,3 +93,27 @@ def grouped_params_read_per_step(llm: LLM, tokens: float, small_group_tokens: fl
     touched = expected_distinct_experts(e, k, t)
     extra = small_group_tokens * touched * touched / (t * k)
     return base + llm.moe.num_moe_layers * extra * params_per_expert(llm)
+
+
+@lru_cache(maxsize=4096)
+def busiest_expert_share(num_experts: int, experts_per_token: int, tokens: float, ep: int) -> float:
+    """Touched experts on the busiest of ``ep`` expert-parallel GPUs over the mean per GPU (1 for
+    ``ep`` 1 or no tokens).
+
+    Each GPU holds ``n = E / ep`` experts, each touched with probability ``q = 1 - (1 - k/E)^tokens``
+    (independently: the binomial approximation of uniform routing); the busiest GPU's expected
+    count is ``E[max] = sum_{m=0}^{n-1} (1 - F(m)^ep)`` with ``F`` the binomial CDF, and the
+    share is ``E[max] / (n q)``. Non-decreasing in ``tokens``' touched count, at most ``1 / q``.
+    """
+    if ep <= 1 or tokens <= 0 or num_experts % ep:
+        return 1.0
+    n = num_experts // ep
+    q = 1.0 - (1.0 - experts_per_token / num_experts) ** tokens
+    if q >= 1.0:
+        return 1.0
+    pmf = [math.comb(n, m) * q**m * (1.0 - q) ** (n - m) for m in range(n + 1)]
+    cdf, expected_max = 0.0, 0.0
+    for m in range(n):
+        cdf += pmf[m]
+        expected_max += 1.0 - min(cdf, 1.0) ** ep
+    return expected_max / (n * q)

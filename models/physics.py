@@ -83,6 +83,8 @@ class Physics:
     """Everything the ``default`` preset adds to the roofline, with engine-level defaults.
 
     ``sequence_overhead_s``: host seconds per running sequence per decode step.
+    ``expert_parallel_busiest``: with expert parallelism the step waits for the GPU holding the
+    most touched experts (:func:`fleetplan.models.moe.busiest_expert_share`).
     ``prefill_communication``: the tokens a step or a prefill processes are all-reduced.
     ``busy_share_exponent``: how fast the share of a benchmark's other prompts ahead of a
     request falls as prefill takes more of the engine's time (see
@@ -118,6 +120,7 @@ class Physics:
     moe_small_group_tokens: float = 0.0
     weight_only_fp4_dequant_factor: float = 1.0
     weight_only_fp4_layer_s: float = 0.0
+    expert_parallel_busiest: bool = False
     admission_latency_s: float = 0.0
     sequence_overhead_s: float = 0.0
     prefill_communication: bool = False
@@ -362,6 +365,19 @@ DEFAULT_PHYSICS = Physics(
     # concurrency (101-180 ms against 30-45 ms at 1,024-token prompts), the balancer holding a new
     # context request until every rank has one or, fitted, 8.97 decode steps pass.
     attention_dp_balance_steps=(("trtllm", 8.97),),
+    # Not fitted (a rule, no parameter): with expert parallelism a GPU holds E / ep whole experts and
+    # reads only the touched ones, so a step waits for the GPU that holds the most
+    # (``moe.busiest_expert_share``: 1.69x the mean for gpt-oss-120b at EP 8 and batch 8, 1.13x at EP 2,
+    # nothing once every expert is touched). Its rows, the 45 EP rows of both files, in sample
+    # (median measured / predicted before -> after): gpt-oss-120b with TensorRT-LLM on H200 at TP 4 /
+    # EP 2 1.32 -> 1.30 and TP 8 / EP 8 1.16 -> 1.06, on B200 with attention-DP at EP 2 1.25 -> 1.25
+    # and EP 4 1.65 -> 1.63 (their slowness is mostly elsewhere); DeepSeek-R1 FP4 on 4 B200 at EP 4
+    # with SGLang 1.04 -> 1.00, with TensorRT-LLM 0.94 -> 0.88. Held out four ways
+    # (fit_physics.py --cv --iterations 12), the worst MoE figures moved 18.1% / 92.4% / 41.3% ->
+    # 17.9% / 92.9% / 41.4% (TPOT MAPE / within 1.5x / TTFT within 1.5x), dense 15.1% / 96.7% / 58.9%
+    # -> 15.1% / 96.7% / 58.5%; the other values were not refitted with it (a refit moves them by
+    # under 5% and MoE in sample from 14.3% to 14.2%).
+    expert_parallel_busiest=True,
 )
 
 

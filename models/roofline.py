@@ -41,7 +41,8 @@ from fleetplan.models.interference import prefill_flops_per_step as aggregated_p
 from fleetplan.models.prefill import prefill_flops_per_request
 from fleetplan.models.memory import (bytes_per_value, held_weight_bytes, kv_bytes_per_sequence, kv_replication_factor,
                                      usable_memory_bytes, weight_bytes)
-from fleetplan.models.moe import grouped_params_read_per_step, params_read_per_step
+from fleetplan.models.moe import (busiest_expert_share, grouped_params_read_per_step, params_read_per_step,
+                                  routed_expert_params)
 from fleetplan.models.overhead import dequant_time_s, host_time_s, layer_time_s
 from fleetplan.models.presets import CalibrationFactors, Preset, normalize_engine
 
@@ -150,12 +151,15 @@ def usable_flop_rate(preset: Preset, gpu: GPU, precision: str, tp: int, factors:
     return tp * gpu.flops_per_s(compute_precision(preset, gpu, precision)) * eff * factors.compute_scale
 
 
-def weight_bytes_read(llm: LLM, gpu: GPU, preset: Preset, precision: str, batch: int) -> tuple[float, float]:
+def weight_bytes_read(llm: LLM, gpu: GPU, preset: Preset, precision: str, batch: int,
+                      ep: int = 1) -> tuple[float, float]:
     """(bytes a step reads, bytes-equivalent of the time reading them takes).
 
     With MoE expert sampling a step reads the touched experts only, and the grouped GEMM's
     small-group cost and the dequantisation of weight-only FP4 (a GPU without FP4 tensor
-    cores) lengthen the read (:mod:`fleetplan.models.physics`)."""
+    cores) lengthen the read (:mod:`fleetplan.models.physics`). With expert parallelism over
+    ``ep`` > 1 GPUs (and the physics' ``expert_parallel_busiest``) the routed experts are timed at
+    the GPU holding the most touched ones (:func:`~fleetplan.models.moe.busiest_expert_share`)."""
     if not preset.moe_expert_sampling:
         w = weight_bytes(llm, precision)
         return w, w
@@ -164,7 +168,12 @@ def weight_bytes_read(llm: LLM, gpu: GPU, preset: Preset, precision: str, batch:
     physics = preset.physics
     if physics is None:
         return read, read
-    timed = grouped_params_read_per_step(llm, batch, physics.moe_small_group_tokens) * bpv
+    timed_params = grouped_params_read_per_step(llm, batch, physics.moe_small_group_tokens)
+    if physics.expert_parallel_busiest and ep > 1 and llm.moe is not None:
+        dense = llm.total_params - routed_expert_params(llm)
+        share = busiest_expert_share(llm.moe.num_experts, llm.moe.experts_per_token, float(batch), ep)
+        timed_params = dense + (timed_params - dense) * share
+    timed = timed_params * bpv
     if precision == "fp4" and precision not in gpu.dense_flops_per_s:
         timed *= physics.weight_only_fp4_dequant_factor
     return read, timed
@@ -358,7 +367,7 @@ def decode_step(
     kv_prec = effective_kv_precision(preset, kv_precision)
     kv_read, kv_held = kv_bytes_read_and_held(llm, preset, tp, kv_prec, input_tokens, output_tokens)
     w = held_weight_bytes(llm, precision, gpu.vendor)  # held; the bytes a step reads are weight_bytes_read's
-    w_read, w_timed = weight_bytes_read(llm, gpu, preset, precision, tokens)
+    w_read, w_timed = weight_bytes_read(llm, gpu, preset, precision, tokens, ep)
     factors = preset.factors_for(gpu.id, gpu.family, engine, model_kind(llm))
     bandwidth = tp * gpu.mem_bandwidth_bytes_per_s * bandwidth_efficiency(preset, gpu) * factors.bandwidth_scale
     flop_rate = usable_flop_rate(preset, gpu, precision, tp, factors, prefill=False)

@@ -323,3 +323,40 @@ def test_b200_engines_allocate_from_its_192_gb(catalog):
                     input_tokens=8192, output_tokens=1024, preset=DEFAULT)
     assert e.memory_usable_bytes == pytest.approx(4 * 192e9 * 0.9)
     assert e.fits and e.memory_needed_bytes == pytest.approx(671e9 + 9216 * 70272 * 4)
+
+
+# ---------------------------------------------------------------- expert parallelism, FP4 unpacking
+def test_busiest_expert_share_hand_value():
+    """8 experts, top-2, one token, EP 2: each expert is touched with q = 1 - (6/8) = 0.25, a GPU's 4
+    experts are Binomial(4, 0.25) (CDF 0.3164, 0.7383, 0.9492, 0.9961), the busier of two holds
+    E[max] = sum (1 - F(m)^2) = 1.4617 touched experts against the mean 4 x 0.25 = 1."""
+    from fleetplan.models.moe import busiest_expert_share
+
+    cdf = [0.75**4, 0.75**4 + 4 * 0.25 * 0.75**3, 1 - 4 * 0.25**3 * 0.75 - 0.25**4, 1 - 0.25**4]
+    expected = sum(1 - f**2 for f in cdf)
+    assert expected == pytest.approx(1.4617, abs=1e-4)
+    assert busiest_expert_share(8, 2, 1.0, 2) == pytest.approx(expected)
+    assert busiest_expert_share(8, 2, 1.0, 1) == 1.0 and busiest_expert_share(8, 2, 0.0, 2) == 1.0
+    # gpt-oss-120b (128 experts, top-4) at EP 8: the busiest GPU's share falls to 1 as the batch grows
+    shares = [busiest_expert_share(128, 4, float(t), 8) for t in (1, 4, 8, 32, 128, 1024)]
+    assert shares == sorted(shares, reverse=True) and shares[0] > 3.0 and shares[-1] == pytest.approx(1.0)
+
+
+def test_expert_parallel_step_reads_the_busiest_gpus_experts(catalog):
+    """gpt-oss-120b FP8 on 8 H200 at batch 8, EP 8: the dense weights (2.138e9) are read as with TP,
+    the touched experts' time (small-group cost included) at the busiest GPU's share."""
+    from fleetplan.models.moe import busiest_expert_share, grouped_params_read_per_step
+    from fleetplan.models.roofline import weight_bytes_read
+
+    llm, gpu = catalog.models["gpt-oss-120b"], catalog.gpus["h200-sxm"]
+    assert DEFAULT_PHYSICS.expert_parallel_busiest
+    dense = 2.1382144e9
+    grouped = grouped_params_read_per_step(llm, 8, DEFAULT_PHYSICS.moe_small_group_tokens)
+    share = busiest_expert_share(128, 4, 8.0, 8)
+    read1, timed1 = weight_bytes_read(llm, gpu, DEFAULT, "fp8", 8, ep=1)
+    read8, timed8 = weight_bytes_read(llm, gpu, DEFAULT, "fp8", 8, ep=8)
+    assert timed1 == pytest.approx(grouped) and read8 == read1  # FP8: one byte per weight; bytes unchanged
+    assert timed8 == pytest.approx(dense + (grouped - dense) * share)
+    assert share == pytest.approx(1.687, abs=1e-3)
+    no_ep_rule = dataclasses.replace(DEFAULT, physics=dataclasses.replace(DEFAULT_PHYSICS, expert_parallel_busiest=False))
+    assert weight_bytes_read(llm, gpu, no_ep_rule, "fp8", 8, ep=8)[1] == pytest.approx(timed1)

@@ -47,3 +47,17 @@ def test_a_family_no_row_measures_gets_the_physics_fallback(fp):
     assert z[names.index("bandwidth_cdna3")] == z[names.index("bandwidth_cdna4")] == pytest.approx(0.75)
     others = [i for i, n in enumerate(names) if not n.startswith("bandwidth_cdna")]
     assert (z[others] == x[others]).all() and x[names.index("bandwidth_cdna3")] == pytest.approx(0.619)
+
+
+def test_residual_table_lists_each_held_out_configuration(fp, capsys):
+    """--residuals: one line per model x GPU x engine x TP x EP x attention-DP x precision held out,
+    with its rows, median measured / predicted and MAPE; rows no fold holds out are left out."""
+    text = HEADER + "".join(f"gpt-oss-120b,h200-sxm,fp4,{tp},16,1024,1024,vllm,{ms}\n"
+                            for tp, ms in ((2, 10.0), (2, 12.0), (4, 8.0)))
+    rows = parse_measurements(text, "rows.csv")
+    # predicted 8 and 15 ms (ratios 1.25 and 0.8: median 1.0; MAPE (20% + 25%) / 2), the TP 4 row not held out
+    fp.residual_table("tp", rows, [(8.0, 1.0), (15.0, 1.0), None])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1
+    assert "gpt-oss-120b" in lines[0] and "tp 2 ep 1 dpa 1 fp4" in lines[0] and "rows   2" in lines[0]
+    assert "measured/predicted  1.00" in lines[0] and "TPOT MAPE  22.5%" in lines[0]

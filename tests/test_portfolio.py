@@ -271,7 +271,7 @@ def test_hours_not_merged_when_a_share_cap_links_them(catalog, examples):
     fewer_hours = merged(prob)
     assert prob.hours == 168 and fewer_hours.hours == 31 and len(fewer_hours.hour_of) == 168
     smaller = reduced(prob)
-    assert smaller.hours == 27 and len(smaller.all_candidates()) == 51 < len(prob.all_candidates()) == 184
+    assert smaller.hours == 29 and len(smaller.all_candidates()) == 51 < len(prob.all_candidates()) == 184
 
 
 def brute_force_tiers(catalog, scenario, limit) -> float:
