@@ -118,12 +118,15 @@ class Hours:
 
 def hours_of(prob: FleetProblem, pd: ProductData, c: Candidate, r: int) -> Hours:
     """What ``r`` reserved replicas of ``c`` leave to buy hour by hour."""
-    d = np.asarray(pd.demand_tokens_per_s, dtype=float)
+    return _hours_from(np.asarray(pd.demand_tokens_per_s, dtype=float), _counts(prob), prob, pd, c, r)
+
+
+def _hours_from(d: Any, counts: Any, prob: FleetProblem, pd: ProductData, c: Candidate, r: int) -> Hours:
+    """:func:`hours_of` with the demand ``d`` and the hours' counts given as arrays."""
     u = c.usable_tokens_per_s
     e = d - u * r
     need = np.maximum(0, np.ceil(e / u - CEILING_TOLERANCE)).astype(np.int64)
     first = np.where(need > 0, e - u * (need - 1), 0.0)
-    counts = np.asarray([prob.count(h) for h in range(prob.hours)], dtype=float)
     cap = pd.api_max_fraction * float(np.dot(counts, d)) if pd.has_api else 0.0
     spot = prob.spot_max_share if Tier.SPOT in prob.tiers else 0.0
     return Hours(need, first, u, cap, spot, float(r * counts.sum()))
@@ -177,7 +180,7 @@ def merged_hours_cost(prob: FleetProblem, hours: Hours, p: Prices, api: bool) ->
         first = (hours.need > 0) & (p.api * hours.first < per)
         take = np.where(first, np.where(p.api * hours.usable < per, hours.need, 1), 0)
     tokens = np.where(take > 0, hours.first + hours.usable * (take - 1), 0.0)
-    weights = np.asarray([prob.weight(h) for h in range(prob.hours)], dtype=float)
+    weights = prob.hour_weight * _counts(prob)
     left = hours.need - take
     cost = float(np.dot(weights, np.where(left > 0, per * left, 0.0) + p.api * tokens))
     return take, cost
@@ -189,8 +192,9 @@ def config_costs(prob: FleetProblem, pd: ProductData, c: Candidate, ov: Override
     p = prices_of(prob, pd, c, ov)
     fixed = pd.fixed_monthly_usd if pd.has_api else 0.0
     out = []
+    d, counts = np.asarray(pd.demand_tokens_per_s, dtype=float), _counts(prob)
     for r in range(pd.replica_bound(c) + 1):
-        hours = hours_of(prob, pd, c, r)
+        hours = _hours_from(d, counts, prob, pd, c, r)
         if prob.hour_counts:
             _, cost = merged_hours_cost(prob, hours, p, pd.has_api)
         else:
@@ -402,7 +406,8 @@ def recourse_plan(prob: FleetProblem, ov: Overrides, choice: Choice) -> HourPlan
 
 
 def _counts(prob: FleetProblem) -> Any:
-    return np.asarray([prob.count(h) for h in range(prob.hours)], dtype=float)
+    """Real hours each modelled hour stands for, as an array."""
+    return np.asarray(prob.hour_counts, dtype=float) if prob.hour_counts else np.ones(prob.hours)
 
 
 def _fill(n: Any, counts: Any, total: int) -> list[int]:

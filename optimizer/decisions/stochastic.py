@@ -875,7 +875,7 @@ def separable_plan(setup: SeparableSetup, client: Any, workers: int | None,
              f"hour by hour"]
     return StochasticPlan(
         commitment=_commitment(terms, _as_terms(terms, ctx.gpus, point)), expected_cost_usd=expected,
-        lower_bound_usd=min(float(total.min()), expected),
+        lower_bound_usd=expected,  # the least total of the whole grid is this plan's own
         outcomes=[OutcomeCost(c.name, c.probability, v, o) for c, v, o in zip(ctx.cases, costs, own)],
         mean_forecast_commitment=_commitment(terms, _as_terms(terms, ctx.gpus, ev)),
         mean_forecast_expected_cost_usd=eev if math.isfinite(eev) else math.inf,
