@@ -884,6 +884,14 @@ def separable_plan(setup: SeparableSetup, client: Any, workers: int | None,
     )
 
 
+def _by_product_split(scenario: Scenario, unc: Uncertainty, catalog: Catalog, preset: Preset, folder: Path,
+                      commitment_rows: Sequence[dict[str, Any]], client: Any, workers: int | None,
+                      progress: Callable[[str, int, int], None] | None, start: float) -> StochasticPlan | str:
+    """:func:`separable_plan`, or why the outcomes are not separable."""
+    setup = separable_setup(scenario, unc, catalog, preset, folder, commitment_rows)
+    return setup if isinstance(setup, str) else separable_plan(setup, client, workers, progress, start)
+
+
 def plan_under_uncertainty(scenario: Scenario, unc: Uncertainty, catalog: Catalog, preset: Preset, folder: Path,
                            solver: Solver = "highs", *, commitment_rows: Sequence[dict[str, Any]] = (),
                            client: Any = None, workers: int | None = None,
@@ -893,22 +901,19 @@ def plan_under_uncertainty(scenario: Scenario, unc: Uncertainty, catalog: Catalo
     """The two-stage plan of ``scenario`` under ``unc``: the commitment, its cost in every outcome,
     the mean forecast's commitment and cost, the wait-and-see optima (for EVPI and regret).
 
-    Unless ``method`` is ``extensive`` or a risk term weighs in, outcomes whose products share
-    nothing but the commitment are solved exactly by the product split (:func:`separable_plan`;
-    ``separable=False`` skips it); other outcomes by the extensive form or dual decomposition over
-    their whole-horizon MIPs. Outcomes run on the Dask cluster of ``client`` when given, else in
+    Outcomes whose products share nothing but the commitment are solved by the product split
+    (:func:`separable_plan`) unless ``separable`` is False, the method is ``extensive`` or risk weighs
+    in; others as whole-horizon MIPs. Outcomes run on the Dask cluster of ``client``, else in
     ``workers`` local processes (default: what the command allows); the plan is the same either way."""
     if Tier.RESERVED not in scenario.options.tiers:
         raise UncertaintyError("options.tiers: a commitment needs the reserved tier (nearest valid choice: "
                                "[reserved, on_demand])")
     start = time.monotonic()
-    why = ""
+    why: StochasticPlan | str = ""  # the product split's plan, or why there is none (told in the notes)
     if separable and unc.method != "extensive" and unc.risk_weight == 0:
-        setup = separable_setup(scenario, unc, catalog, preset, folder, commitment_rows)
-        found = setup if isinstance(setup, str) else separable_plan(setup, client, workers, progress, start)
-        if not isinstance(found, str):
-            return found
-        why = found
+        why = _by_product_split(scenario, unc, catalog, preset, folder, commitment_rows, client, workers, progress, start)
+        if not isinstance(why, str):
+            return why
     terms, mean_model, models = _outcome_models(scenario, unc, catalog, preset, folder, commitment_rows, progress)
     gap = unc.max_gap
     sub_gap = min(SUB_GAP_MAX, gap / 4.0)
