@@ -714,9 +714,12 @@ def _commit_usd(unit: Sequence[float], shape: tuple[int, ...]) -> Any:
     return total
 
 
-def _grid_in_copy(i: int) -> OutcomeGrid:
-    """Worker: :func:`outcome_grid` of outcome ``i`` of the parent's context."""
-    return outcome_grid(shared(), i)
+def _grids_in_copy(first: int, stop: int) -> list[OutcomeGrid]:
+    """Worker: :func:`outcome_grid` of outcomes ``first`` to ``stop - 1`` of the parent's context."""
+    return [outcome_grid(shared(), i) for i in range(first, stop)]
+
+
+CHUNKS_PER_WORKER = 4  # outcomes go to local workers in this many runs of consecutive ones each
 
 
 def outcome_grids(ctx: GridContext, client: Any, workers: int | None,
@@ -728,8 +731,11 @@ def outcome_grids(ctx: GridContext, client: Any, workers: int | None,
         futures = [client.submit(outcome_grid, shared_ctx, i, pure=False) for i in range(n)]
         return list(client.gather(futures))
     tick = None if progress is None else (lambda done, total: progress("outcome recourse", done, total))
-    return map_in_copies(_grid_in_copy, ctx, [(i,) for i in range(n)], workers if workers is not None else jobs(),
-                         progress=tick)
+    count = workers if workers is not None else jobs()
+    size = max(1, math.ceil(n / (CHUNKS_PER_WORKER * count))) if count > 1 else n
+    runs = [(a, min(n, a + size)) for a in range(0, n, size)]
+    found = map_in_copies(_grids_in_copy, ctx, runs, count, progress=tick)
+    return [g for run in found for g in run]
 
 
 def _padded(values: Any, shape: tuple[int, ...]) -> Any:
