@@ -714,27 +714,34 @@ def _commit_usd(unit: Sequence[float], shape: tuple[int, ...]) -> Any:
     return total
 
 
+def outcome_grids_of(ctx: GridContext, first: int, stop: int) -> list[OutcomeGrid]:
+    """:func:`outcome_grid` of outcomes ``first`` to ``stop - 1``."""
+    return [outcome_grid(ctx, i) for i in range(first, stop)]
+
+
 def _grids_in_copy(first: int, stop: int) -> list[OutcomeGrid]:
-    """Worker: :func:`outcome_grid` of outcomes ``first`` to ``stop - 1`` of the parent's context."""
-    return [outcome_grid(shared(), i) for i in range(first, stop)]
+    """Worker: :func:`outcome_grids_of` on the parent's context."""
+    return outcome_grids_of(shared(), first, stop)
 
 
-CHUNKS_PER_WORKER = 4  # outcomes go to local workers in this many runs of consecutive ones each
+CHUNKS_PER_WORKER = 4  # outcomes go to each worker (local or Dask) in about this many runs of consecutive ones
 
 
 def outcome_grids(ctx: GridContext, client: Any, workers: int | None,
                   progress: Callable[[str, int, int], None] | None) -> list[OutcomeGrid]:
-    """Every outcome's grid, in order: on the Dask cluster of ``client``, else in worker processes."""
+    """Every outcome's grid, in order: on the Dask cluster of ``client``, else in worker processes;
+    each task is a run of consecutive outcomes (the result does not depend on how they are cut)."""
     n = len(ctx.cases)
-    if client is not None:
-        shared_ctx = client.scatter(ctx, broadcast=True)
-        futures = [client.submit(outcome_grid, shared_ctx, i, pure=False) for i in range(n)]
-        return list(client.gather(futures))
-    tick = None if progress is None else (lambda done, total: progress("outcome recourse", done, total))
-    count = workers if workers is not None else jobs()
+    count = len(client.nthreads()) if client is not None else workers if workers is not None else jobs()
     size = max(1, math.ceil(n / (CHUNKS_PER_WORKER * count))) if count > 1 else n
     runs = [(a, min(n, a + size)) for a in range(0, n, size)]
-    found = map_in_copies(_grids_in_copy, ctx, runs, count, progress=tick)
+    if client is not None:
+        shared_ctx = client.scatter(ctx, broadcast=True)
+        futures = [client.submit(outcome_grids_of, shared_ctx, a, b, pure=False) for a, b in runs]
+        found = list(client.gather(futures))
+    else:
+        tick = None if progress is None else (lambda done, total: progress("outcome recourse", done, total))
+        found = map_in_copies(_grids_in_copy, ctx, runs, count, progress=tick)
     return [g for run in found for g in run]
 
 
