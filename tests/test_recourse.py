@@ -174,3 +174,38 @@ def test_a_week_of_sampled_outcomes_is_solved_in_seconds_with_no_gap():
     assert plan.gap == 0.0 and len(plan.outcomes) == 40 and time.monotonic() - start < 300
     assert plan.vss_usd >= -1e-6 and plan.evpi_usd >= 0
     assert all(o.cost_usd >= o.own_optimum_usd - 1e-6 for o in plan.outcomes)
+
+
+def test_the_split_is_not_trusted_where_the_fleet_mip_disagrees(monkeypatch):
+    """The check before the split is used: a row family it does not model, or a plan that breaks a
+    row or is priced otherwise, sends the plan back to the whole-horizon MIPs, with the reason."""
+    scenario = parse_scenario(ONE_HOUR, "test", EXAMPLES)
+    u = parse_uncertainty({**OUTCOMES, "method": "decomposition", "max_iterations": 3}, "t",
+                          ["chat", "summariser", "launch"])
+
+    def plan() -> st.StochasticPlan:
+        return st.plan_under_uncertainty(scenario, u, load_catalog(), get_preset("default"), EXAMPLES,
+                                         commitment_rows=load_commitments())
+
+    monkeypatch.setattr(st, "SEPARABLE_ROWS", st.SEPARABLE_ROWS - {"spot_share_limit"})
+    assert plan().notes[0] == ("outcomes solved as whole-horizon MIPs: the fleet MIP has rows the product split "
+                               "does not model (spot_share_limit)")
+    monkeypatch.undo()
+    short = rc.recourse_plan
+
+    def one_replica_more(prob, ov, choice):  # one on-demand replica more than the split counted
+        p = short(prob, ov, choice)
+        return rc.HourPlan(p.choice, (p.on_demand[0] + 1, *p.on_demand[1:]), p.spot, p.api_tokens_per_s)
+
+    def one_reserved_short(prob, ov, choice):  # a reserved replica fewer than the split counted
+        p = short(prob, ov, choice)
+        return rc.HourPlan(rc.Choice(p.choice.product, p.choice.key, max(0, p.choice.reserved - 1)), p.on_demand,
+                           p.spot, p.api_tokens_per_s)
+
+    monkeypatch.setattr(st, "recourse_plan", one_replica_more)
+    assert plan().notes[0] == ("outcomes solved as whole-horizon MIPs: the product split's plan does not hold in the "
+                               "fleet MIP (its cost)")
+    monkeypatch.setattr(st, "recourse_plan", one_reserved_short)
+    note = plan().notes[0]
+    assert note.startswith("outcomes solved as whole-horizon MIPs: the product split's plan does not hold in the "
+                           "fleet MIP (") and "meets_demand" in note

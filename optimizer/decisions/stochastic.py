@@ -834,7 +834,8 @@ class SeparableSetup:
 def separable_setup(scenario: Scenario, unc: Uncertainty, catalog: Catalog, preset: Preset, folder: Path,
                     commitment_rows: Sequence[dict[str, Any]]) -> SeparableSetup | str:
     """The setup of :func:`separable_plan`, or why the outcomes are not separable (checked on the
-    mean forecast; each outcome is checked again where its grid is made)."""
+    mean forecast and the first outcome, with :func:`check_split`; each outcome's problem is
+    checked again where its grid is made)."""
     items = cases(unc)
     qps = hourly_qps(scenario.products, folder)
     memo = CandidateMemo()
@@ -847,9 +848,11 @@ def separable_setup(scenario: Scenario, unc: Uncertainty, catalog: Catalog, pres
     if not terms:
         return "no commitment term has a price"
     gpus, unit, _ = _cheapest_terms(terms, prob.hours_per_month)
-    reason = check_split(prob, mean, terms, gpus, unit)
-    if reason is not None:
-        return reason
+    first = outcome_problem(scenario, catalog, preset, folder, items[0], qps, memo)
+    for case, checked in ((mean, prob), (items[0], first)):  # the first outcome carries every override it sets
+        reason = not_separable(checked) or check_split(checked, case, terms, gpus, unit)
+        if reason is not None:
+            return reason
     return SeparableSetup(mean, prob, terms, GridContext(scenario, catalog, preset, folder, qps, memo, items, gpus, unit))
 
 
