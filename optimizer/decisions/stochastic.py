@@ -50,6 +50,19 @@ from fleetplan.optimizer.mip.solvers import Solver, solve
 from fleetplan.optimizer.traffic.uncertainty import (Case, Overrides, Uncertainty, UncertaintyError, cases,
                                                      check_outcomes, mean_case, outcome_inputs)
 from fleetplan.optimizer.runtime.workers import jobs, map_in_copies, shared
+from fleetplan.optimizer.decisions.recourse import (
+    MAX_GRID_POINTS,
+    PRICE_SCALED,
+    grid_points,
+    not_separable,
+    outcome_recourse,
+    plan_columns,
+    recourse_grid,
+    recourse_plan,
+    split,
+    violations,
+)
+from fleetplan.optimizer.problem_data.reductions import on_hours
 
 SUB_GAP = 1e-4  # relative gap the extensive form and the wait-and-see MIPs are proven to
 # the decomposition proves each outcome's MIP to a quarter of the gap asked for, at most this: the
@@ -57,8 +70,6 @@ SUB_GAP = 1e-4  # relative gap the extensive form and the wait-and-see MIPs are 
 # last hundredths of a percent of a horizon's MIP (hours rounding up) cost most of its time
 SUB_GAP_MAX = 1e-3
 EXTENSIVE_MAX_COLUMNS = 5_000  # ``auto`` solves the extensive form up to this many columns, else decomposes
-PRICE_SCALED = {"on_demand": "on_demand_price_scale", "pool_on_demand": "on_demand_price_scale",
-                "spot": "spot_price_scale", "pool_spot": "spot_price_scale", "api": "api_price_scale"}
 RESERVED = ("reserved", "pool_reserved")
 SPOT = ("spot", "pool_spot")
 
@@ -612,6 +623,8 @@ def _outcome_models(scenario: Scenario, unc: Uncertainty, catalog: Catalog, pres
     """The commitment terms priced, the mean forecast's model and each outcome's model."""
     check_outcomes(unc, scenario.products, folder, "scenario")  # a block parsed with product names only
     items = cases(unc)
+    if (preempted := next((r for r in map(_preempted, items) if r), None)) is not None:
+        return preempted
     qps = hourly_qps(scenario.products, folder)
     memo = CandidateMemo()
     mean = mean_case(items, [p.name for p in scenario.products], scenario, folder, qps)
@@ -650,20 +663,296 @@ def _extensive(models: list[OutcomeModel], run: Runner, unc: Uncertainty, solver
     return x, costs, bound, own
 
 
+# ----------------------------------------------------------------------------- separable outcomes
+
+# the row families of an outcome's MIP that :mod:`~fleetplan.optimizer.decisions.recourse` models
+SEPARABLE_ROWS = frozenset({
+    "one_configuration_per_product", "reserved_needs_configuration", "on_demand_needs_configuration",
+    "spot_needs_configuration", "throughput_meets_demand", "configuration_meets_demand",
+    "configuration_meets_demand_rounded", "api_split", "api_for_needs_configuration", "api_for_share_max",
+    "api_share_max", "spot_share_limit", "reserved_within_commitment",
+})
+CHECK_HOURS = 24  # hours of the mean forecast the product split's plan is checked on against the fleet MIP
+
+
+@dataclass(frozen=True)
+class OutcomeGrid:
+    """One outcome's recourse cost (USD per month) for every commitment of its grid, its own best
+    total (commitment included), the GPU types it may run on, or why it is not separable."""
+
+    values: Any
+    own_usd: float
+    gpus: frozenset[str]
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class GridContext:
+    """What an outcome's grid is computed from, shared by the workers."""
+
+    scenario: Scenario
+    catalog: Catalog
+    preset: Preset
+    folder: Path
+    qps: dict[str, list[float]]
+    memo: CandidateMemo
+    cases: list[Case]
+    gpus: tuple[str, ...]
+    unit_usd: tuple[float, ...]  # USD per committed GPU per month, type by type of ``gpus``
+
+
+def _preempted(case: Case) -> str | None:
+    """Why ``case`` is left to the outcome MIP: its spot preemption's on-demand hours are priced there only."""
+    return "spot preemption is priced by the outcome's MIP" if case.overrides.spot_preemption > 0.0 else None
+
+
+def outcome_grid(ctx: GridContext, i: int) -> OutcomeGrid:
+    """Outcome ``i``'s grid (:func:`~fleetplan.optimizer.decisions.recourse.recourse_grid`)."""
+    case = ctx.cases[i]
+    prob = outcome_problem(ctx.scenario, ctx.catalog, ctx.preset, ctx.folder, case, ctx.qps, ctx.memo)
+    types = frozenset(c.gpu for c in prob.all_candidates())
+    reason = not_separable(prob) or _preempted(case)
+    if reason is None:
+        rec = outcome_recourse(prob, case.overrides)
+        if grid_points(rec, ctx.gpus) > MAX_GRID_POINTS:
+            reason = "the grid of commitments is too large"
+    if reason is not None:
+        return OutcomeGrid(None, math.inf, types, f"{case.name}: {reason}")
+    values = recourse_grid(rec, ctx.gpus)[-1]
+    own = float((values + _commit_usd(ctx.unit_usd, values.shape)).min())
+    return OutcomeGrid(values, own, types)
+
+
+def _commit_usd(unit: Sequence[float], shape: tuple[int, ...]) -> Any:
+    """The commitment's USD per month at every point of a grid of ``shape``."""
+    import numpy as np
+
+    total = np.zeros(shape)
+    for axis, usd in enumerate(unit):
+        index = [1] * len(shape)
+        index[axis] = shape[axis]
+        total = total + usd * np.arange(shape[axis]).reshape(index)
+    return total
+
+
+def outcome_grids_of(ctx: GridContext, first: int, stop: int) -> list[OutcomeGrid]:
+    """:func:`outcome_grid` of outcomes ``first`` to ``stop - 1``."""
+    return [outcome_grid(ctx, i) for i in range(first, stop)]
+
+
+def _grids_in_copy(first: int, stop: int) -> list[OutcomeGrid]:
+    """Worker: :func:`outcome_grids_of` on the parent's context."""
+    return outcome_grids_of(shared(), first, stop)
+
+
+CHUNKS_PER_WORKER = 4  # outcomes go to each worker (local or Dask) in about this many runs of consecutive ones
+
+
+def outcome_grids(ctx: GridContext, client: Any, workers: int | None,
+                  progress: Callable[[str, int, int], None] | None) -> list[OutcomeGrid]:
+    """Every outcome's grid, in order: on the Dask cluster of ``client``, else in worker processes;
+    each task is a run of consecutive outcomes (the result does not depend on how they are cut)."""
+    n = len(ctx.cases)
+    count = len(client.nthreads()) if client is not None else workers if workers is not None else jobs()
+    size = max(1, math.ceil(n / (CHUNKS_PER_WORKER * count))) if count > 1 else n
+    runs = [(a, min(n, a + size)) for a in range(0, n, size)]
+    if client is not None:
+        shared_ctx = client.scatter(ctx, broadcast=True)
+        futures = [client.submit(outcome_grids_of, shared_ctx, a, b, pure=False) for a, b in runs]
+        found = list(client.gather(futures))
+    else:
+        tick = None if progress is None else (lambda done, total: progress("outcome recourse", done, total))
+        found = map_in_copies(_grids_in_copy, ctx, runs, count, progress=tick)
+    return [g for run in found for g in run]
+
+
+def _padded(values: Any, shape: tuple[int, ...]) -> Any:
+    """``values`` on a larger grid: beyond its edge the cost stays as at the edge."""
+    import numpy as np
+
+    return np.pad(values, [(0, s - v) for s, v in zip(shape, values.shape)], mode="edge")
+
+
+def _first_min(total: Any) -> tuple[int, ...]:
+    """The least commitment (in grid order) whose total is the minimum, to a relative 1e-12."""
+    import numpy as np
+
+    best = float(total.min())
+    flat = np.flatnonzero(total.ravel() <= best + 1e-12 * max(1.0, abs(best)))
+    return tuple(int(v) for v in np.unravel_index(int(flat[0]), total.shape))
+
+
+def _at(values: Any, point: Sequence[int]) -> float:
+    """A grid's value at ``point`` (beyond its edge, at the edge)."""
+    return float(values[tuple(min(x, s - 1) for x, s in zip(point, values.shape))])
+
+
+def _first_day(prob: FleetProblem) -> FleetProblem:
+    """``prob`` over its first :data:`CHECK_HOURS` hours (itself when no longer or its hours are merged)."""
+    if prob.hours <= CHECK_HOURS or prob.hour_counts:
+        return prob
+    keep = list(range(CHECK_HOURS))
+    return prob.derive(products={n: on_hours(p, keep) for n, p in prob.products.items()}, hours=CHECK_HOURS)
+
+
+def check_split(prob: FleetProblem, case: Case, terms: list[TermPrice], gpus: Sequence[str],
+                unit: Sequence[float]) -> str | None:
+    """Why the product split disagrees with the fleet MIP on ``prob`` (checked over its first day),
+    or None: the split's best plan is written as the MIP's columns, every row must hold and the
+    MIP's objective must price it as the split does."""
+    day = _first_day(prob)
+    model = outcome_model(case, day, terms)
+    unknown = sorted(set(model.lp.row_families) - SEPARABLE_ROWS)
+    if unknown:
+        return f"the fleet MIP has rows the product split does not model ({', '.join(unknown)})"
+    rec = outcome_recourse(day, case.overrides)
+    values = recourse_grid(rec, gpus)[-1]
+    point = _first_min(values + _commit_usd(unit, values.shape))
+    plans = [recourse_plan(day, case.overrides, ch) for ch in split(rec, gpus, point)]
+    x = plan_columns(model.lp, day, plans, _commit_columns(terms, gpus, unit, point))
+    broken = violations(model.lp, x)
+    priced = sum(a * b for a, b in zip(model.lp.objective, x)) + model.lp.objective_constant
+    expected = _at(values, point) + sum(u * r for u, r in zip(unit, point))
+    if broken or abs(priced - expected) > 1e-6 * max(1.0, abs(expected)):
+        return f"the product split's plan does not hold in the fleet MIP ({', '.join(broken[:3]) or 'its cost'})"
+    return None
+
+
+def _cheapest_terms(terms: list[TermPrice], hours_per_month: float) -> tuple[tuple[str, ...], tuple[float, ...],
+                                                                           dict[str, int]]:
+    """GPU types with a term, each one's cheapest USD per GPU per month, and the index in ``terms``
+    of the term it is committed on (the first of the cheapest)."""
+    chosen: dict[str, int] = {}
+    for i, t in enumerate(terms):
+        if t.gpu not in chosen or t.usd_per_gpu_hour < terms[chosen[t.gpu]].usd_per_gpu_hour:
+            chosen[t.gpu] = i
+    gpus = tuple(sorted(chosen))
+    return gpus, tuple(terms[chosen[g]].usd_per_gpu_hour * hours_per_month for g in gpus), chosen
+
+
+def _commit_columns(terms: list[TermPrice], gpus: Sequence[str], unit: Sequence[float],
+                    point: Sequence[int]) -> dict[int, float]:
+    """The commitment ``point`` (GPUs per type) as values of the terms' columns."""
+    _, _, chosen = _cheapest_terms(terms, 1.0)
+    return {chosen[g]: float(r) for g, r in zip(gpus, point)}
+
+
+def _as_terms(terms: list[TermPrice], gpus: Sequence[str], point: Sequence[int]) -> tuple[float, ...]:
+    cols = _commit_columns(terms, gpus, (), point)
+    return tuple(cols.get(i, 0.0) for i in range(len(terms)))
+
+
+@dataclass
+class SeparableSetup:
+    """The mean forecast's problem and case, the terms priced and the grids' context."""
+
+    mean_case: Case
+    mean_problem: FleetProblem
+    terms: list[TermPrice]
+    ctx: GridContext
+
+
+def separable_setup(scenario: Scenario, unc: Uncertainty, catalog: Catalog, preset: Preset, folder: Path,
+                    commitment_rows: Sequence[dict[str, Any]]) -> SeparableSetup | str:
+    """The setup of :func:`separable_plan`, or why the outcomes are not separable (checked on the
+    mean forecast and the first outcome, with :func:`check_split`; each outcome's problem is
+    checked again where its grid is made)."""
+    items = cases(unc)
+    if (preempted := next((r for r in map(_preempted, items) if r), None)) is not None:
+        return preempted
+    qps = hourly_qps(scenario.products, folder)
+    memo = CandidateMemo()
+    mean = mean_case(items, [p.name for p in scenario.products])
+    prob = outcome_problem(scenario, catalog, preset, folder, mean, qps, memo)
+    reason = not_separable(prob)
+    if reason is not None:
+        return reason
+    terms = term_prices(unc, _catalog_reserved(prob), commitment_rows)
+    if not terms:
+        return "no commitment term has a price"
+    gpus, unit, _ = _cheapest_terms(terms, prob.hours_per_month)
+    first = outcome_problem(scenario, catalog, preset, folder, items[0], qps, memo)
+    for case, checked in ((mean, prob), (items[0], first)):  # the first outcome carries every override it sets
+        reason = not_separable(checked) or check_split(checked, case, terms, gpus, unit)
+        if reason is not None:
+            return reason
+    return SeparableSetup(mean, prob, terms, GridContext(scenario, catalog, preset, folder, qps, memo, items, gpus, unit))
+
+
+def separable_plan(setup: SeparableSetup, client: Any, workers: int | None,
+                   progress: Callable[[str, int, int], None] | None, start: float) -> StochasticPlan | str:
+    """The two-stage plan by the product split: every outcome's recourse cost over the whole grid
+    of commitments (in workers), summed with the commitment's cost; the least total is the optimum
+    (every commitment is priced, so the bound is the plan's own cost). Returns why not instead
+    when an outcome is not separable."""
+    ctx, terms = setup.ctx, setup.terms
+    grids = outcome_grids(ctx, client, workers, progress)
+    known = {c.gpu for c in setup.mean_problem.all_candidates()}
+    for g in grids:
+        if g.reason is not None:
+            return g.reason
+        if not g.gpus <= known:
+            return "an outcome runs on a GPU type the mean forecast does not"
+    shape = tuple(max(g.values.shape[a] for g in grids) for a in range(len(ctx.gpus)))
+    commit = _commit_usd(ctx.unit_usd, shape)
+    total = commit.copy()
+    for case, g in zip(ctx.cases, grids):
+        total = total + case.probability * _padded(g.values, shape)
+    if not math.isfinite(float(total.min())):
+        raise UncertaintyError("uncertainty: no commitment found that every outcome can plan with")
+    point = _first_min(total)
+    costs = [_at(commit, point) + _at(g.values, point) for g in grids]
+    expected = sum(c.probability * v for c, v in zip(ctx.cases, costs))
+    mean = setup.mean_problem
+    mean_values = recourse_grid(outcome_recourse(mean, setup.mean_case.overrides), ctx.gpus)[-1]
+    ev = _first_min(mean_values + _commit_usd(ctx.unit_usd, mean_values.shape))
+    eev = sum(c.probability * (_at(commit, ev) + _at(g.values, ev)) for c, g in zip(ctx.cases, grids))
+    own = [g.own_usd for g in grids]
+    wait_and_see = sum(c.probability * v for c, v in zip(ctx.cases, own))
+    notes = [f"exact by the product split: every commitment up to {' x '.join(str(s - 1) for s in shape)} GPUs "
+             f"({', '.join(ctx.gpus)}) priced in every outcome, each outcome's recourse solved product by product and "
+             f"hour by hour"]
+    return StochasticPlan(
+        commitment=_commitment(terms, _as_terms(terms, ctx.gpus, point)), expected_cost_usd=expected,
+        lower_bound_usd=expected,  # the least total of the whole grid is this plan's own
+        outcomes=[OutcomeCost(c.name, c.probability, v, o) for c, v, o in zip(ctx.cases, costs, own)],
+        mean_forecast_commitment=_commitment(terms, _as_terms(terms, ctx.gpus, ev)),
+        mean_forecast_expected_cost_usd=eev if math.isfinite(eev) else math.inf,
+        wait_and_see_usd=min(wait_and_see, expected), method="decomposition", solve_s=time.monotonic() - start,
+        notes=notes,
+    )
+
+
+def _by_product_split(scenario: Scenario, unc: Uncertainty, catalog: Catalog, preset: Preset, folder: Path,
+                      commitment_rows: Sequence[dict[str, Any]], client: Any, workers: int | None,
+                      progress: Callable[[str, int, int], None] | None, start: float) -> StochasticPlan | str:
+    """:func:`separable_plan`, or why the outcomes are not separable."""
+    setup = separable_setup(scenario, unc, catalog, preset, folder, commitment_rows)
+    return setup if isinstance(setup, str) else separable_plan(setup, client, workers, progress, start)
+
+
 def plan_under_uncertainty(scenario: Scenario, unc: Uncertainty, catalog: Catalog, preset: Preset, folder: Path,
                            solver: Solver = "highs", *, commitment_rows: Sequence[dict[str, Any]] = (),
                            client: Any = None, workers: int | None = None,
                            time_limit_s: float | None = None,
-                           progress: Callable[[str, int, int], None] | None = None) -> StochasticPlan:
+                           progress: Callable[[str, int, int], None] | None = None,
+                           separable: bool = True) -> StochasticPlan:
     """The two-stage plan of ``scenario`` under ``unc``: the commitment, its cost in every outcome,
     the mean forecast's commitment and cost, the wait-and-see optima (for EVPI and regret).
 
-    Outcome MIPs run on the Dask cluster of ``client`` when given, else in ``workers`` local
-    processes (default: what the command allows); the plan is the same either way."""
+    Outcomes whose products share nothing but the commitment are solved by the product split
+    (:func:`separable_plan`) unless ``separable`` is False, the method is ``extensive`` or risk weighs
+    in; others as whole-horizon MIPs. Outcomes run on the Dask cluster of ``client``, else in
+    ``workers`` local processes (default: what the command allows); the plan is the same either way."""
     if Tier.RESERVED not in scenario.options.tiers:
         raise UncertaintyError("options.tiers: a commitment needs the reserved tier (nearest valid choice: "
                                "[reserved, on_demand])")
     start = time.monotonic()
+    why: StochasticPlan | str = ""  # the product split's plan, or why there is none (told in the notes)
+    if separable and unc.method != "extensive" and unc.risk_weight == 0:
+        why = _by_product_split(scenario, unc, catalog, preset, folder, commitment_rows, client, workers, progress, start)
+        if not isinstance(why, str):
+            return why
     terms, mean_model, models = _outcome_models(scenario, unc, catalog, preset, folder, commitment_rows, progress)
     gap = unc.max_gap
     sub_gap = min(SUB_GAP_MAX, gap / 4.0)
@@ -677,7 +966,7 @@ def plan_under_uncertainty(scenario: Scenario, unc: Uncertainty, catalog: Catalo
     method = unc.method
     if method == "auto":
         method = "extensive" if unc.risk_weight > 0 or columns <= EXTENSIVE_MAX_COLUMNS else "decomposition"
-    notes: list[str] = []
+    notes: list[str] = [f"outcomes solved as whole-horizon MIPs: {why}"] if why else []
     if method == "extensive":
         x, costs, bound, own = _extensive(models, run, unc, solver, gap, time_limit_s, notes)
         iterations = 0

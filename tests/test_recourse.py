@@ -1,0 +1,211 @@
+"""The product split of an outcome's recourse (optimizer/decisions/recourse.py) against the fleet
+MIP it stands for: for fixed commitments its cost equals the outcome MIP's proven optimum, the plan
+behind it holds in every row of that MIP and is priced by its objective as the split prices it, and
+the two-stage plan built on it equals the extensive form's; outcomes the split does not model fall
+back to the whole-horizon MIPs with the reason in the notes."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from pathlib import Path
+
+import pytest
+
+from fleetplan.catalogs.commitments import load_commitments
+from fleetplan.catalogs.loader import load_catalog
+from fleetplan.models.presets import get_preset
+from fleetplan.optimizer.decisions import recourse as rc
+from fleetplan.optimizer.decisions import stochastic as st
+from fleetplan.optimizer.traffic.scenario import parse_scenario
+from fleetplan.optimizer.traffic.uncertainty import parse_uncertainty
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+# three products over a day: a chat with an API capped at 30% of its tokens, a flat summariser and a
+# launch, on H100 and H200, reserved, on-demand and spot (at most 20% of replica-hours): both
+# horizon caps can bind, and the API's share is a knapsack over the hours
+DAY = {
+    "preset": "default",
+    "products": [
+        {"name": "chat", "model": "llama-3.1-8b", "peak_qps": 40, "input_tokens": 1500, "output_tokens": 350,
+         "min_tokens_per_s_per_user": 30, "prefill": "colocated", "demand_profile": "profiles/peak-hour-day.csv",
+         "api": {"model": "llama-3.1-8b", "max_fraction": 0.3}},
+        {"name": "summariser", "model": "llama-3.1-70b", "precision": "fp8", "peak_qps": 6, "input_tokens": 3000,
+         "output_tokens": 250, "min_tokens_per_s_per_user": 15, "prefill": "colocated"},
+        {"name": "launch", "model": "llama-3.1-8b", "peak_qps": 30, "input_tokens": 1200, "output_tokens": 500,
+         "min_tokens_per_s_per_user": 50, "prefill": "colocated", "demand_profile": "profiles/peak-hour-day.csv"},
+    ],
+    "options": {"gpus": ["h100-sxm", "h200-sxm"], "tp": [1, 2], "tiers": ["reserved", "on_demand", "spot"],
+                "spot_max_share": 0.2},
+}
+OUTCOMES = {"outcomes": [
+    {"name": "slow", "probability": 0.3, "demand_scale": 0.7, "api_price_scale": 0.6},
+    {"name": "forecast", "probability": 0.4},
+    {"name": "boom", "probability": 0.3, "demand_scale": 1.9, "spot_max_share": 0.1, "spot_price_scale": 1.3},
+]}
+
+
+def _setup(raw: dict, unc: dict) -> tuple[object, object, st.SeparableSetup]:
+    scenario = parse_scenario(raw, "test", EXAMPLES)
+    u = parse_uncertainty(unc, "test", [p.name for p in scenario.products])
+    setup = st.separable_setup(scenario, u, load_catalog(), get_preset("default"), EXAMPLES, load_commitments())
+    assert not isinstance(setup, str), setup
+    return scenario, u, setup
+
+
+def test_an_outcomes_cost_for_a_commitment_is_its_mips_optimum_and_its_plan_holds_in_the_mip():
+    _, _, setup = _setup(DAY, OUTCOMES)
+    ctx, terms = setup.ctx, setup.terms
+    assert ctx.gpus == ("h100-sxm", "h200-sxm")
+    checked = 0
+    for i, case in enumerate(ctx.cases):
+        prob = st.outcome_problem(ctx.scenario, ctx.catalog, ctx.preset, ctx.folder, case, ctx.qps, ctx.memo)
+        model = st.outcome_model(case, prob, terms)
+        rec = rc.outcome_recourse(prob, case.overrides)
+        values = rc.recourse_grid(rec, ctx.gpus)[-1]
+        for point in [(0, 0), (2, 1), (1, 4)]:
+            x = st._as_terms(terms, ctx.gpus, point)
+            mip = st.solve_outcome(model.lp, len(terms), st._costs([model]), (x, x), "highs", 1e-6, 300)
+            assert mip is not None and mip.bound_usd >= mip.objective_usd * (1 - 1e-6) - 1e-6
+            split = st._at(values, point) + sum(u * r for u, r in zip(ctx.unit_usd, point))
+            # the split is exact: within the MIP's proven interval, whose width is a millionth
+            assert mip.bound_usd - 1e-4 <= split <= mip.objective_usd + 1e-4, (case.name, point)
+            plans = [rc.recourse_plan(prob, case.overrides, ch) for ch in rc.split(rec, ctx.gpus, point)]
+            column = rc.plan_columns(model.lp, prob, plans, st._commit_columns(terms, ctx.gpus, ctx.unit_usd, point))
+            assert rc.violations(model.lp, column) == []
+            priced = sum(a * b for a, b in zip(model.lp.objective, column)) + model.lp.objective_constant
+            assert priced == pytest.approx(split, rel=1e-9)
+            checked += 1
+    assert checked == 9
+
+
+def test_the_caps_bind_in_the_checked_outcomes():
+    """The check above would be weak if no horizon cap bound: in the forecast with no commitment the
+    chat's API share and the spot share are both at their caps."""
+    _, _, setup = _setup(DAY, OUTCOMES)
+    ctx = setup.ctx
+    case = ctx.cases[1]
+    prob = st.outcome_problem(ctx.scenario, ctx.catalog, ctx.preset, ctx.folder, case, ctx.qps, ctx.memo)
+    rec = rc.outcome_recourse(prob, case.overrides)
+    plans = {p.choice.product: p for p in (rc.recourse_plan(prob, case.overrides, ch)
+                                           for ch in rc.split(rec, ctx.gpus, (0, 0)))}
+    chat = prob.products["chat"]
+    api = sum(plans["chat"].api_tokens_per_s)
+    assert api == pytest.approx(0.3 * sum(chat.demand_tokens_per_s), rel=0.05) and api <= 0.3 * sum(chat.demand_tokens_per_s) + 1e-6
+    for p in plans.values():
+        spot, total = sum(p.spot), sum(p.spot) + sum(p.on_demand)
+        if total:
+            assert spot == math.floor(0.2 * total + 1e-9)
+
+
+def _brute_force(setup: st.SeparableSetup, top: int) -> tuple[tuple[int, ...], float]:
+    """The two-stage optimum by pricing every commitment up to ``top`` GPUs of each type with the
+    outcomes' own MIPs (commitment fixed): the least expected cost and its commitment."""
+    ctx, terms = setup.ctx, setup.terms
+    models = []
+    for case in ctx.cases:
+        prob = st.outcome_problem(ctx.scenario, ctx.catalog, ctx.preset, ctx.folder, case, ctx.qps, ctx.memo)
+        models.append(st.outcome_model(case, prob, terms))
+    best: tuple[tuple[int, ...], float] = ((), math.inf)
+    for point in itertools.product(range(top + 1), repeat=len(ctx.gpus)):
+        x = st._as_terms(terms, ctx.gpus, point)
+        total = 0.0
+        for m in models:
+            res = st.solve_outcome(m.lp, len(terms), st._costs([m]), (x, x), "highs", 1e-9, 60)
+            assert res is not None
+            total += m.case.probability * res.objective_usd
+        if total < best[1] - 1e-6:
+            best = (point, total)
+    return best
+
+
+ONE_HOUR = {**DAY, "products": [{k: v for k, v in p.items() if k != "demand_profile"} for p in DAY["products"]]}
+
+
+def test_the_split_plan_is_the_brute_force_optimum_over_commitments():
+    scenario, u, setup = _setup(ONE_HOUR, OUTCOMES)
+    point, cost = _brute_force(setup, 5)
+    plan = st.plan_under_uncertainty(scenario, u, load_catalog(), get_preset("default"), EXAMPLES,
+                                     commitment_rows=load_commitments())
+    assert plan.method == "decomposition" and plan.notes[0].startswith("exact by the product split")
+    assert plan.expected_cost_usd == pytest.approx(cost, rel=1e-7)
+    assert plan.gap == 0.0 and plan.lower_bound_usd <= plan.expected_cost_usd
+    got = {t.gpu: n for t, n in plan.commitment}
+    assert tuple(got.get(g, 0) for g in setup.ctx.gpus) == point
+
+
+def test_the_split_equals_the_extensive_form_and_the_lagrangian_decomposition():
+    scenario, u, _ = _setup(ONE_HOUR, OUTCOMES)
+    kw = dict(commitment_rows=load_commitments())
+    args = (load_catalog(), get_preset("default"), EXAMPLES)
+    split = st.plan_under_uncertainty(scenario, u, *args, **kw)
+    ef = st.plan_under_uncertainty(scenario, u.model_copy(update={"method": "extensive"}), *args, **kw)
+    lag = st.plan_under_uncertainty(scenario, u.model_copy(update={"method": "decomposition", "max_gap": 0.001}),
+                                    *args, separable=False, **kw)
+    assert ef.method == "extensive" and lag.method == "decomposition" and not lag.notes
+    for other in (ef, lag):
+        assert split.expected_cost_usd == pytest.approx(other.expected_cost_usd, rel=1e-3)
+        assert other.lower_bound_usd <= split.expected_cost_usd + 1e-6
+    assert split.expected_cost_usd <= ef.expected_cost_usd + 1e-6
+    assert split.wait_and_see_usd == pytest.approx(ef.wait_and_see_usd, rel=1e-4)
+    assert split.mean_forecast_expected_cost_usd == pytest.approx(ef.mean_forecast_expected_cost_usd, rel=1e-4)
+
+
+def test_outcomes_with_shared_limits_fall_back_to_the_whole_horizon_mips():
+    raw = {**ONE_HOUR, "limits": {"gpu_availability": {"h100-sxm": 64}}}
+    scenario = parse_scenario(raw, "test", EXAMPLES)
+    u = parse_uncertainty({**OUTCOMES, "method": "decomposition", "max_iterations": 3}, "t", ["chat", "summariser", "launch"])
+    plan = st.plan_under_uncertainty(scenario, u, load_catalog(), get_preset("default"), EXAMPLES,
+                                     commitment_rows=load_commitments())
+    assert plan.notes[0] == "outcomes solved as whole-horizon MIPs: GPU availability limits are shared by the products"
+
+
+def test_a_week_of_sampled_outcomes_is_solved_in_seconds_with_no_gap():
+    """The shipped week-long example with 40 of its sampled outcomes (the full 200 are the benchmark's)."""
+    from fleetplan.commands.commit import read_stochastic_scenario
+
+    scenario, u, folder = read_stochastic_scenario(str(EXAMPLES / "uncertainty" / "commit-week-sampled.yaml"))
+    u = u.model_copy(update={"sample": u.sample.model_copy(update={"scenarios": 40})})
+    start = time.monotonic()
+    plan = st.plan_under_uncertainty(scenario, u, load_catalog(), get_preset("default"), folder,
+                                     commitment_rows=load_commitments(), workers=1)
+    assert plan.gap == 0.0 and len(plan.outcomes) == 40 and time.monotonic() - start < 300
+    assert plan.vss_usd >= -1e-6 and plan.evpi_usd >= 0
+    assert all(o.cost_usd >= o.own_optimum_usd - 1e-6 for o in plan.outcomes)
+
+
+def test_the_split_is_not_trusted_where_the_fleet_mip_disagrees(monkeypatch):
+    """The check before the split is used: a row family it does not model, or a plan that breaks a
+    row or is priced otherwise, sends the plan back to the whole-horizon MIPs, with the reason."""
+    scenario = parse_scenario(ONE_HOUR, "test", EXAMPLES)
+    u = parse_uncertainty({**OUTCOMES, "method": "decomposition", "max_iterations": 3}, "t",
+                          ["chat", "summariser", "launch"])
+
+    def plan() -> st.StochasticPlan:
+        return st.plan_under_uncertainty(scenario, u, load_catalog(), get_preset("default"), EXAMPLES,
+                                         commitment_rows=load_commitments())
+
+    monkeypatch.setattr(st, "SEPARABLE_ROWS", st.SEPARABLE_ROWS - {"spot_share_limit"})
+    assert plan().notes[0] == ("outcomes solved as whole-horizon MIPs: the fleet MIP has rows the product split "
+                               "does not model (spot_share_limit)")
+    monkeypatch.undo()
+    short = rc.recourse_plan
+
+    def one_replica_more(prob, ov, choice):  # one on-demand replica more than the split counted
+        p = short(prob, ov, choice)
+        return rc.HourPlan(p.choice, (p.on_demand[0] + 1, *p.on_demand[1:]), p.spot, p.api_tokens_per_s)
+
+    def one_reserved_short(prob, ov, choice):  # a reserved replica fewer than the split counted
+        p = short(prob, ov, choice)
+        return rc.HourPlan(rc.Choice(p.choice.product, p.choice.key, max(0, p.choice.reserved - 1)), p.on_demand,
+                           p.spot, p.api_tokens_per_s)
+
+    monkeypatch.setattr(st, "recourse_plan", one_replica_more)
+    assert plan().notes[0] == ("outcomes solved as whole-horizon MIPs: the product split's plan does not hold in the "
+                               "fleet MIP (its cost)")
+    monkeypatch.setattr(st, "recourse_plan", one_reserved_short)
+    note = plan().notes[0]
+    assert note.startswith("outcomes solved as whole-horizon MIPs: the product split's plan does not hold in the "
+                           "fleet MIP (") and "meets_demand" in note
