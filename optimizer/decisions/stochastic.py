@@ -623,8 +623,6 @@ def _outcome_models(scenario: Scenario, unc: Uncertainty, catalog: Catalog, pres
     """The commitment terms priced, the mean forecast's model and each outcome's model."""
     check_outcomes(unc, scenario.products, folder, "scenario")  # a block parsed with product names only
     items = cases(unc)
-    if (preempted := next((r for r in map(_preempted, items) if r), None)) is not None:
-        return preempted
     qps = hourly_qps(scenario.products, folder)
     memo = CandidateMemo()
     mean = mean_case(items, [p.name for p in scenario.products], scenario, folder, qps)
@@ -857,12 +855,13 @@ def separable_setup(scenario: Scenario, unc: Uncertainty, catalog: Catalog, pres
     """The setup of :func:`separable_plan`, or why the outcomes are not separable (checked on the
     mean forecast and the first outcome, with :func:`check_split`; each outcome's problem is
     checked again where its grid is made)."""
+    check_outcomes(unc, scenario.products, folder, "scenario")  # a block parsed with product names only
     items = cases(unc)
     if (preempted := next((r for r in map(_preempted, items) if r), None)) is not None:
         return preempted
     qps = hourly_qps(scenario.products, folder)
     memo = CandidateMemo()
-    mean = mean_case(items, [p.name for p in scenario.products])
+    mean = mean_case(items, [p.name for p in scenario.products], scenario, folder, qps)
     prob = outcome_problem(scenario, catalog, preset, folder, mean, qps, memo)
     reason = not_separable(prob)
     if reason is not None:
