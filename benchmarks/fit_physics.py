@@ -192,26 +192,32 @@ def fit(rows: list[Measurement], catalog: Catalog, x0: np.ndarray, iterations: i
         free: np.ndarray | None = None) -> np.ndarray:
     """Huber-weighted Levenberg-Marquardt within the bounds, numerical Jacobian, from ``x0``,
     moving the ``free`` parameters (default all)."""
-    lo = np.array([b for _, b, _ in PARAMETERS])
-    hi = np.array([b for _, _, b in PARAMETERS])
     free = np.ones(len(x0), dtype=bool) if free is None else free
     f: Callable[[np.ndarray], np.ndarray] = lambda x: residuals(x, rows, catalog)  # noqa: E731
     x, r, lam = x0.copy(), f(x0), 1e-2
-
     for _ in range(iterations):
-        w = np.where(np.abs(r) <= HUBER, 1.0, HUBER / np.maximum(np.abs(r), 1e-12))
-        jac = forward_jacobian(f, x, r, free)
-        h, g = jac.T @ (jac * w[:, None]), jac.T @ (w * r)
-        for _ in range(8):
-            cand = np.clip(x + np.linalg.solve(h + lam * np.diag(np.diag(h) + 1e-12), -g), lo, hi)
-            rc = f(cand)
-            if huber_loss(rc) < huber_loss(r):
-                x, r, lam = cand, rc, lam / 3
-                break
-            lam *= 4
-        else:
+        x, r, lam, moved = damped_step(f, x, r, forward_jacobian(f, x, r, free), lam, 8)
+        if not moved:
             break
     return x
+
+
+def damped_step(f: Callable[[np.ndarray], np.ndarray], x: np.ndarray, r: np.ndarray, jac: np.ndarray,
+                lam: float, tries: int) -> tuple[np.ndarray, np.ndarray, float, bool]:
+    """One Huber-weighted Levenberg-Marquardt step from ``x`` (residuals ``r``, Jacobian ``jac``)
+    within the bounds: the damping grows 4x per try until the loss falls (then shrinks 3x). Returns
+    the new point, its residuals and damping, and whether it moved."""
+    lo = np.array([b for _, b, _ in PARAMETERS])
+    hi = np.array([b for _, _, b in PARAMETERS])
+    w = np.where(np.abs(r) <= HUBER, 1.0, HUBER / np.maximum(np.abs(r), 1e-12))
+    h, g = jac.T @ (jac * w[:, None]), jac.T @ (w * r)
+    for _ in range(tries):
+        cand = np.clip(x + np.linalg.solve(h + lam * np.diag(np.diag(h) + 1e-12), -g), lo, hi)
+        rc = f(cand)
+        if huber_loss(rc) < huber_loss(r):
+            return cand, rc, lam / 3, True
+        lam *= 4
+    return x, r, lam, False
 
 
 KINDS = ("all", "dense", "moe")
@@ -352,20 +358,11 @@ def fold_fit(x: np.ndarray, r: np.ndarray, jac: np.ndarray, train: list[Measurem
     """The fast path: damped Gauss-Newton steps from the full fit ``x`` on its Jacobian ``jac``
     restricted to the training rows' residuals (``mask``), each kept only where it lowers the
     training rows' loss, recomputed at the step."""
-    lo = np.array([b for _, b, _ in PARAMETERS])
-    hi = np.array([b for _, _, b in PARAMETERS])
+    f: Callable[[np.ndarray], np.ndarray] = lambda y: residuals(y, train, catalog)  # noqa: E731
     j, res, lam = jac[mask], r[mask], 1e-2
     for _ in range(FOLD_STEPS):
-        w = np.where(np.abs(res) <= HUBER, 1.0, HUBER / np.maximum(np.abs(res), 1e-12))
-        h, g = j.T @ (j * w[:, None]), j.T @ (w * res)
-        for _ in range(4):
-            cand = np.clip(x + np.linalg.solve(h + lam * np.diag(np.diag(h) + 1e-12), -g), lo, hi)
-            rc = residuals(cand, train, catalog)
-            if huber_loss(rc) < huber_loss(res):
-                x, res, lam = cand, rc, lam / 3
-                break
-            lam *= 4
-        else:
+        x, res, lam, moved = damped_step(f, x, res, j, lam, 4)
+        if not moved:
             break
     return x
 

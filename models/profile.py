@@ -51,12 +51,13 @@ class FactorEntry(BaseModel):
     comm_scale: Scale = Field(description="multiplies communication time")
 
 
-class ProfileV1(BaseModel):
-    """A profile of the earlier format: one factor entry per scope, the most specific applying."""
+class _Header(BaseModel):
+    """What every profile format opens with (a format overrides the version and may reword ``forced``;
+    an overridden field keeps its place, so the version stays first)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    fleetplan_calibration: Literal[1] = Field(description="profile format version")
+    fleetplan_calibration: int = Field(description="profile format version")
     preset: str = Field(description="the preset the factors were fitted for")
     measurements: str = Field(default="", description="file name of the measurements fitted")
     rows: int = Field(default=0, ge=0, description="rows fitted")
@@ -65,9 +66,17 @@ class ProfileV1(BaseModel):
     forced: bool = Field(default=False, description="written with --force although cross-validation "
                          "found it worse than uncalibrated")
     method: dict[str, Any] = Field(default_factory=dict, description="how the factors were fitted")
+
+
+ERROR_DESCRIPTION = "uncalibrated, in-sample and cross-validated error statistics"
+
+
+class ProfileV1(_Header):
+    """A profile of the earlier format: one factor entry per scope, the most specific applying."""
+
+    fleetplan_calibration: Literal[1] = Field(description="profile format version")
     factors: list[FactorEntry] = Field(min_length=1, description="factor entries, most general first")
-    error: dict[str, Any] = Field(default_factory=dict, description="uncalibrated, in-sample and "
-                                  "cross-validated error statistics")
+    error: dict[str, Any] = Field(default_factory=dict, description=ERROR_DESCRIPTION)
 
 
 class LevelOffset(BaseModel):
@@ -108,24 +117,15 @@ class QuantityFit(BaseModel):
     levels: list[LevelFit] = Field(default_factory=list, description="levels, most general first")
 
 
-class CalibrationProfile(BaseModel):
+class CalibrationProfile(_Header):
     """A whole profile document (current format)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
     fleetplan_calibration: Literal[2] = Field(description="profile format version")
-    preset: str = Field(description="the preset the factors were fitted for")
-    measurements: str = Field(default="", description="file name of the measurements fitted")
-    rows: int = Field(default=0, ge=0, description="rows fitted")
-    skipped_rows: int = Field(default=0, ge=0, description="rows skipped (the planner would not run them)")
-    groups: int = Field(default=0, ge=0, description="configuration groups fitted")
     forced: bool = Field(default=False, description="written with --force although cross-validation "
                          "kept no level")
-    method: dict[str, Any] = Field(default_factory=dict, description="how the factors were fitted")
     tpot: QuantityFit = Field(description="time per output token: scales every term of the step")
     ttft: QuantityFit = Field(description="time to first token of a benchmark, on top of the step's scale")
-    error: dict[str, Any] = Field(default_factory=dict, description="uncalibrated, in-sample and "
-                                  "cross-validated error statistics")
+    error: dict[str, Any] = Field(default_factory=dict, description=ERROR_DESCRIPTION)
 
 
 AnyProfile = CalibrationProfile | ProfileV1
