@@ -99,7 +99,10 @@ def prices_of(prob: FleetProblem, pd: ProductData, c: Candidate, ov: Overrides) 
     if pd.has_api:
         assert pd.api is not None
         api = pd.api.usd_per_output_token * SECONDS_PER_HOUR * float(getattr(ov, PRICE_SCALED["api"]))
-    return Prices(tier(Tier.ON_DEMAND), tier(Tier.SPOT), api, prob.hour_weight)
+    spot = tier(Tier.SPOT)
+    if spot is not None and ov.spot_preemption > 0.0:  # the lost share served on demand (as recourse_objective)
+        spot += ov.spot_preemption * ov.on_demand_price_scale * c.usd_per_replica_hour_in(Tier.ON_DEMAND)
+    return Prices(tier(Tier.ON_DEMAND), spot, api, prob.hour_weight)
 
 
 @dataclass(frozen=True)

@@ -699,17 +699,12 @@ class GridContext:
     unit_usd: tuple[float, ...]  # USD per committed GPU per month, type by type of ``gpus``
 
 
-def _preempted(case: Case) -> str | None:
-    """Why ``case`` is left to the outcome MIP: its spot preemption's on-demand hours are priced there only."""
-    return "spot preemption is priced by the outcome's MIP" if case.overrides.spot_preemption > 0.0 else None
-
-
 def outcome_grid(ctx: GridContext, i: int) -> OutcomeGrid:
     """Outcome ``i``'s grid (:func:`~fleetplan.optimizer.decisions.recourse.recourse_grid`)."""
     case = ctx.cases[i]
     prob = outcome_problem(ctx.scenario, ctx.catalog, ctx.preset, ctx.folder, case, ctx.qps, ctx.memo)
     types = frozenset(c.gpu for c in prob.all_candidates())
-    reason = not_separable(prob) or _preempted(case)
+    reason = not_separable(prob)
     if reason is None:
         rec = outcome_recourse(prob, case.overrides)
         if grid_points(rec, ctx.gpus) > MAX_GRID_POINTS:
@@ -857,8 +852,6 @@ def separable_setup(scenario: Scenario, unc: Uncertainty, catalog: Catalog, pres
     checked again where its grid is made)."""
     check_outcomes(unc, scenario.products, folder, "scenario")  # a block parsed with product names only
     items = cases(unc)
-    if (preempted := next((r for r in map(_preempted, items) if r), None)) is not None:
-        return preempted
     qps = hourly_qps(scenario.products, folder)
     memo = CandidateMemo()
     mean = mean_case(items, [p.name for p in scenario.products], scenario, folder, qps)
