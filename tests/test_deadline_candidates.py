@@ -141,8 +141,10 @@ def test_each_product_gets_its_own_share(catalog):
 
 
 def test_a_pooled_group_the_deadline_leaves_without_candidates_stays_unpooled(catalog):
-    """Pooling is allowed, not imposed: a group whose share found nothing is planned as its members."""
-    other = {**CHAT, "name": "other", "peak_qps": 10}
+    """Pooling is allowed, not imposed: a group whose share found nothing is planned as its members.
+    (``other`` asks a longer prompt and a shorter answer, so the group's merged request is generated anew, not a set kept
+    for a member.)"""
+    other = {**CHAT, "name": "other", "peak_qps": 10, "input_tokens": 1200, "output_tokens": 250}
     sc = _scenario([CHAT, other], limits={"allow_pooling": True})
     _, sets, planned = build_problem(sc, catalog, get_preset("default"), deadline=Splits([Looks(10**6)] * 3))
     assert [u.name for u in planned] == ["pool:chat+other"]
@@ -272,3 +274,37 @@ def test_a_solve_the_deadline_ends_without_any_plan_is_one_line_naming_the_time_
     assert err == ("fleetplan: error: options.time_limit_s: the deadline passed before highs found any plan for "
                    "products[m]; allow more time, or search fewer GPUs, tp, batches or request buckets\n")
     assert issubclass(NoPlanInTime, SolverError)
+
+
+class Parts(Deadline):
+    """A deadline without a limit that records into how many parts each split shares the time."""
+
+    def __init__(self) -> None:
+        super().__init__(at=None)
+        self.parts: list[int] = []
+
+    def split(self, parts: int) -> Deadline:
+        self.parts.append(parts)
+        return Deadline(at=None)
+
+
+def test_the_time_is_split_between_the_generations_still_to_run(catalog):
+    """Products alike but for name and demand share one generation, so the time left is split
+    between the distinct sets still to generate, not the products: [chat, twin, long, twin2]
+    need two generations (chat's, long's), so chat gets half the time, not a quarter; twin gets
+    all the time left before long's (it uses none: its set is chat's) and twin2 has nothing to
+    generate."""
+    twin = {**CHAT, "name": "twin", "peak_qps": 7}
+    long = {**CHAT, "name": "long", "input_tokens": 6000}
+    twin2 = {**CHAT, "name": "twin2", "peak_qps": 3, "api": {"model": "llama-3.1-70b", "max_fraction": 0.5}}
+    sc = _scenario([CHAT, twin, long, twin2])
+    deadline = Parts()
+    _, sets, _ = build_problem(sc, catalog, get_preset("default"), deadline=deadline)
+    assert deadline.parts == [2, 1, 1, 0]
+    assert _rows(sets["twin"]) == {k.replace("chat/", "twin/", 1): v for k, v in _rows(sets["chat"]).items()}
+    # pooling adds one more part to every product's split
+    deadline = Parts()
+    build_problem(_scenario([CHAT, twin, long], limits={"allow_pooling": True}), catalog, get_preset("default"),
+                  deadline=deadline)
+    assert deadline.parts[:3] == [3, 2, 2]
+

@@ -4,12 +4,14 @@ what a caller gets is its own copy."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 from fleetplan.models.presets import get_preset
 from fleetplan.optimizer.plan import make_plan
 from fleetplan.optimizer.problem_data.problem import CandidateMemo, build_problem
-from fleetplan.optimizer.traffic.scenario import load_scenario
+from fleetplan.optimizer.problem_data.candidates import generate_candidates
+from fleetplan.optimizer.traffic.scenario import load_scenario, parse_scenario
 from fleetplan.optimizer.decisions.sensitivity import demand, speed_target
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -65,3 +67,83 @@ def test_a_plan_with_a_shared_memo_is_the_plan_without_one(catalog):
     without = make_plan(scenario, catalog, folder=folder, alternatives=False)
     assert with_memo.monthly_cost_usd == without.monthly_cost_usd
     assert [pp.candidate for pp in with_memo.products] == [pp.candidate for pp in without.products]
+
+
+# Products alike but for name and demand share one generation (a large portfolio's copies of a
+# few shapes): what each is handed must be exactly what generating it alone gives.
+TWINS = {
+    "products": [
+        {"name": "chat-a", "model": "llama-3.1-70b", "precision": "fp8", "peak_qps": 12, "input_tokens": 1000,
+         "output_tokens": 300, "min_tokens_per_s_per_user": 20, "demand_profile": None},
+        {"name": "chat-b", "model": "llama-3.1-70b", "precision": "fp8", "peak_qps": 31.5, "input_tokens": 1000,
+         "output_tokens": 300, "min_tokens_per_s_per_user": 20, "api": {"model": "llama-3.1-70b", "max_fraction": 0.5}},
+        {"name": "chat-long", "model": "llama-3.1-70b", "precision": "fp8", "peak_qps": 12, "input_tokens": 4000,
+         "output_tokens": 300, "min_tokens_per_s_per_user": 20},
+    ],
+    "options": {"gpus": ["h100-sxm", "h200-sxm", "mi300x"], "tp": [1, 2, 4, 8], "prefill_gpus": ["h100-sxm"]},
+}
+
+
+def _twins(prefill: str = "headroom"):
+    raw = {**TWINS, "products": [{**p, "prefill": prefill} for p in TWINS["products"]]}
+    return parse_scenario(raw, "twins.yaml")
+
+
+def _fields(x) -> dict:
+    return {f.name: getattr(x, f.name) for f in fields(x)}
+
+
+def _assert_same_set(got, fresh) -> None:
+    """Field by field: the set's counts and figures, then every configuration's fields."""
+    assert len(got.candidates) == len(fresh.candidates) > 0
+    assert len(got.pool) == len(fresh.pool)
+    for a, b in zip(got.candidates + got.pool, fresh.candidates + fresh.pool):
+        assert _fields(a) == _fields(b)
+        assert a.key == b.key
+    assert {k: v for k, v in _fields(got).items() if k not in ("candidates", "pool")} == \
+        {k: v for k, v in _fields(fresh).items() if k not in ("candidates", "pool")}
+
+
+def test_a_product_alike_but_for_name_and_demand_gets_the_set_it_would_generate(catalog):
+    for prefill in ("headroom", "auto"):  # "auto" adds prefill-pool configurations
+        scenario = _twins(prefill)
+        preset = get_preset(scenario.preset)
+        a, b, long = scenario.products
+        llm = catalog.model(a.model, "model")
+        memo = CandidateMemo()
+        got_a = memo.generate(a, llm, catalog, scenario, preset)
+        got_b = memo.generate(b, llm, catalog, scenario, preset)
+        assert (memo.hits, memo.misses) == (1, 1)
+        fresh_b = generate_candidates(b, llm, catalog, scenario.options, preset)
+        _assert_same_set(got_b, fresh_b)
+        assert {c.product for c in got_b.candidates + got_b.pool} == {"chat-b"}
+        assert got_b.product == "chat-b"
+        # the first product's set keeps its own labels
+        _assert_same_set(got_a, generate_candidates(a, llm, catalog, scenario.options, preset))
+        assert memo.generate(a, llm, catalog, scenario, preset).candidates == got_a.candidates
+        # a longer prompt is another generation, with other figures
+        got_long = memo.generate(long, llm, catalog, scenario, preset)
+        assert memo.misses == 2
+        _assert_same_set(got_long, generate_candidates(long, llm, catalog, scenario.options, preset))
+        assert [c.replica_tokens_per_s for c in got_long.candidates] != [c.replica_tokens_per_s for c in got_a.candidates]
+        if prefill == "auto":
+            assert got_b.pool and any(c.mode == "pool" for c in got_b.candidates)
+
+
+class _PerName(CandidateMemo):
+    """One generation per product name, as before products shared sets."""
+
+    def key(self, product, catalog, scenario, preset):
+        return (product.name, *super().key(product, catalog, scenario, preset))
+
+
+def test_a_plan_on_shared_sets_is_the_plan_on_sets_generated_per_product(catalog):
+    scenario = _twins()
+    shared, per_name = CandidateMemo(), _PerName()
+    one = make_plan(scenario, catalog, alternatives=False, memo=shared)
+    other = make_plan(scenario, catalog, alternatives=False, memo=per_name)
+    assert (shared.misses, per_name.misses) == (2, 3)
+    assert one.monthly_cost_usd == other.monthly_cost_usd > 0
+    assert [pp.candidate for pp in one.products] == [pp.candidate for pp in other.products]
+    assert [pp.candidate.product for pp in one.products if pp.candidate] == \
+        [pp.product.name for pp in one.products if pp.candidate]

@@ -30,7 +30,7 @@ from fleetplan.optimizer.problem_data.candidates import (
 from fleetplan.optimizer.runtime.deadline import Deadline
 from fleetplan.optimizer.common.enums import Tier
 from fleetplan.optimizer.common.errors import SolverError
-from fleetplan.optimizer.problem_data.problem import CandidateMemo, build_problem, candidate_key, copied
+from fleetplan.optimizer.problem_data.problem import CandidateMemo, build_problem, candidate_key
 from fleetplan.optimizer.traffic.scenario import Product, Scenario
 from fleetplan.optimizer.mip.solution import Plan, ProductPlan
 from fleetplan.optimizer.plan import make_plan
@@ -154,15 +154,17 @@ class _KeptShapes(CandidateMemo):
             if shapes is not None:
                 self.shapes[pp.product.name] = shapes
 
-    def generate(self, product: Product, llm: Any, catalog: Catalog, scenario: Scenario, preset: Preset,
-                 deadline: Deadline | None = None) -> CandidateSet:
+    def key(self, product: Product, catalog: Catalog, scenario: Scenario, preset: Preset) -> tuple[Any, ...]:
+        key = candidate_key(product, catalog, scenario, preset)
+        shapes = self.shapes.get(product.name)
+        return key if shapes is None else (*key, repr(shapes))
+
+    def fresh(self, product: Product, llm: Any, catalog: Catalog, scenario: Scenario, preset: Preset,
+              deadline: Deadline | None = None) -> CandidateSet:
         shapes = self.shapes.get(product.name)
         if shapes is None:
-            return super().generate(product, llm, catalog, scenario, preset, deadline)
-        key = (*candidate_key(product, catalog, scenario, preset), repr(shapes))
-        if key not in self.sets:
-            self.sets[key] = generate_candidates(product, llm, catalog, scenario.options, preset, shapes=shapes)
-        return copied(self.sets[key])
+            return super().fresh(product, llm, catalog, scenario, preset, deadline)
+        return generate_candidates(product, llm, catalog, scenario.options, preset, shapes=shapes)
 
 
 def kept_shapes(pp: ProductPlan) -> Shapes | None:

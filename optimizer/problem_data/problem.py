@@ -273,8 +273,9 @@ def explain_no_candidates(product: Product, cs: CandidateSet) -> str:
     return f"{where}: infeasible: no prefill pool configuration fits {product.model}"
 
 
-# Product fields candidate generation does not read: demand and what pays for it.
-_NOT_GENERATION = frozenset({"peak_qps", "demand_profile", "api", "self_host_fixed_monthly_usd"})
+# Product fields candidate generation does not read: its name (only a label on what is found,
+# set per product by :func:`relabelled`), demand and what pays for it.
+_NOT_GENERATION = frozenset({"name", "peak_qps", "demand_profile", "api", "self_host_fixed_monthly_usd"})
 # Option fields candidate generation does not read: how long and how exactly to solve.
 _NOT_GENERATION_OPTIONS = frozenset({"time_limit_s", "mip_rel_gap"})
 
@@ -283,20 +284,53 @@ _NOT_GENERATION_OPTIONS = frozenset({"time_limit_s", "mip_rel_gap"})
 class CandidateMemo:
     """Candidate sets one command has generated, so that its re-plans of variants that change
     only demand, limits or solver settings (binding-limit values, the tornado's demand swing)
-    reuse them. The key is everything generation reads: the product but its demand, the options
-    but the solver settings, and the catalog and preset objects (alive for the command)."""
+    reuse them, and so that products alike but for their name and demand (a large portfolio's
+    copies of a few model and request shapes) share one generation. The key is everything
+    generation reads: the product but its name and demand, the options but the solver settings,
+    and the catalog and preset objects (alive for the command). ``hits`` and ``misses`` count the
+    sets reused and generated."""
 
-    sets: dict[tuple[str, str, int, int, str], CandidateSet] = field(default_factory=dict)
+    sets: dict[tuple[Any, ...], CandidateSet] = field(default_factory=dict)
+    hits: int = 0
+    misses: int = 0
+
+    def key(self, product: Product, catalog: Catalog, scenario: Scenario, preset: Preset) -> tuple[Any, ...]:
+        """The key ``product``'s set is kept under."""
+        return candidate_key(product, catalog, scenario, preset)
 
     def generate(self, product: Product, llm: LLM, catalog: Catalog, scenario: Scenario, preset: Preset,
                  deadline: Deadline | None = None) -> CandidateSet:
         """The product's candidate set, generated once per key (within ``deadline``: a set the
-        deadline cut is kept too, so the command's re-plans see the plan's candidates); the caller
-        gets its own lists."""
-        key = candidate_key(product, catalog, scenario, preset)
-        if key not in self.sets:
-            self.sets[key] = generate_candidates(product, llm, catalog, scenario.options, preset, deadline=deadline)
-        return copied(self.sets[key])
+        deadline cut is kept too, so the command's re-plans see the plan's candidates) and
+        labelled with the product's name; the caller gets its own lists."""
+        key = self.key(product, catalog, scenario, preset)
+        if key in self.sets:
+            self.hits += 1
+        else:
+            self.misses += 1
+            self.sets[key] = self.fresh(product, llm, catalog, scenario, preset, deadline)
+        return relabelled(self.sets[key], product.name)
+
+    def fresh(self, product: Product, llm: LLM, catalog: Catalog, scenario: Scenario, preset: Preset,
+              deadline: Deadline | None = None) -> CandidateSet:
+        """A newly generated set for ``product`` (what :meth:`generate` keeps on a miss)."""
+        return generate_candidates(product, llm, catalog, scenario.options, preset, deadline=deadline)
+
+    def pending(self, products: Sequence[Product], catalog: Catalog, scenario: Scenario, preset: Preset) -> int:
+        """How many generations ``products`` still need: their distinct keys not yet kept (a
+        product with a request mix counts once, unless every bucket's set is kept)."""
+        keys = set()
+        for product in products:
+            if product.requests is None:
+                key: Any = self.key(product, catalog, scenario, preset)
+                if key not in self.sets:
+                    keys.add(key)
+                continue
+            buckets = tuple(self.key(bucket_product(product, i), catalog, scenario, preset)
+                            for i in range(len(product.requests)))
+            if any(k not in self.sets for k in buckets):
+                keys.add(buckets)
+        return len(keys)
 
 
 def candidate_key(product: Product, catalog: Catalog, scenario: Scenario, preset: Preset) -> tuple[Any, ...]:
@@ -304,6 +338,15 @@ def candidate_key(product: Product, catalog: Catalog, scenario: Scenario, preset
     return (product.model_dump_json(exclude=set(_NOT_GENERATION)),
             scenario.options.model_dump_json(exclude=set(_NOT_GENERATION_OPTIONS)), id(catalog), id(preset),
             repr(scenario.options._site_prices))  # the prices a scenario's sites set (owned, carbon)
+
+
+def relabelled(cs: CandidateSet, name: str) -> CandidateSet:
+    """``cs`` as generated for product ``name``: every configuration (and the set) labelled with
+    it, with lists of its own (see :func:`copied`)."""
+    if cs.product == name:
+        return copied(cs)
+    return replace(cs, product=name, candidates=[replace(c, product=name) for c in cs.candidates],
+                   pool=[replace(k, product=name) for k in cs.pool], unpriced_gpus=list(cs.unpriced_gpus))
 
 
 def copied(cs: CandidateSet) -> CandidateSet:
@@ -336,7 +379,9 @@ def build_problem(
     data: dict[str, ProductData] = {}
     pooling = scenario.limits.allow_pooling and len(scenario.products) > 1
     for i, product in enumerate(scenario.products):
-        share = None if deadline is None else deadline.split(len(scenario.products) - i + int(pooling))
+        # an equal share for each generation still to run: a product whose set is kept takes none
+        share = None if deadline is None else deadline.split(
+            memo.pending(scenario.products[i:], catalog, scenario, preset) + int(pooling))
         if deadline is not None:
             deadline.progress.update(CANDIDATE_STAGE, i, len(scenario.products))
         data[product.name], sets[product.name] = _product_data(product, qps[product.name], scenario, catalog, preset,
