@@ -308,3 +308,15 @@ def test_the_time_is_split_between_the_generations_still_to_run(catalog):
                   deadline=deadline)
     assert deadline.parts[:3] == [3, 2, 2]
 
+
+
+def test_a_request_mix_is_one_generation_and_its_twin_none(catalog):
+    """A request mix's buckets are generated under one share; a mix alike but for name and demand
+    needs none of its own."""
+    mix = {**CHAT, "name": "mix", "requests": [{"input_tokens": 128, "output_tokens": 128, "share": 0.8},
+                                               {"input_tokens": 6000, "output_tokens": 400, "share": 0.2}]}
+    twin = {**mix, "name": "mix-twin", "peak_qps": 9}
+    deadline = Parts()
+    _, sets, _ = build_problem(_scenario([mix, twin, CHAT]), catalog, get_preset("default"), deadline=deadline)
+    assert deadline.parts[:3] == [2, 1, 1]
+    assert _rows(sets["mix-twin"]) == {k.replace("mix/", "mix-twin/", 1): v for k, v in _rows(sets["mix"]).items()}

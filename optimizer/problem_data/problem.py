@@ -316,21 +316,17 @@ class CandidateMemo:
         """A newly generated set for ``product`` (what :meth:`generate` keeps on a miss)."""
         return generate_candidates(product, llm, catalog, scenario.options, preset, deadline=deadline)
 
-    def pending(self, products: Sequence[Product], catalog: Catalog, scenario: Scenario, preset: Preset) -> int:
-        """How many generations ``products`` still need: their distinct keys not yet kept (a
-        product with a request mix counts once, unless every bucket's set is kept)."""
-        keys = set()
-        for product in products:
-            if product.requests is None:
-                key: Any = self.key(product, catalog, scenario, preset)
-                if key not in self.sets:
-                    keys.add(key)
-                continue
-            buckets = tuple(self.key(bucket_product(product, i), catalog, scenario, preset)
-                            for i in range(len(product.requests)))
-            if any(k not in self.sets for k in buckets):
-                keys.add(buckets)
-        return len(keys)
+    def generation(self, product: Product, catalog: Catalog, scenario: Scenario, preset: Preset) -> tuple[Any, ...]:
+        """The keys of the sets ``product`` is planned with: its own, or one per bucket of a request mix."""
+        if product.requests is None:
+            return (self.key(product, catalog, scenario, preset),)
+        return tuple(self.key(bucket_product(product, i), catalog, scenario, preset)
+                     for i in range(len(product.requests)))
+
+    def pending(self, generations: Sequence[tuple[Any, ...]]) -> int:
+        """How many generations are still to run for products with these :meth:`generation` keys:
+        the distinct ones with a set not yet kept (a request mix's buckets count as one)."""
+        return len({g for g in generations if any(k not in self.sets for k in g)})
 
 
 def candidate_key(product: Product, catalog: Catalog, scenario: Scenario, preset: Preset) -> tuple[Any, ...]:
@@ -378,10 +374,10 @@ def build_problem(
     sets: dict[str, CandidateSet] = {}
     data: dict[str, ProductData] = {}
     pooling = scenario.limits.allow_pooling and len(scenario.products) > 1
+    generations = [memo.generation(p, catalog, scenario, preset) for p in scenario.products] if deadline else []
     for i, product in enumerate(scenario.products):
         # an equal share for each generation still to run: a product whose set is kept takes none
-        share = None if deadline is None else deadline.split(
-            memo.pending(scenario.products[i:], catalog, scenario, preset) + int(pooling))
+        share = None if deadline is None else deadline.split(memo.pending(generations[i:]) + int(pooling))
         if deadline is not None:
             deadline.progress.update(CANDIDATE_STAGE, i, len(scenario.products))
         data[product.name], sets[product.name] = _product_data(product, qps[product.name], scenario, catalog, preset,
