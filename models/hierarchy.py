@@ -5,7 +5,8 @@ of one model, GPU, engine, TP and precision) carries one value ``r_g``, the medi
 of log(measured / predicted). The offset of a group is the sum of one offset per level of
 :data:`LEVELS`, most general first:
 
-    all, model kind, engine, GPU family, engine x family, setup (GPU, engine, kind)
+    all, model kind, engine, GPU family, engine x family, setup (GPU, engine, kind),
+    model (model, GPU, engine)
 
 fitted in that order on what the levels before left over (each level shrunk toward its parent,
 the sum of the levels above it): a cell of a level measured in ``n`` groups gets
@@ -14,9 +15,16 @@ the sum of the levels above it): a cell of a level measured in ``n`` groups gets
 
 so its weight is ``n / (n + k)`` (a random-effects estimate with ``k`` the ratio of the noise
 to the spread of the level's true offsets); a cell measured in one group only keeps its parent's
-value (:data:`MIN_CELL_GROUPS`). ``k`` is chosen per level by cross-validation over
+value (:data:`MIN_CELL_GROUPS`). A pooled level (all but ``model``) speaks for configurations
+its cell has not measured, so its offset only applies where it is systematic: at least
+:data:`SYSTEMATIC_ERRORS` standard errors (the spread of the cell's residuals over the square
+root of its groups) from no change; a cell whose groups disagree more than that gets 0.
+``k`` is chosen per level by cross-validation over
 whole groups (:func:`select`): each candidate of :data:`SHRINK_GRID` and "off" are tried, level
-after level, and a level is kept only at a ``k`` whose held-out error is lower than without it.
+after level, and a level is kept only at a ``k`` whose held-out error is lower than without it, both when
+whole clusters are held out and when single groups are (never worse on a configuration the
+user has not measured; the ``model`` level, whose cells are one model on one GPU with one
+engine, is judged by single groups alone).
 :func:`nested_predictions` repeats that whole choice inside each fold of an outer
 cross-validation, so the error it reports is that of the procedure on groups it never saw.
 
@@ -34,7 +42,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-LEVELS: tuple[str, ...] = ("all", "kind", "engine", "family", "engine_family", "setup")
+LEVELS: tuple[str, ...] = ("all", "kind", "engine", "family", "engine_family", "setup", "model")
+# The levels judged by holding out single groups only: a cell of one model on one GPU with one
+# engine has nothing to say about a cluster (that same model x GPU x engine) held out whole
+SINGLE_GROUP_LEVELS: frozenset[str] = frozenset({"model"})
+# A pooled level's cell applies only when its mean residual is this many standard errors from 0
+SYSTEMATIC_ERRORS = 2.0
 # Groups' worth of "no change" each level may be shrunk by; cross-validation picks one or none.
 # A doubling grid from a quarter of a group (nearly the raw mean) to 32 groups (nearly nothing).
 SHRINK_GRID: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
@@ -87,7 +100,9 @@ def fit_many(values: np.ndarray, train: np.ndarray, cells: Cells, shrink: Shrink
     groups), fitted on that row's training groups (a group whose value is NaN carries no
     information): level after level, the sum of the residuals the levels before left over the
     cell's groups divided by their number plus the level's ``k``. A cell fewer than
-    :data:`MIN_CELL_GROUPS` training groups belong to gets 0 (its parent's value)."""
+    :data:`MIN_CELL_GROUPS` training groups belong to gets 0 (its parent's value), and so does a
+    pooled level's cell whose mean residual is within :data:`SYSTEMATIC_ERRORS` standard errors
+    of 0 (not systematic)."""
     used = train & np.isfinite(values)[None, :]
     weight = used.astype(float)
     resid = np.where(used, values[None, :], 0.0)
@@ -99,8 +114,21 @@ def fit_many(values: np.ndarray, train: np.ndarray, cells: Cells, shrink: Shrink
             continue
         total, count = (resid * weight) @ member, weight @ member
         offset = np.where(count >= MIN_CELL_GROUPS, total / np.maximum(count + k, 1e-12), 0.0)
+        if level not in SINGLE_GROUP_LEVELS:
+            offset = np.where(systematic(total, (resid**2 * weight) @ member, count), offset, 0.0)
         out.append(offset)
         resid = resid - offset @ member.T
+    return out
+
+
+def systematic(total: np.ndarray, squares: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Whether cells' mean residual (``total`` over ``count`` groups, ``squares`` the sum of their
+    squares) is at least :data:`SYSTEMATIC_ERRORS` standard errors of the mean from 0 (the
+    sample spread over the square root of the count; two groups at least)."""
+    n = np.maximum(count, 1.0)
+    mean = total / n
+    var = np.maximum(squares - n * mean**2, 0.0) / np.maximum(n - 1.0, 1.0)
+    out: np.ndarray = (count >= MIN_CELL_GROUPS) & (np.abs(mean) >= SYSTEMATIC_ERRORS * np.sqrt(var / n))
     return out
 
 
@@ -159,27 +187,47 @@ def select(values: np.ndarray, train: np.ndarray, cells: Cells, loss: Loss,
     of the lowest, kept only when its loss is below the loss without the level by more than one
     standard error of the difference (summed over the folds, from the folds' spread: the
     one-standard-error rule, which prefers the simpler model when the data cannot tell them
-    apart). ``allow_off`` False keeps every level at its best
+    apart). A level so kept must also be never worse with single groups held out (summed over
+    those folds); the levels of :data:`SINGLE_GROUP_LEVELS` are chosen on single groups alone.
+    ``allow_off`` False keeps every level at its best
     ``k`` (a forced fit). Without two groups to hold out no level is kept (forced: every level
     at :data:`UNJUDGED_SHRINK`). ``clusters``: groups held out together (see :func:`folds`)."""
-    held = folds(train & np.isfinite(values), clusters)
+    judged = train & np.isfinite(values)
+    held, single = folds(judged, clusters), folds(judged)
     chosen: list[float | None] = [None] * len(LEVELS)
-    if not len(held):
+    if not len(held) and not len(single):
         k = None if allow_off else UNJUDGED_SHRINK
         return tuple([k] * len(LEVELS)), [LevelChoice(level, k, None, None) for level in LEVELS]
-    current = cv_loss(values, train, cells, tuple(chosen), loss, held)
     report = []
     for i, level in enumerate(LEVELS):
-        trials = [(k, cv_loss(values, train, cells, tuple(chosen[:i] + [k] + chosen[i + 1:]), loss, held))
+        by = single if level in SINGLE_GROUP_LEVELS or not len(held) else held
+        if not len(by):
+            report.append(LevelChoice(level, None if allow_off else UNJUDGED_SHRINK, None, None))
+            chosen[i] = None if allow_off else UNJUDGED_SHRINK
+            continue
+        current = cv_loss(values, train, cells, tuple(chosen), loss, by)
+        trials = [(k, cv_loss(values, train, cells, tuple(chosen[:i] + [k] + chosen[i + 1:]), loss, by))
                   for k in SHRINK_GRID]
         best_k, best = _most_shrunk_within_one_error(trials)
         gain = current - best
-        keep = not allow_off or float(gain.sum()) > _standard_error(gain)
+        keep = not allow_off or (float(gain.sum()) > _standard_error(gain)
+                                 and _never_worse(values, train, cells, chosen, i, best_k, loss, single))
         report.append(LevelChoice(level, best_k if keep else None, float(current.sum()),
                                   float(best.sum()) if keep else None))
         if keep:
-            chosen[i], current = best_k, best
+            chosen[i] = best_k
     return tuple(chosen), report
+
+
+def _never_worse(values: np.ndarray, train: np.ndarray, cells: Cells, chosen: list[float | None], i: int,
+                 k: float, loss: Loss, single: np.ndarray) -> bool:
+    """Whether level ``i`` at ``k`` on top of the levels ``chosen`` loses no more, summed over the
+    folds ``single`` (single groups held out), than without it."""
+    if not len(single):
+        return True
+    without = cv_loss(values, train, cells, tuple(chosen), loss, single)
+    with_ = cv_loss(values, train, cells, tuple(chosen[:i] + [k] + chosen[i + 1:]), loss, single)
+    return float(with_.sum()) <= float(without.sum())
 
 
 def _standard_error(diff: np.ndarray) -> float:

@@ -28,15 +28,18 @@ def _row(text: str) -> Measurement:
     return row
 
 
+MOE_SETUPS = (("qwen3-30b-a3b", 1), ("gpt-oss-120b", 2), ("mixtral-8x7b", 2), ("qwen3-30b-a3b", 2))
+
+
 def synthetic(catalog, tpot: dict[str, float], ttft: dict[str, float], noise: float = 0.0,
-              seed: int = 0) -> list[Measurement]:
+              seed: int = 0, setups: tuple[tuple[str, int], ...] = SETUPS) -> list[Measurement]:
     """The default preset's own predictions for 24 configuration groups (4 models x 3 GPUs x
     vllm and trtllm, 4 batches each) with each engine's step ``tpot[engine]`` times longer (TTFT
     moving with it), then its TTFT times ``ttft[engine]``, and every group off by its own
     log-normal factor of spread ``noise``."""
     rng = np.random.default_rng(seed)
     rows = []
-    for model, tp in SETUPS:
+    for model, tp in setups:
         for gpu in GPUS:
             for engine in ("vllm", "trtllm"):
                 e = math.exp(rng.normal(0.0, noise)) if noise else 1.0
@@ -92,6 +95,31 @@ def test_pure_noise_is_refused(catalog):
         assert cal.refused(c) and not c.tpot.kept and not c.ttft.kept
         assert c.tpot.shrink == (None,) * len(H.LEVELS)
         assert cal.calibrated_unless_worse(DEFAULT, rows, catalog) is DEFAULT
+
+
+def test_each_model_kind_is_calibrated_only_where_it_improves(catalog):
+    # dense models: TensorRT-LLM's step 1.3x longer (spread 0.02 per group); MoE models: no
+    # offset, each group off by its own factor (spread 0.15). The pooled engine offset would
+    # carry 1.3x to MoE groups it does not fit: TPOT is kept for dense models only
+    dense = synthetic(catalog, {"trtllm": 1.3}, {}, noise=0.02, seed=5)
+    moe = synthetic(catalog, {}, {}, noise=0.15, seed=6, setups=MOE_SETUPS)
+    c = cal.calibration_of(dense + moe, catalog, DEFAULT)
+    assert c.tpot.kept and c.tpot.kinds == ("dense",)
+    profile = cal.build_profile(c, DEFAULT)
+    assert profile.tpot.kinds == ["dense"]
+    preset = _calibrated(c)
+    got = preset.factors_for("h200-sxm", "hopper", "trtllm", "dense", "llama-3.1-70b").overhead_scale
+    # most of the 1.3x: the engine level pools the MoE groups (no offset) with the dense ones
+    assert 1.15 < got < 1.31
+    for model in ("gpt-oss-120b", "mixtral-8x7b", "deepseek-v3"):  # MoE: measured or not, no change
+        assert preset.factors_for("h200-sxm", "hopper", "trtllm", "moe", model).overhead_scale == 1.0
+    # a profile written before ``kinds`` (null) applies its offsets to every kind: MoE on
+    # TensorRT-LLM gets the all, kind and engine levels' product
+    old = profile.model_copy(update={"tpot": profile.tpot.model_copy(update={"kinds": None})})
+    logs = cal._log_offsets(old.tpot.levels)
+    want = math.exp(logs["all"].get((), 0.0) + logs["kind"].get(("moe",), 0.0) + logs["engine"][("trtllm",)])
+    entries = {(f.gpu, f.engine, f.kind, f.model): f for f in cal.factors_of(old)}
+    assert want != 1.0 and entries[(None, "trtllm", "moe", None)].overhead_scale == pytest.approx(want, rel=1e-5)
 
 
 def _mape(rows, preset, catalog) -> float:
@@ -150,28 +178,85 @@ def test_nested_cross_validation_chooses_levels_again_in_every_fold(catalog):
     assert pred[rows_g] == pytest.approx(base * math.exp(c.tpot.held_out[g]), rel=1e-12)
 
 
+def _keys(engines: str, models: str | None = None) -> list[dict[str, tuple[str, ...]]]:
+    """Cell keys of groups on engines ``engines`` (one letter each), family x, dense; each its own
+    setup, and its own model unless ``models`` names one per group."""
+    return [{"all": (), "kind": ("dense",), "engine": (e,), "family": ("x",), "engine_family": (e, "x"),
+             "setup": (str(i), "x", e, "dense"), "model": ((models or "0123456789")[i], "g", "x", e, "dense")}
+            for i, e in enumerate(engines)]
+
+
 def test_fit_shrinks_each_level_toward_its_parent_by_hand():
-    # 4 groups: engines a, a, b, b; family x for all; values 0.4, 0.2, -0.1, -0.3
-    keys = [{"all": (), "kind": ("dense",), "engine": (e,), "family": ("x",), "engine_family": (e, "x"),
-             "setup": (str(i), "x", e, "dense")} for i, e in enumerate("aabb")]
-    cells = H.cells_of(keys)
-    values = np.array([0.4, 0.2, -0.1, -0.3])
+    # 4 groups: engines a, a, b, b; family x for all; values 0.5, 0.3, -0.2, -0.3
+    cells = H.cells_of(_keys("aabb"))
+    values = np.array([0.5, 0.3, -0.2, -0.3])
     train = np.ones(4, dtype=bool)
-    off = H.fit(values, train, cells, (1.0, None, 2.0, None, None, None))
-    all_ = 0.2 / (4 + 1.0)  # the sum 0.2 over 4 groups plus one group's worth of no change
-    assert off[0][0] == pytest.approx(all_)
-    assert off[2] == pytest.approx([(0.6 - 2 * all_) / (2 + 2.0), (-0.4 - 2 * all_) / (2 + 2.0)])
+    off = H.fit(values, train, cells, (1.0, None, 2.0, None, None, None, None))
+    # the all level's mean 0.075 is 0.39 (the values' spread) / sqrt 4 = 0.19 standard errors...
+    # less than 2 of them: not systematic, no offset
+    assert off[0][0] == 0.0
+    # engine a: mean 0.4, standard error 0.1414 / sqrt 2 = 0.1; b: mean -0.25, 0.05; both
+    # systematic, each the sum over its 2 groups plus 2 groups' worth of no change
+    assert off[2] == pytest.approx([0.8 / (2 + 2.0), -0.5 / (2 + 2.0)])
     # a group held out of the fit gets its cells' offsets from the others; a cell fewer than two
     # training groups are in gets 0, its parent's value: engine b with group 3 held out
     train[3] = False
-    off = H.fit(values, train, cells, (None, None, 0.5, None, None, None))
+    off = H.fit(values, train, cells, (None, None, 0.5, None, None, None, None))
     assert H.MIN_CELL_GROUPS == 2
-    assert off[2][1] == 0.0 and off[2][0] == pytest.approx(0.6 / 2.5)
+    assert off[2][1] == 0.0 and off[2][0] == pytest.approx(0.8 / 2.5)
+
+
+def test_a_pooled_cell_applies_only_where_its_offset_is_systematic():
+    # engine b's groups disagree: -0.3 and 0.2, mean -0.05 with standard error 0.25: no offset;
+    # engine a's agree (0.5, 0.3: mean 0.4, standard error 0.1): offset 0.8 / (2 + 1)
+    cells = H.cells_of(_keys("aabb"))
+    off = H.fit(np.array([0.5, 0.3, -0.3, 0.2]), np.ones(4, dtype=bool), cells, (None, None, 1.0) + (None,) * 4)
+    assert off[2] == pytest.approx([0.8 / 3, 0.0])
+    # the model level (one model on one GPU with one engine) is not pooled: its cell of two
+    # disagreeing groups still gets their shrunk mean, (-0.3 + 0.2) / (2 + 1)
+    cells = H.cells_of(_keys("aabb", models="ppqq"))
+    off = H.fit(np.array([0.5, 0.3, -0.3, 0.2]), np.ones(4, dtype=bool), cells, (None,) * 6 + (1.0,))
+    assert off[6] == pytest.approx([0.8 / 3, -0.1 / 3])
+
+
+def test_the_model_level_is_learned_by_single_groups_and_never_worse():
+    # 3 models on one engine, each measured in 4 groups (TP degrees): model p 0.4 above the
+    # physics, q 0.3 below, r on it; noise 0.02. Cluster folds (a model held out whole) cannot
+    # judge the model level; single groups can, and keep it
+    noise = np.array([0.02, -0.01, 0.0, -0.02, 0.01, 0.02, -0.02, 0.0, 0.01, -0.01, 0.02, -0.02])
+    truth = np.repeat([0.4, -0.3, 0.0], 4)
+    values = truth + noise
+    keys = _keys("a" * 12, models="ppppqqqqrrrr")
+    for i, k in enumerate(keys):
+        k["setup"] = ("g", "x", "a", "dense")
+    cells = H.cells_of(keys)
+    clusters = np.repeat([0, 1, 2], 4)
+
+    def loss(logm, held):
+        return np.sum(np.where(held, np.abs(logm - values[None, :]), 0.0), axis=1)
+
+    shrink, report = H.select(values, np.ones(12, dtype=bool), cells, loss, clusters=clusters)
+    assert shrink[:6] == (None,) * 6 and shrink[6] is not None
+    # held out one group at a time, the model level's loss is below that without it
+    assert report[6].loss_with < report[6].loss_without
+    off = H.fit(values, np.ones(12, dtype=bool), cells, shrink)
+    assert np.exp(H.log_multipliers(off, cells))[[0, 4, 8]] == pytest.approx(
+        np.exp([0.4, -0.3, 0.0]), abs=0.05 + 0.4 * shrink[6] / (4 + shrink[6]))
+    # the same groups with the models' offsets scrambled within each model (no model shares one):
+    # no level is kept, as holding out single groups finds every one worse
+    scrambled = np.array([0.4, -0.3, 0.0, 0.1, -0.3, 0.4, 0.1, 0.0, 0.0, 0.1, -0.3, 0.4])
+
+    def loss2(logm, held):
+        return np.sum(np.where(held, np.abs(logm - scrambled[None, :]), 0.0), axis=1)
+
+    shrink, _ = H.select(scrambled, np.ones(12, dtype=bool), cells, loss2, clusters=clusters)
+    assert shrink == (None,) * 7
 
 
 def test_one_standard_error_rule_keeps_a_level_only_beyond_the_noise_of_its_gain():
-    keys = [{"all": (), "kind": ("dense",), "engine": (e,), "family": ("x",), "engine_family": (e, "x"),
-             "setup": (str(i % 4), "x", e, "dense")} for i, e in enumerate("abababab")]
+    keys = _keys("abababab")
+    for i, k in enumerate(keys):
+        k["setup"] = (str(i % 4), "x", k["engine"][0], "dense")
     cells = H.cells_of(keys)
     noise = np.array([0.3, -0.2, -0.25, 0.15, 0.1, -0.3, 0.2, 0.05])
 
@@ -180,7 +265,7 @@ def test_one_standard_error_rule_keeps_a_level_only_beyond_the_noise_of_its_gain
 
     # noise alone: no level's gain across the 8 folds stands out of its spread, none is kept
     shrink, report = H.select(noise, np.ones(8, dtype=bool), cells, loss_of(noise))
-    assert shrink == (None,) * 6 and all(r.loss_with is None for r in report)
+    assert shrink == (None,) * 7 and all(r.loss_with is None for r in report)
     # engine a one unit above b: the engine level is kept (the all level, their mean, is not)
     shifted = noise + np.array([1.0, 0.0] * 4)
     shrink, _ = H.select(shifted, np.ones(8, dtype=bool), cells, loss_of(shifted))

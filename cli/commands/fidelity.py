@@ -335,7 +335,8 @@ def _finite(x: float) -> float | None:
 
 def _print_levels(name: str, q: Any) -> None:
     """One quantity's levels: the shrinkage chosen (or left out) with the held-out error, and the cells."""
-    print(f"{name}: {'kept' if q.kept else 'not kept (no change)'}; levels by cross-validation ({q.error_measure}):")
+    kept = "not kept (no change)" if not q.kept else "kept" if q.kinds is None else f"kept for {', '.join(q.kinds)} models"
+    print(f"{name}: {kept}; levels by cross-validation ({q.error_measure}):")
     for lv in q.levels:
         if lv.shrink_groups is None:
             print(f"  {lv.level:<14} left out" + (f" (held-out error {lv.cv_error_without:.4f} without it)"
@@ -345,7 +346,7 @@ def _print_levels(name: str, q: Any) -> None:
                   if lv.cv_error_with is not None and lv.cv_error_without is not None else "")
         print(f"  {lv.level:<14} shrunk by {lv.shrink_groups:g} groups{judged}")
         for o in lv.offsets:
-            who = " / ".join(str(v) for v in (o.gpu, o.family, o.engine, o.kind) if v is not None) or "every row"
+            who = " / ".join(str(v) for v in (o.model, o.gpu, o.family, o.engine, o.kind) if v is not None) or "every row"
             print(terminal(f"    {who:<40} groups {o.groups:>3}  rows {o.rows:>4}  x{o.scale:.3f}"))
 
 
