@@ -51,6 +51,8 @@ __all__ = ["PROFILE_VERSION"]
 LOG_BOUND = 3.0  # a factor beyond e^3 (20x) is a wrong row, not a setup's offset
 QUANTITIES: tuple[str, ...] = ("tpot", "ttft")
 KINDS: tuple[str, ...] = ("dense", "moe")
+# Standard errors (over the outer folds) by which a quantity's held-out gain must exceed 0 for a kind
+KEEP_ERRORS = 1.0
 
 
 @dataclass(frozen=True)
@@ -237,32 +239,33 @@ class Calibration:
     def method(self) -> str:
         """How the held-out figures were obtained."""
         if self.folds == 0:
-            return "none: every row is of one model on one GPU with one engine, so none can be held out"
-        if self.folds < H.MAX_FOLDS or self.folds == len(np.unique(self.table.clusters)):
-            return ("leave-one-out by model x GPU x engine (all its configuration groups together), levels chosen "
-                    "again inside every fold")
-        return (f"{self.folds}-fold by model x GPU x engine (all its configuration groups together), levels chosen "
-                "again inside every fold")
+            return "none: a single configuration group, so none can be held out"
+        if self.folds < H.MAX_FOLDS or self.folds == self.table.cells.groups:
+            return ("leave-one-group-out (each configuration group held out alone), levels chosen again inside every "
+                    "fold; kept only if no worse with each model x GPU x engine held out whole")
+        return (f"{self.folds}-fold by configuration group, levels chosen again inside every fold; kept only if no "
+                "worse with each model x GPU x engine held out whole")
 
 
 def _fit_one(values: np.ndarray, train: np.ndarray, cells: H.Cells, loss: H.Loss, allow_off: bool,
-             clusters: np.ndarray) -> tuple[H.Shrink, list[H.LevelChoice], list[np.ndarray], np.ndarray]:
-    """Levels chosen on ``train`` by cross-validation (``clusters`` held out whole), their offsets
-    fitted on ``train`` and every group's log multiplier."""
-    shrink, choices = H.select(values, train, cells, loss, allow_off, clusters)
+             clusters: np.ndarray, only: frozenset[str] | None = None,
+             ) -> tuple[H.Shrink, list[H.LevelChoice], list[np.ndarray], np.ndarray]:
+    """Levels (of ``only``, default all) chosen on ``train`` by cross-validation (``clusters``
+    held out whole), their offsets fitted on ``train`` and every group's log multiplier."""
+    shrink, choices = H.select(values, train, cells, loss, allow_off, clusters, only)
     offsets = H.fit(values, train, cells, shrink)
     return shrink, choices, offsets, H.log_multipliers(offsets, cells)
 
 
 def _nested(t: Table, value_of: list[np.ndarray], loss_of: list[H.Loss], outer: np.ndarray,
-            allow_off: bool) -> tuple[np.ndarray, list[np.ndarray]]:
+            allow_off: bool, only: frozenset[str] | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
     """Each group's held-out log multiplier: in fold ``i`` (``outer[i]`` held out), levels chosen
     and fitted on the rest with values ``value_of[i]`` and loss ``loss_of[i]``; and every fold's
     multipliers of all groups."""
     held_out = np.full(t.cells.groups, math.nan)
     per_fold = []
     for held, values, loss in zip(outer, value_of, loss_of, strict=True):
-        *_, logm = _fit_one(values, ~held, t.cells, loss, allow_off, t.clusters)
+        *_, logm = _fit_one(values, ~held, t.cells, loss, allow_off, t.clusters, only)
         held_out[held] = logm[held]
         per_fold.append(logm)
     return held_out, per_fold
@@ -285,7 +288,7 @@ def _better(loss: H.Loss, held_out: np.ndarray, baseline: np.ndarray, outer: np.
     if len(masks) < 2:
         return False
     gain = loss(np.where(held, baseline, 0.0)[None, :], masks) - loss(np.where(held, held_out, 0.0)[None, :], masks)
-    return bool(gain.sum() > np.std(gain, ddof=1) * math.sqrt(len(gain)))
+    return bool(gain.sum() > KEEP_ERRORS * np.std(gain, ddof=1) * math.sqrt(len(gain)))
 
 
 def _better_kinds(t: Table, loss: H.Loss, held_out: np.ndarray, outer: np.ndarray) -> tuple[str, ...]:
@@ -310,13 +313,13 @@ def _within_kept(t: Table, s: np.ndarray, f_held: np.ndarray, band: float = 1.5,
 
 
 def _quantity(t: Table, values: np.ndarray, loss: H.Loss, held_out: np.ndarray, better: tuple[str, ...],
-              force: bool) -> QuantityResult:
-    """A quantity fitted on every group, applied to the kinds ``better`` names (nothing, at
-    every level, unless some kind is better; ``force``: every kind)."""
+              force: bool, only: frozenset[str] | None = None) -> QuantityResult:
+    """A quantity fitted on every group (levels of ``only``, default all), applied to the kinds
+    ``better`` names (nothing, at every level, unless some kind is better; ``force``: every kind)."""
     kinds = tuple(k for k in KINDS if k in set(group_kinds(t))) if force else better
     kept, allow_off = bool(kinds) or force, not force
     everyone = np.ones(t.cells.groups, dtype=bool)
-    shrink, choices, offsets, logm = _fit_one(values, everyone, t.cells, loss, allow_off, t.clusters)
+    shrink, choices, offsets, logm = _fit_one(values, everyone, t.cells, loss, allow_off, t.clusters, only)
     if not kept:
         shrink = tuple([None] * len(H.LEVELS))
         offsets, logm = H.fit(values, everyone, t.cells, shrink), np.zeros(t.cells.groups)
@@ -324,24 +327,69 @@ def _quantity(t: Table, values: np.ndarray, loss: H.Loss, held_out: np.ndarray, 
     return QuantityResult(shrink, tuple(choices), tuple(offsets), logm, held_out, kept, bool(better), kinds)
 
 
+def _not_worse(loss: H.Loss, held_out: np.ndarray, outer: np.ndarray, among: np.ndarray) -> bool:
+    """Whether the held-out multipliers lose no more than none on the groups ``among`` marks,
+    summed over the folds ``outer`` (true without such a fold)."""
+    held = np.isfinite(held_out) & among
+    masks = outer & held[None, :]
+    if not masks.any():
+        return True
+    zeros = np.zeros_like(held_out)
+    gain = loss(zeros[None, :], masks) - loss(np.where(held, held_out, 0.0)[None, :], masks)
+    return bool(gain.sum() >= 0.0)
+
+
+def _tpot_nested(t: Table, outer: np.ndarray, by_cluster: np.ndarray, force: bool) -> tuple[
+        np.ndarray, list[np.ndarray], np.ndarray, list[np.ndarray], tuple[str, ...], frozenset[str] | None]:
+    """TPOT's nested cross-validation with single groups (``outer``) and whole clusters
+    (``by_cluster``) held out: held-out multipliers and every fold's, the kinds kept (better
+    with single groups held out, not worse with clusters) and the levels allowed. Where a kind
+    is better with single groups but worse on unseen clusters (a pooled offset that was chance),
+    the pooled levels are left out and the model level alone tried: it cannot touch a cluster it
+    has not measured, so it keeps what the other TP degrees of a measured one tell."""
+    loss, kinds = tpot_loss(t), group_kinds(t)
+    best: tuple[Any, ...] | None = None
+    for only in (None, frozenset(H.SINGLE_GROUP_LEVELS)):
+        held, folds_ = _nested(t, [t.tpot_values] * len(outer), [loss] * len(outer), outer, not force, only)
+        new, folds_new = _nested(t, [t.tpot_values] * len(by_cluster), [loss] * len(by_cluster), by_cluster,
+                                 not force, only)
+        candidates = _better_kinds(t, loss, held, outer)
+        better = tuple(k for k in candidates if _not_worse(loss, new, by_cluster, kinds == k))
+        if best is None or len(better) > len(best[4]):
+            best = (held, folds_, new, folds_new, better, only)
+        if force or better == candidates:
+            break
+    assert best is not None
+    return best
+
+
 def calibrate(t: Table, force: bool = False) -> Calibration:
-    """TPOT, then TTFT against the TTFT of the calibrated step, each cross-validated by whole
-    groups with the levels chosen again inside every fold; a quantity is kept for a model kind
-    when its held-out error on that kind's groups is below no calibration's on the same rows by
-    more than one standard error (TTFT: and no fewer rows within 1.5x); ``force``: always, for
-    every kind, every level at its best shrinkage."""
-    n = t.cells.groups
-    outer = H.folds(np.ones(n, dtype=bool), t.clusters)
+    """TPOT, then TTFT against the TTFT of the calibrated step, each cross-validated with the
+    levels chosen again inside every fold; a quantity is kept for a model kind when its error on
+    that kind's groups, each held out alone, is below no calibration's on the same rows by more
+    than one standard error, and no worse with whole model x GPU x engine clusters held out (a
+    configuration of a model, GPU and engine the user has not measured at all); TTFT also needs
+    no fewer rows within 1.5x. ``force``: always, for every kind, every level at its best
+    shrinkage."""
+    every, kinds = np.ones(t.cells.groups, dtype=bool), group_kinds(t)
+    outer, by_cluster = H.folds(every), H.folds(every, t.clusters)
     tpot_loss_ = tpot_loss(t)
-    s_held, s_folds = _nested(t, [t.tpot_values] * len(outer), [tpot_loss_] * len(outer), outer, not force)
-    tpot = _quantity(t, t.tpot_values, tpot_loss_, s_held, _better_kinds(t, tpot_loss_, s_held, outer), force)
-    applied = np.isin(group_kinds(t), tpot.kinds)
-    s_use = [np.where(applied, s, 0.0) for s in s_folds]
-    f_held, _ = _nested(t, [ttft_values(t, s) for s in s_use], [ttft_loss(t, s) for s in s_use], outer, not force)
+    s_held, s_folds, s_new, s_folds_new, better, only = _tpot_nested(t, outer, by_cluster, force)
+    tpot = _quantity(t, t.tpot_values, tpot_loss_, s_held, better, force, only)
+    applied = np.isin(kinds, tpot.kinds)
+
+    def ttft_held(folds: np.ndarray, s_per_fold: list[np.ndarray]) -> np.ndarray:
+        s_use = [np.where(applied, s, 0.0) for s in s_per_fold]
+        held, _ = _nested(t, [ttft_values(t, s) for s in s_use], [ttft_loss(t, s) for s in s_use], folds, not force)
+        return held
+
+    f_held, f_new = ttft_held(outer, s_folds), ttft_held(by_cluster, s_folds_new)
     s_cv = np.where(np.isfinite(s_held) & applied, s_held, 0.0)
-    kinds = group_kinds(t)
+    s_cv_new = np.where(np.isfinite(s_new) & applied, s_new, 0.0)
     better = tuple(k for k in _better_kinds(t, ttft_loss(t, s_cv), f_held, outer)
-                   if _within_kept(t, s_cv, f_held, among=kinds == k))
+                   if _within_kept(t, s_cv, f_held, among=kinds == k)
+                   and _not_worse(ttft_loss(t, s_cv_new), f_new, by_cluster, kinds == k)
+                   and _within_kept(t, s_cv_new, f_new, among=kinds == k))
     ttft = _quantity(t, ttft_values(t, tpot.log), ttft_loss(t, tpot.log), f_held, better, force)
     return Calibration(t, tpot, ttft, len(outer), force)
 
@@ -396,7 +444,7 @@ def level_fits(c: Calibration, which: str) -> list[LevelFit]:
         cells = [] if k is None else [
             LevelOffset.model_validate({**dict(zip(_FIELDS[level], key, strict=True)), "groups": int(groups[i]),
                                         "scale": round(math.exp(offsets[i]), 6), "rows": int(rows[i])})
-            for i, key in enumerate(c.table.cells.keys[level]) if groups[i] >= H.MIN_CELL_GROUPS
+            for i, key in enumerate(c.table.cells.keys[level]) if groups[i] >= H.min_groups(level)
         ]
         per_row = max(int(rows.sum()), 1)
         out.append(LevelFit(

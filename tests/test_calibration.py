@@ -32,17 +32,22 @@ MOE_SETUPS = (("qwen3-30b-a3b", 1), ("gpt-oss-120b", 2), ("mixtral-8x7b", 2), ("
 
 
 def synthetic(catalog, tpot: dict[str, float], ttft: dict[str, float], noise: float = 0.0,
-              seed: int = 0, setups: tuple[tuple[str, int], ...] = SETUPS) -> list[Measurement]:
+              seed: int = 0, setups: tuple[tuple[str, int], ...] = SETUPS,
+              per_model: bool = False) -> list[Measurement]:
     """The default preset's own predictions for 24 configuration groups (4 models x 3 GPUs x
     vllm and trtllm, 4 batches each) with each engine's step ``tpot[engine]`` times longer (TTFT
     moving with it), then its TTFT times ``ttft[engine]``, and every group off by its own
-    log-normal factor of spread ``noise``."""
+    log-normal factor of spread ``noise`` (``per_model``: each model x GPU x engine, at every TP
+    degree)."""
     rng = np.random.default_rng(seed)
     rows = []
+    drawn: dict[tuple[str, str, str], float] = {}
     for model, tp in setups:
         for gpu in GPUS:
             for engine in ("vllm", "trtllm"):
                 e = math.exp(rng.normal(0.0, noise)) if noise else 1.0
+                if per_model:
+                    e = drawn.setdefault((model, gpu, engine), e)
                 x = tpot.get(engine, 1.0)
                 truth = dataclasses.replace(DEFAULT, factors=(CalibrationFactors(
                     bandwidth_scale=1 / x, compute_scale=1 / x, overhead_scale=x, comm_scale=x),))
@@ -122,6 +127,27 @@ def test_each_model_kind_is_calibrated_only_where_it_improves(catalog):
     assert want != 1.0 and entries[(None, "trtllm", "moe", None)].overhead_scale == pytest.approx(want, rel=1e-5)
 
 
+def test_a_model_on_a_gpu_with_an_engine_is_learned_from_its_other_tp_degrees(catalog):
+    # every model x GPU x engine off by its own factor (spread 0.3), the same at TP 1, 2 and 4;
+    # nothing shared by an engine, GPU or kind. Calibrated on TP 1 and 4, TP 2 predicted
+    setups = (("llama-3.1-8b", 1), ("llama-3.1-8b", 2), ("llama-3.1-8b", 4),
+              ("qwen3-32b", 1), ("qwen3-32b", 2), ("qwen3-32b", 4))
+    rows = synthetic(catalog, {}, {}, noise=0.3, seed=2, setups=setups, per_model=True)
+    train, test = [r for r in rows if r.tp != 2], [r for r in rows if r.tp == 2]
+    c = cal.calibration_of(train, catalog, DEFAULT)
+    assert c.tpot.kept and c.tpot.shrink[H.LEVELS.index("model")] is not None
+    assert c.tpot.shrink[:H.LEVELS.index("model")] == (None,) * (len(H.LEVELS) - 1)  # nothing pooled
+    preset = cal.calibrated_unless_worse(DEFAULT, train, catalog)
+    # each of the 12 cells learned from its 2 groups, shrunk by k: the error left is k / (2 + k)
+    # of the cell's (MAPE of log-normal 0.3 factors, about 25%)
+    k = c.tpot.shrink[H.LEVELS.index("model")]
+    before, after = _mape(test, DEFAULT, catalog), _mape(test, preset, catalog)
+    assert before > 0.15 and after < before * (k / (2 + k)) * 1.3 + 0.005
+    # a model x GPU x engine not measured gets no change: nothing pooled was systematic
+    f = preset.factors_for("h100-sxm", "hopper", "vllm", "dense", "llama-3.1-70b")
+    assert (f.overhead_scale, f.bandwidth_scale) == (1.0, 1.0)
+
+
 def _mape(rows, preset, catalog) -> float:
     return float(error_stats([r.measured_tpot_ms for r in rows],
                              [predict(r, catalog, preset).predicted_tpot_ms for r in rows])["mape"])
@@ -161,11 +187,12 @@ def test_the_noise_halves_are_refused_or_not_made_worse(catalog):
 def test_nested_cross_validation_chooses_levels_again_in_every_fold(catalog):
     rows = synthetic(catalog, {"trtllm": 1.3}, {}, noise=0.02, seed=1)
     c = cal.calibration_of(rows, catalog, DEFAULT)
-    # 18 folds: each model (Llama-3.1-70B at TP 2 and 4 together) on each GPU with each engine
-    assert c.folds == 18 and c.method.startswith("leave-one-out by model x GPU x engine")
-    # the held-out multiplier of a group equals a calibration fitted without its cluster, by hand
+    # 24 folds, one per configuration group (4 models x 3 GPUs x 2 engines)
+    assert c.folds == 24 and c.method.startswith("leave-one-group-out")
+    # the held-out multiplier of a group equals a calibration fitted without it, by hand
     t = c.table
-    held = H.folds(np.ones(t.cells.groups, dtype=bool), t.clusters)[5]
+    held = H.folds(np.ones(t.cells.groups, dtype=bool))[5]
+    assert held.sum() == 1
     g = int(np.flatnonzero(held)[0])
     train = ~held
     shrink, _ = H.select(t.tpot_values, train, t.cells, cal.tpot_loss(t), clusters=t.clusters)
