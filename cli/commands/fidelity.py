@@ -254,8 +254,7 @@ def _refuse_or_force(path: Path, r: dict[str, Any], errors: dict[str, Any], forc
     if not cal.refused(r["calibration"]):
         return
     if not r["held"]:
-        why = ("every row is of one model on one GPU with one engine, so no level can be checked on a configuration "
-               "of another")
+        why = "every row is of one configuration group, so none can be held out to check a level on"
     else:
         why = f"no level predicts held-out configuration groups better than none ({_figures(errors)})"
     if not force:
@@ -368,11 +367,10 @@ def _print_calibration(out: str, profile: Any, r: dict[str, Any], errors: dict[s
         if tt["cross_validated"].get("rows"):
             print(_stats_line("TTFT uncalibrated, held out", tt["uncalibrated_held_out_rows"]))
             print(_stats_line("TTFT calibrated, held out", tt["cross_validated"]))
-        print(f"  (cross-validation: {c.method}, {c.folds} folds; every held-out configuration predicted by a "
-              "calibration that never saw its model on its GPU with its engine)")
+        print(f"  (cross-validation: {c.method}, {c.folds} folds; every held-out configuration group predicted by a "
+              "calibration that never saw it)")
     else:
-        print("  (no cross-validation: every row is of one model on one GPU with one engine; measure another to check "
-              "the fit)")
+        print("  (no cross-validation: every row is of one configuration group; measure another to check the fit)")
 
 
 def register(sub: Any) -> None:
