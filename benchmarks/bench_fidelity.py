@@ -369,9 +369,11 @@ def run_unseen(slices: str, splits: int, catalog: Catalog) -> int:
 
     whats = [w.strip() for w in slices.split(",") if w.strip()]
     bad = [w for w in whats if w not in ("engine", "gpu", "half")]
-    if bad or splits < 1:
-        print(f"bench_fidelity: error: --unseen takes engine, gpu, half (got {bad[0] if bad else slices!r}) and "
-              f"--splits at least 1", file=sys.stderr)
+    if bad or not whats:
+        print(f"bench_fidelity: error: --unseen takes a comma list of engine, gpu, half, not {slices!r}", file=sys.stderr)
+        return 2
+    if splits < 1:
+        print(f"bench_fidelity: error: --splits must be at least 1, not {splits}", file=sys.stderr)
         return 2
     rows = load([SILICON, INFERENCEMAX], catalog)
     print(f"## calibration on configurations the physics never saw: {len(rows)} rows in "
