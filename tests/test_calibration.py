@@ -135,6 +135,8 @@ def test_a_model_on_a_gpu_with_an_engine_is_learned_from_its_other_tp_degrees(ca
     rows = synthetic(catalog, {}, {}, noise=0.3, seed=2, setups=setups, per_model=True)
     train, test = [r for r in rows if r.tp != 2], [r for r in rows if r.tp == 2]
     c = cal.calibration_of(train, catalog, DEFAULT)
+    # with every level allowed, chance keeps a GPU family offset (from 12 random units) that makes
+    # unseen models worse; the model level alone is then tried, and kept
     assert c.tpot.kept and c.tpot.shrink[H.LEVELS.index("model")] is not None
     assert c.tpot.shrink[:H.LEVELS.index("model")] == (None,) * (len(H.LEVELS) - 1)  # nothing pooled
     preset = cal.calibrated_unless_worse(DEFAULT, train, catalog)
@@ -146,6 +148,21 @@ def test_a_model_on_a_gpu_with_an_engine_is_learned_from_its_other_tp_degrees(ca
     # a model x GPU x engine not measured gets no change: nothing pooled was systematic
     f = preset.factors_for("h100-sxm", "hopper", "vllm", "dense", "llama-3.1-70b")
     assert (f.overhead_scale, f.bandwidth_scale) == (1.0, 1.0)
+
+
+def test_factors_for_prefers_the_model_entry_then_the_most_specific_gpu_and_engine():
+    preset = dataclasses.replace(DEFAULT, factors=(
+        CalibrationFactors(overhead_scale=1.1),
+        CalibrationFactors(gpu="h100-sxm", engine="vllm", kind="dense", overhead_scale=1.2),
+        CalibrationFactors(gpu="hopper", engine="vllm", model="llama-3.1-8b", overhead_scale=1.3),
+    ))
+    # the model's entry wins over the GPU id's, even matched by family only
+    assert preset.factors_for("h100-sxm", "hopper", "vllm", "dense", "llama-3.1-8b").overhead_scale == 1.3
+    # another model, or no model named (the layout's communication): the GPU id and engine entry
+    assert preset.factors_for("h100-sxm", "hopper", "vllm", "dense", "qwen3-32b").overhead_scale == 1.2
+    assert preset.factors_for("h100-sxm", "hopper", "vllm", "dense").overhead_scale == 1.2
+    # the model on another engine: only the entry for anything matches
+    assert preset.factors_for("h100-sxm", "hopper", "sglang", "dense", "llama-3.1-8b").overhead_scale == 1.1
 
 
 def _mape(rows, preset, catalog) -> float:
