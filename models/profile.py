@@ -87,7 +87,8 @@ class LevelOffset(BaseModel):
     model: str | None = Field(default=None, description="model catalog id (level model)")
     gpu: str | None = Field(default=None, description="GPU id (levels setup, model)")
     family: str | None = Field(default=None, description="GPU family (levels family, engine_family, setup, model)")
-    engine: str | None = Field(default=None, description="normalised engine (levels engine, engine_family, setup, model)")
+    engine: str | None = Field(default=None,
+                               description="normalised engine (levels engine, engine_family, setup, model)")
     kind: Kind | None = Field(default=None, description="model kind (levels kind, setup, model)")
     scale: Scale = Field(description="multiplier of this cell, on top of the levels above it")
     groups: int = Field(default=0, ge=0, description="configuration groups measured in the cell")
