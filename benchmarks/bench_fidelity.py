@@ -1,7 +1,7 @@
 """Fidelity benchmark: seed vs default vs calibrated on measured TPOT and TTFT, by configuration group.
 
 Usage: python benchmarks/bench_fidelity.py [MEASUREMENTS.csv ...] [--folds N] [--halves SPLITS]
-                                           [--nested SPLITS] [--no-tables]
+                                           [--unseen engine,gpu,half] [--splits N] [--no-tables]
 
 For each measurement file (default: ``silicon-train.csv`` and ``inferencemax-train.csv`` in
 ``../shared/reference/measurements/`` and the public measurements in ``benchmarks/data/``) it
@@ -21,9 +21,18 @@ rows) and TTFT within 1.5x and MAPE, calibrated against uncalibrated on the same
 often ``calibrate`` refused. It runs on each file, on the files together, and across files:
 calibrated on one file, every row of another predicted.
 
-That figure is in sample for the physics, which was fitted on these groups; ``--nested SPLITS``
-measures calibration where the physics has not seen the groups either: physics fitted on half of
-the groups, calibration on a quarter, prediction of the last quarter.
+That figure is in sample for the physics, which was fitted on these groups. The calibration
+figure of record, ``--unseen engine,gpu,half --splits N``, measures calibration where the
+physics has not seen the configurations either, on the rows it was fitted to (silicon-train.csv
+and inferencemax-train.csv): for each engine (each GPU) in turn, the physics is fitted without
+its rows (the fast path of ``fit_physics.py --cv``, an unmeasured engine or GPU family getting
+the figures an unknown one gets), and that engine's (GPU's) configuration groups, a user's own
+measurements, are halved N times at random: calibrated on one half, the other half predicted,
+then the other way round; ``half``: the physics fitted on a random half of all the groups (N
+halvings, both ways) and the other half's groups halved again for the user. It prints TPOT MAPE
+(dense, MoE, all) and TTFT within 1.5x over every predicted row, uncalibrated against
+calibrated (the profile ``calibrate`` writes; none where it refuses), and on how many of the
+predictions calibration made dense or all-row TPOT MAPE worse.
 
 The default preset's physical parameters were fitted on silicon-train.csv and inferencemax-train.csv
 (``benchmarks/fit_physics.py``); their own leave-groups-out error is printed by
@@ -198,53 +207,104 @@ def across(named: list[tuple[str, list[Measurement]]], catalog: Catalog, base: P
                              [(split_figures(rows_b, catalog, base, calibrated), calibrated is base)])
 
 
-def _mape_by_kind(rows: list[Measurement], preds: list[float], catalog: Catalog, kind: str) -> float:
-    """TPOT MAPE of the rows of model kind ``kind`` (dense / moe)."""
-    pairs = [(r.measured_tpot_ms, p) for r, p in zip(rows, preds, strict=True)
-             if model_kind(catalog.models[r.model]) == kind]
-    return float(error_stats([m for m, _ in pairs], [p for _, p in pairs])["mape"])
+def _physics_without(rows: list[Measurement], out: set[int], catalog: Catalog,
+                     full: tuple[Any, Any]) -> Preset:
+    """The default preset with its physics fitted without the rows whose indices are in ``out``:
+    ``fit_physics.py --cv``'s fast path from the shipped fit (its ``full`` residuals and Jacobian
+    over ``rows``), an engine, GPU family or release no training row measures given the figures
+    an unknown one gets."""
+    import numpy as np
+    from fit_physics import current, fold_fit, preset_of, residual_rows, unmeasured_engines, \
+        unmeasured_families, unmeasured_releases
+
+    train = [r for i, r in enumerate(rows) if i not in out]
+    keep = np.array([i not in out for i in range(len(rows))])
+    x = fold_fit(current(), full[0], full[1], train, keep[residual_rows(rows)], catalog)
+    return preset_of(unmeasured_families(unmeasured_engines(unmeasured_releases(x, train), train), train, catalog))
 
 
-def _nested_split(rows: list[Measurement], catalog: Catalog, physics: list[Any],
-                  user: list[Any]) -> dict[str, list[Any]]:
-    """Physics fitted on the groups ``physics``; the groups ``user`` halved: calibrated on one half,
-    the other half predicted (both ways). Returns the predicted rows and three predictions of each."""
-    from fit_physics import current, fit, preset_of
+def _user_halves(groups: list[Any], splits: int) -> list[tuple[set[Any], set[Any]]]:
+    """(calibrated on, predicted) group sets: ``groups`` halved at random ``splits`` times (seeds
+    0, 1, ...), both ways."""
+    import numpy as np
 
-    base = preset_of(fit([r for r in rows if r.configuration in set(physics)], catalog, current(), 12))
-    out: dict[str, list[Any]] = {"rows": [], "uncalibrated": [], "calibrated": [], "forced": []}
-    for mine, theirs in ((user[::2], user[1::2]), (user[1::2], user[::2])):
-        train = [r for r in rows if r.configuration in set(mine)]
-        test = [r for r in rows if r.configuration in set(theirs)]
-        for label, preset in (("uncalibrated", base), ("calibrated", calibrated_unless_worse(base, train, catalog)),
-                              ("forced", fitted_preset(base, train, catalog))):
-            out[label] += [predict(r, catalog, preset).predicted_tpot_ms for r in test]
-        out["rows"] += test
+    out = []
+    for seed in range(splits):
+        perm = [groups[i] for i in np.random.default_rng(seed).permutation(len(groups))]
+        a, b = set(perm[: len(perm) // 2]), set(perm[len(perm) // 2:])
+        out += [(a, b), (b, a)]
     return out
 
 
-def nested(rows: list[Measurement], catalog: Catalog, splits: int) -> None:
-    """A user's calibration on configurations no fit has seen: for each of ``splits`` random
-    halvings of the configuration groups (seeds 0, 1, ...), the physics is fitted on one half (as
-    ``fit_physics.py`` does), and the other half is split again: calibrated on one quarter, the
-    last quarter predicted (then the other way round, then the halves swapped)."""
+def _slices(rows: list[Measurement], catalog: Catalog, what: str, splits: int) -> list[tuple[str, set[int], list[Any]]]:
+    """(label, row indices the physics leaves out, the user's groups among them) of slice ``what``:
+    each engine, each GPU, or (``half``) each half of ``splits`` random halvings of the groups."""
     import numpy as np
 
+    if what in ("engine", "gpu"):
+        keys = [(normalize_engine(r.engine) or "") if what == "engine" else r.gpu for r in rows]
+        out = []
+        for k in sorted(set(keys)):
+            idx = {i for i, v in enumerate(keys) if v == k}
+            out.append((f"{what} {k}", idx, sorted({rows[i].configuration for i in idx}, key=repr)))
+        return out
     groups = sorted({r.configuration for r in rows}, key=repr)
-    acc: dict[str, list[Any]] = {"rows": [], "uncalibrated": [], "calibrated": [], "forced": []}
+    out = []
     for seed in range(splits):
         perm = [groups[i] for i in np.random.default_rng(seed).permutation(len(groups))]
-        for physics, user in ((perm[::2], perm[1::2]), (perm[1::2], perm[::2])):
-            for k, v in _nested_split(rows, catalog, physics, user).items():
-                acc[k] += v
-    print(f"\nphysics fitted on half of the configuration groups, calibrated on a quarter, predicting the last "
-          f"quarter ({splits} random halvings, every quarter predicted once per halving):\n")
-    print("| TPOT MAPE | uncalibrated | calibrated (the profile `calibrate` writes, none where it refuses) | forced |")
+        for n, user in enumerate((perm[::2], perm[1::2])):
+            mine = set(user)
+            out.append((f"half {seed}.{n}", {i for i, r in enumerate(rows) if r.configuration in mine}, user))
+    return out
+
+
+def unseen(rows: list[Measurement], catalog: Catalog, what: str, splits: int) -> dict[str, Any]:
+    """Calibration on configurations the physics never saw (slice ``what``, see the module's
+    text): every predicted row's (uncalibrated, calibrated) predictions and, per prediction,
+    whether ``calibrate`` refused and its figures."""
+    from fit_physics import current, jacobian
+
+    full = jacobian(current(), rows, catalog)
+    acc: dict[str, Any] = {"rows": [], "uncalibrated": [], "calibrated": [], "splits": []}
+    for label, out, user in _slices(rows, catalog, what, splits):
+        if len(user) < 4:
+            print(f"  unseen {label}: {len(user)} groups, too few to halve", file=sys.stderr, flush=True)
+            continue
+        base = _physics_without(rows, out, catalog, full)
+        for mine, theirs in _user_halves(user, splits):
+            train = [r for r in rows if r.configuration in mine]
+            test = [r for r in rows if r.configuration in theirs]
+            calibrated = calibrated_unless_worse(base, train, catalog)
+            acc["splits"].append((label, split_figures(test, catalog, base, calibrated), calibrated is base))
+            acc["rows"] += test
+            acc["uncalibrated"] += plain(test, catalog, base)
+            acc["calibrated"] += plain(test, catalog, calibrated)
+        print(f"  unseen {label}: {len(user)} groups", file=sys.stderr, flush=True)
+    return acc
+
+
+def print_unseen(what: str, acc: dict[str, Any], catalog: Catalog, splits: int) -> None:
+    """The figures of :func:`unseen` for slice ``what``."""
+    rows = acc["rows"]
+    title = {"engine": "each engine in turn", "gpu": "each GPU in turn", "half": "a random half of the groups"}[what]
+    print(f"\nphysics fitted without {title}; its groups halved {splits} times, calibrated on one half, the other "
+          f"predicted (both ways): {len(acc['splits'])} predictions, {len(rows)} rows, calibrate refused "
+          f"{sum(1 for *_, r in acc['splits'] if r)}\n")
+    print("| figure | uncalibrated | calibrated | predictions made worse |")
     print("|---|---|---|---|")
-    for kind in ("dense", "moe"):
-        cells = [f"{_mape_by_kind(acc['rows'], acc[k], catalog, kind):.1%}"
-                 for k in ("uncalibrated", "calibrated", "forced")]
-        print(f"| {kind} | " + " | ".join(cells) + " |")
+    for label, which, kind in (("dense TPOT MAPE", 0, "dense"), ("MoE TPOT MAPE", 0, "moe"), ("all TPOT MAPE", 0, None),
+                               ("TTFT within 1.5x", 1, None)):
+        keep = None if kind is None else (lambda r, k=kind: model_kind(catalog.models[r.model]) == k)
+        a = stats(rows, list(acc["uncalibrated"]), which, keep)
+        b = stats(rows, list(acc["calibrated"]), which, keep)
+        if not a.get("rows"):
+            continue
+        field = "mape" if which == 0 else "within_1.5x"
+        sign = -1 if which == 1 else 1
+        split_label = label if which == 0 else "TTFT within 1.5x"
+        pairs = [f[split_label] for _, f, _ in acc["splits"] if split_label in f]
+        worse = sum(1 for u, c in pairs if sign * (c - u) > 1e-9)
+        print(f"| {label} | {a[field]:.1%} | {b[field]:.1%} | {worse} of {len(pairs)} |")
 
 
 def usable(path: Path, catalog: Catalog, base: Preset) -> list[Measurement]:
@@ -253,7 +313,7 @@ def usable(path: Path, catalog: Catalog, base: Preset) -> list[Measurement]:
     return [r for r in all_rows if skip_reason(r, catalog, base) is None]
 
 
-def run(path: Path, catalog: Catalog, folds: int, splits: int = 0, halvings: int = 5, tables: bool = True) -> None:
+def run(path: Path, catalog: Catalog, folds: int, halvings: int = 5, tables: bool = True) -> None:
     """Every table for one measurement file."""
     all_rows = parse_measurements(path.read_text(encoding="utf-8"), path.name)
     t0 = time.perf_counter()
@@ -272,8 +332,6 @@ def run(path: Path, catalog: Catalog, folds: int, splits: int = 0, halvings: int
         table(path.name, rows, results, catalog)
     if halvings and n_groups >= 4:
         halves(path.name, rows, catalog, base, halvings)
-    if splits and n_groups >= 30:
-        nested(rows, catalog, splits)
     print(f"\n({time.perf_counter() - t0:.1f} s)\n")
 
 
@@ -283,13 +341,17 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--folds", type=int, default=44, help="folds of whole configuration groups (default 44)")
     ap.add_argument("--halves", type=int, default=5, metavar="SPLITS",
                     help="random halvings of the groups for the halves experiment (default 5; 0: none)")
-    ap.add_argument("--nested", type=int, default=0, metavar="SPLITS",
-                    help="also fit the physics on half of the groups and calibrate on a quarter, SPLITS times")
+    ap.add_argument("--unseen", default="", metavar="SLICES",
+                    help="comma list of engine, gpu, half: physics fitted without each slice, calibration on half "
+                         "of its groups, the other half predicted (the calibration figure of record); only this")
+    ap.add_argument("--splits", type=int, default=2, help="random halvings per slice for --unseen (default 2)")
     ap.add_argument("--no-tables", action="store_true", help="only the halves and cross-file experiments")
     args = ap.parse_args(argv)
     catalog = load_catalog()
+    if args.unseen:
+        return run_unseen(args.unseen, args.splits, catalog)
     for f in args.files:
-        run(Path(f), catalog, args.folds, args.nested, args.halves, not args.no_tables)
+        run(Path(f), catalog, args.folds, args.halves, not args.no_tables)
     base = get_preset("default")
     named = [(Path(f).name, usable(Path(f), catalog, base)) for f in args.files]
     if len(named) > 1 and args.halves:
@@ -298,6 +360,28 @@ def main(argv: list[str]) -> int:
         halves("the files together", together, catalog, base, args.halves)
         print("\n## across files")
         across(named, catalog, base)
+    return 0
+
+
+def run_unseen(slices: str, splits: int, catalog: Catalog) -> int:
+    """``--unseen``: each slice's table, on the rows the physics is fitted to."""
+    from fit_physics import INFERENCEMAX, SILICON, load
+
+    whats = [w.strip() for w in slices.split(",") if w.strip()]
+    bad = [w for w in whats if w not in ("engine", "gpu", "half")]
+    if bad or not whats:
+        print(f"bench_fidelity: error: --unseen takes a comma list of engine, gpu, half, not {slices!r}", file=sys.stderr)
+        return 2
+    if splits < 1:
+        print(f"bench_fidelity: error: --splits must be at least 1, not {splits}", file=sys.stderr)
+        return 2
+    rows = load([SILICON, INFERENCEMAX], catalog)
+    print(f"## calibration on configurations the physics never saw: {len(rows)} rows in "
+          f"{len({r.configuration for r in rows})} configuration groups")
+    for what in whats:
+        t0 = time.perf_counter()
+        print_unseen(what, unseen(rows, catalog, what, splits), catalog, splits)
+        print(f"\n({time.perf_counter() - t0:.1f} s)")
     return 0
 
 

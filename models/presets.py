@@ -62,7 +62,8 @@ def normalize_engine(text: str | None) -> str | None:
 class CalibrationFactors:
     """Multipliers fitted to measurements for one GPU (id or family) and engine.
 
-    ``gpu`` / ``engine`` / ``kind`` (``dense`` or ``moe`` models) None match anything, except that an
+    ``gpu`` / ``engine`` / ``kind`` (``dense`` or ``moe`` models) / ``model`` (catalog id) None match
+    anything, except that an
     entry with ``unnamed_engine`` matches only a caller that names no engine (the planner: factors
     pooled over the engines measured, which a named engine never measured should not inherit).
     Memory times are divided by
@@ -74,6 +75,7 @@ class CalibrationFactors:
     gpu: str | None = None
     engine: str | None = None
     kind: str | None = None
+    model: str | None = None
     bandwidth_scale: float = 1.0
     compute_scale: float = 1.0
     overhead_scale: float = 1.0
@@ -112,11 +114,13 @@ class Preset:
     prefill_interference: bool = False
     factors: tuple[CalibrationFactors, ...] = ()
 
-    def factors_for(self, gpu_id: str, family: str, engine: str | None, kind: str | None = None) -> CalibrationFactors:
-        """The most specific calibration factors for this GPU, engine and model kind (identity if none).
+    def factors_for(self, gpu_id: str, family: str, engine: str | None, kind: str | None = None,
+                    model: str | None = None) -> CalibrationFactors:
+        """The most specific calibration factors for this GPU, engine, model kind and model (identity if none).
 
-        Order: GPU id and engine, GPU id, family and engine, family, engine, anything; among
-        equals an entry for the model's kind (``dense`` / ``moe``) before one for any kind.
+        Order: an entry for the model (catalog id) before any other; then GPU id and engine, GPU
+        id, family and engine, family, engine, anything; among equals an entry for the model's
+        kind (``dense`` / ``moe``) before one for any kind.
         """
         eng = normalize_engine(engine)
         best: tuple[int, CalibrationFactors] | None = None
@@ -127,8 +131,11 @@ class Preset:
                 continue
             if f.kind is not None and f.kind != kind:
                 continue
+            if f.model is not None and f.model != model:
+                continue
             gpu_rank = 0 if f.gpu is None else (2 if f.gpu == gpu_id else 1)
             rank = (gpu_rank * 2 + (1 if f.engine is not None else 0)) * 2 + (1 if f.kind is not None else 0)
+            rank += 100 if f.model is not None else 0
             if best is None or rank > best[0]:
                 best = (rank, f)
         return best[1] if best is not None else IDENTITY

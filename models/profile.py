@@ -30,7 +30,7 @@ PROFILE_VERSION: Literal[2] = 2
 READABLE_VERSIONS = (1, 2)
 
 Scale = Annotated[float, F.CALIBRATION_SCALE]
-Level = Literal["all", "kind", "engine", "family", "engine_family", "setup"]
+Level = Literal["all", "kind", "engine", "family", "engine_family", "setup", "model"]
 Kind = Literal["dense", "moe"]
 
 
@@ -84,10 +84,12 @@ class LevelOffset(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    gpu: str | None = Field(default=None, description="GPU id (level setup)")
-    family: str | None = Field(default=None, description="GPU family (levels family, engine_family, setup)")
-    engine: str | None = Field(default=None, description="normalised engine (levels engine, engine_family, setup)")
-    kind: Kind | None = Field(default=None, description="model kind (levels kind, setup)")
+    model: str | None = Field(default=None, description="model catalog id (level model)")
+    gpu: str | None = Field(default=None, description="GPU id (levels setup, model)")
+    family: str | None = Field(default=None, description="GPU family (levels family, engine_family, setup, model)")
+    engine: str | None = Field(default=None,
+                               description="normalised engine (levels engine, engine_family, setup, model)")
+    kind: Kind | None = Field(default=None, description="model kind (levels kind, setup, model)")
     scale: Scale = Field(description="multiplier of this cell, on top of the levels above it")
     groups: int = Field(default=0, ge=0, description="configuration groups measured in the cell")
     rows: int = Field(default=0, ge=0, description="measured rows in the cell")
@@ -113,6 +115,9 @@ class QuantityFit(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kept: bool = Field(description="whether cross-validation kept this quantity's calibration (else no change)")
+    kinds: list[Kind] | None = Field(default=None, description="model kinds the calibration applies to (each "
+                                     "kept only where it predicts that kind's held-out groups better); null: "
+                                     "every kind (profiles written before the field)")
     error_measure: str = Field(default="", description="the held-out error the levels were chosen by")
     levels: list[LevelFit] = Field(default_factory=list, description="levels, most general first")
 

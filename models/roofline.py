@@ -259,7 +259,7 @@ def _benchmark_load(
     steps = kwargs["output_tokens"] / kwargs.get("accepted_tokens_per_step", 1.0)  # decode steps per request
     if physics is not None and physics.busy_share_exponent > 0:
         plain = decode_step(llm, gpu, preset=preset, engine=engine, **kwargs)
-        factors = preset.factors_for(gpu.id, gpu.family, engine, model_kind(llm))
+        factors = preset.factors_for(gpu.id, gpu.family, engine, model_kind(llm), llm.id)
         busy = benchmark_busy_share(
             llm, gpu, preset, precision=kwargs["precision"], tp=kwargs["tp"], batch=kwargs["batch"],
             input_tokens=kwargs["input_tokens"], output_tokens=steps,
@@ -368,7 +368,7 @@ def decode_step(
     kv_read, kv_held = kv_bytes_read_and_held(llm, preset, tp, kv_prec, input_tokens, output_tokens)
     w = held_weight_bytes(llm, precision, gpu.vendor)  # held; the bytes a step reads are weight_bytes_read's
     w_read, w_timed = weight_bytes_read(llm, gpu, preset, precision, tokens, ep)
-    factors = preset.factors_for(gpu.id, gpu.family, engine, model_kind(llm))
+    factors = preset.factors_for(gpu.id, gpu.family, engine, model_kind(llm), llm.id)
     bandwidth = tp * gpu.mem_bandwidth_bytes_per_s * bandwidth_efficiency(preset, gpu) * factors.bandwidth_scale
     flop_rate = usable_flop_rate(preset, gpu, precision, tp, factors, prefill=False)
     memory_time = (bytes_per_step := w_read + batch * kv_read) / bandwidth

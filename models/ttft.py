@@ -114,7 +114,7 @@ def prefill_service_s(llm: LLM, gpu: GPU, preset: Preset, *, precision: str, tp:
     one read of all its weights (a long prompt touches every expert) at its decode bandwidth, both
     with the preset's calibration; with ``prefill_communication`` the all-reduces of the prompt's
     activations over each stage's ``tp`` GPUs come on top (a stage holds 1/pp of the layers)."""
-    factors = preset.factors_for(gpu.id, gpu.family, engine, model_kind(llm))
+    factors = preset.factors_for(gpu.id, gpu.family, engine, model_kind(llm), llm.id)
     gpus = tp * pp
     rate = usable_flop_rate(preset, gpu, precision, gpus, factors, prefill=True)
     bandwidth = gpus * gpu.mem_bandwidth_bytes_per_s * bandwidth_efficiency(preset, gpu) * factors.bandwidth_scale

@@ -214,7 +214,8 @@ def predict(row: Measurement, catalog: Catalog, preset: Preset) -> Prediction:
     else:
         p = _predict_running(row, catalog, preset)
     gpu = catalog.gpus[row.gpu]
-    scale = preset.factors_for(gpu.id, gpu.family, row.engine, model_kind(catalog.models[row.model])).ttft_scale
+    llm = catalog.models[row.model]
+    scale = preset.factors_for(gpu.id, gpu.family, row.engine, model_kind(llm), llm.id).ttft_scale
     if scale == 1.0:
         return p
     return dataclasses.replace(p, predicted_ttft_ms=p.predicted_ttft_ms * scale,

@@ -378,10 +378,10 @@ def test_calibrate_one_configuration_writes_only_finite_numbers(capsys, tmp_path
     # three batch sizes of one configuration (the third at 64: 120 sequences do not fit in usable memory)
     one.write_text("\n".join([*lines[:3], lines[3].replace(",120,", ",64,", 1)]) + "\n")
     out = tmp_path / "profile.yaml"
-    # one model on one GPU with one engine: no level can be checked on another, so none is written
+    # one configuration group: no level can be checked on another, so none is written
     code, text, err = run(capsys, ["calibrate", str(one), "--out", str(out), "--json"])
     assert code == 2 and text == "" and not out.exists()
-    assert "one model on one GPU with one engine" in err and "--force" in err and len(err.splitlines()) == 1
+    assert "one configuration group" in err and "--force" in err and len(err.splitlines()) == 1
     code, text, err = run(capsys, ["calibrate", str(one), "--out", str(out), "--json", "--force"])
     assert code == 0, err
     assert "Infinity" not in text and "NaN" not in text

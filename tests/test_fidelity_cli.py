@@ -158,8 +158,8 @@ def test_calibrate_recovers_known_factors_and_cross_validates(tmp_path, capsys, 
     assert code == 0
     d = json.loads(out)
     cv = d["error"]["tpot"]["cross_validated"]
-    # one fold per model on each GPU (Llama-3.1-70B's TP 2 and 4 held out together)
-    assert cv["method"].startswith("leave-one-out by model x GPU x engine") and cv["folds"] == 6
+    # one fold per configuration group (4 model x TP on 2 GPUs)
+    assert cv["method"].startswith("leave-one-group-out") and cv["folds"] == 8
     assert d["error"]["tpot"]["uncalibrated"]["overall"]["mape"] == pytest.approx(1 - 1 / 1.3, abs=2e-3)
     # every group is 1.3x slower: each held-out model is predicted from the others nearly exactly
     assert cv["overall"]["mape"] < 0.01 and d["tpot"]["kept"] and d["forced"] is False

@@ -254,8 +254,7 @@ def _refuse_or_force(path: Path, r: dict[str, Any], errors: dict[str, Any], forc
     if not cal.refused(r["calibration"]):
         return
     if not r["held"]:
-        why = ("every row is of one model on one GPU with one engine, so no level can be checked on a configuration "
-               "of another")
+        why = "every row is of one configuration group, so none can be held out to check a level on"
     else:
         why = f"no level predicts held-out configuration groups better than none ({_figures(errors)})"
     if not force:
@@ -335,7 +334,8 @@ def _finite(x: float) -> float | None:
 
 def _print_levels(name: str, q: Any) -> None:
     """One quantity's levels: the shrinkage chosen (or left out) with the held-out error, and the cells."""
-    print(f"{name}: {'kept' if q.kept else 'not kept (no change)'}; levels by cross-validation ({q.error_measure}):")
+    kept = "not kept (no change)" if not q.kept else "kept" if q.kinds is None else f"kept for {', '.join(q.kinds)} models"
+    print(f"{name}: {kept}; levels by cross-validation ({q.error_measure}):")
     for lv in q.levels:
         if lv.shrink_groups is None:
             print(f"  {lv.level:<14} left out" + (f" (held-out error {lv.cv_error_without:.4f} without it)"
@@ -345,7 +345,7 @@ def _print_levels(name: str, q: Any) -> None:
                   if lv.cv_error_with is not None and lv.cv_error_without is not None else "")
         print(f"  {lv.level:<14} shrunk by {lv.shrink_groups:g} groups{judged}")
         for o in lv.offsets:
-            who = " / ".join(str(v) for v in (o.gpu, o.family, o.engine, o.kind) if v is not None) or "every row"
+            who = " / ".join(str(v) for v in (o.model, o.gpu, o.family, o.engine, o.kind) if v is not None) or "every row"
             print(terminal(f"    {who:<40} groups {o.groups:>3}  rows {o.rows:>4}  x{o.scale:.3f}"))
 
 
@@ -367,11 +367,10 @@ def _print_calibration(out: str, profile: Any, r: dict[str, Any], errors: dict[s
         if tt["cross_validated"].get("rows"):
             print(_stats_line("TTFT uncalibrated, held out", tt["uncalibrated_held_out_rows"]))
             print(_stats_line("TTFT calibrated, held out", tt["cross_validated"]))
-        print(f"  (cross-validation: {c.method}, {c.folds} folds; every held-out configuration predicted by a "
-              "calibration that never saw its model on its GPU with its engine)")
+        print(f"  (cross-validation: {c.method}, {c.folds} folds; every held-out configuration group predicted by a "
+              "calibration that never saw it)")
     else:
-        print("  (no cross-validation: every row is of one model on one GPU with one engine; measure another to check "
-              "the fit)")
+        print("  (no cross-validation: every row is of one configuration group; measure another to check the fit)")
 
 
 def register(sub: Any) -> None:
