@@ -6,7 +6,7 @@ The parameters (:data:`PARAMETERS`) are the few the default preset shares across
 and GPU: NVIDIA bandwidth efficiency (at most 0.90), per-step, per-layer and per-sequence
 overhead and one-shot all-reduce latency (at least 2 us: an NVLink round trip and a launch);
 decode, KV (at most the datasheet bandwidth) and prefill (at most 0.90 of the datasheet rate)
-kernel efficiencies; the MoE grouped-GEMM small-group cost and the weight-only FP4
+kernel efficiencies; the fixed cost of a KV page; the MoE grouped-GEMM small-group cost and the weight-only FP4
 dequantisation factor and fixed time per layer; the all-reduces' share of the scale-up
 bandwidth; how fast the share of prompts ahead falls with prefill's busy share; each engine's
 share of a wave's prefill before a request's first token and its fixed latency per request; and
@@ -90,6 +90,7 @@ PARAMETERS: tuple[tuple[str, float, float], ...] = (
     ("collective_latency_s", 2e-6, 1e-4), ("kv_bandwidth_efficiency", 0.2, 1.0 / 0.9), ("compute_efficiency", 0.05, 1.0),
     ("prefill_compute_efficiency", 0.05, 0.9), ("moe_small_group_tokens", 0.0, 20.0),
     ("weight_only_fp4_dequant_factor", 1.0, 4.0), ("weight_only_fp4_layer_s", 0.0, 1e-4),
+    ("kv_page_overhead", 0.0, 8.0),
     ("sequence_overhead_s", 0.0, 2e-4), ("busy_share_exponent", 0.0, 8.0),
     ("comm_bandwidth_efficiency", 0.1, 0.9), ("hit_rate_vllm_0.12", 0.0, 0.98),
     ("accepted_trtllm_1.2.0rc6.post3", 1.0, 1.0 + SPECULATION[3]),
@@ -113,6 +114,7 @@ def current() -> np.ndarray:
     values = [fam.bandwidth_efficiency, fam.step_overhead_s, fam.layer_overhead_s, fam.collective_latency_s,
               p.kv_bandwidth_efficiency, DEFAULT.compute_efficiency, DEFAULT.prefill_compute_efficiency,
               p.moe_small_group_tokens, p.weight_only_fp4_dequant_factor, p.weight_only_fp4_layer_s,
+              p.kv_page_overhead,
               p.sequence_overhead_s, p.busy_share_exponent, p.comm_bandwidth_efficiency,
               p.benchmark_hit_rate("vllm", "0.12"),
               p.benchmark_speculative(SPECULATION[0], SPECULATION[1], SPECULATION[2])[1]]
@@ -135,16 +137,16 @@ def preset_of(x: np.ndarray) -> Preset:
                            f.collective_latency_s, f.hop_latency_s) if f.family in AMD else f
         for f in DEFAULT_PHYSICS.families
     )
-    engines = tuple(EnginePhysics(e, v[f"share_{e}"], DEFAULT_PHYSICS.engine(e).chunk_tokens, v[f"admission_{e}"])
-                    for e in ENGINES)
-    fallback = EnginePhysics("any", float(np.mean([v[f"share_{e}"] for e in ENGINES])),
-                             DEFAULT_PHYSICS.engine_fallback.chunk_tokens)
+    engines = tuple(dataclasses.replace(DEFAULT_PHYSICS.engine(e), prefill_before_first_token=v[f"share_{e}"],
+                                        admission_latency_s=v[f"admission_{e}"]) for e in ENGINES)
+    fallback = dataclasses.replace(DEFAULT_PHYSICS.engine_fallback,
+                                   prefill_before_first_token=float(np.mean([v[f"share_{e}"] for e in ENGINES])))
     physics = dataclasses.replace(
         DEFAULT_PHYSICS, families=families, engines=engines, engine_fallback=fallback,
         admission_latency_s=float(np.mean([v[f"admission_{e}"] for e in ENGINES])), kv_bandwidth_efficiency=v["kv_bandwidth_efficiency"],
         moe_small_group_tokens=v["moe_small_group_tokens"],
         weight_only_fp4_dequant_factor=v["weight_only_fp4_dequant_factor"],
-        weight_only_fp4_layer_s=v["weight_only_fp4_layer_s"],
+        weight_only_fp4_layer_s=v["weight_only_fp4_layer_s"], kv_page_overhead=v["kv_page_overhead"],
         sequence_overhead_s=v["sequence_overhead_s"], busy_share_exponent=v["busy_share_exponent"],
         comm_bandwidth_efficiency=v["comm_bandwidth_efficiency"],
         benchmark_prefix_cache=(("vllm", "0.12", v["hit_rate_vllm_0.12"]),),

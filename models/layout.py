@@ -43,7 +43,7 @@ from fleetplan.models.moe import busiest_expert_share, params_read_per_step, rou
 from fleetplan.models.parallel import tp_problem
 from fleetplan.models.physics import DEFAULT_PHYSICS, Physics
 from fleetplan.models.presets import Preset
-from fleetplan.models.roofline import StepEstimate, decode_step
+from fleetplan.models.roofline import StepEstimate, decode_step, kv_context_tokens, kv_page_factor
 
 
 @dataclass(frozen=True)
@@ -305,7 +305,8 @@ def layout_step(
     weights_read = (rank.weight_bytes_read - expert_bytes_read(llm, preset, precision, r)
                     + expert_bytes_read(llm, preset, precision, micro, layout.ep) / layout.dp_attention)
     weights_time = weights_read * per_byte
-    kv_time = (rank.bytes_per_step - rank.weight_bytes_read) * per_byte
+    kv_time = (rank.bytes_per_step - rank.weight_bytes_read) * per_byte * kv_page_factor(
+        preset, engine, kv_context_tokens(preset, input_tokens, output_tokens)[0])
     imbalance = lp.ep_load_imbalance if layout.ep > 1 else 1.0
     compute = rank.compute_time_s * (1.0 + (imbalance - 1.0) * _moe_compute_share(llm))
     if preset.composition == "roofline":

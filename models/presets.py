@@ -23,7 +23,8 @@
       ``max(weights, compute) + KV``; tensor/expert-parallel communication; a fixed per-step
       and per-layer overhead; MoE weights read = dense + expected distinct experts touched;
       paged KV blocks and a cap on concurrent sequences; prefill carried by decode steps in
-      aggregated serving (when the caller says the serving is aggregated) as added time.
+      aggregated serving (when the caller says the serving is aggregated) as added time; the KV
+      cache read in whole pages of the engine, each page at a fixed cost.
 
 A calibration profile (``fleetplan calibrate``) adds :class:`CalibrationFactors` per GPU
 (id or family) and engine; :meth:`Preset.factors_for` picks the most specific one.
@@ -158,10 +159,12 @@ SEED = Preset(name="seed")
 DEFAULT = Preset(
     name="default",
     # Fitted with the physics (see fleetplan.models.physics): decode GEMMs at small M reach
-    # 42.1% of the dense datasheet rate of the weights' precision, prefill GEMMs at large M 69.3%
+    # 55.8% of the dense datasheet rate of the weights' precision, prefill GEMMs at large M 74.1%
     # (silicon-train.csv and inferencemax-train.csv, the 1,022 rows above the bandwidth floor).
-    compute_efficiency=0.421,
-    prefill_compute_efficiency=0.693,
+    # They were 42.1% and 69.3% fitted without the KV pages' cost (``Physics.kv_page_overhead``),
+    # which now carries part of the step time the decode efficiency carried.
+    compute_efficiency=0.558,
+    prefill_compute_efficiency=0.741,
     prefill_attention=True,
     decode_context="average",
     compute_precision="weights",

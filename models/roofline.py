@@ -18,11 +18,12 @@ treats the weight GEMMs and attention as separate kernels and adds the terms of
 
     weights_time = W_read / (tp x bandwidth x eff_family)   (W_read: MoE touched experts only,
                    each at the grouped GEMM's small-group cost; weight-only FP4 dequantised)
-    kv_time      = B x KV_seq_read / (tp x bandwidth x eff_family x eff_kv)
+    kv_time      = B x KV_seq_read x page_factor / (tp x bandwidth x eff_family x eff_kv)
     step_time    = max(weights_time, compute_time) + kv_time + prefill_time
                    + communication + fixed overhead
 
-where ``prefill_time`` is the compute time of the prefill work the step carries (chunked
+where ``page_factor`` (:func:`kv_page_factor`) rounds each sequence's KV read up to whole pages of
+the engine's paged cache and adds a fixed cost per page, and ``prefill_time`` is the compute time of the prefill work the step carries (chunked
 prefill of newly admitted requests) at the prefill compute efficiency. Every term is non-decreasing in ``B`` and
 ``step_time / B`` is non-increasing, so replica throughput never falls as the batch grows.
 A calibration profile scales these terms per GPU and engine. ``fits`` also requires the
@@ -31,6 +32,7 @@ batch to stay within the engine's cap on concurrent sequences.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -132,6 +134,21 @@ def kv_bytes_read_and_held(
     kv_read = kv_bytes_per_sequence(llm, kv_prec, read_tokens, preset.sliding_window) * replication
     kv_held = kv_bytes_per_sequence(llm, kv_prec, held_tokens, preset.sliding_window, block) * replication
     return kv_read, kv_held
+
+
+def kv_page_factor(preset: Preset, engine: str | None, read_tokens: float) -> float:
+    """Time of reading a sequence's KV cache in pages against reading its ``read_tokens`` tokens.
+
+    Paged attention reads whole pages of the engine's ``kv_page_tokens`` P (1 for no physics or
+    no paged KV), ceil(n / P) of them for n tokens, and each page costs a fixed overhead worth c
+    tokens of reading (``Physics.kv_page_overhead``): factor = ceil(n / P) x (P + c) / n. An engine
+    with one-token pages (SGLang) pays c per token, 16-token pages (vLLM) c / 16.
+    """
+    physics = preset.physics
+    if physics is None or not preset.paged_kv or read_tokens <= 0:
+        return 1.0
+    page = physics.engine(normalize_engine(engine)).kv_page_tokens
+    return math.ceil(read_tokens / page) * (page + physics.kv_page_overhead) / read_tokens
 
 
 def model_kind(llm: LLM) -> str:
@@ -283,9 +300,11 @@ def _layout_decode_step(llm: LLM, gpu: GPU, layout: Layout, draft_tokens: int, a
 def _timed_parts(
     llm: LLM, gpu: GPU, preset: Preset, factors: Any, precision: str, tp: int, weights_time: float,
     kv_bytes: float, bandwidth: float, compute_time: float, prefill_flops_per_step: float, draft_tokens: int,
+    engine: str | None = None, kv_read_tokens: float = 0.0,
 ) -> tuple[float, float, float, float]:
     """The default composition's timed parts of a decode step: the weights' read time, the KV
-    cache's read time at its own bandwidth efficiency, the carried prefill at the prefill
+    cache's read time at its own bandwidth efficiency in ``engine``'s pages of a sequence's
+    ``kv_read_tokens`` (:func:`kv_page_factor`), the carried prefill at the prefill
     efficiency and, with speculative decoding, k passes of a one-layer draft head
     (k / num_layers of the step's GPU time plus one layer's fixed cost).
 
@@ -296,7 +315,7 @@ def _timed_parts(
     step, ``per_user_tokens_per_s`` its accepted tokens per second, and a request of O output
     tokens takes O / accepted steps."""
     kv_eff = preset.physics.kv_bandwidth_efficiency if preset.physics is not None else 1.0
-    kv_time = kv_bytes / (bandwidth * kv_eff)
+    kv_time = kv_bytes / (bandwidth * kv_eff) * kv_page_factor(preset, engine, kv_read_tokens)
     prefill_time = prefill_flops_per_step / usable_flop_rate(preset, gpu, precision, tp, factors, prefill=True)
     draft = 0.0
     if draft_tokens:
@@ -313,10 +332,11 @@ def _sequence_cap(preset: Preset) -> int | None:
 def _compose(
     llm: LLM, gpu: GPU, preset: Preset, factors: Any, precision: str, tp: int, seed: bool, memory_time: float,
     weights_time: float, kv_bytes: float, bandwidth: float, compute_time: float, prefill_flops_per_step: float,
-    draft_tokens: int, comm: float, overhead: float,
+    draft_tokens: int, comm: float, overhead: float, engine: str | None = None, kv_read_tokens: float = 0.0,
 ) -> tuple[float, float, float, float, float, str]:
-    """A decode step's parts put together: the weights', KV cache's, carried prefill's and draft
-    head's times, the step time and what bounds it. The seed composition (``seed``) takes the
+    """A decode step's parts put together: the weights', KV cache's (read in ``engine``'s pages of a
+    sequence's ``kv_read_tokens``), carried prefill's and draft head's times, the step time and what
+    bounds it. The seed composition (``seed``) takes the
     larger of the memory and compute times; the default one adds the KV cache's read and the
     prefill to the larger of the weights' read and the compute (:func:`_timed_parts`)."""
     if seed:
@@ -325,7 +345,7 @@ def _compose(
         return memory_time, 0.0, 0.0, 0.0, step, max(parts, key=lambda k: parts[k])
     weights_time, kv_time, prefill_time, draft = _timed_parts(
         llm, gpu, preset, factors, precision, tp, weights_time, kv_bytes, bandwidth,
-        compute_time, prefill_flops_per_step, draft_tokens)
+        compute_time, prefill_flops_per_step, draft_tokens, engine, kv_read_tokens)
     step = max(weights_time, compute_time) + kv_time + draft + prefill_time + comm + overhead
     parts = {"memory": weights_time + kv_time if weights_time >= compute_time else kv_time,
              "compute": compute_time + prefill_time, "communication": comm, "overhead": overhead}
@@ -378,7 +398,8 @@ def decode_step(
     compute_time = flops / flop_rate
     weights_time, kv_time, prefill_time, draft, step, bound = _compose(
         llm, gpu, preset, factors, precision, tp, seed, memory_time, w_timed / bandwidth, batch * kv_read, bandwidth,
-        compute_time, prefill_flops_per_step, draft_tokens, comm, overhead)
+        compute_time, prefill_flops_per_step, draft_tokens, comm, overhead, engine,
+        kv_context_tokens(preset, input_tokens, output_tokens)[0])
     return StepEstimate(
         weight_bytes=w, kv_bytes_read_per_sequence=kv_read, kv_bytes_held_per_sequence=kv_held,
         bytes_per_step=bytes_per_step, flops_per_step=flops, memory_time_s=memory_time, compute_time_s=compute_time,

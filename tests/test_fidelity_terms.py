@@ -16,7 +16,7 @@ from fleetplan.models.overhead import host_time_s, layer_time_s
 from fleetplan.models.physics import DEFAULT_PHYSICS
 from fleetplan.models.prefill import prefill_attention_flops
 from fleetplan.models.presets import DEFAULT, SEED, CalibrationFactors, normalize_engine
-from fleetplan.models.roofline import decode_step
+from fleetplan.models.roofline import decode_step, kv_page_factor
 
 
 def step(catalog, model="llama-3.1-70b", gpu="h100-sxm", preset=DEFAULT, **kw):
@@ -41,8 +41,8 @@ def test_alltoall_hand_value():
 def test_tp_comm_per_step_llama70b(catalog):
     llm, gpu = catalog.models["llama-3.1-70b"], catalog.gpus["h100-sxm"]
     # 2 all-reduces x 80 layers of 64 tokens x 8192 x 2 B = 1,048,576 B over 2 GPUs: one-shot
-    # latency 2 us (no per-hop cost on NVLink) + 2 x 1/2 x bytes / (450 GB/s x 0.426)
-    per = 2.0e-6 + 1.0 * 1_048_576 / (450e9 * 0.426)
+    # latency 2.19 us (no per-hop cost on NVLink) + 2 x 1/2 x bytes / (450 GB/s x 0.398)
+    per = 2.19e-6 + 1.0 * 1_048_576 / (450e9 * 0.398)
     assert parallel_comm_time_s(llm, gpu, DEFAULT_PHYSICS, tp=2, ep=1, tokens=64) == pytest.approx(160 * per)
     assert parallel_comm_time_s(llm, gpu, DEFAULT_PHYSICS, tp=1, ep=1, tokens=64) == 0.0
     assert step(catalog).comm_time_s == pytest.approx(160 * per)
@@ -55,8 +55,8 @@ def test_tp_comm_per_step_llama70b(catalog):
 def test_expert_parallel_comm_replaces_moe_allreduce(catalog):
     llm, gpu = catalog.models["deepseek-v3"], catalog.gpus["h200-sxm"]
     tokens = 32
-    ar = allreduce_time_s(tokens * 7168 * 2, 8, 450e9, 2.0e-6, 0.0, 0.426)
-    a2a = alltoall_time_s(tokens / 8 * 8 * 7168 * 2, 8, 450e9, 2.0e-6, 0.0, 0.426)
+    ar = allreduce_time_s(tokens * 7168 * 2, 8, 450e9, 2.19e-6, 0.0, 0.398)
+    a2a = alltoall_time_s(tokens / 8 * 8 * 7168 * 2, 8, 450e9, 2.19e-6, 0.0, 0.398)
     expected = 61 * ar + 3 * ar + 58 * 2 * a2a  # attention every layer, MLP of 3 dense layers, MoE a2a
     assert parallel_comm_time_s(llm, gpu, DEFAULT_PHYSICS, tp=8, ep=8, tokens=tokens) == pytest.approx(expected)
     assert parallel_comm_time_s(llm, gpu, DEFAULT_PHYSICS, tp=8, ep=1, tokens=tokens) == pytest.approx(122 * ar)
@@ -108,17 +108,17 @@ def test_ep_problem(catalog):
 def test_step_overhead_per_family(catalog):
     llm = catalog.models["llama-3.1-70b"]
     h100, mi300x = catalog.gpus["h100-sxm"], catalog.gpus["mi300x"]
-    assert layer_time_s(llm, h100, DEFAULT_PHYSICS) == pytest.approx(80 * 61.0e-6)
+    assert layer_time_s(llm, h100, DEFAULT_PHYSICS) == pytest.approx(80 * 60.1e-6)
     # AMD's fixed costs are NVIDIA's (per-family ones stood in for engine and model); its own
-    # bandwidth efficiency (MI300X 0.619, MI355X 0.90) and xGMI collective latency
-    assert layer_time_s(llm, mi300x, DEFAULT_PHYSICS) == pytest.approx(80 * 61.0e-6)
-    assert DEFAULT_PHYSICS.family("cdna3").bandwidth_efficiency == 0.619
+    # bandwidth efficiency (MI300X 0.591, MI355X 0.90) and xGMI collective latency
+    assert layer_time_s(llm, mi300x, DEFAULT_PHYSICS) == pytest.approx(80 * 60.1e-6)
+    assert DEFAULT_PHYSICS.family("cdna3").bandwidth_efficiency == 0.591
     assert DEFAULT_PHYSICS.family("cdna3").collective_latency_s > DEFAULT_PHYSICS.family("hopper").collective_latency_s
     # host work: a fixed part per family (fitted to zero) and 13.9 us per sequence
-    assert host_time_s(h100, DEFAULT_PHYSICS, 64) == pytest.approx(64 * 13.9e-6)
-    assert host_time_s(mi300x, DEFAULT_PHYSICS, 64) == pytest.approx(64 * 13.9e-6)
+    assert host_time_s(h100, DEFAULT_PHYSICS, 64) == pytest.approx(64 * 12.2e-6)
+    assert host_time_s(mi300x, DEFAULT_PHYSICS, 64) == pytest.approx(64 * 12.2e-6)
     assert DEFAULT_PHYSICS.family("unknown-family") is DEFAULT_PHYSICS.fallback
-    assert step(catalog).overhead_time_s == pytest.approx(80 * 61.0e-6 + 64 * 13.9e-6)
+    assert step(catalog).overhead_time_s == pytest.approx(80 * 60.1e-6 + 64 * 12.2e-6)
     # the host's share does not shrink with tensor parallelism
     assert step(catalog, tp=8).overhead_time_s == pytest.approx(step(catalog).overhead_time_s)
 
@@ -134,6 +134,36 @@ def test_paged_kv_rounds_to_blocks(catalog):
     oss = catalog.models["gpt-oss-120b"]
     per_layer = 2 * 8 * 64 * 2
     assert kv_bytes_per_sequence(oss, "bf16", 1000, True, 16) == per_layer * (18 * 1008 + 18 * 128)
+
+
+def test_kv_pages_round_each_read_up_and_cost_a_fixed_overhead():
+    c = DEFAULT_PHYSICS.kv_page_overhead
+    assert c > 0
+    # SGLang's one-token pages: no rounding, c per token
+    assert kv_page_factor(DEFAULT, "sglang", 2401) == pytest.approx(1 + c)
+    # vLLM's 16-token blocks: 2401 tokens are 151 blocks (2416 tokens) of 16 + c each
+    assert kv_page_factor(DEFAULT, "vllm", 2401) == pytest.approx(151 * (16 + c) / 2401)
+    # TensorRT-LLM's 32-token blocks: 2400 tokens are exactly 75
+    assert kv_page_factor(DEFAULT, "TensorRT-LLM", 2400) == pytest.approx(75 * (32 + c) / 2400)
+    assert kv_page_factor(DEFAULT, "atom", 2401) == kv_page_factor(DEFAULT, "vllm", 2401)
+    # an unknown engine and the planner (no engine) take vLLM's 16 tokens
+    assert kv_page_factor(DEFAULT, "some-new-engine", 2401) == kv_page_factor(DEFAULT, "vllm", 2401)
+    assert kv_page_factor(DEFAULT, None, 2401) == kv_page_factor(DEFAULT, "vllm", 2401)
+    assert kv_page_factor(SEED, "sglang", 2401) == 1.0
+
+
+def test_decode_step_reads_the_kv_cache_in_the_engines_pages(catalog):
+    # Llama-3.1-70B, 2 H100s, 64 sequences of 2,000 + 400 tokens: each step reads 2,000 + 200 tokens
+    # of BF16 KV (327,680 B per token) per sequence
+    c = DEFAULT_PHYSICS.kv_page_overhead
+    bandwidth = 2 * 3.35e12 * DEFAULT_PHYSICS.family("hopper").bandwidth_efficiency * DEFAULT_PHYSICS.kv_bandwidth_efficiency
+    plain = 64 * 2200 * 327_680 / bandwidth
+    assert step(catalog, engine="sglang").kv_time_s == pytest.approx(plain * (1 + c))
+    assert step(catalog, engine="vllm").kv_time_s == pytest.approx(plain * 138 * (16 + c) / 2200)
+    assert step(catalog, engine="trtllm").kv_time_s == pytest.approx(plain * 69 * (32 + c) / 2200)
+    # the rest of the step does not depend on the pages
+    a, b = step(catalog, engine="sglang"), step(catalog, engine="trtllm")
+    assert a.step_time_s - a.kv_time_s == pytest.approx(b.step_time_s - b.kv_time_s)
 
 
 def test_mla_latent_and_fp8_kv(catalog):
@@ -160,25 +190,28 @@ def test_prefill_interference_hand_values(catalog):
     assert prefill_flops_per_step(llm, 64, 2000, 400) == pytest.approx(64 / 400 * per_request)
     assert prefill_flops_per_step(llm, 64, 2000, 400, 0.5) == pytest.approx(32 / 400 * per_request)
     plain, agg = step(catalog), step(catalog, aggregated=True)
-    rate = 2 * 1978.9e12 * 0.693  # prefill GEMMs at the prefill efficiency
+    rate = 2 * 1978.9e12 * 0.741  # prefill GEMMs at the prefill efficiency
     # a closed-loop benchmark: the other 63 requests' prompts, less the share the engine prefills
-    # before a request's first token (0.082 for an unnamed engine, 0.113 for SGLang, 0.568 for
-    # SGLang 0.5.1), that share lowered as (1 - rho)^0.218 with the share rho of the cycle spent
+    # before a request's first token (0.0915 for an unnamed engine, 0.136 for SGLang, 0.608 for
+    # SGLang 0.5.1), that share lowered as (1 - rho)^0.292 with the share rho of the cycle spent
     # prefilling 64 prompts against 400 steps
-    assert DEFAULT_PHYSICS.busy_share_exponent == 0.218
+    assert DEFAULT_PHYSICS.busy_share_exponent == 0.292
     rho = 64 * per_request / rate / (64 * per_request / rate + 400 * plain.step_time_s)
     assert agg.prefill_busy_share == pytest.approx(rho) and 0.3 < rho < 0.4
-    carried = 1 - 0.082 * (1 - rho) ** 0.218
+    carried = 1 - 0.0915 * (1 - rho) ** 0.292
     assert agg.prefill_time_s == pytest.approx(carried * 63 / 400 * per_request / rate)
-    for engine, version, share in (("sglang", "", 0.113), ("sglang", "0.5.1.post1", 0.568), ("sglang", "0.5.10", 0.113),
-                                   ("vllm", "0.5.1", 0.098)):
+    for engine, version, share in (("sglang", "", 0.136), ("sglang", "0.5.1.post1", 0.608), ("sglang", "0.5.10", 0.136),
+                                   ("vllm", "0.5.1", 0.111)):
         got = step(catalog, aggregated=True, engine=engine, engine_version=version)
-        assert got.prefill_time_s == pytest.approx((1 - share * (1 - rho) ** 0.218) * 63 / 400 * per_request / rate)
+        # the busy share is the engine's own: its plain step reads the KV cache in its pages
+        own = step(catalog, engine=engine).step_time_s
+        rho_e = 64 * per_request / rate / (64 * per_request / rate + 400 * own)
+        assert got.prefill_time_s == pytest.approx((1 - share * (1 - rho_e) ** 0.292) * 63 / 400 * per_request / rate)
     # at exponent 0 the share is the engine's whatever the busy share (which is then not computed)
     flat = dataclasses.replace(DEFAULT, physics=dataclasses.replace(DEFAULT_PHYSICS, busy_share_exponent=0.0))
     shared = step(catalog, aggregated=True, preset=flat)
     assert shared.prefill_busy_share == 0.0
-    assert shared.prefill_time_s == pytest.approx((1 - 0.082) * 63 / 400 * per_request / rate)
+    assert shared.prefill_time_s == pytest.approx((1 - 0.0915) * 63 / 400 * per_request / rate)
     # the prefilled tokens' activations are all-reduced with the batch's
     tokens = carried * 63 / 400 * per_request / (2 * 70.55e9)
     gpu = catalog.gpus["h100-sxm"]
@@ -200,7 +233,7 @@ def test_busy_share_lowers_the_share_ahead():
     assert share_before_first_token(0.45, 0.5, 0.46) == pytest.approx(0.45 * 0.5**0.46)
     assert share_before_first_token(0.45, 1.0, 0.46) == 0.0
     assert share_before_first_token(0.45, 0.5, 0.0) == 0.45  # exponent 0: the engine's share
-    assert DEFAULT_PHYSICS.busy_share_exponent == 0.218
+    assert DEFAULT_PHYSICS.busy_share_exponent == 0.292
 
 
 # ---------------------------------------------------------------- the seed is untouched
@@ -285,13 +318,13 @@ def test_weight_only_fp4_pays_a_fixed_time_per_layer(catalog):
 
     llm = catalog.models["gpt-oss-120b"]
     h100, b200 = catalog.gpus["h100-sxm"], catalog.gpus["b200"]
-    assert llm.num_layers == 36 and DEFAULT_PHYSICS.weight_only_fp4_layer_s == pytest.approx(36.9e-6)
-    assert dequant_time_s(llm, h100, DEFAULT_PHYSICS, "fp4") == pytest.approx(36 * 36.9e-6)
+    assert llm.num_layers == 36 and DEFAULT_PHYSICS.weight_only_fp4_layer_s == pytest.approx(38.1e-6)
+    assert dequant_time_s(llm, h100, DEFAULT_PHYSICS, "fp4") == pytest.approx(36 * 38.1e-6)
     assert dequant_time_s(llm, b200, DEFAULT_PHYSICS, "fp4") == 0.0
     assert dequant_time_s(llm, h100, DEFAULT_PHYSICS, "fp8") == 0.0
     kw = dict(model="gpt-oss-120b", tp=2, batch=8, input_tokens=1024, output_tokens=1024)
     fp4, fp8 = step(catalog, precision="fp4", **kw), step(catalog, precision="fp8", **kw)
-    assert fp4.overhead_time_s - fp8.overhead_time_s == pytest.approx(36 * 36.9e-6)
+    assert fp4.overhead_time_s - fp8.overhead_time_s == pytest.approx(36 * 38.1e-6)
     assert step(catalog, precision="fp4", preset=SEED, **kw).overhead_time_s == 0.0
 
 
@@ -316,7 +349,7 @@ def test_fp4_checkpoints_hold_their_block_scales_on_the_quantised_experts_only(c
 def test_b200_engines_allocate_from_its_192_gb(catalog):
     """The catalog's 180 GB is NVIDIA's stated figure; engines allocate from the 192 GB it holds, so
     DeepSeek-R1 FP8 (671 GB) on 4 B200 fits with one 9,216-token sequence, as it was measured running."""
-    from fleetplan.models.roofline import decode_step
+    from fleetplan.models.roofline import decode_step, kv_page_factor
 
     cat = catalog
     e = decode_step(cat.models["deepseek-r1"], cat.gpus["b200"], precision="fp8", tp=4, batch=1,

@@ -100,9 +100,10 @@ def test_expert_all_to_all(catalog):
     msg = 1024 / 16 * 8 * 7168 * 2
     want = 2 * 1.2 * (20e-6 + 15 / 16 * msg / (50e9 * 0.85))
     assert moe_comm_time_s(ds, h100, Layout(1, 1, 16, 16), 1024, DEFAULT_PHYSICS, LAYOUT_PHYSICS) == pytest.approx(want)
-    # ep 8 stays on NVLink: much faster for the same tokens per GPU
+    # ep 8 stays on NVLink: much faster for the same tokens per GPU (4.8x at the fitted 0.398 of
+    # the scale-up bandwidth and 2.19 us a collective)
     inside = moe_comm_time_s(ds, h100, Layout(1, 1, 8, 8), 512, DEFAULT_PHYSICS, LAYOUT_PHYSICS)
-    assert inside < want / 5
+    assert inside < want / 4
 
 
 def test_memory_per_gpu_from_the_layout(catalog):

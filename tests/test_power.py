@@ -64,8 +64,10 @@ def _site_mw(d: dict, pue: float) -> list[float]:
     w = full_load_w_per_gpu(p["gpu"])
     if "hourly" in p:
         return [h["reserved_replicas"] * p["gpus_per_replica"] * w * pue / 1e6 for h in p["hourly"]]
-    gpus = d["gpu_usage"][p["gpu"]]["gpus_by_tier"].get("reserved", 0)
-    return [gpus * w * pue / 1e6]
+    # every GPU type's reserved GPUs stand on the site (the example's plan fills it with H200s and
+    # tops it up with a few H100s)
+    return [sum(u["gpus_by_tier"].get("reserved", 0) * full_load_w_per_gpu(g) for g, u in d["gpu_usage"].items())
+            * pue / 1e6]
 
 
 def test_power_capped_site_holds_its_limit_and_values_one_mw(catalog) -> None:
