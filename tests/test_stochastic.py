@@ -162,6 +162,8 @@ def _write(tmp_path: Path, unc: object, options: dict | None = None) -> str:
     ({"outcomes": [{"name": "a", "probability": 1.0, "demand_scale": -1}]}, "outside (0, 100]"),
     ({"outcomes": [{"name": "a", "probability": 1.0}], "terms": ["2y"]}, "terms"),
     ("everything", "must be a mapping"),
+    ({"sample": {"scenarios": 10_001, "demand_scale": {"distribution": "uniform", "low": 0.5, "high": 1.5}}},
+     "uncertainty.sample.scenarios: Input should be less than or equal to 10000 (got 10001)"),
 ])
 def test_a_bad_block_is_one_line_and_exit_2(tmp_path, capsys, unc, words):
     assert main(["commit", _write(tmp_path, unc)]) == 2
