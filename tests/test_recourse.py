@@ -209,3 +209,67 @@ def test_the_split_is_not_trusted_where_the_fleet_mip_disagrees(monkeypatch):
     note = plan().notes[0]
     assert note.startswith("outcomes solved as whole-horizon MIPs: the product split's plan does not hold in the "
                            "fleet MIP (") and "meets_demand" in note
+
+
+def _cvar_by_scan(costs: list[float], probabilities: list[float], alpha: float) -> float:
+    """Rockafellar-Uryasev's function minimised over a fine scan of eta (and every cost), in plain Python."""
+    lo, hi = min(costs), max(costs)
+    etas = [lo + (hi - lo) * k / 2000 for k in range(2001)] + list(costs)
+    return min(eta + sum(p * max(0.0, c - eta) for c, p in zip(costs, probabilities)) / (1 - alpha) for eta in etas)
+
+
+def test_cvar_by_hand():
+    costs, probs = [100.0, 200.0, 400.0], [0.5, 0.3, 0.2]
+    # the worst 30%: all of the 400 (0.2) and a third of the 200 (0.1)
+    assert st.cvar(costs, probs, 0.7) == pytest.approx((0.2 * 400 + 0.1 * 200) / 0.3, rel=1e-12)
+    assert st.cvar(costs, probs, 0.5) == pytest.approx((0.2 * 400 + 0.3 * 200) / 0.5, rel=1e-12)
+    assert st.cvar(costs, probs, 0.9) == pytest.approx(400.0, rel=1e-12)
+    assert st.cvar(costs, probs, 0.01) == pytest.approx((0.49 * 100 + 0.3 * 200 + 0.2 * 400) / 0.99, rel=1e-12)
+    # columns: order and ties do not matter, and every column matches the scan
+    grid = [[400.0, 5.0, 7.0], [100.0, 5.0, 1.0], [200.0, 5.0, 9.0]]
+    got = st.cvar_columns(grid, [0.2, 0.5, 0.3], 0.7)
+    for k in range(3):
+        column = [row[k] for row in grid]
+        assert got[k] == pytest.approx(_cvar_by_scan(column, [0.2, 0.5, 0.3], 0.7), rel=1e-9)
+    assert got[1] == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize("weight, alpha", [(2.0, 0.6), (5.0, 0.5)])
+def test_the_split_with_a_risk_term_is_exact_and_equals_the_extensive_form(weight, alpha):
+    """E[cost] + w x CVaR: the split's commitment is the brute-force optimum of its own grids (every
+    commitment priced, CVaR by a scan), equals the extensive form's objective, and proves gap 0;
+    the risk term moves the commitment away from the risk-neutral one."""
+    import numpy as np
+
+    scenario, u, setup = _setup(ONE_HOUR, OUTCOMES)
+    args = (load_catalog(), get_preset("default"), EXAMPLES)
+    kw = dict(commitment_rows=load_commitments())
+    risky = u.model_copy(update={"risk_weight": weight, "cvar_alpha": alpha})
+    neutral = st.plan_under_uncertainty(scenario, u, *args, **kw)
+    split = st.plan_under_uncertainty(scenario, risky, *args, **kw)
+    ef = st.plan_under_uncertainty(scenario, risky.model_copy(update={"method": "extensive"}), *args, **kw)
+    assert split.notes[0].startswith("exact by the product split") and ef.method == "extensive"
+    assert split.gap == 0.0 and split.lower_bound_usd == pytest.approx(split.objective_usd, rel=1e-12)
+    assert split.objective_usd == pytest.approx(ef.objective_usd, rel=1e-6)
+    assert ef.lower_bound_usd <= split.objective_usd + 1e-6
+    assert split.commitment == ef.commitment
+    costs = [o.cost_usd for o in split.outcomes]
+    probs = [o.probability for o in split.outcomes]
+    assert split.objective_usd == pytest.approx(split.expected_cost_usd + weight * _cvar_by_scan(costs, probs, alpha),
+                                                rel=1e-9)
+    data = split.to_dict()
+    assert data["objective_usd"] == round(split.objective_usd, 2) and data["objective_usd"] > data["expected_cost_usd"]
+    # brute force over a box of commitments with the outcomes' grids: none is better
+    grids = st.outcome_grids(setup.ctx, None, 1, None)
+    best = math.inf
+    for point in itertools.product(range(16), range(8)):
+        total = [sum(u_ * r for u_, r in zip(setup.ctx.unit_usd, point)) + st._at(g.values, point) for g in grids]
+        value = sum(p * c for p, c in zip(probs, total)) + weight * _cvar_by_scan(total, probs, alpha)
+        best = min(best, value)
+    got = {t.gpu: n for t, n in split.commitment}
+    point = tuple(got.get(g, 0) for g in setup.ctx.gpus)
+    assert point[0] < 16 and point[1] < 8  # the optimum lies inside the box searched: it is the box's best
+    assert split.objective_usd == pytest.approx(best, rel=1e-9)
+    assert split.commitment != neutral.commitment and split.expected_cost_usd > neutral.expected_cost_usd
+    assert split.percentiles()["worst"] <= neutral.percentiles()["worst"] + 1e-6
+    assert np.isfinite(split.objective_usd)

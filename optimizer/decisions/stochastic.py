@@ -141,11 +141,21 @@ class StochasticPlan:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def objective_usd(self) -> float:
+        """What the plan minimises: the expected cost, plus ``risk_weight`` x CVaR_alpha of the
+        outcomes' costs when the risk term weighs in (:func:`cvar`)."""
+        if self.risk_weight <= 0:
+            return self.expected_cost_usd
+        return self.expected_cost_usd + self.risk_weight * cvar([o.cost_usd for o in self.outcomes],
+                                                               [o.probability for o in self.outcomes], self.cvar_alpha)
+
+    @property
     def gap(self) -> float:
-        """Proven relative gap of :attr:`expected_cost_usd` to the lower bound."""
-        if self.expected_cost_usd <= 0:
+        """Proven relative gap of :attr:`objective_usd` to the lower bound (a bound on the same objective)."""
+        objective = self.objective_usd
+        if objective <= 0:
             return 0.0
-        return max(0.0, (self.expected_cost_usd - self.lower_bound_usd) / self.expected_cost_usd)
+        return max(0.0, (objective - self.lower_bound_usd) / objective)
 
     @property
     def vss_usd(self) -> float:
@@ -189,6 +199,7 @@ class StochasticPlan:
                           for o in self.outcomes],
             "vss_usd": round(self.vss_usd, 2) if math.isfinite(self.vss_usd) else None,
             "evpi_usd": round(self.evpi_usd, 2),
+            "objective_usd": round(self.objective_usd, 2),
             "lower_bound_usd": round(self.lower_bound_usd, 2),
             "gap": round(self.gap, 6),
             "mean_forecast": {"commitment": commit(self.mean_forecast_commitment),
@@ -201,6 +212,35 @@ class StochasticPlan:
             "cvar_alpha": self.cvar_alpha,
             "notes": list(self.notes),
         }
+
+
+# ----------------------------------------------------------------------------- the risk term
+
+
+def cvar_columns(costs: Any, probabilities: Sequence[float], alpha: float) -> Any:
+    """CVaR_alpha of each column of ``costs`` (outcomes down, candidates across; USD), exactly:
+    Rockafellar-Uryasev's min over eta of eta + 1/(1 - alpha) sum_s p_s (cost_s - eta)+. The
+    function is convex and piecewise linear in eta with its kinks at the outcomes' costs, so its
+    minimum is at one of them: each column is sorted and the function is evaluated at every
+    cost of it (suffix sums), the least value taken."""
+    import numpy as np
+
+    c = np.asarray(costs, dtype=float)
+    if c.ndim == 1:
+        c = c[:, None]
+    p = np.broadcast_to(np.asarray(probabilities, dtype=float)[:, None], c.shape)
+    order = np.argsort(c, axis=0, kind="stable")
+    cs, ps = np.take_along_axis(c, order, axis=0), np.take_along_axis(p, order, axis=0)
+    # sums over the outcomes above each position k (costs at k itself add nothing at eta = cost_k)
+    above_p = np.cumsum(ps[::-1], axis=0)[::-1] - ps
+    above_pc = np.cumsum((ps * cs)[::-1], axis=0)[::-1] - ps * cs
+    value = cs + np.maximum(0.0, above_pc - cs * above_p) / (1.0 - alpha)
+    return value.min(axis=0)
+
+
+def cvar(costs: Sequence[float], probabilities: Sequence[float], alpha: float) -> float:
+    """CVaR_alpha of one set of outcomes' costs (:func:`cvar_columns`)."""
+    return float(cvar_columns(list(costs), probabilities, alpha)[0])
 
 
 # ----------------------------------------------------------------------------- building
@@ -646,7 +686,8 @@ def _outcome_models(scenario: Scenario, unc: Uncertainty, catalog: Catalog, pres
 def _extensive(models: list[OutcomeModel], run: Runner, unc: Uncertainty, solver: Solver, gap: float,
                time_limit_s: float | None, notes: list[str]) -> tuple[tuple[float, ...], list[float], float, list[float]]:
     """The extensive form solved: the commitment, each outcome's cost with it, the lower bound
-    (the expected cost's own when CVaR weighs in: the wait-and-see value) and the wait-and-see optima."""
+    (on the extensive form's objective: the expected cost, plus the risk term when it weighs in)
+    and the wait-and-see optima."""
     x, bound = solve_extensive(models, solver, min(gap, SUB_GAP), time_limit_s, unc.risk_weight, unc.cvar_alpha)
     costs = evaluate(models, x, run)
     own_found = run([(i, _costs(models), None) for i in range(len(models))])
@@ -655,9 +696,7 @@ def _extensive(models: list[OutcomeModel], run: Runner, unc: Uncertainty, solver
     own = [f.objective_usd for f in own_found]  # type: ignore[union-attr]
     if unc.risk_weight > 0:
         notes.append(f"objective: expected cost + {unc.risk_weight:g} x CVaR {unc.cvar_alpha:g}; the lower bound "
-                     f"is the expected cost's own")
-        # expected cost alone is bounded by the wait-and-see value; the bound above is the risk objective's
-        bound = sum(m.case.probability * v for m, v in zip(models, own))
+                     f"is the extensive form's, on the same objective")
     return x, costs, bound, own
 
 
@@ -843,6 +882,8 @@ class SeparableSetup:
     mean_problem: FleetProblem
     terms: list[TermPrice]
     ctx: GridContext
+    risk_weight: float = 0.0
+    cvar_alpha: float = 0.95
 
 
 def separable_setup(scenario: Scenario, unc: Uncertainty, catalog: Catalog, preset: Preset, folder: Path,
@@ -868,7 +909,8 @@ def separable_setup(scenario: Scenario, unc: Uncertainty, catalog: Catalog, pres
         reason = not_separable(checked) or check_split(checked, case, terms, gpus, unit)
         if reason is not None:
             return reason
-    return SeparableSetup(mean, prob, terms, GridContext(scenario, catalog, preset, folder, qps, memo, items, gpus, unit))
+    return SeparableSetup(mean, prob, terms, GridContext(scenario, catalog, preset, folder, qps, memo, items, gpus, unit),
+                          unc.risk_weight, unc.cvar_alpha)
 
 
 def separable_plan(setup: SeparableSetup, client: Any, workers: int | None,
@@ -892,9 +934,16 @@ def separable_plan(setup: SeparableSetup, client: Any, workers: int | None,
         total = total + case.probability * _padded(g.values, shape)
     if not math.isfinite(float(total.min())):
         raise UncertaintyError("uncertainty: no commitment found that every outcome can plan with")
-    point = _first_min(total)
+    searched = 0
+    if setup.risk_weight > 0:
+        point, searched = _least_risk_objective(total, commit, grids, ctx.cases, setup.risk_weight, setup.cvar_alpha)
+    else:
+        point = _first_min(total)
     costs = [_at(commit, point) + _at(g.values, point) for g in grids]
     expected = sum(c.probability * v for c, v in zip(ctx.cases, costs))
+    objective = expected
+    if setup.risk_weight > 0:
+        objective += setup.risk_weight * cvar(costs, [c.probability for c in ctx.cases], setup.cvar_alpha)
     mean = setup.mean_problem
     mean_values = recourse_grid(outcome_recourse(mean, setup.mean_case.overrides), ctx.gpus)[-1]
     ev = _first_min(mean_values + _commit_usd(ctx.unit_usd, mean_values.shape))
@@ -904,15 +953,61 @@ def separable_plan(setup: SeparableSetup, client: Any, workers: int | None,
     notes = [f"exact by the product split: every commitment up to {' x '.join(str(s - 1) for s in shape)} GPUs "
              f"({', '.join(ctx.gpus)}) priced in every outcome, each outcome's recourse solved product by product and "
              f"hour by hour"]
+    if setup.risk_weight > 0:
+        notes.append(f"objective: expected cost + {setup.risk_weight:g} x CVaR {setup.cvar_alpha:g}, exact at each "
+                     f"commitment; {searched} of {total.size} commitments priced in the order of a lower bound "
+                     f"(CVaR is at least the expected cost and the CVaR of the outcomes' own optima) until it passed "
+                     f"the best")
     return StochasticPlan(
         commitment=_commitment(terms, _as_terms(terms, ctx.gpus, point)), expected_cost_usd=expected,
-        lower_bound_usd=expected,  # the least total of the whole grid is this plan's own
+        lower_bound_usd=objective,  # every other commitment is priced, or bounded, no lower: the plan's own
         outcomes=[OutcomeCost(c.name, c.probability, v, o) for c, v, o in zip(ctx.cases, costs, own)],
         mean_forecast_commitment=_commitment(terms, _as_terms(terms, ctx.gpus, ev)),
         mean_forecast_expected_cost_usd=eev if math.isfinite(eev) else math.inf,
         wait_and_see_usd=min(wait_and_see, expected), method="decomposition", solve_s=time.monotonic() - start,
-        notes=notes,
+        risk_weight=setup.risk_weight, cvar_alpha=setup.cvar_alpha, notes=notes,
     )
+
+
+RISK_CHUNK = 4096  # commitments priced together by the risk search
+
+
+def _least_risk_objective(total: Any, commit: Any, grids: list[OutcomeGrid], items: list[Case], weight: float,
+                          alpha: float) -> tuple[tuple[int, ...], int]:
+    """The commitment of least expected cost + ``weight`` x CVaR_alpha, and how many were priced.
+
+    ``total`` is the expected cost at every commitment. CVaR_alpha is at least the expected cost,
+    and at least the CVaR of the outcomes' own optima (each outcome costs at least its own optimum
+    whatever the commitment, and CVaR grows with every cost), so expected cost + ``weight`` x the
+    larger of the two is a lower bound on the objective: commitments are priced exactly
+    (:func:`cvar_columns` over the outcomes' costs there) in the order of that bound, in chunks,
+    until the next bound exceeds the best objective found; every commitment not priced is then
+    proven no better. Ties go to the least commitment in grid order, as without the risk term."""
+    import numpy as np
+
+    flat = total.ravel()
+    probabilities = [c.probability for c in items]
+    floor = cvar([g.own_usd for g in grids], probabilities, alpha)
+    bound = flat + weight * np.maximum(flat, floor)
+    order = np.argsort(bound, kind="stable")
+    best, best_at, priced = math.inf, -1, 0
+    for a in range(0, order.size, RISK_CHUNK):
+        idx = order[a:a + RISK_CHUNK]
+        if bound[idx[0]] > best + 1e-12 * max(1.0, abs(best)):
+            break
+        coords = np.unravel_index(idx, total.shape)
+        costs = np.empty((len(grids), idx.size))
+        base = commit[coords]
+        for s, g in enumerate(grids):
+            clipped = tuple(np.minimum(c, n - 1) for c, n in zip(coords, g.values.shape))
+            costs[s] = base + g.values[clipped]
+        value = flat[idx] + weight * cvar_columns(costs, probabilities, alpha)
+        priced += idx.size
+        for v, j in zip(value.tolist(), idx.tolist()):
+            tol = 1e-12 * max(1.0, abs(best)) if math.isfinite(best) else 0.0
+            if best_at < 0 or v < best - tol or (v <= best + tol and j < best_at):
+                best, best_at = min(v, best), j
+    return tuple(int(v) for v in np.unravel_index(best_at, total.shape)), priced
 
 
 def _by_product_split(scenario: Scenario, unc: Uncertainty, catalog: Catalog, preset: Preset, folder: Path,
@@ -933,15 +1028,15 @@ def plan_under_uncertainty(scenario: Scenario, unc: Uncertainty, catalog: Catalo
     the mean forecast's commitment and cost, the wait-and-see optima (for EVPI and regret).
 
     Outcomes whose products share nothing but the commitment are solved by the product split
-    (:func:`separable_plan`) unless ``separable`` is False, the method is ``extensive`` or risk weighs
-    in; others as whole-horizon MIPs. Outcomes run on the Dask cluster of ``client``, else in
+    (:func:`separable_plan`, the risk term included) unless ``separable`` is False or the method is
+    ``extensive``; others as whole-horizon MIPs. Outcomes run on the Dask cluster of ``client``, else in
     ``workers`` local processes (default: what the command allows); the plan is the same either way."""
     if Tier.RESERVED not in scenario.options.tiers:
         raise UncertaintyError("options.tiers: a commitment needs the reserved tier (nearest valid choice: "
                                "[reserved, on_demand])")
     start = time.monotonic()
     why: StochasticPlan | str = ""  # the product split's plan, or why there is none (told in the notes)
-    if separable and unc.method != "extensive" and unc.risk_weight == 0:
+    if separable and unc.method != "extensive":
         why = _by_product_split(scenario, unc, catalog, preset, folder, commitment_rows, client, workers, progress, start)
         if not isinstance(why, str):
             return why
@@ -968,6 +1063,9 @@ def plan_under_uncertainty(scenario: Scenario, unc: Uncertainty, catalog: Catalo
                         lambda it, lo, up: progress("decomposition rounds", it, unc.max_iterations))
         x, costs, bound, own, iterations = dec.commit, dec.outcome_costs, dec.lower_bound_usd, dec.own_optima, dec.iterations
     expected = sum(m.case.probability * v for m, v in zip(models, costs))
+    objective = expected
+    if unc.risk_weight > 0:
+        objective += unc.risk_weight * cvar(costs, [m.case.probability for m in models], unc.cvar_alpha)
     eev_costs = evaluate(models, ev.commit, run)
     if eev_costs is None:
         notes.append("the mean forecast's commitment leaves some outcome without a plan: its expected cost is infinite")
@@ -977,7 +1075,7 @@ def plan_under_uncertainty(scenario: Scenario, unc: Uncertainty, catalog: Catalo
     wait_and_see = sum(m.case.probability * v for m, v in zip(models, own))
     outcomes = [OutcomeCost(m.case.name, m.case.probability, v, o) for m, v, o in zip(models, costs, own)]
     return StochasticPlan(
-        commitment=_commitment(terms, x), expected_cost_usd=expected, lower_bound_usd=min(bound, expected),
+        commitment=_commitment(terms, x), expected_cost_usd=expected, lower_bound_usd=min(bound, objective),
         outcomes=outcomes, mean_forecast_commitment=_commitment(terms, ev.commit),
         mean_forecast_expected_cost_usd=eev, wait_and_see_usd=min(wait_and_see, expected), method=method,
         iterations=iterations, solve_s=time.monotonic() - start, risk_weight=unc.risk_weight,
