@@ -146,8 +146,8 @@ class StochasticPlan:
         outcomes' costs when the risk term weighs in (:func:`cvar`)."""
         if self.risk_weight <= 0:
             return self.expected_cost_usd
-        return self.expected_cost_usd + self.risk_weight * cvar([o.cost_usd for o in self.outcomes],
-                                                               [o.probability for o in self.outcomes], self.cvar_alpha)
+        return _objective([o.cost_usd for o in self.outcomes], [o.probability for o in self.outcomes],
+                          self.risk_weight, self.cvar_alpha)
 
     @property
     def gap(self) -> float:
@@ -241,6 +241,12 @@ def cvar_columns(costs: Any, probabilities: Sequence[float], alpha: float) -> An
 def cvar(costs: Sequence[float], probabilities: Sequence[float], alpha: float) -> float:
     """CVaR_alpha of one set of outcomes' costs (:func:`cvar_columns`)."""
     return float(cvar_columns(list(costs), probabilities, alpha)[0])
+
+
+def _objective(costs: Sequence[float], probabilities: Sequence[float], weight: float, alpha: float) -> float:
+    """Expected cost, plus ``weight`` x CVaR_alpha when the risk term weighs in."""
+    expected = sum(p * c for p, c in zip(probabilities, costs))
+    return expected + weight * cvar(costs, probabilities, alpha) if weight > 0 else expected
 
 
 # ----------------------------------------------------------------------------- building
@@ -941,9 +947,7 @@ def separable_plan(setup: SeparableSetup, client: Any, workers: int | None,
         point = _first_min(total)
     costs = [_at(commit, point) + _at(g.values, point) for g in grids]
     expected = sum(c.probability * v for c, v in zip(ctx.cases, costs))
-    objective = expected
-    if setup.risk_weight > 0:
-        objective += setup.risk_weight * cvar(costs, [c.probability for c in ctx.cases], setup.cvar_alpha)
+    objective = _objective(costs, [c.probability for c in ctx.cases], setup.risk_weight, setup.cvar_alpha)
     mean = setup.mean_problem
     mean_values = recourse_grid(outcome_recourse(mean, setup.mean_case.overrides), ctx.gpus)[-1]
     ev = _first_min(mean_values + _commit_usd(ctx.unit_usd, mean_values.shape))
@@ -1027,10 +1031,9 @@ def plan_under_uncertainty(scenario: Scenario, unc: Uncertainty, catalog: Catalo
     """The two-stage plan of ``scenario`` under ``unc``: the commitment, its cost in every outcome,
     the mean forecast's commitment and cost, the wait-and-see optima (for EVPI and regret).
 
-    Outcomes whose products share nothing but the commitment are solved by the product split
-    (:func:`separable_plan`, the risk term included) unless ``separable`` is False or the method is
-    ``extensive``; others as whole-horizon MIPs. Outcomes run on the Dask cluster of ``client``, else in
-    ``workers`` local processes (default: what the command allows); the plan is the same either way."""
+    Outcomes whose products share nothing but the commitment go to the product split (:func:`separable_plan`,
+    risk term included) unless ``separable`` is False or the method is ``extensive``; others to whole-horizon
+    MIPs, on the Dask cluster of ``client``, else in ``workers`` local processes: the same plan either way."""
     if Tier.RESERVED not in scenario.options.tiers:
         raise UncertaintyError("options.tiers: a commitment needs the reserved tier (nearest valid choice: "
                                "[reserved, on_demand])")
@@ -1063,9 +1066,7 @@ def plan_under_uncertainty(scenario: Scenario, unc: Uncertainty, catalog: Catalo
                         lambda it, lo, up: progress("decomposition rounds", it, unc.max_iterations))
         x, costs, bound, own, iterations = dec.commit, dec.outcome_costs, dec.lower_bound_usd, dec.own_optima, dec.iterations
     expected = sum(m.case.probability * v for m, v in zip(models, costs))
-    objective = expected
-    if unc.risk_weight > 0:
-        objective += unc.risk_weight * cvar(costs, [m.case.probability for m in models], unc.cvar_alpha)
+    objective = _objective(costs, [m.case.probability for m in models], unc.risk_weight, unc.cvar_alpha)
     eev_costs = evaluate(models, ev.commit, run)
     if eev_costs is None:
         notes.append("the mean forecast's commitment leaves some outcome without a plan: its expected cost is infinite")
