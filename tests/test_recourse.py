@@ -260,7 +260,7 @@ def test_the_split_with_a_risk_term_is_exact_and_equals_the_extensive_form(weigh
     data = split.to_dict()
     assert data["objective_usd"] == round(split.objective_usd, 2) and data["objective_usd"] > data["expected_cost_usd"]
     # brute force over a box of commitments with the outcomes' grids: none is better
-    grids = st.outcome_grids(setup.ctx, None, 1, None)
+    grids, _ = st.outcome_grids(setup.ctx, None, 1, None)
     best = math.inf
     for point in itertools.product(range(16), range(8)):
         total = [sum(u_ * r for u_, r in zip(setup.ctx.unit_usd, point)) + st._at(g.values, point) for g in grids]
@@ -273,3 +273,26 @@ def test_the_split_with_a_risk_term_is_exact_and_equals_the_extensive_form(weigh
     assert split.commitment != neutral.commitment and split.expected_cost_usd > neutral.expected_cost_usd
     assert split.percentiles()["worst"] <= neutral.percentiles()["worst"] + 1e-6
     assert np.isfinite(split.objective_usd)
+
+
+def test_a_context_unpickled_elsewhere_reuses_the_configurations_built_once(monkeypatch):
+    """What a Dask worker receives: the grids' context pickled and unpickled (new catalog and preset
+    objects). Its memo is keyed to them again, so no product's configurations are generated anew,
+    and the outcome's grid is the same as in the parent."""
+    import pickle
+
+    from fleetplan.optimizer.problem_data import problem
+
+    _, _, setup = _setup(DAY, OUTCOMES)
+    here = st.outcome_grid(setup.ctx, 2)
+    there = pickle.loads(pickle.dumps(setup.ctx))
+    assert there.catalog is not setup.ctx.catalog and there.memo.sets
+
+    def generated(*args, **kwargs):
+        raise AssertionError("configurations generated again")
+
+    monkeypatch.setattr(problem, "generate_candidates", generated)
+    grid = st.outcome_grid(there.bound_here(), 2)
+    assert grid.reason is None and (grid.values == here.values).all() and grid.own_usd == here.own_usd
+    with pytest.raises(AssertionError, match="generated again"):  # the memo without its keys rebound misses
+        st.outcome_grid(pickle.loads(pickle.dumps(setup.ctx)), 2)

@@ -109,16 +109,21 @@ def test_the_same_plan_from_worker_processes_and_a_dask_cluster():
     from distributed import Client, LocalCluster
 
     unc = {**SAMPLED, "method": "decomposition", "max_iterations": 5}
-    runs: dict[bool, list[str]] = {True: [], False: []}
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
-        for separable in (True, False):
-            for kw in ({"workers": 1}, {"workers": 2}, {"client": client}):
-                plan, _, _ = _plan(BASE, unc, separable=separable, **kw)
-                runs[separable].append(json.dumps(plan.to_dict()))
-    for separable, found in runs.items():
-        assert found[0] == found[1] == found[2], separable
-    assert runs[True][0] != runs[False][0]  # the two paths both ran (their notes differ)
+    risky = {**SAMPLED, "risk_weight": 1.5, "cvar_alpha": 0.8}
+    runs: dict[str, list[str]] = {"split": [], "mips": [], "split with risk": []}
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as two, \
+            Client(two) as client2, \
+            LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as one, \
+            Client(one) as client1:
+        for name, block, separable in (("split", unc, True), ("mips", unc, False), ("split with risk", risky, True)):
+            for kw in ({"workers": 1}, {"workers": 2}, {"client": client1}, {"client": client2}):
+                plan, _, _ = _plan(BASE, block, separable=separable, **kw)
+                runs[name].append(json.dumps(plan.to_dict()))
+    for name, found in runs.items():
+        assert len(set(found)) == 1, name
+    assert runs["split"][0] != runs["mips"][0]  # the two paths both ran (their notes differ)
+    risk = json.loads(runs["split with risk"][0])
+    assert risk["objective_usd"] > risk["expected_cost_usd"] and risk["gap"] == 0.0
 
 
 def test_risk_weight_trades_expected_cost_for_a_lower_tail():

@@ -742,6 +742,15 @@ class GridContext:
     cases: list[Case]
     gpus: tuple[str, ...]
     unit_usd: tuple[float, ...]  # USD per committed GPU per month, type by type of ``gpus``
+    mean_case: Case | None = None
+    terms: tuple[TermPrice, ...] = ()
+
+    def bound_here(self) -> GridContext:
+        """This context with its candidate memo keyed to its own catalog and preset: a copy
+        unpickled on a Dask worker holds new objects, and would otherwise build every product's
+        configurations again (a fork copy holds the same objects: nothing changes)."""
+        self.memo.rebind(self.catalog, self.preset)
+        return self
 
 
 def outcome_grid(ctx: GridContext, i: int) -> OutcomeGrid:
@@ -773,12 +782,20 @@ def _commit_usd(unit: Sequence[float], shape: tuple[int, ...]) -> Any:
     return total
 
 
-def outcome_grids_of(ctx: GridContext, first: int, stop: int) -> list[OutcomeGrid]:
-    """:func:`outcome_grid` of outcomes ``first`` to ``stop - 1``."""
+def outcome_grids_of(ctx: GridContext, first: int, stop: int) -> list[OutcomeGrid] | str | None:
+    """:func:`outcome_grid` of outcomes ``first`` to ``stop - 1``; with ``stop`` below 0, instead
+    the check of the product split on outcome ``first`` (the mean forecast when -1): why the split
+    disagrees with the fleet MIP there, or None (:func:`check_split`)."""
+    ctx = ctx.bound_here()
+    if stop < 0:
+        case = ctx.mean_case if first < 0 else ctx.cases[first]
+        assert case is not None
+        prob = outcome_problem(ctx.scenario, ctx.catalog, ctx.preset, ctx.folder, case, ctx.qps, ctx.memo)
+        return not_separable(prob) or check_split(prob, case, list(ctx.terms), ctx.gpus, ctx.unit_usd)
     return [outcome_grid(ctx, i) for i in range(first, stop)]
 
 
-def _grids_in_copy(first: int, stop: int) -> list[OutcomeGrid]:
+def _grids_in_copy(first: int, stop: int) -> list[OutcomeGrid] | str | None:
     """Worker: :func:`outcome_grids_of` on the parent's context."""
     return outcome_grids_of(shared(), first, stop)
 
@@ -787,13 +804,16 @@ CHUNKS_PER_WORKER = 4  # outcomes go to each worker (local or Dask) in about thi
 
 
 def outcome_grids(ctx: GridContext, client: Any, workers: int | None,
-                  progress: Callable[[str, int, int], None] | None) -> list[OutcomeGrid]:
-    """Every outcome's grid, in order: on the Dask cluster of ``client``, else in worker processes;
-    each task is a run of consecutive outcomes (the result does not depend on how they are cut)."""
+                  progress: Callable[[str, int, int], None] | None,
+                  checks: Sequence[int] = ()) -> tuple[list[OutcomeGrid], str | None]:
+    """Every outcome's grid, in order, and the first reason any of the product split's ``checks``
+    gives (outcome indices, -1 the mean forecast; see :func:`outcome_grids_of`): on the Dask
+    cluster of ``client``, else in worker processes. The checks go first, as tasks of their own
+    beside the runs of consecutive outcomes (the result does not depend on how they are cut)."""
     n = len(ctx.cases)
     count = len(client.nthreads()) if client is not None else workers if workers is not None else jobs()
     size = max(1, math.ceil(n / (CHUNKS_PER_WORKER * count))) if count > 1 else n
-    runs = [(a, min(n, a + size)) for a in range(0, n, size)]
+    runs = [(i, -1) for i in checks] + [(a, min(n, a + size)) for a in range(0, n, size)]
     if client is not None:
         shared_ctx = client.scatter(ctx, broadcast=True)
         futures = [client.submit(outcome_grids_of, shared_ctx, a, b, pure=False) for a, b in runs]
@@ -801,7 +821,8 @@ def outcome_grids(ctx: GridContext, client: Any, workers: int | None,
     else:
         tick = None if progress is None else (lambda done, total: progress("outcome recourse", done, total))
         found = map_in_copies(_grids_in_copy, ctx, runs, count, progress=tick)
-    return [g for run in found for g in run]
+    reasons = [r for r in found[:len(checks)] if r is not None]
+    return [g for run in found[len(checks):] for g in run], (reasons[0] if reasons else None)
 
 
 def _padded(values: Any, shape: tuple[int, ...]) -> Any:
@@ -894,9 +915,9 @@ class SeparableSetup:
 
 def separable_setup(scenario: Scenario, unc: Uncertainty, catalog: Catalog, preset: Preset, folder: Path,
                     commitment_rows: Sequence[dict[str, Any]]) -> SeparableSetup | str:
-    """The setup of :func:`separable_plan`, or why the outcomes are not separable (checked on the
-    mean forecast and the first outcome, with :func:`check_split`; each outcome's problem is
-    checked again where its grid is made)."""
+    """The setup of :func:`separable_plan`, or why the outcomes are not separable (the mean
+    forecast's problem here; each outcome's where its grid is made, and the split is checked
+    against the fleet MIP on the mean forecast and the first outcome as tasks beside them)."""
     check_outcomes(unc, scenario.products, folder, "scenario")  # a block parsed with product names only
     items = cases(unc)
     qps = hourly_qps(scenario.products, folder)
@@ -910,13 +931,10 @@ def separable_setup(scenario: Scenario, unc: Uncertainty, catalog: Catalog, pres
     if not terms:
         return "no commitment term has a price"
     gpus, unit, _ = _cheapest_terms(terms, prob.hours_per_month)
-    first = outcome_problem(scenario, catalog, preset, folder, items[0], qps, memo)
-    for case, checked in ((mean, prob), (items[0], first)):  # the first outcome carries every override it sets
-        reason = not_separable(checked) or check_split(checked, case, terms, gpus, unit)
-        if reason is not None:
-            return reason
-    return SeparableSetup(mean, prob, terms, GridContext(scenario, catalog, preset, folder, qps, memo, items, gpus, unit),
-                          unc.risk_weight, unc.cvar_alpha)
+    # the first outcome's configurations too, so that the workers (copies of this process) share them
+    outcome_problem(scenario, catalog, preset, folder, items[0], qps, memo)
+    ctx = GridContext(scenario, catalog, preset, folder, qps, memo, items, gpus, unit, mean, tuple(terms))
+    return SeparableSetup(mean, prob, terms, ctx, unc.risk_weight, unc.cvar_alpha)
 
 
 def separable_plan(setup: SeparableSetup, client: Any, workers: int | None,
@@ -926,7 +944,10 @@ def separable_plan(setup: SeparableSetup, client: Any, workers: int | None,
     (every commitment is priced, so the bound is the plan's own cost). Returns why not instead
     when an outcome is not separable."""
     ctx, terms = setup.ctx, setup.terms
-    grids = outcome_grids(ctx, client, workers, progress)
+    # checked on the mean forecast and the first outcome (it carries every override the outcomes set)
+    grids, reason = outcome_grids(ctx, client, workers, progress, checks=(-1, 0))
+    if reason is not None:
+        return reason
     known = {c.gpu for c in setup.mean_problem.all_candidates()}
     for g in grids:
         if g.reason is not None:

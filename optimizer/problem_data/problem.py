@@ -298,6 +298,13 @@ class CandidateMemo:
             self.sets[key] = generate_candidates(product, llm, catalog, scenario.options, preset, deadline=deadline)
         return copied(self.sets[key])
 
+    def rebind(self, catalog: Catalog, preset: Preset) -> None:
+        """Key every set to ``catalog`` and ``preset`` (the only ones its sets were made with): a
+        memo unpickled in another process holds copies of them, whose identities are new there."""
+        ids = (id(catalog), id(preset))
+        if any(k[2:4] != ids for k in self.sets):
+            self.sets = {(*k[:2], *ids, *k[4:]): v for k, v in self.sets.items()}  # type: ignore[misc]
+
 
 def candidate_key(product: Product, catalog: Catalog, scenario: Scenario, preset: Preset) -> tuple[Any, ...]:
     """What tells a product's candidate sets apart within one command (see :class:`CandidateMemo`)."""
