@@ -41,7 +41,6 @@ from fleetplan.catalogs.loader import Catalog
 from fleetplan.models.presets import Preset
 from fleetplan.optimizer.traffic.demand import hourly_qps
 from fleetplan.optimizer.common.enums import Tier
-from fleetplan.optimizer.mip.formulation import build_model
 from fleetplan.optimizer.mip.linear import LinearProblem, to_linear_problem
 from fleetplan.optimizer.problem_data.problem import CandidateMemo, FleetProblem, build_problem
 from fleetplan.optimizer.problem_data.reductions import reduced
@@ -302,6 +301,8 @@ def term_prices(unc: Uncertainty, catalog_reserved: dict[str, tuple[float, str]]
 def outcome_model(case: Case, prob: FleetProblem, terms: list[TermPrice]) -> OutcomeModel:
     """The recourse MIP of one outcome with the commitment's columns (cost as priced, bounded by
     the most GPUs its reserved replicas could hold) and rows linking its reserved GPUs to them."""
+    from fleetplan.optimizer.mip.formulation import build_model  # the modeller, only where a MIP is built
+
     base = to_linear_problem(build_model(prob))
     objective = recourse_objective(base, prob, case.overrides)
     reserved = _reserved_gpus(base, prob)
@@ -784,14 +785,18 @@ def _commit_usd(unit: Sequence[float], shape: tuple[int, ...]) -> Any:
 
 def outcome_grids_of(ctx: GridContext, first: int, stop: int) -> list[OutcomeGrid] | str | None:
     """:func:`outcome_grid` of outcomes ``first`` to ``stop - 1``; with ``stop`` below 0, instead
-    the check of the product split on outcome ``first`` (the mean forecast when -1): why the split
-    disagrees with the fleet MIP there, or None (:func:`check_split`)."""
+    the checks of the product split (:func:`check_split`) on the mean forecast and on the first
+    outcome (it carries every override the outcomes set): why the split disagrees with the fleet
+    MIP, or None. The checks are one task: the worker that runs it alone imports the modeller."""
     ctx = ctx.bound_here()
     if stop < 0:
-        case = ctx.mean_case if first < 0 else ctx.cases[first]
-        assert case is not None
-        prob = outcome_problem(ctx.scenario, ctx.catalog, ctx.preset, ctx.folder, case, ctx.qps, ctx.memo)
-        return not_separable(prob) or check_split(prob, case, list(ctx.terms), ctx.gpus, ctx.unit_usd)
+        for case in (ctx.mean_case, ctx.cases[0]):
+            assert case is not None
+            prob = outcome_problem(ctx.scenario, ctx.catalog, ctx.preset, ctx.folder, case, ctx.qps, ctx.memo)
+            reason = not_separable(prob) or check_split(prob, case, list(ctx.terms), ctx.gpus, ctx.unit_usd)
+            if reason is not None:
+                return reason
+        return None
     return [outcome_grid(ctx, i) for i in range(first, stop)]
 
 
@@ -805,15 +810,16 @@ CHUNKS_PER_WORKER = 4  # outcomes go to each worker (local or Dask) in about thi
 
 def outcome_grids(ctx: GridContext, client: Any, workers: int | None,
                   progress: Callable[[str, int, int], None] | None,
-                  checks: Sequence[int] = ()) -> tuple[list[OutcomeGrid], str | None]:
-    """Every outcome's grid, in order, and the first reason any of the product split's ``checks``
-    gives (outcome indices, -1 the mean forecast; see :func:`outcome_grids_of`): on the Dask
-    cluster of ``client``, else in worker processes. The checks go first, as tasks of their own
-    beside the runs of consecutive outcomes (the result does not depend on how they are cut)."""
+                  checks: bool = False) -> tuple[list[OutcomeGrid], str | None]:
+    """Every outcome's grid, in order, and with ``checks`` why the product split's checks refuse
+    it, or None (see :func:`outcome_grids_of`): on the Dask cluster of ``client``, else in worker
+    processes. The checks go first, as a task beside the runs of consecutive outcomes (the result
+    does not depend on how they are cut)."""
     n = len(ctx.cases)
     count = len(client.nthreads()) if client is not None else workers if workers is not None else jobs()
     size = max(1, math.ceil(n / (CHUNKS_PER_WORKER * count))) if count > 1 else n
-    runs = [(i, -1) for i in checks] + [(a, min(n, a + size)) for a in range(0, n, size)]
+    checks_run = [(0, -1)] if checks else []
+    runs = checks_run + [(a, min(n, a + size)) for a in range(0, n, size)]
     if client is not None:
         shared_ctx = client.scatter(ctx, broadcast=True)
         futures = [client.submit(outcome_grids_of, shared_ctx, a, b, pure=False) for a, b in runs]
@@ -821,8 +827,8 @@ def outcome_grids(ctx: GridContext, client: Any, workers: int | None,
     else:
         tick = None if progress is None else (lambda done, total: progress("outcome recourse", done, total))
         found = map_in_copies(_grids_in_copy, ctx, runs, count, progress=tick)
-    reasons = [r for r in found[:len(checks)] if r is not None]
-    return [g for run in found[len(checks):] for g in run], (reasons[0] if reasons else None)
+    reason = found[0] if checks else None
+    return [g for run in found[len(checks_run):] for g in run], reason
 
 
 def _padded(values: Any, shape: tuple[int, ...]) -> Any:
@@ -944,8 +950,7 @@ def separable_plan(setup: SeparableSetup, client: Any, workers: int | None,
     (every commitment is priced, so the bound is the plan's own cost). Returns why not instead
     when an outcome is not separable."""
     ctx, terms = setup.ctx, setup.terms
-    # checked on the mean forecast and the first outcome (it carries every override the outcomes set)
-    grids, reason = outcome_grids(ctx, client, workers, progress, checks=(-1, 0))
+    grids, reason = outcome_grids(ctx, client, workers, progress, checks=True)
     if reason is not None:
         return reason
     known = {c.gpu for c in setup.mean_problem.all_candidates()}
