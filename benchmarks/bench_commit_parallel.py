@@ -10,6 +10,10 @@ depend on the workers); the script stops with the differing setting otherwise. T
 (``distributed.LocalCluster``, one thread per worker, worker processes) are started before the
 clock and warmed by one run, as an existing cluster would be.
 
+The machine is shared: what two processes can gain on it at the moment is measured beside every
+case (``machine_speed_up``: the same pure-Python loop run twice in turn against twice side by side
+in two processes, the median of three), so a speed-up can be read against what the machine offered.
+
 One JSON line per case on stdout; progress on stderr.
 
     python benchmarks/bench_commit_parallel.py                       # 200, 1000, 5000; jobs and dask; 5 runs
@@ -64,6 +68,33 @@ def timed(args: list[str]) -> tuple[float, bytes]:
     return wall, done.stdout
 
 
+def _spin(n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+
+
+def machine_speed_up(n: int = 3_000_000) -> float:
+    """Two equal CPU-bound loops one after the other against side by side in two processes (the
+    median of three): what two workers could gain on this machine now."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ratios = []
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as pool:
+        list(pool.map(_spin, [1000, 1000]))  # the workers started
+        for _ in range(3):
+            start = time.monotonic()
+            _spin(n)
+            _spin(n)
+            serial = time.monotonic() - start
+            start = time.monotonic()
+            list(pool.map(_spin, [n, n]))
+            ratios.append(serial / (time.monotonic() - start))
+    return round(statistics.median(ratios), 2)
+
+
 def spread(xs: list[float]) -> dict[str, float]:
     return {"median": round(statistics.median(xs), 3), "min": round(min(xs), 3), "max": round(max(xs), 3)}
 
@@ -74,7 +105,7 @@ def compare(name: str, outcomes: int, two: list[str], one: list[str], runs: int)
     if timed(two)[1] != reference:
         sys.exit(f"bench_commit_parallel: {name} {outcomes}: two workers' JSON differs from one's")
     a, b, ratio = [], [], []
-    load = os.getloadavg()[0]
+    load, machine = os.getloadavg()[0], machine_speed_up()
     for k in range(runs):
         ta, out_a = timed(two)
         tb, out_b = timed(one)
@@ -87,7 +118,8 @@ def compare(name: str, outcomes: int, two: list[str], one: list[str], runs: int)
               file=sys.stderr, flush=True)
     plan = json.loads(reference)
     return {"mode": name, "outcomes": outcomes, "runs": runs, "two_workers_wall_s": spread(a),
-            "one_worker_wall_s": spread(b), "speed_up": spread(ratio), "same_json": True,
+            "one_worker_wall_s": spread(b), "speed_up": spread(ratio), "machine_speed_up_before": machine,
+            "machine_speed_up_after": machine_speed_up(), "same_json": True,
             "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2),
             "expected_cost_usd": plan["expected_cost_usd"], "gap": plan["gap"],
             "commitment": {f"{c['gpu']}/{c['term']}": c["gpus"] for c in plan["commitment"]}}
@@ -111,8 +143,8 @@ def main() -> None:
         if "dask" in modes:
             from distributed import LocalCluster
 
-            with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as c2, \
-                    LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as c1:
+            with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c2, \
+                    LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as c1:
                 for n, path in paths.items():
                     run = [*base, "commit", str(path), "--json", "--scheduler"]
                     row = compare("dask", n, [*run, c2.scheduler_address], [*run, c1.scheduler_address], args.runs)

@@ -65,3 +65,18 @@ def test_a_plan_with_a_shared_memo_is_the_plan_without_one(catalog):
     without = make_plan(scenario, catalog, folder=folder, alternatives=False)
     assert with_memo.monthly_cost_usd == without.monthly_cost_usd
     assert [pp.candidate for pp in with_memo.products] == [pp.candidate for pp in without.products]
+
+
+
+def test_the_spot_share_cap_reuses_candidates_and_gives_the_same_data(catalog):
+    """Candidate generation does not read options.spot_max_share (a row of the MIP): outcomes of a
+    commitment plan that differ only in spot availability share one candidate set per product, and
+    each problem equals the one built without the memo."""
+    scenario, folder = load_scenario(EXAMPLES / "portfolio-3.yaml")
+    memo = CandidateMemo()
+    for share in (0.0, 0.2, 0.9):
+        capped = scenario.model_copy(update={"options": scenario.options.model_copy(
+            update={"tiers": ["on_demand", "spot"], "spot_max_share": share})})
+        built, _, _ = _build(capped, catalog, folder, memo)
+        assert built == _build(capped, catalog, folder, None)[0] and built.spot_max_share == share
+        assert len(memo.sets) == len(scenario.products)

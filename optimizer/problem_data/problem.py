@@ -275,8 +275,10 @@ def explain_no_candidates(product: Product, cs: CandidateSet) -> str:
 
 # Product fields candidate generation does not read: demand and what pays for it.
 _NOT_GENERATION = frozenset({"peak_qps", "demand_profile", "api", "self_host_fixed_monthly_usd"})
-# Option fields candidate generation does not read: how long and how exactly to solve.
-_NOT_GENERATION_OPTIONS = frozenset({"time_limit_s", "mip_rel_gap"})
+# Option fields candidate generation does not read: how long and how exactly to solve, and the
+# spot share cap (a row of the MIP; outcomes of a commitment plan that differ in spot availability
+# share their configurations)
+_NOT_GENERATION_OPTIONS = frozenset({"time_limit_s", "mip_rel_gap", "spot_max_share"})
 
 
 @dataclass
