@@ -130,7 +130,7 @@ def test_risk_weight_trades_expected_cost_for_a_lower_tail():
     unc = {"outcomes": [{"name": "low", "probability": 0.6, "demand_scale": 0.5},
                         {"name": "high", "probability": 0.4, "demand_scale": 3.0}], "terms": ["1y"]}
     neutral, _, _ = _plan(BASE, unc)
-    averse, _, _ = _plan(BASE, {**unc, "risk_weight": 5.0, "cvar_alpha": 0.5})
+    averse, _, _ = _plan(BASE, {**unc, "risk_weight": 0.3, "cvar_alpha": 0.5})
     assert averse.expected_cost_usd >= neutral.expected_cost_usd - 1e-6
     assert averse.percentiles()["worst"] <= neutral.percentiles()["worst"] + 1e-6
     assert averse.commitment[0][1] >= neutral.commitment[0][1]
@@ -221,3 +221,22 @@ def test_plan_points_a_scenario_with_outcomes_to_commit(capsys):
     assert main(["plan", str(path)]) == 2
     err = capsys.readouterr().err
     assert "uncertainty: plan outcomes with `fleetplan commit`" in err and err.count("\n") == 1
+
+
+def test_the_command_reports_the_risk_objective_computed_by_hand(tmp_path, capsys):
+    """Two outcomes, CVaR at 0.5: the worst half of the probability is all of "high" (0.4) and 0.1
+    of "low", so objective = expected + w x (0.4 x high + 0.1 x low) / 0.5, from the JSON's own costs
+    (w = 0.3: a weight large enough commits to the high outcome's fleet and makes the costs equal)."""
+    unc = {"outcomes": [{"name": "low", "probability": 0.6, "demand_scale": 0.5},
+                        {"name": "high", "probability": 0.4, "demand_scale": 3.0}],
+           "terms": ["1y"], "risk_weight": 0.3, "cvar_alpha": 0.5}
+    path = _write(tmp_path, unc)
+    assert main(["commit", path, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    low, high = (s["cost_usd"] for s in data["scenarios"])
+    assert high > low
+    assert data["objective_usd"] == pytest.approx(data["expected_cost_usd"] + 0.3 * (0.4 * high + 0.1 * low) / 0.5,
+                                                  abs=0.05)
+    assert data["gap"] == 0.0 and data["lower_bound_usd"] == pytest.approx(data["objective_usd"], abs=0.01)
+    assert main(["commit", path]) == 0
+    assert "objective $" in capsys.readouterr().out
