@@ -296,3 +296,18 @@ def test_a_context_unpickled_elsewhere_reuses_the_configurations_built_once(monk
     assert grid.reason is None and (grid.values == here.values).all() and grid.own_usd == here.own_usd
     with pytest.raises(AssertionError, match="generated again"):  # the memo without its keys rebound misses
         st.outcome_grid(pickle.loads(pickle.dumps(setup.ctx)), 2)
+
+
+def test_the_risk_search_stops_at_its_bound_with_the_same_plan(monkeypatch):
+    """Commitments priced a few at a time: the search stops once the lower bound passes the best
+    objective, well before the whole grid, and finds the same commitment and objective."""
+    scenario, u, _ = _setup(ONE_HOUR, OUTCOMES)
+    risky = u.model_copy(update={"risk_weight": 2.0, "cvar_alpha": 0.6})
+    args = (load_catalog(), get_preset("default"), EXAMPLES)
+    whole = st.plan_under_uncertainty(scenario, risky, *args, commitment_rows=load_commitments())
+    monkeypatch.setattr(st, "RISK_CHUNK", 5)
+    chunked = st.plan_under_uncertainty(scenario, risky, *args, commitment_rows=load_commitments())
+    assert chunked.to_dict()["commitment"] == whole.to_dict()["commitment"]
+    assert chunked.objective_usd == whole.objective_usd and chunked.gap == 0.0
+    priced, total = (int(w) for w in chunked.notes[-1].split("; ")[1].split(" commitments")[0].split(" of "))
+    assert priced < total / 2 and priced % 5 == 0, chunked.notes[-1]

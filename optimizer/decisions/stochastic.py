@@ -999,7 +999,8 @@ def separable_plan(setup: SeparableSetup, client: Any, workers: int | None,
     )
 
 
-RISK_CHUNK = 4096  # commitments priced together by the risk search
+RISK_CHUNK = 4096  # commitments priced together by the risk search, at most
+RISK_CHUNK_VALUES = 2_000_000  # outcomes x commitments held at once by it (16 MB of costs)
 
 
 def _least_risk_objective(total: Any, commit: Any, grids: list[OutcomeGrid], items: list[Case], weight: float,
@@ -1021,8 +1022,9 @@ def _least_risk_objective(total: Any, commit: Any, grids: list[OutcomeGrid], ite
     bound = flat + weight * np.maximum(flat, floor)
     order = np.argsort(bound, kind="stable")
     best, best_at, priced = math.inf, -1, 0
-    for a in range(0, order.size, RISK_CHUNK):
-        idx = order[a:a + RISK_CHUNK]
+    chunk = max(1, min(RISK_CHUNK, RISK_CHUNK_VALUES // max(1, len(grids))))
+    for a in range(0, order.size, chunk):
+        idx = order[a:a + chunk]
         if bound[idx[0]] > best + 1e-12 * max(1.0, abs(best)):
             break
         coords = np.unravel_index(idx, total.shape)
