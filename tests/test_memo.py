@@ -147,3 +147,17 @@ def test_a_plan_on_shared_sets_is_the_plan_on_sets_generated_per_product(catalog
     assert [pp.candidate for pp in one.products] == [pp.candidate for pp in other.products]
     assert [pp.candidate.product for pp in one.products if pp.candidate] == \
         [pp.product.name for pp in one.products if pp.candidate]
+
+
+def test_the_spot_share_cap_reuses_candidates_and_gives_the_same_data(catalog):
+    """Candidate generation does not read options.spot_max_share (a row of the MIP): outcomes of a
+    commitment plan that differ only in spot availability share one candidate set per product, and
+    each problem equals the one built without the memo."""
+    scenario, folder = load_scenario(EXAMPLES / "portfolio-3.yaml")
+    memo = CandidateMemo()
+    for share in (0.0, 0.2, 0.9):
+        capped = scenario.model_copy(update={"options": scenario.options.model_copy(
+            update={"tiers": ["on_demand", "spot"], "spot_max_share": share})})
+        built, _, _ = _build(capped, catalog, folder, memo)
+        assert built == _build(capped, catalog, folder, None)[0] and built.spot_max_share == share
+        assert len(memo.sets) == len(scenario.products)

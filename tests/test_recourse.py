@@ -213,3 +213,105 @@ def test_the_split_is_not_trusted_where_the_fleet_mip_disagrees(monkeypatch):
     note = plan().notes[0]
     assert note.startswith("outcomes solved as whole-horizon MIPs: the product split's plan does not hold in the "
                            "fleet MIP (") and "meets_demand" in note
+
+
+def _cvar_by_scan(costs: list[float], probabilities: list[float], alpha: float) -> float:
+    """Rockafellar-Uryasev's function minimised over a fine scan of eta (and every cost), in plain Python."""
+    lo, hi = min(costs), max(costs)
+    etas = [lo + (hi - lo) * k / 2000 for k in range(2001)] + list(costs)
+    return min(eta + sum(p * max(0.0, c - eta) for c, p in zip(costs, probabilities)) / (1 - alpha) for eta in etas)
+
+
+def test_cvar_by_hand():
+    costs, probs = [100.0, 200.0, 400.0], [0.5, 0.3, 0.2]
+    # the worst 30%: all of the 400 (0.2) and a third of the 200 (0.1)
+    assert st.cvar(costs, probs, 0.7) == pytest.approx((0.2 * 400 + 0.1 * 200) / 0.3, rel=1e-12)
+    assert st.cvar(costs, probs, 0.5) == pytest.approx((0.2 * 400 + 0.3 * 200) / 0.5, rel=1e-12)
+    assert st.cvar(costs, probs, 0.9) == pytest.approx(400.0, rel=1e-12)
+    assert st.cvar(costs, probs, 0.01) == pytest.approx((0.49 * 100 + 0.3 * 200 + 0.2 * 400) / 0.99, rel=1e-12)
+    # columns: order and ties do not matter, and every column matches the scan
+    grid = [[400.0, 5.0, 7.0], [100.0, 5.0, 1.0], [200.0, 5.0, 9.0]]
+    got = st.cvar_columns(grid, [0.2, 0.5, 0.3], 0.7)
+    for k in range(3):
+        column = [row[k] for row in grid]
+        assert got[k] == pytest.approx(_cvar_by_scan(column, [0.2, 0.5, 0.3], 0.7), rel=1e-9)
+    assert got[1] == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize("weight, alpha", [(2.0, 0.6), (5.0, 0.5)])
+def test_the_split_with_a_risk_term_is_exact_and_equals_the_extensive_form(weight, alpha):
+    """E[cost] + w x CVaR: the split's commitment is the brute-force optimum of its own grids (every
+    commitment priced, CVaR by a scan), equals the extensive form's objective, and proves gap 0;
+    the risk term moves the commitment away from the risk-neutral one."""
+    import numpy as np
+
+    scenario, u, setup = _setup(ONE_HOUR, OUTCOMES)
+    args = (load_catalog(), get_preset("default"), EXAMPLES)
+    kw = dict(commitment_rows=load_commitments())
+    risky = u.model_copy(update={"risk_weight": weight, "cvar_alpha": alpha})
+    neutral = st.plan_under_uncertainty(scenario, u, *args, **kw)
+    split = st.plan_under_uncertainty(scenario, risky, *args, **kw)
+    ef = st.plan_under_uncertainty(scenario, risky.model_copy(update={"method": "extensive"}), *args, **kw)
+    assert split.notes[0].startswith("exact by the product split") and ef.method == "extensive"
+    assert split.gap == 0.0 and split.lower_bound_usd == pytest.approx(split.objective_usd, rel=1e-12)
+    assert split.objective_usd == pytest.approx(ef.objective_usd, rel=1e-6)
+    assert ef.lower_bound_usd <= split.objective_usd + 1e-6
+    assert split.commitment == ef.commitment
+    costs = [o.cost_usd for o in split.outcomes]
+    probs = [o.probability for o in split.outcomes]
+    assert split.objective_usd == pytest.approx(split.expected_cost_usd + weight * _cvar_by_scan(costs, probs, alpha),
+                                                rel=1e-9)
+    data = split.to_dict()
+    assert data["objective_usd"] == round(split.objective_usd, 2) and data["objective_usd"] > data["expected_cost_usd"]
+    # brute force over a box of commitments with the outcomes' grids: none is better
+    grids, _ = st.outcome_grids(setup.ctx, None, 1, None)
+    best = math.inf
+    for point in itertools.product(range(16), range(8)):
+        total = [sum(u_ * r for u_, r in zip(setup.ctx.unit_usd, point)) + st._at(g.values, point) for g in grids]
+        value = sum(p * c for p, c in zip(probs, total)) + weight * _cvar_by_scan(total, probs, alpha)
+        best = min(best, value)
+    got = {t.gpu: n for t, n in split.commitment}
+    point = tuple(got.get(g, 0) for g in setup.ctx.gpus)
+    assert point[0] < 16 and point[1] < 8  # the optimum lies inside the box searched: it is the box's best
+    assert split.objective_usd == pytest.approx(best, rel=1e-9)
+    assert split.commitment != neutral.commitment and split.expected_cost_usd > neutral.expected_cost_usd
+    assert split.percentiles()["worst"] <= neutral.percentiles()["worst"] + 1e-6
+    assert np.isfinite(split.objective_usd)
+
+
+def test_a_context_unpickled_elsewhere_reuses_the_configurations_built_once(monkeypatch):
+    """What a Dask worker receives: the grids' context pickled and unpickled (new catalog and preset
+    objects). Its memo is keyed to them again, so no product's configurations are generated anew,
+    and the outcome's grid is the same as in the parent."""
+    import pickle
+
+    from fleetplan.optimizer.problem_data import problem
+
+    _, _, setup = _setup(DAY, OUTCOMES)
+    here = st.outcome_grid(setup.ctx, 2)
+    there = pickle.loads(pickle.dumps(setup.ctx))
+    assert there.catalog is not setup.ctx.catalog and there.memo.sets
+
+    def generated(*args, **kwargs):
+        raise AssertionError("configurations generated again")
+
+    monkeypatch.setattr(problem, "generate_candidates", generated)
+    grid = st.outcome_grid(there.bound_here(), 2)
+    assert grid.reason is None and (grid.values == here.values).all() and grid.own_usd == here.own_usd
+    with pytest.raises(AssertionError, match="generated again"):  # the memo without its keys rebound misses
+        st.outcome_grid(pickle.loads(pickle.dumps(setup.ctx)), 2)
+
+
+def test_the_risk_search_stops_at_its_bound_with_the_same_plan(monkeypatch):
+    """Commitments priced a few at a time: the search stops once the lower bound passes the best
+    objective, well before the whole grid, and finds the same commitment and objective."""
+    scenario, u, _ = _setup(ONE_HOUR, OUTCOMES)
+    risky = u.model_copy(update={"risk_weight": 2.0, "cvar_alpha": 0.6})
+    args = (load_catalog(), get_preset("default"), EXAMPLES)
+    whole = st.plan_under_uncertainty(scenario, risky, *args, commitment_rows=load_commitments())
+    monkeypatch.setattr(st, "RISK_CHUNK", 5)
+    chunked = st.plan_under_uncertainty(scenario, risky, *args, commitment_rows=load_commitments())
+    assert chunked.to_dict()["commitment"] == whole.to_dict()["commitment"]
+    assert chunked.objective_usd == whole.objective_usd and chunked.gap == 0.0
+    priced, total = (int(w) for w in chunked.notes[-1].split("; ")[1].split(" commitments")[0].split(" of "))
+    assert priced < total / 2 and priced % 5 == 0, chunked.notes[-1]

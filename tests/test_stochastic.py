@@ -109,23 +109,28 @@ def test_the_same_plan_from_worker_processes_and_a_dask_cluster():
     from distributed import Client, LocalCluster
 
     unc = {**SAMPLED, "method": "decomposition", "max_iterations": 5}
-    runs: dict[bool, list[str]] = {True: [], False: []}
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
-        for separable in (True, False):
-            for kw in ({"workers": 1}, {"workers": 2}, {"client": client}):
-                plan, _, _ = _plan(BASE, unc, separable=separable, **kw)
-                runs[separable].append(json.dumps(plan.to_dict()))
-    for separable, found in runs.items():
-        assert found[0] == found[1] == found[2], separable
-    assert runs[True][0] != runs[False][0]  # the two paths both ran (their notes differ)
+    risky = {**SAMPLED, "risk_weight": 1.5, "cvar_alpha": 0.8}
+    runs: dict[str, list[str]] = {"split": [], "mips": [], "split with risk": []}
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as two, \
+            Client(two) as client2, \
+            LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as one, \
+            Client(one) as client1:
+        for name, block, separable in (("split", unc, True), ("mips", unc, False), ("split with risk", risky, True)):
+            for kw in ({"workers": 1}, {"workers": 2}, {"client": client1}, {"client": client2}):
+                plan, _, _ = _plan(BASE, block, separable=separable, **kw)
+                runs[name].append(json.dumps(plan.to_dict()))
+    for name, found in runs.items():
+        assert len(set(found)) == 1, name
+    assert runs["split"][0] != runs["mips"][0]  # the two paths both ran (their notes differ)
+    risk = json.loads(runs["split with risk"][0])
+    assert risk["objective_usd"] > risk["expected_cost_usd"] and risk["gap"] == 0.0
 
 
 def test_risk_weight_trades_expected_cost_for_a_lower_tail():
     unc = {"outcomes": [{"name": "low", "probability": 0.6, "demand_scale": 0.5},
                         {"name": "high", "probability": 0.4, "demand_scale": 3.0}], "terms": ["1y"]}
     neutral, _, _ = _plan(BASE, unc)
-    averse, _, _ = _plan(BASE, {**unc, "risk_weight": 5.0, "cvar_alpha": 0.5})
+    averse, _, _ = _plan(BASE, {**unc, "risk_weight": 0.3, "cvar_alpha": 0.5})
     assert averse.expected_cost_usd >= neutral.expected_cost_usd - 1e-6
     assert averse.percentiles()["worst"] <= neutral.percentiles()["worst"] + 1e-6
     assert averse.commitment[0][1] >= neutral.commitment[0][1]
@@ -162,6 +167,8 @@ def _write(tmp_path: Path, unc: object, options: dict | None = None) -> str:
     ({"outcomes": [{"name": "a", "probability": 1.0, "demand_scale": -1}]}, "outside (0, 100]"),
     ({"outcomes": [{"name": "a", "probability": 1.0}], "terms": ["2y"]}, "terms"),
     ("everything", "must be a mapping"),
+    ({"sample": {"scenarios": 10_001, "demand_scale": {"distribution": "uniform", "low": 0.5, "high": 1.5}}},
+     "uncertainty.sample.scenarios: Input should be less than or equal to 10000 (got 10001)"),
 ])
 def test_a_bad_block_is_one_line_and_exit_2(tmp_path, capsys, unc, words):
     assert main(["commit", _write(tmp_path, unc)]) == 2
@@ -214,3 +221,22 @@ def test_plan_points_a_scenario_with_outcomes_to_commit(capsys):
     assert main(["plan", str(path)]) == 2
     err = capsys.readouterr().err
     assert "uncertainty: plan outcomes with `fleetplan commit`" in err and err.count("\n") == 1
+
+
+def test_the_command_reports_the_risk_objective_computed_by_hand(tmp_path, capsys):
+    """Two outcomes, CVaR at 0.5: the worst half of the probability is all of "high" (0.4) and 0.1
+    of "low", so objective = expected + w x (0.4 x high + 0.1 x low) / 0.5, from the JSON's own costs
+    (w = 0.3: a weight large enough commits to the high outcome's fleet and makes the costs equal)."""
+    unc = {"outcomes": [{"name": "low", "probability": 0.6, "demand_scale": 0.5},
+                        {"name": "high", "probability": 0.4, "demand_scale": 3.0}],
+           "terms": ["1y"], "risk_weight": 0.3, "cvar_alpha": 0.5}
+    path = _write(tmp_path, unc)
+    assert main(["commit", path, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    low, high = (s["cost_usd"] for s in data["scenarios"])
+    assert high > low
+    assert data["objective_usd"] == pytest.approx(data["expected_cost_usd"] + 0.3 * (0.4 * high + 0.1 * low) / 0.5,
+                                                  abs=0.05)
+    assert data["gap"] == 0.0 and data["lower_bound_usd"] == pytest.approx(data["objective_usd"], abs=0.01)
+    assert main(["commit", path]) == 0
+    assert "objective $" in capsys.readouterr().out

@@ -56,6 +56,9 @@ def show_table(data: dict[str, Any], console: Any) -> None:
     p = data["cost_percentiles_usd"]
     console.print(f"expected cost {_usd(data['expected_cost_usd'])}/month (proven gap {data['gap']:.2%}, "
                   f"{data['method']}); P50 {_usd(p['p50'])}, P95 {_usd(p['p95'])}, worst {_usd(p['worst'])}")
+    if data["risk_weight"] > 0:
+        console.print(f"objective {_usd(data['objective_usd'])}/month: expected cost + {data['risk_weight']:g} x "
+                      f"CVaR {data['cvar_alpha']:g} of the outcomes' costs (the proven gap is this objective's)")
     console.print(f"value of the stochastic solution {_usd(data['vss_usd'])}/month (against committing to the mean "
                   f"forecast's plan, {_usd(data['mean_forecast']['expected_cost_usd'])}); expected value of perfect "
                   f"information {_usd(data['evpi_usd'])}/month")

@@ -84,7 +84,7 @@ def register(sub: Any) -> None:
     """Add ``simulate`` to the CLI's subparsers."""
     from fleetplan.catalogs import fields as F
     from fleetplan.commands.flags import add_catalog_flag, number_flag
-    from fleetplan.optimizer.simulation.simulate_plan import DEFAULT_REQUESTS
+    from fleetplan.optimizer.common.defaults import DEFAULT_REQUESTS  # not the simulator: every command builds this parser
 
     s = sub.add_parser("simulate", help="replay an hour of requests on a plan's replicas and check its targets",
                        description="Discrete-event simulation of a plan's replicas (continuous batching, chunked "

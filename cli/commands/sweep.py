@@ -128,7 +128,7 @@ def register(sub: Any) -> None:
     from fleetplan.commands.cluster import SCHEDULER_HELP
     from fleetplan.catalogs.fields import Range
     from fleetplan.commands.flags import CALIBRATION_HELP, add_catalog_flag, add_solver_flag, number_flag
-    from fleetplan.optimizer.decisions.sweep import DEFAULT_MAX_POINTS, MAX_POINTS
+    from fleetplan.optimizer.common.defaults import DEFAULT_MAX_POINTS, MAX_POINTS  # not the sweep itself: every command builds this parser
 
     MAX_POINTS_FLAG = Range(1, MAX_POINTS, "points", "more plans than this is a batch queue's work, not one command's",
                             integer=True)

@@ -41,7 +41,6 @@ from fleetplan.catalogs.loader import Catalog
 from fleetplan.models.presets import Preset
 from fleetplan.optimizer.traffic.demand import hourly_qps
 from fleetplan.optimizer.common.enums import Tier
-from fleetplan.optimizer.mip.formulation import build_model
 from fleetplan.optimizer.mip.linear import LinearProblem, to_linear_problem
 from fleetplan.optimizer.problem_data.problem import CandidateMemo, FleetProblem, build_problem
 from fleetplan.optimizer.problem_data.reductions import reduced
@@ -141,11 +140,21 @@ class StochasticPlan:
     notes: list[str] = field(default_factory=list)
 
     @property
+    def objective_usd(self) -> float:
+        """What the plan minimises: the expected cost, plus ``risk_weight`` x CVaR_alpha of the
+        outcomes' costs when the risk term weighs in (:func:`cvar`)."""
+        if self.risk_weight <= 0:
+            return self.expected_cost_usd
+        return _objective([o.cost_usd for o in self.outcomes], [o.probability for o in self.outcomes],
+                          self.risk_weight, self.cvar_alpha)
+
+    @property
     def gap(self) -> float:
-        """Proven relative gap of :attr:`expected_cost_usd` to the lower bound."""
-        if self.expected_cost_usd <= 0:
+        """Proven relative gap of :attr:`objective_usd` to the lower bound (a bound on the same objective)."""
+        objective = self.objective_usd
+        if objective <= 0:
             return 0.0
-        return max(0.0, (self.expected_cost_usd - self.lower_bound_usd) / self.expected_cost_usd)
+        return max(0.0, (objective - self.lower_bound_usd) / objective)
 
     @property
     def vss_usd(self) -> float:
@@ -189,6 +198,7 @@ class StochasticPlan:
                           for o in self.outcomes],
             "vss_usd": round(self.vss_usd, 2) if math.isfinite(self.vss_usd) else None,
             "evpi_usd": round(self.evpi_usd, 2),
+            "objective_usd": round(self.objective_usd, 2),
             "lower_bound_usd": round(self.lower_bound_usd, 2),
             "gap": round(self.gap, 6),
             "mean_forecast": {"commitment": commit(self.mean_forecast_commitment),
@@ -201,6 +211,41 @@ class StochasticPlan:
             "cvar_alpha": self.cvar_alpha,
             "notes": list(self.notes),
         }
+
+
+# ----------------------------------------------------------------------------- the risk term
+
+
+def cvar_columns(costs: Any, probabilities: Sequence[float], alpha: float) -> Any:
+    """CVaR_alpha of each column of ``costs`` (outcomes down, candidates across; USD), exactly:
+    Rockafellar-Uryasev's min over eta of eta + 1/(1 - alpha) sum_s p_s (cost_s - eta)+. The
+    function is convex and piecewise linear in eta with its kinks at the outcomes' costs, so its
+    minimum is at one of them: each column is sorted and the function is evaluated at every
+    cost of it (suffix sums), the least value taken."""
+    import numpy as np
+
+    c = np.asarray(costs, dtype=float)
+    if c.ndim == 1:
+        c = c[:, None]
+    p = np.broadcast_to(np.asarray(probabilities, dtype=float)[:, None], c.shape)
+    order = np.argsort(c, axis=0, kind="stable")
+    cs, ps = np.take_along_axis(c, order, axis=0), np.take_along_axis(p, order, axis=0)
+    # sums over the outcomes above each position k (costs at k itself add nothing at eta = cost_k)
+    above_p = np.cumsum(ps[::-1], axis=0)[::-1] - ps
+    above_pc = np.cumsum((ps * cs)[::-1], axis=0)[::-1] - ps * cs
+    value = cs + np.maximum(0.0, above_pc - cs * above_p) / (1.0 - alpha)
+    return value.min(axis=0)
+
+
+def cvar(costs: Sequence[float], probabilities: Sequence[float], alpha: float) -> float:
+    """CVaR_alpha of one set of outcomes' costs (:func:`cvar_columns`)."""
+    return float(cvar_columns(list(costs), probabilities, alpha)[0])
+
+
+def _objective(costs: Sequence[float], probabilities: Sequence[float], weight: float, alpha: float) -> float:
+    """Expected cost, plus ``weight`` x CVaR_alpha when the risk term weighs in."""
+    expected = sum(p * c for p, c in zip(probabilities, costs))
+    return expected + weight * cvar(costs, probabilities, alpha) if weight > 0 else expected
 
 
 # ----------------------------------------------------------------------------- building
@@ -256,6 +301,8 @@ def term_prices(unc: Uncertainty, catalog_reserved: dict[str, tuple[float, str]]
 def outcome_model(case: Case, prob: FleetProblem, terms: list[TermPrice]) -> OutcomeModel:
     """The recourse MIP of one outcome with the commitment's columns (cost as priced, bounded by
     the most GPUs its reserved replicas could hold) and rows linking its reserved GPUs to them."""
+    from fleetplan.optimizer.mip.formulation import build_model  # the modeller, only where a MIP is built
+
     base = to_linear_problem(build_model(prob))
     objective = recourse_objective(base, prob, case.overrides)
     reserved = _reserved_gpus(base, prob)
@@ -646,7 +693,8 @@ def _outcome_models(scenario: Scenario, unc: Uncertainty, catalog: Catalog, pres
 def _extensive(models: list[OutcomeModel], run: Runner, unc: Uncertainty, solver: Solver, gap: float,
                time_limit_s: float | None, notes: list[str]) -> tuple[tuple[float, ...], list[float], float, list[float]]:
     """The extensive form solved: the commitment, each outcome's cost with it, the lower bound
-    (the expected cost's own when CVaR weighs in: the wait-and-see value) and the wait-and-see optima."""
+    (on the extensive form's objective: the expected cost, plus the risk term when it weighs in)
+    and the wait-and-see optima."""
     x, bound = solve_extensive(models, solver, min(gap, SUB_GAP), time_limit_s, unc.risk_weight, unc.cvar_alpha)
     costs = evaluate(models, x, run)
     own_found = run([(i, _costs(models), None) for i in range(len(models))])
@@ -655,9 +703,7 @@ def _extensive(models: list[OutcomeModel], run: Runner, unc: Uncertainty, solver
     own = [f.objective_usd for f in own_found]  # type: ignore[union-attr]
     if unc.risk_weight > 0:
         notes.append(f"objective: expected cost + {unc.risk_weight:g} x CVaR {unc.cvar_alpha:g}; the lower bound "
-                     f"is the expected cost's own")
-        # expected cost alone is bounded by the wait-and-see value; the bound above is the risk objective's
-        bound = sum(m.case.probability * v for m, v in zip(models, own))
+                     f"is the extensive form's, on the same objective")
     return x, costs, bound, own
 
 
@@ -697,6 +743,15 @@ class GridContext:
     cases: list[Case]
     gpus: tuple[str, ...]
     unit_usd: tuple[float, ...]  # USD per committed GPU per month, type by type of ``gpus``
+    mean_case: Case | None = None
+    terms: tuple[TermPrice, ...] = ()
+
+    def bound_here(self) -> GridContext:
+        """This context with its candidate memo keyed to its own catalog and preset: a copy
+        unpickled on a Dask worker holds new objects, and would otherwise build every product's
+        configurations again (a fork copy holds the same objects: nothing changes)."""
+        self.memo.rebind(self.catalog, self.preset)
+        return self
 
 
 def outcome_grid(ctx: GridContext, i: int) -> OutcomeGrid:
@@ -728,12 +783,24 @@ def _commit_usd(unit: Sequence[float], shape: tuple[int, ...]) -> Any:
     return total
 
 
-def outcome_grids_of(ctx: GridContext, first: int, stop: int) -> list[OutcomeGrid]:
-    """:func:`outcome_grid` of outcomes ``first`` to ``stop - 1``."""
+def outcome_grids_of(ctx: GridContext, first: int, stop: int) -> list[OutcomeGrid] | str | None:
+    """:func:`outcome_grid` of outcomes ``first`` to ``stop - 1``; with ``stop`` below 0, instead
+    the checks of the product split (:func:`check_split`) on the mean forecast and on the first
+    outcome (it carries every override the outcomes set): why the split disagrees with the fleet
+    MIP, or None. The checks are one task: the worker that runs it alone imports the modeller."""
+    ctx = ctx.bound_here()
+    if stop < 0:
+        for case in (ctx.mean_case, ctx.cases[0]):
+            assert case is not None
+            prob = outcome_problem(ctx.scenario, ctx.catalog, ctx.preset, ctx.folder, case, ctx.qps, ctx.memo)
+            reason = not_separable(prob) or check_split(prob, case, list(ctx.terms), ctx.gpus, ctx.unit_usd)
+            if reason is not None:
+                return reason
+        return None
     return [outcome_grid(ctx, i) for i in range(first, stop)]
 
 
-def _grids_in_copy(first: int, stop: int) -> list[OutcomeGrid]:
+def _grids_in_copy(first: int, stop: int) -> list[OutcomeGrid] | str | None:
     """Worker: :func:`outcome_grids_of` on the parent's context."""
     return outcome_grids_of(shared(), first, stop)
 
@@ -742,13 +809,17 @@ CHUNKS_PER_WORKER = 4  # outcomes go to each worker (local or Dask) in about thi
 
 
 def outcome_grids(ctx: GridContext, client: Any, workers: int | None,
-                  progress: Callable[[str, int, int], None] | None) -> list[OutcomeGrid]:
-    """Every outcome's grid, in order: on the Dask cluster of ``client``, else in worker processes;
-    each task is a run of consecutive outcomes (the result does not depend on how they are cut)."""
+                  progress: Callable[[str, int, int], None] | None,
+                  checks: bool = False) -> tuple[list[OutcomeGrid], str | None]:
+    """Every outcome's grid, in order, and with ``checks`` why the product split's checks refuse
+    it, or None (see :func:`outcome_grids_of`): on the Dask cluster of ``client``, else in worker
+    processes. The checks go first, as a task beside the runs of consecutive outcomes (the result
+    does not depend on how they are cut)."""
     n = len(ctx.cases)
     count = len(client.nthreads()) if client is not None else workers if workers is not None else jobs()
     size = max(1, math.ceil(n / (CHUNKS_PER_WORKER * count))) if count > 1 else n
-    runs = [(a, min(n, a + size)) for a in range(0, n, size)]
+    checks_run = [(0, -1)] if checks else []
+    runs = checks_run + [(a, min(n, a + size)) for a in range(0, n, size)]
     if client is not None:
         shared_ctx = client.scatter(ctx, broadcast=True)
         futures = [client.submit(outcome_grids_of, shared_ctx, a, b, pure=False) for a, b in runs]
@@ -756,7 +827,8 @@ def outcome_grids(ctx: GridContext, client: Any, workers: int | None,
     else:
         tick = None if progress is None else (lambda done, total: progress("outcome recourse", done, total))
         found = map_in_copies(_grids_in_copy, ctx, runs, count, progress=tick)
-    return [g for run in found for g in run]
+    reason = found[0] if checks else None
+    return [g for run in found[len(checks_run):] for g in run], reason
 
 
 def _padded(values: Any, shape: tuple[int, ...]) -> Any:
@@ -843,13 +915,15 @@ class SeparableSetup:
     mean_problem: FleetProblem
     terms: list[TermPrice]
     ctx: GridContext
+    risk_weight: float = 0.0
+    cvar_alpha: float = 0.95
 
 
 def separable_setup(scenario: Scenario, unc: Uncertainty, catalog: Catalog, preset: Preset, folder: Path,
                     commitment_rows: Sequence[dict[str, Any]]) -> SeparableSetup | str:
-    """The setup of :func:`separable_plan`, or why the outcomes are not separable (checked on the
-    mean forecast and the first outcome, with :func:`check_split`; each outcome's problem is
-    checked again where its grid is made)."""
+    """The setup of :func:`separable_plan`, or why the outcomes are not separable (the mean
+    forecast's problem here; each outcome's where its grid is made, and the split is checked
+    against the fleet MIP on the mean forecast and the first outcome as tasks beside them)."""
     check_outcomes(unc, scenario.products, folder, "scenario")  # a block parsed with product names only
     items = cases(unc)
     qps = hourly_qps(scenario.products, folder)
@@ -863,12 +937,10 @@ def separable_setup(scenario: Scenario, unc: Uncertainty, catalog: Catalog, pres
     if not terms:
         return "no commitment term has a price"
     gpus, unit, _ = _cheapest_terms(terms, prob.hours_per_month)
-    first = outcome_problem(scenario, catalog, preset, folder, items[0], qps, memo)
-    for case, checked in ((mean, prob), (items[0], first)):  # the first outcome carries every override it sets
-        reason = not_separable(checked) or check_split(checked, case, terms, gpus, unit)
-        if reason is not None:
-            return reason
-    return SeparableSetup(mean, prob, terms, GridContext(scenario, catalog, preset, folder, qps, memo, items, gpus, unit))
+    # the first outcome's configurations too, so that the workers (copies of this process) share them
+    outcome_problem(scenario, catalog, preset, folder, items[0], qps, memo)
+    ctx = GridContext(scenario, catalog, preset, folder, qps, memo, items, gpus, unit, mean, tuple(terms))
+    return SeparableSetup(mean, prob, terms, ctx, unc.risk_weight, unc.cvar_alpha)
 
 
 def separable_plan(setup: SeparableSetup, client: Any, workers: int | None,
@@ -878,7 +950,9 @@ def separable_plan(setup: SeparableSetup, client: Any, workers: int | None,
     (every commitment is priced, so the bound is the plan's own cost). Returns why not instead
     when an outcome is not separable."""
     ctx, terms = setup.ctx, setup.terms
-    grids = outcome_grids(ctx, client, workers, progress)
+    grids, reason = outcome_grids(ctx, client, workers, progress, checks=True)
+    if reason is not None:
+        return reason
     known = {c.gpu for c in setup.mean_problem.all_candidates()}
     for g in grids:
         if g.reason is not None:
@@ -892,9 +966,14 @@ def separable_plan(setup: SeparableSetup, client: Any, workers: int | None,
         total = total + case.probability * _padded(g.values, shape)
     if not math.isfinite(float(total.min())):
         raise UncertaintyError("uncertainty: no commitment found that every outcome can plan with")
-    point = _first_min(total)
+    searched = 0
+    if setup.risk_weight > 0:
+        point, searched = _least_risk_objective(total, commit, grids, ctx.cases, setup.risk_weight, setup.cvar_alpha)
+    else:
+        point = _first_min(total)
     costs = [_at(commit, point) + _at(g.values, point) for g in grids]
     expected = sum(c.probability * v for c, v in zip(ctx.cases, costs))
+    objective = _objective(costs, [c.probability for c in ctx.cases], setup.risk_weight, setup.cvar_alpha)
     mean = setup.mean_problem
     mean_values = recourse_grid(outcome_recourse(mean, setup.mean_case.overrides), ctx.gpus)[-1]
     ev = _first_min(mean_values + _commit_usd(ctx.unit_usd, mean_values.shape))
@@ -904,15 +983,63 @@ def separable_plan(setup: SeparableSetup, client: Any, workers: int | None,
     notes = [f"exact by the product split: every commitment up to {' x '.join(str(s - 1) for s in shape)} GPUs "
              f"({', '.join(ctx.gpus)}) priced in every outcome, each outcome's recourse solved product by product and "
              f"hour by hour"]
+    if setup.risk_weight > 0:
+        notes.append(f"objective: expected cost + {setup.risk_weight:g} x CVaR {setup.cvar_alpha:g}, exact at each "
+                     f"commitment; {searched} of {total.size} commitments priced in the order of a lower bound "
+                     f"(CVaR is at least the expected cost and the CVaR of the outcomes' own optima) until it passed "
+                     f"the best")
     return StochasticPlan(
         commitment=_commitment(terms, _as_terms(terms, ctx.gpus, point)), expected_cost_usd=expected,
-        lower_bound_usd=expected,  # the least total of the whole grid is this plan's own
+        lower_bound_usd=objective,  # every other commitment is priced, or bounded, no lower: the plan's own
         outcomes=[OutcomeCost(c.name, c.probability, v, o) for c, v, o in zip(ctx.cases, costs, own)],
         mean_forecast_commitment=_commitment(terms, _as_terms(terms, ctx.gpus, ev)),
         mean_forecast_expected_cost_usd=eev if math.isfinite(eev) else math.inf,
         wait_and_see_usd=min(wait_and_see, expected), method="decomposition", solve_s=time.monotonic() - start,
-        notes=notes,
+        risk_weight=setup.risk_weight, cvar_alpha=setup.cvar_alpha, notes=notes,
     )
+
+
+RISK_CHUNK = 4096  # commitments priced together by the risk search, at most
+RISK_CHUNK_VALUES = 2_000_000  # outcomes x commitments held at once by it (16 MB of costs)
+
+
+def _least_risk_objective(total: Any, commit: Any, grids: list[OutcomeGrid], items: list[Case], weight: float,
+                          alpha: float) -> tuple[tuple[int, ...], int]:
+    """The commitment of least expected cost + ``weight`` x CVaR_alpha, and how many were priced.
+
+    ``total`` is the expected cost at every commitment. CVaR_alpha is at least the expected cost,
+    and at least the CVaR of the outcomes' own optima (each outcome costs at least its own optimum
+    whatever the commitment, and CVaR grows with every cost), so expected cost + ``weight`` x the
+    larger of the two is a lower bound on the objective: commitments are priced exactly
+    (:func:`cvar_columns` over the outcomes' costs there) in the order of that bound, in chunks,
+    until the next bound exceeds the best objective found; every commitment not priced is then
+    proven no better. Ties go to the least commitment in grid order, as without the risk term."""
+    import numpy as np
+
+    flat = total.ravel()
+    probabilities = [c.probability for c in items]
+    floor = cvar([g.own_usd for g in grids], probabilities, alpha)
+    bound = flat + weight * np.maximum(flat, floor)
+    order = np.argsort(bound, kind="stable")
+    best, best_at, priced = math.inf, -1, 0
+    chunk = max(1, min(RISK_CHUNK, RISK_CHUNK_VALUES // max(1, len(grids))))
+    for a in range(0, order.size, chunk):
+        idx = order[a:a + chunk]
+        if bound[idx[0]] > best + 1e-12 * max(1.0, abs(best)):
+            break
+        coords = np.unravel_index(idx, total.shape)
+        costs = np.empty((len(grids), idx.size))
+        base = commit[coords]
+        for s, g in enumerate(grids):
+            clipped = tuple(np.minimum(c, n - 1) for c, n in zip(coords, g.values.shape))
+            costs[s] = base + g.values[clipped]
+        value = flat[idx] + weight * cvar_columns(costs, probabilities, alpha)
+        priced += idx.size
+        for v, j in zip(value.tolist(), idx.tolist()):
+            tol = 1e-12 * max(1.0, abs(best)) if math.isfinite(best) else 0.0
+            if best_at < 0 or v < best - tol or (v <= best + tol and j < best_at):
+                best, best_at = min(v, best), j
+    return tuple(int(v) for v in np.unravel_index(best_at, total.shape)), priced
 
 
 def _by_product_split(scenario: Scenario, unc: Uncertainty, catalog: Catalog, preset: Preset, folder: Path,
@@ -932,16 +1059,15 @@ def plan_under_uncertainty(scenario: Scenario, unc: Uncertainty, catalog: Catalo
     """The two-stage plan of ``scenario`` under ``unc``: the commitment, its cost in every outcome,
     the mean forecast's commitment and cost, the wait-and-see optima (for EVPI and regret).
 
-    Outcomes whose products share nothing but the commitment are solved by the product split
-    (:func:`separable_plan`) unless ``separable`` is False, the method is ``extensive`` or risk weighs
-    in; others as whole-horizon MIPs. Outcomes run on the Dask cluster of ``client``, else in
-    ``workers`` local processes (default: what the command allows); the plan is the same either way."""
+    Outcomes whose products share nothing but the commitment go to the product split (:func:`separable_plan`,
+    risk term included) unless ``separable`` is False or the method is ``extensive``; others to whole-horizon
+    MIPs, on the Dask cluster of ``client``, else in ``workers`` local processes: the same plan either way."""
     if Tier.RESERVED not in scenario.options.tiers:
         raise UncertaintyError("options.tiers: a commitment needs the reserved tier (nearest valid choice: "
                                "[reserved, on_demand])")
     start = time.monotonic()
     why: StochasticPlan | str = ""  # the product split's plan, or why there is none (told in the notes)
-    if separable and unc.method != "extensive" and unc.risk_weight == 0:
+    if separable and unc.method != "extensive":
         why = _by_product_split(scenario, unc, catalog, preset, folder, commitment_rows, client, workers, progress, start)
         if not isinstance(why, str):
             return why
@@ -968,6 +1094,7 @@ def plan_under_uncertainty(scenario: Scenario, unc: Uncertainty, catalog: Catalo
                         lambda it, lo, up: progress("decomposition rounds", it, unc.max_iterations))
         x, costs, bound, own, iterations = dec.commit, dec.outcome_costs, dec.lower_bound_usd, dec.own_optima, dec.iterations
     expected = sum(m.case.probability * v for m, v in zip(models, costs))
+    objective = _objective(costs, [m.case.probability for m in models], unc.risk_weight, unc.cvar_alpha)
     eev_costs = evaluate(models, ev.commit, run)
     if eev_costs is None:
         notes.append("the mean forecast's commitment leaves some outcome without a plan: its expected cost is infinite")
@@ -977,7 +1104,7 @@ def plan_under_uncertainty(scenario: Scenario, unc: Uncertainty, catalog: Catalo
     wait_and_see = sum(m.case.probability * v for m, v in zip(models, own))
     outcomes = [OutcomeCost(m.case.name, m.case.probability, v, o) for m, v, o in zip(models, costs, own)]
     return StochasticPlan(
-        commitment=_commitment(terms, x), expected_cost_usd=expected, lower_bound_usd=min(bound, expected),
+        commitment=_commitment(terms, x), expected_cost_usd=expected, lower_bound_usd=min(bound, objective),
         outcomes=outcomes, mean_forecast_commitment=_commitment(terms, ev.commit),
         mean_forecast_expected_cost_usd=eev, wait_and_see_usd=min(wait_and_see, expected), method=method,
         iterations=iterations, solve_s=time.monotonic() - start, risk_weight=unc.risk_weight,

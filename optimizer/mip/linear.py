@@ -12,8 +12,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyomo.core import Constraint, Objective, Var, maximize
-from pyomo.repn.standard_repn import generate_standard_repn
 
 
 @dataclass
@@ -182,6 +180,9 @@ def _entity(index: object) -> str:
 
 def to_linear_problem(model: object) -> LinearProblem:
     """Flatten the active variables, linear constraints and objective of a Pyomo ``model``."""
+    from pyomo.core import Constraint, Objective, Var, maximize  # here: a matrix alone does not need the modeller
+    from pyomo.repn.standard_repn import generate_standard_repn
+
     lp = LinearProblem()
     col_of: dict[int, int] = {}
     for var in model.component_objects(Var, active=True, descend_into=True):  # type: ignore[attr-defined]

@@ -276,8 +276,10 @@ def explain_no_candidates(product: Product, cs: CandidateSet) -> str:
 # Product fields candidate generation does not read: its name (only a label on what is found,
 # set per product by :func:`relabelled`), demand and what pays for it.
 _NOT_GENERATION = frozenset({"name", "peak_qps", "demand_profile", "api", "self_host_fixed_monthly_usd"})
-# Option fields candidate generation does not read: how long and how exactly to solve.
-_NOT_GENERATION_OPTIONS = frozenset({"time_limit_s", "mip_rel_gap"})
+# Option fields candidate generation does not read: how long and how exactly to solve, and the
+# spot share cap (a row of the MIP; outcomes of a commitment plan that differ in spot availability
+# share their configurations)
+_NOT_GENERATION_OPTIONS = frozenset({"time_limit_s", "mip_rel_gap", "spot_max_share"})
 
 
 @dataclass
@@ -327,6 +329,13 @@ class CandidateMemo:
         """How many generations are still to run for products with these :meth:`generation` keys:
         the distinct ones with a set not yet kept (a request mix's buckets count as one)."""
         return len({g for g in generations if any(k not in self.sets for k in g)})
+
+    def rebind(self, catalog: Catalog, preset: Preset) -> None:
+        """Key every set to ``catalog`` and ``preset`` (the only ones its sets were made with): a
+        memo unpickled in another process holds copies of them, whose identities are new there."""
+        ids = (id(catalog), id(preset))
+        if any(k[2:4] != ids for k in self.sets):
+            self.sets = {(*k[:2], *ids, *k[4:]): v for k, v in self.sets.items()}  # type: ignore[misc]
 
 
 def candidate_key(product: Product, catalog: Catalog, scenario: Scenario, preset: Preset) -> tuple[Any, ...]:

@@ -45,7 +45,10 @@ from fleetplan.optimizer.traffic.scenario import Product, RequestBucket, Scenari
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 PROBABILITY_TOLERANCE = 1e-6  # listed probabilities must sum to 1 within this
-MAX_OUTCOMES = 1000  # outcomes a plan may weigh: each is a MIP of the whole horizon
+MAX_OUTCOMES = 1000  # listed outcomes a plan may weigh: each may be a MIP of the whole horizon
+# sampled outcomes a plan may weigh: the product split prices each in milliseconds, but every one
+# is held as a grid of commitments in memory; beyond this, the tail is better sampled than listed
+MAX_SAMPLED_OUTCOMES = 10_000
 TERMS = ("1y", "3y", "reserved")  # commitment terms; ``reserved``: the catalog's reserved price, term unstated
 DEMAND_SCALE_MAX = 100.0
 LONG_PROMPT_SHIFT_MAX = 100.0  # a long-prompt share a hundred times the forecast's is a unit error
@@ -196,7 +199,7 @@ class Sample(_Strict):
     """``scenarios`` outcomes drawn with ``seed``, each of probability 1/scenarios, each field
     drawn from its distribution (fields left out keep the base scenario's value)."""
 
-    scenarios: int = Field(ge=1, le=MAX_OUTCOMES)
+    scenarios: int = Field(ge=1, le=MAX_SAMPLED_OUTCOMES)
     seed: int = Field(default=0, ge=0, le=2**32 - 1)
     demand_scale: Distribution | None = None
     spot_max_share: Distribution | None = None
