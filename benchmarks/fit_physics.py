@@ -78,7 +78,7 @@ SPECULATION = DEFAULT_PHYSICS.benchmark_speculation[0][:4]
 ENGINES = ("atom", "sglang", "trtllm", "vllm")
 # AMD families with their own fitted bandwidth efficiency (MI300X; MI325X and MI355X), the fixed
 # costs per step and layer shared with NVIDIA's; a family no remaining row measures takes the
-# bandwidth efficiency the physics gives a family without figures (``Physics.fallback``)
+# mean efficiency of the GPUs the remaining rows measure (:func:`unmeasured_families`)
 AMD = ("cdna3", "cdna4")
 # Engines that hold a new request to balance attention data-parallel ranks (their limit in steps fitted)
 BALANCING = tuple(e for e, _ in DEFAULT_PHYSICS.attention_dp_balance_steps) or ("trtllm",)
@@ -323,16 +323,31 @@ def unmeasured_engines(x: np.ndarray, rows: list[Measurement]) -> np.ndarray:
 
 def unmeasured_families(x: np.ndarray, rows: list[Measurement], catalog: Catalog) -> np.ndarray:
     """``x`` with the bandwidth efficiency of each family of :data:`AMD` that no row of ``rows``
-    measures set to the one the physics gives a GPU family without figures
-    (``DEFAULT_PHYSICS.fallback``): a fit without its rows cannot know it, and a user's new GPU
-    family gets that figure from the shipped physics."""
+    measures set to the mean over the GPUs the rows do measure (each GPU once, whatever its rows)
+    of their family's efficiency in ``x``: a fit without the family's rows cannot know it, and it
+    predicts it as an average measured GPU, as the shipped physics predicts a user's new GPU
+    family (``DEFAULT_PHYSICS.fallback``, the same mean over the shipped fit's GPUs). With no
+    GPU measured at all, the shipped fallback's figure."""
     names = [name for name, _, _ in PARAMETERS]
-    seen = {catalog.gpus[r.gpu].family for r in rows}
+    families = {catalog.gpus[r.gpu].family for r in rows}
     x = x.copy()
+    measured = [family_bandwidth(x, catalog.gpus[g].family) for g in sorted({r.gpu for r in rows})]
+    mean = float(np.mean(measured)) if measured else DEFAULT_PHYSICS.fallback.bandwidth_efficiency
     for fam in AMD:
-        if fam not in seen:
-            x[names.index(f"bandwidth_{fam}")] = DEFAULT_PHYSICS.fallback.bandwidth_efficiency
+        if fam not in families:
+            x[names.index(f"bandwidth_{fam}")] = mean
     return x
+
+
+def family_bandwidth(x: np.ndarray, family: str) -> float:
+    """The bandwidth efficiency ``x`` gives GPU family ``family``: its own (:data:`AMD`), NVIDIA's
+    shared one, or the shipped figure of a family the fit does not move."""
+    names = [name for name, _, _ in PARAMETERS]
+    if family in AMD:
+        return float(x[names.index(f"bandwidth_{family}")])
+    if family in NVIDIA:
+        return float(x[names.index("bandwidth_efficiency")])
+    return DEFAULT_PHYSICS.family(family).bandwidth_efficiency
 
 
 def residual_rows(rows: list[Measurement]) -> np.ndarray:
