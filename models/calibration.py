@@ -282,13 +282,22 @@ def _better(loss: H.Loss, held_out: np.ndarray, baseline: np.ndarray, outer: np.
     those ``among`` marks), by more than one standard error of the gain over the outer folds that
     hold some out (the rule levels are chosen by, applied to the whole procedure: a calibration
     whose gain is a few groups' luck is not kept)."""
+    gain = _fold_gains(loss, held_out, baseline, outer, among)
+    return len(gain) >= 2 and bool(gain.sum() > KEEP_ERRORS * H.standard_error(gain))
+
+
+def _fold_gains(loss: H.Loss, held_out: np.ndarray, baseline: np.ndarray, outer: np.ndarray,
+                among: np.ndarray | None = None) -> np.ndarray:
+    """What the held-out multipliers lose less than ``baseline`` in each fold of ``outer`` that
+    holds out some of the groups ``among`` marks (default every group) with a held-out value."""
     held = np.isfinite(held_out) & (True if among is None else among)
     masks = outer & held[None, :]
     masks = masks[masks.any(axis=1)]
-    if len(masks) < 2:
-        return False
-    gain = loss(np.where(held, baseline, 0.0)[None, :], masks) - loss(np.where(held, held_out, 0.0)[None, :], masks)
-    return bool(gain.sum() > KEEP_ERRORS * np.std(gain, ddof=1) * math.sqrt(len(gain)))
+    if not len(masks):
+        return np.zeros(0)
+    gain: np.ndarray = (loss(np.where(held, baseline, 0.0)[None, :], masks)
+                        - loss(np.where(held, held_out, 0.0)[None, :], masks))
+    return gain
 
 
 def _better_kinds(t: Table, loss: H.Loss, held_out: np.ndarray, outer: np.ndarray) -> tuple[str, ...]:
@@ -330,13 +339,7 @@ def _quantity(t: Table, values: np.ndarray, loss: H.Loss, held_out: np.ndarray, 
 def _not_worse(loss: H.Loss, held_out: np.ndarray, outer: np.ndarray, among: np.ndarray) -> bool:
     """Whether the held-out multipliers lose no more than none on the groups ``among`` marks,
     summed over the folds ``outer`` (true without such a fold)."""
-    held = np.isfinite(held_out) & among
-    masks = outer & held[None, :]
-    if not masks.any():
-        return True
-    zeros = np.zeros_like(held_out)
-    gain = loss(zeros[None, :], masks) - loss(np.where(held, held_out, 0.0)[None, :], masks)
-    return bool(gain.sum() >= 0.0)
+    return bool(_fold_gains(loss, held_out, np.zeros_like(held_out), outer, among).sum() >= 0.0)
 
 
 def _tpot_nested(t: Table, outer: np.ndarray, by_cluster: np.ndarray, force: bool) -> tuple[

@@ -49,11 +49,11 @@ LEVELS: tuple[str, ...] = ("all", "kind", "engine", "family", "engine_family", "
 SINGLE_GROUP_LEVELS: frozenset[str] = frozenset({"model"})
 # A pooled level's cell applies only when its mean residual is this many standard errors from 0
 SYSTEMATIC_ERRORS = 2.0
-# Standard errors of its summed held-out gain (over the folds) by which a level must beat its absence:
-# none, since a pooled cell already applies only where it is systematic (SYSTEMATIC_ERRORS) and a
-# level must be never worse with single groups held out; the one-standard-error rule on top of
-# those refused offsets that predicted configurations of unseen engines better
-# (benchmarks/RESULTS.md, calibration on configurations the physics never saw)
+# Standard errors of its summed held-out gain (over the folds) by which a level must beat its
+# absence: one, so that a level whose gain is a few groups' luck is left out; on top of it a pooled
+# cell applies only where it is systematic (SYSTEMATIC_ERRORS) and a level must be never worse
+# with single groups held out (benchmarks/RESULTS.md, calibration on configurations the physics
+# never saw)
 LEVEL_ERRORS = 1.0
 # Groups' worth of "no change" each level may be shrunk by; cross-validation picks one or none.
 # A doubling grid from a quarter of a group (nearly the raw mean) to 32 groups (nearly nothing).
@@ -239,7 +239,7 @@ def select(values: np.ndarray, train: np.ndarray, cells: Cells, loss: Loss,
                   for k in SHRINK_GRID]
         best_k, best = _most_shrunk_within_one_error(trials)
         gain = current - best
-        keep = not allow_off or (float(gain.sum()) > LEVEL_ERRORS * _standard_error(gain)
+        keep = not allow_off or (float(gain.sum()) > LEVEL_ERRORS * standard_error(gain)
                                  and _never_worse(values, train, cells, chosen, i, best_k, loss, single))
         report.append(LevelChoice(level, best_k if keep else None, float(current.sum()),
                                   float(best.sum()) if keep else None))
@@ -259,7 +259,7 @@ def _never_worse(values: np.ndarray, train: np.ndarray, cells: Cells, chosen: li
     return float(with_.sum()) <= float(without.sum())
 
 
-def _standard_error(diff: np.ndarray) -> float:
+def standard_error(diff: np.ndarray) -> float:
     """One standard error of the sum over folds of a per-fold difference (from the folds' spread)."""
     return float(np.std(diff, ddof=1) * math.sqrt(len(diff))) if len(diff) > 1 else 0.0
 
@@ -268,5 +268,5 @@ def _most_shrunk_within_one_error(trials: Sequence[tuple[float, np.ndarray]]) ->
     """Of (k, per-fold loss) candidates, the largest ``k`` whose summed loss exceeds the lowest's
     by no more than one standard error of their difference."""
     _, lowest = min(trials, key=lambda kv: (float(kv[1].sum()), kv[0]))
-    close = [(k, loss) for k, loss in trials if float((loss - lowest).sum()) <= _standard_error(loss - lowest)]
+    close = [(k, loss) for k, loss in trials if float((loss - lowest).sum()) <= standard_error(loss - lowest)]
     return max(close, key=lambda kv: kv[0])

@@ -116,7 +116,7 @@ class Hours:
     usable: float
     api_cap: float
     spot_share: float
-    reserved_hours: Any  # float, or an array with a row per r (:func:`_hours_rows`)
+    reserved_hours: Any  # float, or an array with a row per count of reserved replicas (:func:`_hours_rows`)
 
 
 def hours_of(prob: FleetProblem, pd: ProductData, c: Candidate, r: int) -> Hours:
@@ -126,13 +126,7 @@ def hours_of(prob: FleetProblem, pd: ProductData, c: Candidate, r: int) -> Hours
 
 def _hours_from(d: Any, counts: Any, prob: FleetProblem, pd: ProductData, c: Candidate, r: int) -> Hours:
     """:func:`hours_of` with the demand ``d`` and the hours' counts given as arrays."""
-    u = c.usable_tokens_per_s
-    e = d - u * r
-    need = np.maximum(0, np.ceil(e / u - CEILING_TOLERANCE)).astype(np.int64)
-    first = np.where(need > 0, e - u * (need - 1), 0.0)
-    cap = pd.api_max_fraction * float(np.dot(counts, d)) if pd.has_api else 0.0
-    spot = prob.spot_max_share if Tier.SPOT in prob.tiers else 0.0
-    return Hours(need, first, u, cap, spot, float(r * counts.sum()))
+    return _row(_hours_rows(d, counts, prob, pd, c, np.array([r])), 0)
 
 
 def replica_cost(n: Any, hours: Hours, p: Prices) -> tuple[Any, Any]:
@@ -195,14 +189,13 @@ def config_costs(prob: FleetProblem, pd: ProductData, c: Candidate, ov: Override
     p = prices_of(prob, pd, c, ov)
     fixed = pd.fixed_monthly_usd if pd.has_api else 0.0
     d, counts = np.asarray(pd.demand_tokens_per_s, dtype=float), _counts(prob)
-    rows = _hours_rows(d, counts, prob, pd, c, pd.replica_bound(c) + 1)
+    rows = _hours_rows(d, counts, prob, pd, c, np.arange(pd.replica_bound(c) + 1))
     if not prob.hour_counts and not pd.has_api:  # no move to take: every r at once, as best_moves prices one
         costs, _ = replica_cost(rows.need.sum(axis=1), rows, p)
         return tuple(float(x + fixed) for x in costs)
     out = []
     for r in range(len(rows.need)):
-        hours = Hours(rows.need[r], rows.first[r], rows.usable, rows.api_cap, rows.spot_share,
-                      float(rows.reserved_hours[r]))
+        hours = _row(rows, r)
         if prob.hour_counts:
             _, cost = merged_hours_cost(prob, hours, p, pd.has_api)
         else:
@@ -211,17 +204,22 @@ def config_costs(prob: FleetProblem, pd: ProductData, c: Candidate, ov: Override
     return tuple(float(x) for x in out)
 
 
-def _hours_rows(d: Any, counts: Any, prob: FleetProblem, pd: ProductData, c: Candidate, n: int) -> Hours:
-    """:func:`_hours_from` for r = 0 .. ``n - 1`` at once: ``need`` and ``first`` with a row per r,
-    ``reserved_hours`` an array (the same arithmetic, element by element)."""
+def _hours_rows(d: Any, counts: Any, prob: FleetProblem, pd: ProductData, c: Candidate, r: Any) -> Hours:
+    """What each count of reserved replicas in the array ``r`` leaves to buy hour by hour, at once:
+    ``need`` and ``first`` with a row per count, ``reserved_hours`` an array (one row: :func:`_row`)."""
     u = c.usable_tokens_per_s
-    r = np.arange(n)
     e = d[None, :] - u * r[:, None]
     need = np.maximum(0, np.ceil(e / u - CEILING_TOLERANCE)).astype(np.int64)
     first = np.where(need > 0, e - u * (need - 1), 0.0)
     cap = pd.api_max_fraction * float(np.dot(counts, d)) if pd.has_api else 0.0
     spot = prob.spot_max_share if Tier.SPOT in prob.tiers else 0.0
     return Hours(need, first, u, cap, spot, r * counts.sum())
+
+
+def _row(rows: Hours, i: int) -> Hours:
+    """Row ``i`` of :func:`_hours_rows`' answer, as :func:`hours_of` gives it for one count."""
+    return Hours(rows.need[i], rows.first[i], rows.usable, rows.api_cap, rows.spot_share,
+                 float(rows.reserved_hours[i]))
 
 
 @dataclass(frozen=True)

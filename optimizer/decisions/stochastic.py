@@ -783,21 +783,30 @@ def _commit_usd(unit: Sequence[float], shape: tuple[int, ...]) -> Any:
     return total
 
 
+# The task (first, stop) that runs the product split's checks instead of a run of outcomes
+SPLIT_CHECKS = (0, -1)
+
+
 def outcome_grids_of(ctx: GridContext, first: int, stop: int) -> list[OutcomeGrid] | str | None:
-    """:func:`outcome_grid` of outcomes ``first`` to ``stop - 1``; with ``stop`` below 0, instead
-    the checks of the product split (:func:`check_split`) on the mean forecast and on the first
-    outcome (it carries every override the outcomes set): why the split disagrees with the fleet
-    MIP, or None. The checks are one task: the worker that runs it alone imports the modeller."""
+    """One worker task: :func:`outcome_grid` of outcomes ``first`` to ``stop - 1``, or for
+    :data:`SPLIT_CHECKS` :func:`split_checks`."""
     ctx = ctx.bound_here()
-    if stop < 0:
-        for case in (ctx.mean_case, ctx.cases[0]):
-            assert case is not None
-            prob = outcome_problem(ctx.scenario, ctx.catalog, ctx.preset, ctx.folder, case, ctx.qps, ctx.memo)
-            reason = not_separable(prob) or check_split(prob, case, list(ctx.terms), ctx.gpus, ctx.unit_usd)
-            if reason is not None:
-                return reason
-        return None
+    if (first, stop) == SPLIT_CHECKS:
+        return split_checks(ctx)
     return [outcome_grid(ctx, i) for i in range(first, stop)]
+
+
+def split_checks(ctx: GridContext) -> str | None:
+    """The checks of the product split (:func:`check_split`) on the mean forecast and on the first
+    outcome (it carries every override the outcomes set): why the split disagrees with the fleet
+    MIP, or None. They are one task: the worker that runs it alone imports the modeller."""
+    for case in (ctx.mean_case, ctx.cases[0]):
+        assert case is not None
+        prob = outcome_problem(ctx.scenario, ctx.catalog, ctx.preset, ctx.folder, case, ctx.qps, ctx.memo)
+        reason = not_separable(prob) or check_split(prob, case, list(ctx.terms), ctx.gpus, ctx.unit_usd)
+        if reason is not None:
+            return reason
+    return None
 
 
 def _grids_in_copy(first: int, stop: int) -> list[OutcomeGrid] | str | None:
@@ -818,7 +827,7 @@ def outcome_grids(ctx: GridContext, client: Any, workers: int | None,
     n = len(ctx.cases)
     count = len(client.nthreads()) if client is not None else workers if workers is not None else jobs()
     size = max(1, math.ceil(n / (CHUNKS_PER_WORKER * count))) if count > 1 else n
-    checks_run = [(0, -1)] if checks else []
+    checks_run = [SPLIT_CHECKS] if checks else []
     runs = checks_run + [(a, min(n, a + size)) for a in range(0, n, size)]
     if client is not None:
         shared_ctx = client.scatter(ctx, broadcast=True)

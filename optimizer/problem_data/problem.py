@@ -334,8 +334,13 @@ class CandidateMemo:
         """Key every set to ``catalog`` and ``preset`` (the only ones its sets were made with): a
         memo unpickled in another process holds copies of them, whose identities are new there."""
         ids = (id(catalog), id(preset))
-        if any(k[2:4] != ids for k in self.sets):
-            self.sets = {(*k[:2], *ids, *k[4:]): v for k, v in self.sets.items()}  # type: ignore[misc]
+        at = _KEY_CATALOG_PRESET
+        if any(k[at] != ids for k in self.sets):
+            self.sets = {(*k[:at.start], *ids, *k[at.stop:]): v for k, v in self.sets.items()}
+
+
+# Where :func:`candidate_key` holds the catalog's and the preset's identities
+_KEY_CATALOG_PRESET = slice(2, 4)
 
 
 def candidate_key(product: Product, catalog: Catalog, scenario: Scenario, preset: Preset) -> tuple[Any, ...]:
