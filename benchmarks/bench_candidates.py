@@ -1,8 +1,10 @@
 """Benchmark candidate generation of one scenario: configurations generated and kept after
 pruning, CPU and wall seconds, and the candidate memo's hits (sets reused by products alike but
-for name and demand) and misses (sets generated). No deadline: every set is generated whole.
+for name and demand) and misses (sets generated). No planner deadline: every set is generated
+whole; the benchmark as a whole stops at ``--time-limit`` seconds (default 600) with what it has.
 
     python benchmarks/bench_candidates.py [--case portfolio-50 | --scenario FILE] [--runs 3] [--per-name]
+                                          [--time-limit 600]
 
 ``--case`` names a scenario of ``stress_cases.py`` (written to a temporary folder); ``--per-name``
 keys the memo by product name too, as it was before products shared sets (the figure to compare
@@ -12,6 +14,7 @@ with). Medians over ``--runs`` fresh builds (each with a new memo) in this proce
 from __future__ import annotations
 
 import argparse
+import signal
 import statistics
 import sys
 import tempfile
@@ -21,7 +24,7 @@ from typing import Any
 
 from stress_cases import write_cases
 
-from fleetplan.catalogs.loader import load_catalog
+from fleetplan.catalogs.loader import InputError, load_catalog
 from fleetplan.models.presets import get_preset
 from fleetplan.optimizer.problem_data.problem import CandidateMemo, build_problem
 from fleetplan.optimizer.traffic.scenario import load_scenario
@@ -53,7 +56,17 @@ def main() -> None:
     ap.add_argument("--scenario", type=Path, help="a scenario file instead of --case")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--per-name", action="store_true", help="one generation per product name (the old key)")
+    ap.add_argument("--time-limit", type=float, default=600.0, help="seconds for the whole benchmark (default 600)")
     args = ap.parse_args()
+    if args.runs < 1 or not args.time_limit > 0:
+        sys.exit("bench_candidates: --runs must be 1 or more and --time-limit above 0")
+    rows: list[dict[str, float]] = []
+
+    def stop(*_: Any) -> None:
+        raise TimeoutError
+
+    signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, args.time_limit)
     with tempfile.TemporaryDirectory() as tmp:
         if args.scenario is not None:
             path = args.scenario
@@ -62,7 +75,19 @@ def main() -> None:
             if not found:
                 sys.exit(f"--case: no stress case {args.case!r}")
             path = found[0]
-        rows = [build_once(path, args.per_name) for _ in range(args.runs)]
+        try:
+            for i in range(args.runs):
+                print(f"bench_candidates: {path.stem} run {i + 1}/{args.runs}", file=sys.stderr, flush=True)
+                rows.append(build_once(path, args.per_name))
+        except InputError as e:
+            sys.exit(f"bench_candidates: {e}")
+        except TimeoutError:
+            if not rows:
+                sys.exit(f"bench_candidates: no run finished within --time-limit {args.time_limit:g} s")
+            print(f"bench_candidates: --time-limit {args.time_limit:g} s reached, {len(rows)} of {args.runs} runs",
+                  file=sys.stderr)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
     r = rows[-1]
     cpu, wall = [x["cpu_s"] for x in rows], [x["wall_s"] for x in rows]
     print(f"{path.stem}{' (per name)' if args.per_name else ''}: {r['products']} products, "
