@@ -91,3 +91,18 @@ def test_copies_given_nothing_end_and_an_error_stops_them():
     except ValueError:
         pass
     assert processes and not any(p.is_alive() for p in processes)
+
+
+def test_copies_ended_early_leave_no_thread_behind_for_the_next_copies():
+    import threading
+
+    from fleetplan.optimizer.runtime.workers import started_copies
+
+    before = threading.active_count()
+    with started_copies(2, _prepare) as copies:
+        assert copies is not None
+        handed = copies.hand(_prepared_and_scaled, {"factor": 2}, 4)
+        copies.end()  # as the commitment plan does before whole-horizon MIPs make copies of their own
+        assert threading.active_count() == before and handed.result()[0] == 8
+        out = map_in_copies(_scaled, {"factor": 3}, [(1,), (2,)], 2)
+    assert [v for v, _, _ in out] == [3, 6]

@@ -267,9 +267,12 @@ class Copies:
 
     def end(self) -> None:
         """End the copies now (their work done), before the block that started them is left: for a
-        caller that goes on without them."""
+        caller that goes on without them (and may make copies of its own: no thread of this one is
+        left running, the hand-over's included)."""
         self.release()
         self.pool.shutdown(wait=True)
+        self.handoff.close()  # its task has ended, so what was put was taken: nothing left to send
+        self.handoff.join_thread()
 
 
 @contextmanager
