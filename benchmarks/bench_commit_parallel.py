@@ -24,10 +24,12 @@ the scenario and catalog and the set-up, while one worker loads the modeller) an
 workers' CPU (loading the modeller, the split's checks, the outcomes' runs). From these it
 predicts the wall on two idle cores (the workers take the runs in order, each the next free; the
 command's CPU during and after them added) and the speed-up against ``--jobs 1``'s CPU.
+``--modes dask-cpu`` does the same on the Dask clusters: the client's CPU, the workers' (their
+processes' CPU times before and after each run) and client + workers / 2 as the two-core wall.
 
     python benchmarks/bench_commit_parallel.py                       # 200, 1000, 5000; jobs and dask; 5 runs
     python benchmarks/bench_commit_parallel.py --outcomes 200 --runs 7 --modes jobs
-    python benchmarks/bench_commit_parallel.py --outcomes 200 --runs 8 --modes cpu
+    python benchmarks/bench_commit_parallel.py --outcomes 200 --runs 8 --modes cpu,dask-cpu
 """
 
 from __future__ import annotations
@@ -235,11 +237,54 @@ def cpu_case(outcomes: int, path: Path, runs: int) -> dict[str, Any]:
             "load_after": round(os.getloadavg()[0], 2)}
 
 
+def dask_cpu_case(outcomes: int, path: Path, runs: int) -> dict[str, Any]:
+    """CPU accounting on Dask clusters of two workers and one (started first, warmed by a run): the
+    client's CPU (:data:`CPU_WRAPPER`) and the workers' (their processes' CPU times before and
+    after), ``runs`` of each in turn; medians, and the wall that predicts on two idle cores."""
+    import psutil
+    from distributed import LocalCluster
+
+    def workers_cpu(cluster: Any) -> float:
+        total = 0.0
+        for nanny in cluster.workers.values():
+            for proc in (p := psutil.Process(nanny.process.process.pid), *p.children(recursive=True)):
+                times = proc.cpu_times()
+                total += times.user + times.system
+        return total
+
+    def once(cluster: Any) -> tuple[float, float]:
+        before = workers_cpu(cluster)
+        row = cpu_run(["commit", str(path), "--json", "--scheduler", cluster.scheduler_address])
+        return row["own_cpu_s"], workers_cpu(cluster) - before
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c2, \
+            LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as c1:
+        once(c2)  # warm-up
+        once(c1)
+        two, one = [], []
+        for k in range(runs):
+            two.append(once(c2))
+            one.append(once(c1))
+            print(f"bench_commit_parallel: dask-cpu {outcomes} run {k + 1}/{runs}", file=sys.stderr, flush=True)
+
+    def med(xs: list[float]) -> float:
+        return round(statistics.median(xs), 3)
+
+    client2, workers2 = med([a for a, _ in two]), med([b for _, b in two])
+    client1, workers1 = med([a for a, _ in one]), med([b for _, b in one])
+    return {"mode": "dask-cpu", "outcomes": outcomes, "runs": runs,
+            "two_workers": {"client_cpu_s": client2, "workers_cpu_s": workers2},
+            "one_worker": {"client_cpu_s": client1, "workers_cpu_s": workers1},
+            "predicted_two_core_wall_s": round(client2 + workers2 / 2, 3),
+            "predicted_speed_up": round((client1 + workers1) / (client2 + workers2 / 2), 2),
+            "load_after": round(os.getloadavg()[0], 2)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--outcomes", default="200,1000,5000", help="sampled outcomes, comma-separated")
     ap.add_argument("--runs", type=int, default=5, help="timed pairs per case (after one warm-up each)")
-    ap.add_argument("--modes", default="jobs,dask", help="jobs, dask, cpu (comma-separated)")
+    ap.add_argument("--modes", default="jobs,dask", help="jobs, dask, cpu, dask-cpu (comma-separated)")
     args = ap.parse_args()
     modes = args.modes.split(",")
     base = command()
@@ -248,6 +293,9 @@ def main() -> None:
         if "cpu" in modes:
             for n, path in paths.items():
                 print(json.dumps(cpu_case(n, path, args.runs)), flush=True)
+        if "dask-cpu" in modes:
+            for n, path in paths.items():
+                print(json.dumps(dask_cpu_case(n, path, args.runs)), flush=True)
         if "jobs" in modes:
             for n, path in paths.items():
                 run = [*base, "commit", str(path), "--json"]
