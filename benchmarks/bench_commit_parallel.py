@@ -16,8 +16,20 @@ in two processes, the median of three), so a speed-up can be read against what t
 
 One JSON line per case on stdout; progress on stderr.
 
+``--modes cpu`` accounts the kernel's CPU time instead of walls (less sensitive to other jobs on
+the machine): the command is run in a process of its own by a small wrapper (``CPU_WRAPPER``),
+``--jobs 1`` and ``--jobs 2`` in turn, and reports the CPU of ``--jobs 1``; for ``--jobs 2`` the
+command's own CPU before its workers start, from then until it hands them the outcomes (reading
+the scenario and catalog and the set-up, while one worker loads the modeller) and in all, and the
+workers' CPU (loading the modeller, the split's checks, the outcomes' runs). From these it
+predicts the wall on two idle cores (the workers take the runs in order, each the next free; the
+command's CPU during and after them added) and the speed-up against ``--jobs 1``'s CPU.
+``--modes dask-cpu`` does the same on the Dask clusters: the client's CPU, the workers' (their
+processes' CPU times before and after each run) and client + workers / 2 as the two-core wall.
+
     python benchmarks/bench_commit_parallel.py                       # 200, 1000, 5000; jobs and dask; 5 runs
     python benchmarks/bench_commit_parallel.py --outcomes 200 --runs 7 --modes jobs
+    python benchmarks/bench_commit_parallel.py --outcomes 200 --runs 8 --modes cpu,dask-cpu
 """
 
 from __future__ import annotations
@@ -125,16 +137,165 @@ def compare(name: str, outcomes: int, two: list[str], one: list[str], runs: int)
             "commitment": {f"{c['gpu']}/{c['term']}": c["gpus"] for c in plan["commitment"]}}
 
 
+# Runs ``fleetplan`` (argv after the script) in this process and prints one JSON line on stderr: its
+# CPU (getrusage of the process and of its workers) and, with --jobs 2, the CPU at the workers'
+# start and at the hand-over, and each worker task's CPU (the tasks' functions wrapped in place).
+CPU_WRAPPER = r"""
+import contextlib, io, json, os, resource, sys, tempfile, time
+from fleetplan.main import main, one_blas_thread
+import fleetplan.optimizer.decisions.stochastic as S
+import fleetplan.optimizer.runtime.workers as W
+one_blas_thread()
+T, marks, log = time.process_time, {}, tempfile.mkstemp(suffix=".jsonl")[1]
+def note(task, cpu):
+    with open(log, "a") as f:
+        f.write(json.dumps({"task": task, "cpu": cpu}) + "\n")
+def wrapped(module, name, task):
+    inner = getattr(module, name)
+    def fn(*a):
+        t = T(); out = inner(*a); note(task(a), T() - t); return out
+    fn.__module__, fn.__qualname__ = module.__name__, name
+    setattr(module, name, fn)
+wrapped(W, "_in_context", lambda a: "checks" if tuple(a[3:]) == S.SPLIT_CHECKS else "outcomes")
+wrapped(S, "_load_modeller", lambda a: "modeller")
+for name, key in (("__init__", "start"), ("hand", "hand")):
+    def hook(inner, key=key):
+        return lambda self, *a: (marks.__setitem__(key, T()), inner(self, *a))[1]
+    setattr(W.Copies, name, hook(getattr(W.Copies, name)))
+inner_map = W.Copies.map
+def mapped(self, *a, **k):
+    out = inner_map(self, *a, **k); marks["results"] = T(); return out
+W.Copies.map = mapped
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main(sys.argv[1:])
+own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+tasks = [json.loads(line) for line in open(log)]
+os.unlink(log)
+print(json.dumps({"code": code, "own_cpu_s": own.ru_utime + own.ru_stime, "workers_cpu_s": kids.ru_utime + kids.ru_stime,
+                  "marks": marks, "tasks": tasks}), file=sys.stderr)
+"""
+
+
+def cpu_run(args: list[str]) -> dict[str, Any]:
+    """One run of ``fleetplan ARGS`` under :data:`CPU_WRAPPER`: what it printed on stderr's last line."""
+    done = subprocess.run([sys.executable, "-c", CPU_WRAPPER, *args], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, check=False, timeout=1800)
+    row = json.loads(done.stderr.decode().strip().splitlines()[-1])
+    if row["code"] != 0:
+        sys.exit(f"bench_commit_parallel: {' '.join(args)} failed")
+    return row
+
+
+def two_core_wall(row: dict[str, Any]) -> float:
+    """The wall of a ``--jobs 2`` run on two idle cores from its CPU (:data:`CPU_WRAPPER`): the
+    command alone until its workers start; then it reads the inputs while one worker loads the
+    modeller; at the hand-over that worker runs the checks once loaded, the other takes the first
+    run, and each next run goes to whichever worker is free first; the command's CPU after the
+    runs is added."""
+    m, tasks = row["marks"], row["tasks"]
+    start, hand = m["start"], m["hand"]
+    cpu = {name: sum(t["cpu"] for t in tasks if t["task"] == name) for name in ("modeller", "checks")}
+    loaded = max(start + cpu["modeller"], hand) + cpu["checks"]
+    other = hand
+    for t in tasks:
+        if t["task"] == "outcomes":
+            if other <= loaded:
+                other += t["cpu"]
+            else:
+                loaded += t["cpu"]
+    return max(loaded, other, m["results"]) + row["own_cpu_s"] - m["results"]
+
+
+def cpu_case(outcomes: int, path: Path, runs: int) -> dict[str, Any]:
+    """CPU accounting of ``--jobs 1`` and ``--jobs 2`` on ``path``, ``runs`` of each in turn; medians."""
+    run = ["commit", str(path), "--json"]
+    cpu_run([*run, "--jobs", "2"])  # warm-up
+    one, two = [], []
+    for k in range(runs):
+        two.append(cpu_run([*run, "--jobs", "2"]))
+        one.append(cpu_run([*run, "--jobs", "1"]))
+        print(f"bench_commit_parallel: cpu {outcomes} run {k + 1}/{runs}", file=sys.stderr, flush=True)
+
+    def med(xs: list[float]) -> float:
+        return round(statistics.median(xs), 3)
+
+    def task(r: dict[str, Any], name: str) -> float:
+        return sum(t["cpu"] for t in r["tasks"] if t["task"] == name)
+
+    single = med([r["own_cpu_s"] + r["workers_cpu_s"] for r in one])
+    wall = med([two_core_wall(r) for r in two])
+    return {"mode": "cpu", "outcomes": outcomes, "runs": runs, "one_worker_cpu_s": single,
+            "two_workers": {"command_before_workers_s": med([r["marks"]["start"] for r in two]),
+                            "command_inputs_and_setup_s": med([r["marks"]["hand"] - r["marks"]["start"] for r in two]),
+                            "command_after_hand_over_s": med([r["own_cpu_s"] - r["marks"]["hand"] for r in two]),
+                            "command_cpu_s": med([r["own_cpu_s"] for r in two]),
+                            "workers_cpu_s": med([r["workers_cpu_s"] for r in two]),
+                            "modeller_s": med([task(r, "modeller") for r in two]),
+                            "checks_s": med([task(r, "checks") for r in two]),
+                            "outcomes_s": med([task(r, "outcomes") for r in two])},
+            "predicted_two_core_wall_s": wall, "predicted_speed_up": round(single / wall, 2),
+            "load_after": round(os.getloadavg()[0], 2)}
+
+
+def dask_cpu_case(outcomes: int, path: Path, runs: int) -> dict[str, Any]:
+    """CPU accounting on Dask clusters of two workers and one (started first, warmed by a run): the
+    client's CPU (:data:`CPU_WRAPPER`) and the workers' (their processes' CPU times before and
+    after), ``runs`` of each in turn; medians, and the wall that predicts on two idle cores."""
+    import psutil
+    from distributed import LocalCluster
+
+    def workers_cpu(cluster: Any) -> float:
+        total = 0.0
+        for nanny in cluster.workers.values():
+            for proc in (p := psutil.Process(nanny.process.process.pid), *p.children(recursive=True)):
+                times = proc.cpu_times()
+                total += times.user + times.system
+        return total
+
+    def once(cluster: Any) -> tuple[float, float]:
+        before = workers_cpu(cluster)
+        row = cpu_run(["commit", str(path), "--json", "--scheduler", cluster.scheduler_address])
+        return row["own_cpu_s"], workers_cpu(cluster) - before
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c2, \
+            LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as c1:
+        once(c2)  # warm-up
+        once(c1)
+        two, one = [], []
+        for k in range(runs):
+            two.append(once(c2))
+            one.append(once(c1))
+            print(f"bench_commit_parallel: dask-cpu {outcomes} run {k + 1}/{runs}", file=sys.stderr, flush=True)
+
+    def med(xs: list[float]) -> float:
+        return round(statistics.median(xs), 3)
+
+    client2, workers2 = med([a for a, _ in two]), med([b for _, b in two])
+    client1, workers1 = med([a for a, _ in one]), med([b for _, b in one])
+    return {"mode": "dask-cpu", "outcomes": outcomes, "runs": runs,
+            "two_workers": {"client_cpu_s": client2, "workers_cpu_s": workers2},
+            "one_worker": {"client_cpu_s": client1, "workers_cpu_s": workers1},
+            "predicted_two_core_wall_s": round(client2 + workers2 / 2, 3),
+            "predicted_speed_up": round((client1 + workers1) / (client2 + workers2 / 2), 2),
+            "load_after": round(os.getloadavg()[0], 2)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--outcomes", default="200,1000,5000", help="sampled outcomes, comma-separated")
     ap.add_argument("--runs", type=int, default=5, help="timed pairs per case (after one warm-up each)")
-    ap.add_argument("--modes", default="jobs,dask", help="jobs, dask or both (comma-separated)")
+    ap.add_argument("--modes", default="jobs,dask", help="jobs, dask, cpu, dask-cpu (comma-separated)")
     args = ap.parse_args()
     modes = args.modes.split(",")
     base = command()
     with tempfile.TemporaryDirectory() as tmp:
         paths = {n: scenario_with(n, Path(tmp)) for n in (int(x) for x in args.outcomes.split(","))}
+        if "cpu" in modes:
+            for n, path in paths.items():
+                print(json.dumps(cpu_case(n, path, args.runs)), flush=True)
+        if "dask-cpu" in modes:
+            for n, path in paths.items():
+                print(json.dumps(dask_cpu_case(n, path, args.runs)), flush=True)
         if "jobs" in modes:
             for n, path in paths.items():
                 run = [*base, "commit", str(path), "--json"]

@@ -35,6 +35,19 @@ def _version() -> str:
         return "unknown"
 
 
+class _Version(argparse.Action):
+    """``--version``: prints the installed version, read from the package metadata only when asked
+    (reading it imports a metadata parser every other command would pay for)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, default=argparse.SUPPRESS, nargs=0,
+                         help=help or "show program's version number and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        sys.stdout.write(f"fleetplan {_version()}\n")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     from fleetplan.commands.fidelity import register
@@ -46,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     from fleetplan.commands.commit import register as register_commit
 
     p = Parser(prog="fleetplan", description="Cheapest GPU fleet for LLM inference, as a mixed-integer program.")
-    p.add_argument("--version", action="version", version=f"fleetplan {_version()}")
+    p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
     for add in (estimate.register, plan.register, breakeven.register, catalog.register, register, register_report, register_sweep,
                 register_deploy, register_trace, register_simulate, register_commit):
@@ -70,12 +83,24 @@ def main(argv: list[str] | None = None) -> int:
         restore()
 
 
+# NumPy's BLAS threads: the planner's arrays are small and its parallel work runs in worker
+# processes, so a command starts one BLAS thread, not one per core (starting them costs a command
+# 0.04 s of CPU on the 2-core machine of benchmarks/RESULTS.md); a value the user set is kept.
+BLAS_THREADS = "OPENBLAS_NUM_THREADS"
+
+
+def one_blas_thread() -> None:
+    """Ask NumPy's BLAS for one thread unless the user set a number (before NumPy is imported)."""
+    os.environ.setdefault(BLAS_THREADS, "1")
+
+
 def run() -> NoReturn:
     """Console-script entry: run ``main`` and leave without interpreter teardown.
 
     Tearing down the imported solver and modelling libraries takes a fifth of a second and
     serves no purpose once every output is flushed and every file closed.
     """
+    one_blas_thread()
     code = main()
     util = sys.modules.get("multiprocessing.util")
     if util is not None:

@@ -18,7 +18,7 @@ from fleetplan.models.presets import get_preset
 from fleetplan.optimizer.traffic.demand import hourly_qps
 from fleetplan.optimizer.problem_data.problem import CandidateMemo
 from fleetplan.optimizer.traffic.scenario import parse_scenario
-from fleetplan.optimizer.decisions.stochastic import outcome_problem, plan_under_uncertainty
+from fleetplan.optimizer.decisions.stochastic import outcome_problem, plan_under_uncertainty, split_workers
 from fleetplan.optimizer.traffic.uncertainty import Case, Overrides, UncertaintyError, cases, parse_uncertainty
 
 HOURS = 730.0  # hours per month of the default preset
@@ -119,6 +119,9 @@ def test_the_same_plan_from_worker_processes_and_a_dask_cluster():
             for kw in ({"workers": 1}, {"workers": 2}, {"client": client1}, {"client": client2}):
                 plan, _, _ = _plan(BASE, block, separable=separable, **kw)
                 runs[name].append(json.dumps(plan.to_dict()))
+            with split_workers(2) as copies:  # started before the scenario is read, as the command does
+                plan, _, _ = _plan(BASE, block, separable=separable, workers=2, copies=copies)
+            runs[name].append(json.dumps(plan.to_dict()))
     for name, found in runs.items():
         assert len(set(found)) == 1, name
     assert runs["split"][0] != runs["mips"][0]  # the two paths both ran (their notes differ)
@@ -174,6 +177,28 @@ def test_a_bad_block_is_one_line_and_exit_2(tmp_path, capsys, unc, words):
     assert main(["commit", _write(tmp_path, unc)]) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_with_workers_started_before_the_input_is_read_a_bad_input_is_still_one_line(tmp_path, capsys):
+    assert main(["commit", str(tmp_path / "missing.yaml"), "--jobs", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "missing.yaml" in err and err.count("\n") == 1 and "Traceback" not in err
+    assert main(["commit", _write(tmp_path, {"outcoms": []}), "--jobs", "2", "--json"]) == 2
+    assert "nearest valid choice: outcomes" in capsys.readouterr().err
+
+
+def test_the_shipped_week_of_sampled_outcomes_is_the_same_from_one_worker_and_two(capsys):
+    path = Path(__file__).resolve().parent.parent / "examples" / "uncertainty" / "commit-week-sampled.yaml"
+    found = []
+    for jobs in ("1", "2"):
+        assert main(["commit", str(path), "--json", "--jobs", jobs]) == 0
+        found.append(capsys.readouterr().out)
+    assert found[0] == found[1]
+    data = json.loads(found[0])
+    assert len(data["scenarios"]) == 200 and data["gap"] == 0.0
+    assert data["expected_cost_usd"] == pytest.approx(  # the expected cost is the outcomes' costs weighed
+        sum(s["probability"] * s["cost_usd"] for s in data["scenarios"]), abs=0.02)
+    assert all(s["regret_usd"] >= 0 and s["cost_usd"] >= s["own_optimum_usd"] - 0.01 for s in data["scenarios"])
 
 
 def test_a_commitment_needs_the_reserved_tier(tmp_path, capsys):

@@ -46,3 +46,63 @@ def test_a_command_uses_the_cpus_here_by_default_within_bounds():
     with allowed(3):
         assert jobs() == 3
     assert jobs() == 1
+
+
+# ---------------------------------------------------------------- copies started before their work is known
+PREPARED: list[int] = []
+
+
+def _prepare() -> None:
+    """What a copy does before its task is known: here, mark itself."""
+    PREPARED.append(os.getpid())
+
+
+def _prepared_and_scaled(i: int) -> tuple[int, int, bool]:
+    """Worker: ``i`` times the context's factor, this process's id, and whether it ran :func:`_prepare`."""
+    return i * shared()["factor"], os.getpid(), PREPARED == [os.getpid()]
+
+
+def test_copies_started_early_take_a_context_made_after_them():
+    from fleetplan.optimizer.runtime.workers import started_copies
+
+    with started_copies(2, _prepare) as copies:
+        assert copies is not None and copies.workers == 2
+        context = {"factor": 5}  # made after the copies: it is sent, not inherited
+        handed = copies.hand(_prepared_and_scaled, context, 3)
+        out = copies.map(_prepared_and_scaled, context, [(i,) for i in range(6)])
+        value, pid, prepared = handed.result()
+    assert (value, prepared) == (15, True) and pid != os.getpid()  # the handed call ran in the copy that prepared
+    assert [v for v, _, _ in out] == [0, 5, 10, 15, 20, 25] and os.getpid() not in {p for _, p, _ in out}
+    assert PREPARED == [] and shared() is None  # the parent neither prepared nor kept a context
+
+
+def test_copies_given_nothing_end_and_an_error_stops_them():
+    from fleetplan.optimizer.runtime.workers import started_copies
+
+    with started_copies(1, _prepare) as none:
+        assert none is None  # one worker: nothing is started, the caller works in turn
+    with started_copies(2, _prepare) as copies:
+        pass  # the copy that prepared is released: leaving does not wait for a task that never comes
+    assert copies is not None and copies.first.result() is None
+    try:
+        with started_copies(2, _prepare) as copies:
+            processes = list(copies.pool._processes.values())
+            raise ValueError("bad input")
+    except ValueError:
+        pass
+    assert processes and not any(p.is_alive() for p in processes)
+
+
+def test_copies_ended_early_leave_no_thread_behind_for_the_next_copies():
+    import threading
+
+    from fleetplan.optimizer.runtime.workers import started_copies
+
+    before = threading.active_count()
+    with started_copies(2, _prepare) as copies:
+        assert copies is not None
+        handed = copies.hand(_prepared_and_scaled, {"factor": 2}, 4)
+        copies.end()  # as the commitment plan does before whole-horizon MIPs make copies of their own
+        assert threading.active_count() == before and handed.result()[0] == 8
+        out = map_in_copies(_scaled, {"factor": 3}, [(1,), (2,)], 2)
+    assert [v for v, _, _ in out] == [3, 6]

@@ -79,7 +79,7 @@ def register(sub: Any) -> None:
     """Add ``trace generate`` and ``trace show`` to the CLI's subparsers."""
     from fleetplan.catalogs import fields as F
     from fleetplan.commands.flags import Parser, number_flag
-    from fleetplan.optimizer.traffic.trace import DEFAULT_BUCKETS, DEFAULT_PERCENTILE
+    from fleetplan.optimizer.common.defaults import DEFAULT_BUCKETS, DEFAULT_PERCENTILE  # not the trace reader (numpy)
 
     t = sub.add_parser("trace", help="generate a synthetic request trace, or show what a plan takes from one")
     tsub = t.add_subparsers(dest="trace_command", required=True, parser_class=Parser)

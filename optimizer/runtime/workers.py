@@ -181,3 +181,122 @@ def map_in_copies(fn: Callable[..., Any], context: Any, calls: Sequence[tuple[An
             return out
     finally:
         _CONTEXT = outer
+
+
+# ----------------------------------------------------------------------------- copies started early
+
+_HANDOFF: Any = None  # the queue the first task of :class:`Copies` reads its work from (inherited by the copies)
+_GIVEN: dict[int, Any] = {}  # in a copy: the context last sent by its parent, under its token
+
+
+def _context_of(token: int, blob: bytes) -> Any:
+    """In a copy: the context sent as ``blob`` (unpickled once per copy, then kept under ``token``)."""
+    if token not in _GIVEN:
+        import pickle
+
+        _GIVEN.clear()
+        _GIVEN[token] = pickle.loads(blob)
+    return _GIVEN[token]
+
+
+def _in_context(fn: Callable[..., Any], token: int, blob: bytes, *call: Any) -> Any:
+    """In a copy: ``fn(*call)`` with :func:`shared` giving the context sent."""
+    global _CONTEXT
+    outer, _CONTEXT = _CONTEXT, _context_of(token, blob)
+    try:
+        return fn(*call)
+    finally:
+        _CONTEXT = outer
+
+
+def _prepare_then_take(prepare: Callable[[], Any]) -> Any:
+    """The first task of :class:`Copies`: ``prepare()``, then the work :meth:`Copies.hand` gives it
+    (None when none comes)."""
+    prepare()
+    work = _HANDOFF.get()
+    return None if work is None else _in_context(*work)
+
+
+class Copies:
+    """Worker processes copied from this process before their work is known (:func:`started_copies`),
+    so that one of them can prepare (import what its task will need) while the parent reads the
+    inputs. Work reaches them as ``fn(*call)`` with a context, as in :func:`map_in_copies`, but the
+    context is sent (pickled once, unpickled once per copy) since the copies were made before it
+    existed. :meth:`hand` gives the copy that prepared its one task; :meth:`map` runs calls on all."""
+
+    def __init__(self, pool: ProcessPoolExecutor, handoff: Any, first: Any, workers: int) -> None:
+        self.pool, self.handoff, self.first, self.workers = pool, handoff, first, workers
+        self.handed = False
+        self._token: int | None = None
+        self._blob = b""
+
+    def _sent(self, context: Any) -> tuple[int, bytes]:
+        """(token, pickled bytes) of ``context``, pickled once however many calls carry it."""
+        if self._token != id(context):
+            import pickle
+
+            self._token, self._blob = id(context), pickle.dumps(context, protocol=pickle.HIGHEST_PROTOCOL)
+        return self._token, self._blob
+
+    def hand(self, fn: Callable[..., Any], context: Any, *call: Any) -> Any:
+        """Give ``fn(*call)`` (reading ``context`` through :func:`shared`) to the copy that prepared;
+        its future."""
+        assert not self.handed, "a copy prepares for one task"
+        self.handed = True
+        self.handoff.put((fn, *self._sent(context), *call))
+        return self.first
+
+    def map(self, fn: Callable[..., Any], context: Any, calls: Sequence[tuple[Any, ...]],
+            progress: Callable[[int, int], None] | None = None) -> list[Any]:
+        """``fn(*call)`` for each of ``calls``, in order, in the copies (the one that prepared joins
+        in when its own task is done), ``fn`` reading ``context`` through :func:`shared`."""
+        token, blob = self._sent(context)
+        futures = [self.pool.submit(_in_context, fn, token, blob, *call) for call in calls]
+        out = []
+        for f in futures:
+            out.append(f.result())
+            if progress is not None:
+                progress(sum(g.done() for g in futures), len(futures))
+        return out
+
+    def release(self) -> None:
+        """Let the copy that prepared go without a task (nothing was handed to it)."""
+        if not self.handed:
+            self.handed = True
+            self.handoff.put(None)
+
+    def end(self) -> None:
+        """End the copies now (their work done), before the block that started them is left: for a
+        caller that goes on without them (and may make copies of its own: no thread of this one is
+        left running, the hand-over's included)."""
+        self.release()
+        self.pool.shutdown(wait=True)
+        self.handoff.close()  # its task has ended, so what was put was taken: nothing left to send
+        self.handoff.join_thread()
+
+
+@contextmanager
+def started_copies(workers: int, prepare: Callable[[], Any]) -> Iterator[Copies | None]:
+    """``workers`` copies of this process made now (:func:`worker_pool` with ``copy``), one of them
+    running ``prepare`` (a module-level function) and then waiting for :meth:`Copies.hand`; None
+    (nothing started) for fewer than two workers or where copies cannot be made. On leaving the
+    block the copy that prepared is released if it was given nothing, and the copies end."""
+    if workers < 2 or not fork_available():
+        yield None
+        return
+    global _HANDOFF
+    import multiprocessing
+
+    handoff = multiprocessing.get_context("fork").Queue()
+    outer, _HANDOFF = _HANDOFF, handoff
+    try:
+        with worker_pool(workers, copy=True) as pool:
+            copies = Copies(pool, handoff, pool.submit(_prepare_then_take, prepare), workers)  # the copies are made here
+            try:
+                yield copies
+            finally:
+                copies.release()
+    finally:
+        _HANDOFF = outer
+        handoff.cancel_join_thread()  # what was put was taken, or its reader was stopped: nothing to wait for
+        handoff.close()
