@@ -6,7 +6,8 @@ The parameters (:data:`PARAMETERS`) are the few the default preset shares across
 and GPU: NVIDIA bandwidth efficiency (at most 0.90), per-step, per-layer and per-sequence
 overhead and one-shot all-reduce latency (at least 2 us: an NVLink round trip and a launch);
 decode, KV (at most the datasheet bandwidth) and prefill (at most 0.90 of the datasheet rate)
-kernel efficiencies; the fixed cost of a KV page; the MoE grouped-GEMM small-group cost and the weight-only FP4
+kernel efficiencies; the share of compute work that runs at the bf16 rate whatever the weights'
+precision; the fixed cost of a KV page; the MoE grouped-GEMM small-group cost and the weight-only FP4
 dequantisation factor and fixed time per layer; the all-reduces' share of the scale-up
 bandwidth; how fast the share of prompts ahead falls with prefill's busy share; each engine's
 share of a wave's prefill before a request's first token and its fixed latency per request; and
@@ -97,7 +98,7 @@ PARAMETERS: tuple[tuple[str, float, float], ...] = (
 ) + tuple(
     (f"bandwidth_{fam}", 0.3, 0.9) for fam in AMD) + tuple((f"share_{e}", 0.0, 1.0) for e in ENGINES) + tuple((f"admission_{e}", 0.0, 0.5) for e in ENGINES) + tuple(
     (f"share_{e}_{r}", 0.0, 1.0) for e, r in RELEASES) + (("length_drift_cycles", 0.0, 50.0),) + tuple(
-    (f"balance_steps_{e}", 0.0, 200.0) for e in BALANCING)
+    (f"balance_steps_{e}", 0.0, 200.0) for e in BALANCING) + (("bf16_work_share", 0.0, 1.0),)
 # The parameters only a benchmark's TTFT depends on (``--ttft-only`` fits these alone, the rest held
 # at the shipped values): the drift of a harness that draws lengths from a range and the
 # attention-DP balancing limit; the engines' fixed latencies stay with the joint fit, since the
@@ -124,6 +125,7 @@ def current() -> np.ndarray:
     values += [p.engine(e).admission_latency_s or p.admission_latency_s for e in ENGINES]
     values += [p.prefill_before_first_token(e, r) for e, r in RELEASES]
     values += [p.length_drift_cycles] + [p.balance_steps(e) for e in BALANCING]
+    values += [p.bf16_work_share]
     return np.array(values)
 
 
@@ -152,7 +154,7 @@ def preset_of(x: np.ndarray) -> Preset:
         benchmark_prefix_cache=(("vllm", "0.12", v["hit_rate_vllm_0.12"]),),
         benchmark_speculation=(SPECULATION + (v["accepted_trtllm_1.2.0rc6.post3"],),),
         benchmark_release_shares=tuple((e, r, v[f"share_{e}_{r}"]) for e, r in RELEASES),
-        length_drift_cycles=v["length_drift_cycles"],
+        length_drift_cycles=v["length_drift_cycles"], bf16_work_share=v["bf16_work_share"],
         attention_dp_balance_steps=tuple((e, v[f"balance_steps_{e}"]) for e in BALANCING),
     )
     return dataclasses.replace(DEFAULT, physics=physics, compute_efficiency=v["compute_efficiency"],

@@ -90,6 +90,9 @@ class Physics:
     ``kv_page_overhead``: fixed cost of one KV page an attention kernel reads, in tokens' worth of
     reading: a page of P tokens costs (P + this) tokens' bytes at the KV bandwidth
     (:func:`fleetplan.models.roofline.kv_page_factor`).
+    ``bf16_work_share``: share of a decode step's or a prompt's compute work that runs at the bf16
+    rate whatever the weights' precision (FP8 and FP4 tensor cores speed up the weight GEMMs
+    only; :func:`fleetplan.models.roofline.usable_flop_rate`).
     ``expert_parallel_busiest``: with expert parallelism the step waits for the GPU holding the
     most touched experts (:func:`fleetplan.models.moe.busiest_expert_share`).
     ``prefill_communication``: the tokens a step or a prefill processes are all-reduced.
@@ -128,6 +131,7 @@ class Physics:
     weight_only_fp4_dequant_factor: float = 1.0
     weight_only_fp4_layer_s: float = 0.0
     kv_page_overhead: float = 0.0
+    bf16_work_share: float = 0.0
     expert_parallel_busiest: bool = False
     admission_latency_s: float = 0.0
     sequence_overhead_s: float = 0.0
@@ -205,13 +209,13 @@ class Physics:
 
 # Fitted NVIDIA figures (hopper, blackwell; ampere shares them): see the module docstring.
 # Bandwidth efficiency reached 0.90, the bound the fit allows (streaming kernels reach 85-90%
-# of datasheet bandwidth in microbenchmarks); the per-layer cost of 60.1 us (kernel ramp and tail
+# of datasheet bandwidth in microbenchmarks); the per-layer cost of 59.4 us (kernel ramp and tail
 # of a layer's dozen kernels, norms, rotary embedding, routing) and the host's work per sequence
 # (``sequence_overhead_s``; the fixed part per step fitted to zero) explain why small per-GPU
-# shards run far below the roofline; a one-shot all-reduce costs 2.19 us of latency whatever the
+# shards run far below the roofline; a one-shot all-reduce costs 2.45 us of latency whatever the
 # TP degree (no per-hop cost; near the fit's lower bound of 2 us, an NVLink round trip and a
 # kernel's launch), its bytes at the link's effective bandwidth on top.
-_NVIDIA = (0.90, 0.0, 60.1e-6, 2.19e-6, 0.0)
+_NVIDIA = (0.90, 0.0, 59.4e-6, 2.45e-6, 0.0)
 
 DEFAULT_PHYSICS = Physics(
     families=(
@@ -223,23 +227,23 @@ DEFAULT_PHYSICS = Physics(
         # scale-up domain anyway); overheads as for the other NVIDIA parts.
         FamilyPhysics("ada", 0.80, 0.38e-3, 64e-6, 15e-6, 5.0e-6),
         # AMD CDNA3 (MI300X, MI325X) and CDNA4 (MI355X): the bandwidth efficiency fitted per family
-        # on inferencemax-train.csv (MI300X: DeepSeek-R1 FP8 with SGLang at TP 8, 15 rows, 0.591;
+        # on inferencemax-train.csv (MI300X: DeepSeek-R1 FP8 with SGLang at TP 8, 15 rows, 0.586;
         # MI355X: the same and gpt-oss-120b MXFP4 with ATOM at TP 1, 29 rows, 0.90, the bound);
         # the fixed costs per step and per layer are NVIDIA's (fitted with their own per-layer cost,
         # MI300X took 181 us and MI355X 0, each standing in for its engine and model, and with
         # MI355X left out MoE TPOT within 1.5x fell from 90.3% to 87.2%). Not fitted (no
         # measurement isolates them): RCCL all-reduce over xGMI has a higher fixed latency and
         # each peer link is only 64 GB/s one way, hence a per-hop latency.
-        FamilyPhysics("cdna3", 0.591, 0.0, 60.1e-6, 15e-6, 5.0e-6),
-        FamilyPhysics("cdna4", 0.90, 0.0, 60.1e-6, 15e-6, 5.0e-6),
+        FamilyPhysics("cdna3", 0.586, 0.0, 59.4e-6, 15e-6, 5.0e-6),
+        FamilyPhysics("cdna4", 0.90, 0.0, 59.4e-6, 15e-6, 5.0e-6),
     ),
     # Unknown families (user catalogs) get conservative mid-range fixed costs, and the bandwidth
     # efficiency of an average measured GPU: the mean over the five GPUs the fit's rows measure,
-    # each counted once (B200, H100, H200 and MI355X at 0.90, MI300X at 0.591: 0.838). A family's
-    # efficiency does not follow its vendor: CDNA4 reaches 0.90 where CDNA3 reaches 0.591, so
+    # each counted once (B200, H100, H200 and MI355X at 0.90, MI300X at 0.586: 0.837). A family's
+    # efficiency does not follow its vendor: CDNA4 reaches 0.90 where CDNA3 reaches 0.586, so
     # MI355X held out and predicted with CDNA3's figure is off by 52.2% TPOT MAPE, with this mean
     # by 27.7% (33.5% with the 0.75 this replaces; `benchmarks/fit_physics.py --cv`, GPU held out).
-    fallback=FamilyPhysics("other", 0.838, 0.8e-3, 64e-6, 12e-6, 4.0e-6),
+    fallback=FamilyPhysics("other", 0.837, 0.8e-3, 64e-6, 12e-6, 4.0e-6),
     # Fitted (all 780 rows above the bandwidth floor, see the module docstring): the all-reduces of
     # a step that carries prompt tokens move 1-50 MB per call, where NCCL reaches about half of the
     # one-direction link bandwidth (70% only for messages of hundreds of MB), and they share the
@@ -258,7 +262,7 @@ DEFAULT_PHYSICS = Physics(
     # Fitted, per engine: the share of a wave's other prompts prefilled before a request's first
     # token (the rest lands in its time per output token), and the engine's fixed latency per
     # request (its HTTP server, tokeniser, scheduler and detokeniser). The three engines' current
-    # releases hold about the same share (SGLang 0.136, TensorRT-LLM 0.118, vLLM 0.111); SGLang
+    # releases hold about the same share (SGLang 0.137, TensorRT-LLM 0.118, vLLM 0.107); SGLang
     # has the longest fixed latency (223 ms: small-batch, short-prompt SGLang TTFTs are 260-610 ms
     # where the prefill is 19-35 ms), TensorRT-LLM 87 ms and vLLM 33 ms (its 1,024-token TTFTs at
     # batch 4 are 30-137 ms). One latency shared by the three engines (81 ms) left vLLM's short
@@ -266,53 +270,64 @@ DEFAULT_PHYSICS = Physics(
     # configuration group rose from 56% to 60-61%. SGLang 0.5.1 held far more of a wave before a
     # first token (``benchmark_release_shares`` below).
     # AMD's ATOM (gpt-oss-120b on one MI355X, 14 rows of inferencemax-train.csv) prefills almost
-    # none of a wave before a request's first token (0, the bound) and answers in 40 ms.
+    # none of a wave before a request's first token (0, the bound) and answers in 39 ms.
     # KV page sizes in tokens, each engine's default: SGLang's ``page_size`` 1 (its radix cache
     # indexes single tokens), vLLM's ``block_size`` 16, ATOM (derived from vLLM) 16, TensorRT-LLM's
     # ``tokens_per_block`` 32.
     engines=(
-        EnginePhysics("atom", 0.0, 8192, 0.040, 16),
-        EnginePhysics("sglang", 0.136, 8192, 0.223, 1),
+        EnginePhysics("atom", 0.0, 8192, 0.039, 16),
+        EnginePhysics("sglang", 0.137, 8192, 0.223, 1),
         EnginePhysics("trtllm", 0.118, 8192, 0.087, 32),
-        EnginePhysics("vllm", 0.111, 8192, 0.033, 16),
+        EnginePhysics("vllm", 0.107, 8192, 0.033, 16),
     ),
     # An unknown engine (and the planner, which plans no particular one) gets the engines' mean
     # share, and their mean latency from ``admission_latency_s`` below; its KV pages are vLLM's 16
     # tokens, the most common default.
-    engine_fallback=EnginePhysics("any", 0.0915, 8192, None, 16),
+    engine_fallback=EnginePhysics("any", 0.0905, 8192, None, 16),
     # Fitted, at the bound the fit allows (1 / 0.90: the datasheet bandwidth): paged attention
     # streams the KV cache at full bandwidth, faster than the weight GEMMs at small batch.
     kv_bandwidth_efficiency=1.11,
     # Fitted: a grouped GEMM whose experts each get few tokens does not stream an expert's weights
-    # at full rate; reading a touched expert costs (1 + 0.620 / tokens per touched expert) times
+    # at full rate; reading a touched expert costs (1 + 0.610 / tokens per touched expert) times
     # its bytes (about 1.6x at one token per expert, nothing once experts get dozens). It was
     # 0.40 while the speculative DeepSeek runs (below) were read as plain steps and pulled it down.
-    moe_small_group_tokens=0.620,
+    moe_small_group_tokens=0.610,
     # Fitted on gpt-oss-120b (MXFP4 weights) on H100/H200, which have no FP4 tensor cores (6
-    # configuration groups, 118 rows): unpacking the weights to bf16 costs a fixed 38.1 us per layer
+    # configuration groups, 118 rows): unpacking the weights to bf16 costs a fixed 38.6 us per layer
     # per step (the MoE kernels' dequantising passes and their launches), not a slower read of
     # the bytes: fitted alone, a read 1.46x slower left gpt-oss on Hopper 1.2-1.7x under at small
     # batches, where a step reads few experts; with the fixed time the read factor fits to 1 (no
     # slowdown) and MoE TPOT MAPE held out by configuration group falls from 23.1% to 20.2%.
     weight_only_fp4_dequant_factor=1.0,
-    weight_only_fp4_layer_s=38.1e-6,
+    weight_only_fp4_layer_s=38.6e-6,
     # Fitted: the attention kernels read each sequence's KV cache in whole pages of its engine
-    # (``EnginePhysics.kv_page_tokens``) and pay a fixed cost per page, worth 0.377 tokens of
+    # (``EnginePhysics.kv_page_tokens``) and pay a fixed cost per page, worth 0.349 tokens of
     # reading (the page table lookup, a page's partial tiles, the split-K reduction over pages):
-    # SGLang's one-token pages pay 38% on their KV read, vLLM's 16-token blocks 2.4%, TensorRT-LLM's
-    # 32-token blocks 1.2%. Fitted with every other value (all 1,022 rows), held out four ways
+    # SGLang's one-token pages pay 35% on their KV read, vLLM's 16-token blocks 2.2%, TensorRT-LLM's
+    # 32-token blocks 1.1% (0.377 before the bf16 work share was fitted). Fitted with every other value (all 1,022 rows), held out four ways
     # (fit_physics.py --cv --iterations 12, against the same run without it) the worst dense TPOT
     # MAPE fell from 14.5% to 13.9%, by configuration group from 11.3% to 10.8%, and the worst MoE
     # from 17.9% to 17.8%.
-    kv_page_overhead=0.377,
+    kv_page_overhead=0.349,
+    # Fitted: FP8 and FP4 tensor cores double or quadruple the weight GEMMs' rate, but not the rest
+    # of a step's or a prompt's compute: attention's matrix products (FlashAttention takes bf16
+    # queries, keys and values in the engines' default kernels), norms, rotary embedding, the
+    # activations' quantisation and the MoE router run at the bf16 rate. That share s of the work
+    # makes FP8 reach 1 / (s + (1 - s) / 2) of its datasheet rate's advantage, FP4 1 / (s + (1 - s)
+    # / 4) (Amdahl's law, ``roofline.usable_flop_rate``). One figure for every GPU, engine and model:
+    # a held-out GPU or engine keeps it. Without it the prefill efficiency was a compromise between
+    # the BF16 rows (Llama-3.1-8B and Qwen3-32B on H100, the prefill-heavy 128-512-token outputs,
+    # which wanted it higher) and the FP8 and FP4 rows (which wanted it lower), and a fold that left
+    # out H100 or an engine moved it and the busy-share exponent far from the full fit.
+    bf16_work_share=0.118,
     # Time from a request's arrival to its admission and from its first token to the client
     # (HTTP, tokenisation, scheduling, detokenisation) of an engine without its own figure (the
     # fallback engine: an unknown one, or the planner's): the mean of the four fitted ones.
-    admission_latency_s=0.0956,
+    admission_latency_s=0.0955,
     # Fitted: host work per running sequence per decode step (input preparation, sampling,
-    # detokenisation, the scheduler's bookkeeping): 12.2 us, which no GPU parallelism shortens, so
+    # detokenisation, the scheduler's bookkeeping): 12.5 us, which no GPU parallelism shortens, so
     # TP 8 at batch 128 and more runs well below its roofline.
-    sequence_overhead_s=12.2e-6,
+    sequence_overhead_s=12.5e-6,
     # The prompt tokens a decode step prefills are all-reduced with its decode tokens (one message
     # of batch + prefill tokens per all-reduce), and a prefill's service time pays its own.
     prefill_communication=True,
@@ -321,9 +336,9 @@ DEFAULT_PHYSICS = Physics(
     # is most of the cycle, a wave's first tokens spread over it). Fitted alone with one fixed
     # latency for all engines gamma was 0.46; with each engine's own latency the fit left it
     # nothing (0.01, then 0) while SGLang 0.5.1's runs pulled SGLang's share up to 0.26; with that
-    # release's own share it is 0.383, 0.218 fitted with inferencemax-train.csv too, and 0.292 with
-    # the KV pages' cost (``kv_page_overhead``).
-    busy_share_exponent=0.292,
+    # release's own share it is 0.383, 0.218 fitted with inferencemax-train.csv too, 0.292 with
+    # the KV pages' cost (``kv_page_overhead``) and 0.336 with the bf16 work share.
+    busy_share_exponent=0.336,
     # Fitted on the 20 vLLM 0.12.0 rows of silicon-train (Llama-3.1-8B FP8 on H200 at TP 1, 2, 4;
     # Qwen3-32B FP8 on H100 at TP 2): at 100 output tokens they go through their prompts faster
     # than the GPUs' peak FLOPs allow (Llama-3.1-8B at TP 1, batch 112, 1,000-token prompts: a
@@ -333,7 +348,7 @@ DEFAULT_PHYSICS = Physics(
     # The other vLLM releases measured (0.11.2, 0.15.1, 0.18.0 and the unversioned Llama-3.1-70B
     # runs) and every SGLang and TensorRT-LLM run pay their whole prefill. A measurement file can
     # give each row's share in its own ``prefix_cache_hit_rate`` column instead.
-    benchmark_prefix_cache=(("vllm", "0.12", 0.801),),
+    benchmark_prefix_cache=(("vllm", "0.12", 0.806),),
     # DeepSeek-V3/R1 runs of TensorRT-LLM 1.2.0rc6.post3 decode speculatively with the models'
     # multi-token-prediction (MTP) layer. The same configurations measured with 1.2.0rc6.post2 run
     # 1.3-2.3x slower per token, most at small batch (FP8, 8 B200, batch 4, 1,024/8,192 tokens:
@@ -349,14 +364,14 @@ DEFAULT_PHYSICS = Physics(
     benchmark_speculation=(("trtllm", "1.2.0rc6.post3", "deepseek", 1, 1.82),),
     # SGLang 0.5.1 (Qwen3-32B BF16 on 4 H100s, 1,024-4,096-token prompts, 128-512 output tokens, 27
     # rows: the only 0.5.1 runs of silicon-train) prefilled most of a wave before a request's first
-    # token: fitted 0.608 of the other prompts, 4.5 times the 0.136 of SGLang 0.5.6 and 0.5.9.
+    # token: fitted 0.623 of the other prompts, 4.5 times the 0.137 of SGLang 0.5.6 and 0.5.9.
     # With SGLang's one share its TPOT was over-predicted on every row (0.76-0.95x) and its TTFT
     # under-predicted (1.3-1.8x at batch 64 and 128), the two errors pointing the same way; and the
     # 0.5.1 rows pulled SGLang's share to 0.26, under-predicting 0.5.6's TPOT at 100 output tokens
     # (1.5-1.7x) and over-predicting its TTFT (2x). Fitted with this rule, held out by configuration
     # group: dense TPOT MAPE 11.4% -> 11.1% (within 1.5x 96.6% -> 97.4%), dense TTFT within 1.5x
     # 61.4% -> 63.6% (all rows 62.5% -> 65.1%), the 0.5.1 rows held out at SGLang's share.
-    benchmark_release_shares=(("sglang", "0.5.1", 0.608),),
+    benchmark_release_shares=(("sglang", "0.5.1", 0.623),),
     # TensorRT-LLM's quantised checkpoints (FP8, NVFP4) carry an FP8 KV-cache recipe, so its runs
     # hold twice the sequences of a BF16 cache in the memory left by the weights: read so for the
     # running batch of a benchmark whose concurrency the cache cannot hold (validate), not for the
@@ -380,18 +395,18 @@ DEFAULT_PHYSICS = Physics(
     # says how each harness's clients arrive), fitted with the TTFT-only fit
     # (``fit_physics.py --ttft-only``: these two alone, every other value held) on both files.
     # The cycles of drift over which InferenceMAX's length range (0.8-1.0 of the stated lengths)
-    # spreads a wave's arrivals: 0.530 (0.474 before the KV pages' cost was fitted). Five cycles (what its median request has run, every wave
+    # spreads a wave's arrivals: 0.628 (0.530 before the bf16 work share, 0.474 before the KV pages' cost were fitted). Five cycles (what its median request has run, every wave
     # spread past its prefill) left InferenceMAX's TTFT within 1.5x in sample lower (58.2% against
     # 62.4%, latencies refitted with a harness factor): the fit keeps part of each wave, which
     # SGLang's DeepSeek-R1 runs on B200 show (TTFT 145 -> 583 ms from 4 to 64 clients at
     # 1,024/1,024 tokens) while its MI355X runs do not (104 -> 116 ms).
-    length_drift_cycles=0.530,
+    length_drift_cycles=0.628,
     # TensorRT-LLM's attention data-parallel runs of gpt-oss-120b on B200 (DP 2 and 4, 20 rows of
     # inferencemax-train.csv; InferenceMAX sets attention_dp_config enable_balance with
     # timeout_iters 60): their TTFT is 70-160 ms above the same runs without attention DP at any
     # concurrency (101-180 ms against 30-45 ms at 1,024-token prompts), the balancer holding a new
-    # context request until every rank has one or, fitted, 9.84 decode steps pass.
-    attention_dp_balance_steps=(("trtllm", 9.84),),
+    # context request until every rank has one or, fitted, 10.0 decode steps pass.
+    attention_dp_balance_steps=(("trtllm", 10.0),),
     # Not fitted (a rule, no parameter): with expert parallelism a GPU holds E / ep whole experts and
     # reads only the touched ones, so a step waits for the GPU that holds the most
     # (``moe.busiest_expert_share``: 1.69x the mean for gpt-oss-120b at EP 8 and batch 8, 1.13x at EP 2,

@@ -159,12 +159,13 @@ SEED = Preset(name="seed")
 DEFAULT = Preset(
     name="default",
     # Fitted with the physics (see fleetplan.models.physics): decode GEMMs at small M reach
-    # 55.8% of the dense datasheet rate of the weights' precision, prefill GEMMs at large M 74.1%
-    # (silicon-train.csv and inferencemax-train.csv, the 1,022 rows above the bandwidth floor).
-    # They were 42.1% and 69.3% fitted without the KV pages' cost (``Physics.kv_page_overhead``),
-    # which now carries part of the step time the decode efficiency carried.
-    compute_efficiency=0.558,
-    prefill_compute_efficiency=0.741,
+    # 62.7% of the dense datasheet rate, prefill GEMMs at large M 78.3% (silicon-train.csv and
+    # inferencemax-train.csv, the 1,022 rows above the bandwidth floor), of the weights' precision
+    # for the 88.2% of the work its tensor cores speed up and of bf16 for the rest
+    # (``Physics.bf16_work_share``). They were 55.8% and 74.1% of the plain datasheet rate
+    # without that share, 42.1% and 69.3% without the KV pages' cost (``Physics.kv_page_overhead``).
+    compute_efficiency=0.627,
+    prefill_compute_efficiency=0.783,
     prefill_attention=True,
     decode_context="average",
     compute_precision="weights",

@@ -163,9 +163,26 @@ def bandwidth_efficiency(preset: Preset, gpu: GPU) -> float:
 
 def usable_flop_rate(preset: Preset, gpu: GPU, precision: str, tp: int, factors: CalibrationFactors, prefill: bool) -> float:
     """FLOP/s a ``tp``-GPU replica sustains: decode GEMMs at ``compute_efficiency``, prefill (GEMMs
-    at large M) at ``prefill_compute_efficiency``, both scaled by the calibration."""
+    at large M) at ``prefill_compute_efficiency``, both scaled by the calibration.
+
+    FP8 and FP4 tensor cores speed up the weight GEMMs only: the physics' ``bf16_work_share`` s of
+    the work (attention's matrix products, norms, activation quantisation, the MoE router) runs at
+    the bf16 rate R16 whatever the weights, so a precision of datasheet rate R > R16 sustains
+    R16 / (s + (1 - s) x R16 / R) (Amdahl's law; R16 itself at bf16 or on a GPU without the
+    precision's tensor cores)."""
     eff = preset.prefill_compute_efficiency if prefill else preset.compute_efficiency
-    return tp * gpu.flops_per_s(compute_precision(preset, gpu, precision)) * eff * factors.compute_scale
+    return tp * mixed_precision_rate(preset, gpu, precision) * eff * factors.compute_scale
+
+
+def mixed_precision_rate(preset: Preset, gpu: GPU, precision: str) -> float:
+    """Datasheet FLOP/s of ``precision``'s work on ``gpu`` with the physics' ``bf16_work_share`` at
+    the bf16 rate (:func:`usable_flop_rate`); the plain rate of the compute precision without physics."""
+    rate = gpu.flops_per_s(compute_precision(preset, gpu, precision))
+    bf16 = gpu.flops_per_s("bf16")
+    share = preset.physics.bf16_work_share if preset.physics is not None else 0.0
+    if share <= 0.0 or rate <= bf16:
+        return rate
+    return bf16 / (share + (1.0 - share) * bf16 / rate)
 
 
 def weight_bytes_read(llm: LLM, gpu: GPU, preset: Preset, precision: str, batch: int,

@@ -263,8 +263,8 @@ def test_public_measurements_fidelity():
 def test_benchmark_hit_rate_matches_engine_and_release():
     from fleetplan.models.physics import DEFAULT_PHYSICS as P
 
-    assert P.benchmark_hit_rate("vllm", "0.12.0") == pytest.approx(0.801)
-    assert P.benchmark_hit_rate("vllm", "0.12") == pytest.approx(0.801)
+    assert P.benchmark_hit_rate("vllm", "0.12.0") == pytest.approx(0.806)
+    assert P.benchmark_hit_rate("vllm", "0.12") == pytest.approx(0.806)
     for engine, version in (("vllm", "0.120"), ("vllm", "0.11.2"), ("vllm", "0.18.0"), ("vllm", ""),
                             ("sglang", "0.12.0"), (None, "0.12.0")):
         assert P.benchmark_hit_rate(engine, version) == 0.0
@@ -277,15 +277,15 @@ def test_cached_prompts_lower_prefill_work_tpot_and_ttft(catalog):
             "llama-3.1-8b,h200-sxm,fp8,1,64,2000,100,vllm,9.7,122,{},{}\n")
     (plain,) = parse_measurements(text.format("0.18.0", ""), "m")
     (rule,) = parse_measurements(text.format("0.12.0", ""), "m")
-    (own,) = parse_measurements(text.format("0.18.0", "0.801"), "m")
+    (own,) = parse_measurements(text.format("0.18.0", "0.806"), "m")
     (none,) = parse_measurements(text.format("0.12.0", "0"), "m")
-    assert (rule.engine_version, rule.prefix_cache_hit_rate, own.prefix_cache_hit_rate) == ("0.12.0", None, 0.801)
+    assert (rule.engine_version, rule.prefix_cache_hit_rate, own.prefix_cache_hit_rate) == ("0.12.0", None, 0.806)
     p, r, o, n = (predict(x, catalog, DEFAULT) for x in (plain, rule, own, none))
     llm = catalog.models["llama-3.1-8b"]
-    # 398 uncached tokens (2,000 x (1 - 0.801)) through the linear layers; attention of positions 1,602-2,000
-    assert r.prefill_flops_per_request == pytest.approx(2 * llm.active_params * 398 + prefill_attention_flops(llm, 2000, 1602))
+    # 388 uncached tokens (2,000 x (1 - 0.806)) through the linear layers; attention of positions 1,612-2,000
+    assert r.prefill_flops_per_request == pytest.approx(2 * llm.active_params * 388 + prefill_attention_flops(llm, 2000, 1612))
     assert p.prefill_flops_per_request == pytest.approx(2 * llm.active_params * 2000 + prefill_attention_flops(llm, 2000))
-    assert (r.prefix_cache_hit_rate, p.prefix_cache_hit_rate, n.prefix_cache_hit_rate) == (0.801, 0.0, 0.0)
+    assert (r.prefix_cache_hit_rate, p.prefix_cache_hit_rate, n.prefix_cache_hit_rate) == (0.806, 0.0, 0.0)
     # the release's rule and the row's own column give the same prediction; a 0 in the column wins
     assert o.predicted_tpot_ms == pytest.approx(r.predicted_tpot_ms) and o.predicted_ttft_ms == pytest.approx(r.predicted_ttft_ms)
     assert n.predicted_tpot_ms == pytest.approx(p.predicted_tpot_ms) and n.predicted_ttft_ms == pytest.approx(p.predicted_ttft_ms)
@@ -305,8 +305,8 @@ def test_prefix_cache_column_is_checked():
 
 # ---------------------------------------------------------------- a release's own share of prefill ahead
 def test_validate_reads_the_release_share_of_sglang_0_5_1(tmp_path, capsys):
-    """SGLang 0.5.1 prefilled most of a wave before a request's first token (0.608 of the other
-    prompts against SGLang's 0.136): its row predicts a shorter TPOT and a longer TTFT than the
+    """SGLang 0.5.1 prefilled most of a wave before a request's first token (0.623 of the other
+    prompts against SGLang's 0.137): its row predicts a shorter TPOT and a longer TTFT than the
     same configuration under 0.5.6, and an unversioned row gets SGLang's share."""
     f = tmp_path / "m.csv"
     row = "qwen3-32b,h100-sxm,bf16,4,64,2048,128,sglang,25,2500,{}\n"

@@ -16,7 +16,7 @@ from fleetplan.models.overhead import host_time_s, layer_time_s
 from fleetplan.models.physics import DEFAULT_PHYSICS
 from fleetplan.models.prefill import prefill_attention_flops
 from fleetplan.models.presets import DEFAULT, SEED, CalibrationFactors, normalize_engine
-from fleetplan.models.roofline import decode_step, kv_page_factor
+from fleetplan.models.roofline import decode_step, kv_page_factor, mixed_precision_rate, usable_flop_rate
 
 
 def step(catalog, model="llama-3.1-70b", gpu="h100-sxm", preset=DEFAULT, **kw):
@@ -41,8 +41,8 @@ def test_alltoall_hand_value():
 def test_tp_comm_per_step_llama70b(catalog):
     llm, gpu = catalog.models["llama-3.1-70b"], catalog.gpus["h100-sxm"]
     # 2 all-reduces x 80 layers of 64 tokens x 8192 x 2 B = 1,048,576 B over 2 GPUs: one-shot
-    # latency 2.19 us (no per-hop cost on NVLink) + 2 x 1/2 x bytes / (450 GB/s x 0.398)
-    per = 2.19e-6 + 1.0 * 1_048_576 / (450e9 * 0.398)
+    # latency 2.45 us (no per-hop cost on NVLink) + 2 x 1/2 x bytes / (450 GB/s x 0.398)
+    per = 2.45e-6 + 1.0 * 1_048_576 / (450e9 * 0.398)
     assert parallel_comm_time_s(llm, gpu, DEFAULT_PHYSICS, tp=2, ep=1, tokens=64) == pytest.approx(160 * per)
     assert parallel_comm_time_s(llm, gpu, DEFAULT_PHYSICS, tp=1, ep=1, tokens=64) == 0.0
     assert step(catalog).comm_time_s == pytest.approx(160 * per)
@@ -55,8 +55,8 @@ def test_tp_comm_per_step_llama70b(catalog):
 def test_expert_parallel_comm_replaces_moe_allreduce(catalog):
     llm, gpu = catalog.models["deepseek-v3"], catalog.gpus["h200-sxm"]
     tokens = 32
-    ar = allreduce_time_s(tokens * 7168 * 2, 8, 450e9, 2.19e-6, 0.0, 0.398)
-    a2a = alltoall_time_s(tokens / 8 * 8 * 7168 * 2, 8, 450e9, 2.19e-6, 0.0, 0.398)
+    ar = allreduce_time_s(tokens * 7168 * 2, 8, 450e9, 2.45e-6, 0.0, 0.398)
+    a2a = alltoall_time_s(tokens / 8 * 8 * 7168 * 2, 8, 450e9, 2.45e-6, 0.0, 0.398)
     expected = 61 * ar + 3 * ar + 58 * 2 * a2a  # attention every layer, MLP of 3 dense layers, MoE a2a
     assert parallel_comm_time_s(llm, gpu, DEFAULT_PHYSICS, tp=8, ep=8, tokens=tokens) == pytest.approx(expected)
     assert parallel_comm_time_s(llm, gpu, DEFAULT_PHYSICS, tp=8, ep=1, tokens=tokens) == pytest.approx(122 * ar)
@@ -108,17 +108,17 @@ def test_ep_problem(catalog):
 def test_step_overhead_per_family(catalog):
     llm = catalog.models["llama-3.1-70b"]
     h100, mi300x = catalog.gpus["h100-sxm"], catalog.gpus["mi300x"]
-    assert layer_time_s(llm, h100, DEFAULT_PHYSICS) == pytest.approx(80 * 60.1e-6)
+    assert layer_time_s(llm, h100, DEFAULT_PHYSICS) == pytest.approx(80 * 59.4e-6)
     # AMD's fixed costs are NVIDIA's (per-family ones stood in for engine and model); its own
-    # bandwidth efficiency (MI300X 0.591, MI355X 0.90) and xGMI collective latency
-    assert layer_time_s(llm, mi300x, DEFAULT_PHYSICS) == pytest.approx(80 * 60.1e-6)
-    assert DEFAULT_PHYSICS.family("cdna3").bandwidth_efficiency == 0.591
+    # bandwidth efficiency (MI300X 0.586, MI355X 0.90) and xGMI collective latency
+    assert layer_time_s(llm, mi300x, DEFAULT_PHYSICS) == pytest.approx(80 * 59.4e-6)
+    assert DEFAULT_PHYSICS.family("cdna3").bandwidth_efficiency == 0.586
     assert DEFAULT_PHYSICS.family("cdna3").collective_latency_s > DEFAULT_PHYSICS.family("hopper").collective_latency_s
-    # host work: a fixed part per family (fitted to zero) and 13.9 us per sequence
-    assert host_time_s(h100, DEFAULT_PHYSICS, 64) == pytest.approx(64 * 12.2e-6)
-    assert host_time_s(mi300x, DEFAULT_PHYSICS, 64) == pytest.approx(64 * 12.2e-6)
+    # host work: a fixed part per family (fitted to zero) and 12.5 us per sequence
+    assert host_time_s(h100, DEFAULT_PHYSICS, 64) == pytest.approx(64 * 12.5e-6)
+    assert host_time_s(mi300x, DEFAULT_PHYSICS, 64) == pytest.approx(64 * 12.5e-6)
     assert DEFAULT_PHYSICS.family("unknown-family") is DEFAULT_PHYSICS.fallback
-    assert step(catalog).overhead_time_s == pytest.approx(80 * 60.1e-6 + 64 * 12.2e-6)
+    assert step(catalog).overhead_time_s == pytest.approx(80 * 59.4e-6 + 64 * 12.5e-6)
     # the host's share does not shrink with tensor parallelism
     assert step(catalog, tp=8).overhead_time_s == pytest.approx(step(catalog).overhead_time_s)
 
@@ -190,28 +190,29 @@ def test_prefill_interference_hand_values(catalog):
     assert prefill_flops_per_step(llm, 64, 2000, 400) == pytest.approx(64 / 400 * per_request)
     assert prefill_flops_per_step(llm, 64, 2000, 400, 0.5) == pytest.approx(32 / 400 * per_request)
     plain, agg = step(catalog), step(catalog, aggregated=True)
-    rate = 2 * 1978.9e12 * 0.741  # prefill GEMMs at the prefill efficiency
+    # prefill at the prefill efficiency, FP8 for all but the share 0.118 of the work run at bf16
+    rate = 2 * 989.4e12 / (0.118 + 0.882 * 989.4 / 1978.9) * 0.783
     # a closed-loop benchmark: the other 63 requests' prompts, less the share the engine prefills
-    # before a request's first token (0.0915 for an unnamed engine, 0.136 for SGLang, 0.608 for
-    # SGLang 0.5.1), that share lowered as (1 - rho)^0.292 with the share rho of the cycle spent
+    # before a request's first token (0.0905 for an unnamed engine, 0.137 for SGLang, 0.623 for
+    # SGLang 0.5.1), that share lowered as (1 - rho)^0.336 with the share rho of the cycle spent
     # prefilling 64 prompts against 400 steps
-    assert DEFAULT_PHYSICS.busy_share_exponent == 0.292
+    assert DEFAULT_PHYSICS.busy_share_exponent == 0.336
     rho = 64 * per_request / rate / (64 * per_request / rate + 400 * plain.step_time_s)
     assert agg.prefill_busy_share == pytest.approx(rho) and 0.3 < rho < 0.4
-    carried = 1 - 0.0915 * (1 - rho) ** 0.292
+    carried = 1 - 0.0905 * (1 - rho) ** 0.336
     assert agg.prefill_time_s == pytest.approx(carried * 63 / 400 * per_request / rate)
-    for engine, version, share in (("sglang", "", 0.136), ("sglang", "0.5.1.post1", 0.608), ("sglang", "0.5.10", 0.136),
-                                   ("vllm", "0.5.1", 0.111)):
+    for engine, version, share in (("sglang", "", 0.137), ("sglang", "0.5.1.post1", 0.623), ("sglang", "0.5.10", 0.137),
+                                   ("vllm", "0.5.1", 0.107)):
         got = step(catalog, aggregated=True, engine=engine, engine_version=version)
         # the busy share is the engine's own: its plain step reads the KV cache in its pages
         own = step(catalog, engine=engine).step_time_s
         rho_e = 64 * per_request / rate / (64 * per_request / rate + 400 * own)
-        assert got.prefill_time_s == pytest.approx((1 - share * (1 - rho_e) ** 0.292) * 63 / 400 * per_request / rate)
+        assert got.prefill_time_s == pytest.approx((1 - share * (1 - rho_e) ** 0.336) * 63 / 400 * per_request / rate)
     # at exponent 0 the share is the engine's whatever the busy share (which is then not computed)
     flat = dataclasses.replace(DEFAULT, physics=dataclasses.replace(DEFAULT_PHYSICS, busy_share_exponent=0.0))
     shared = step(catalog, aggregated=True, preset=flat)
     assert shared.prefill_busy_share == 0.0
-    assert shared.prefill_time_s == pytest.approx((1 - 0.0915) * 63 / 400 * per_request / rate)
+    assert shared.prefill_time_s == pytest.approx((1 - 0.0905) * 63 / 400 * per_request / rate)
     # the prefilled tokens' activations are all-reduced with the batch's
     tokens = carried * 63 / 400 * per_request / (2 * 70.55e9)
     gpu = catalog.gpus["h100-sxm"]
@@ -233,7 +234,7 @@ def test_busy_share_lowers_the_share_ahead():
     assert share_before_first_token(0.45, 0.5, 0.46) == pytest.approx(0.45 * 0.5**0.46)
     assert share_before_first_token(0.45, 1.0, 0.46) == 0.0
     assert share_before_first_token(0.45, 0.5, 0.0) == 0.45  # exponent 0: the engine's share
-    assert DEFAULT_PHYSICS.busy_share_exponent == 0.292
+    assert DEFAULT_PHYSICS.busy_share_exponent == 0.336
 
 
 # ---------------------------------------------------------------- the seed is untouched
@@ -312,19 +313,19 @@ def test_normalize_engine(text, name):
 
 
 def test_weight_only_fp4_pays_a_fixed_time_per_layer(catalog):
-    """gpt-oss-120b's MXFP4 weights on an H100 (no FP4 tensor cores) are unpacked to bf16: 37.4 us
+    """gpt-oss-120b's MXFP4 weights on an H100 (no FP4 tensor cores) are unpacked to bf16: 38.6 us
     per layer per step, 36 layers; on a B200 (an FP4 rate) and at FP8 nothing."""
     from fleetplan.models.overhead import dequant_time_s
 
     llm = catalog.models["gpt-oss-120b"]
     h100, b200 = catalog.gpus["h100-sxm"], catalog.gpus["b200"]
-    assert llm.num_layers == 36 and DEFAULT_PHYSICS.weight_only_fp4_layer_s == pytest.approx(38.1e-6)
-    assert dequant_time_s(llm, h100, DEFAULT_PHYSICS, "fp4") == pytest.approx(36 * 38.1e-6)
+    assert llm.num_layers == 36 and DEFAULT_PHYSICS.weight_only_fp4_layer_s == pytest.approx(38.6e-6)
+    assert dequant_time_s(llm, h100, DEFAULT_PHYSICS, "fp4") == pytest.approx(36 * 38.6e-6)
     assert dequant_time_s(llm, b200, DEFAULT_PHYSICS, "fp4") == 0.0
     assert dequant_time_s(llm, h100, DEFAULT_PHYSICS, "fp8") == 0.0
     kw = dict(model="gpt-oss-120b", tp=2, batch=8, input_tokens=1024, output_tokens=1024)
     fp4, fp8 = step(catalog, precision="fp4", **kw), step(catalog, precision="fp8", **kw)
-    assert fp4.overhead_time_s - fp8.overhead_time_s == pytest.approx(36 * 38.1e-6)
+    assert fp4.overhead_time_s - fp8.overhead_time_s == pytest.approx(36 * 38.6e-6)
     assert step(catalog, precision="fp4", preset=SEED, **kw).overhead_time_s == 0.0
 
 
@@ -393,3 +394,49 @@ def test_expert_parallel_step_reads_the_busiest_gpus_experts(catalog):
     assert share == pytest.approx(1.687, abs=1e-3)
     no_ep_rule = dataclasses.replace(DEFAULT, physics=dataclasses.replace(DEFAULT_PHYSICS, expert_parallel_busiest=False))
     assert weight_bytes_read(llm, gpu, no_ep_rule, "fp8", 8, ep=8)[1] == pytest.approx(timed1)
+
+
+# ---------------------------------------------------------------- work at the bf16 rate
+def with_share(share: float):
+    return dataclasses.replace(DEFAULT, physics=dataclasses.replace(DEFAULT_PHYSICS, bf16_work_share=share))
+
+
+def test_low_precision_speeds_up_only_the_weight_gemms(catalog):
+    """Amdahl's law on the tensor cores: a share s of the work at the bf16 rate R16, the rest at the
+    precision's rate R: R16 / (s + (1 - s) x R16 / R), hand-computed per GPU and precision."""
+    h100, b200 = catalog.gpus["h100-sxm"], catalog.gpus["b200"]
+    one = CalibrationFactors()
+    quarter = with_share(0.25)
+    # H100 FP8 (R = 1,978.9, R16 = 989.4 TFLOP/s): 989.4 / (0.25 + 0.75 x 989.4 / 1,978.9) = 1,583.0
+    # TFLOP/s, then the prefill efficiency
+    assert usable_flop_rate(quarter, h100, "fp8", 1, one, prefill=True) == pytest.approx(
+        989.4e12 / (0.25 + 0.75 * 989.4 / 1978.9) * DEFAULT.prefill_compute_efficiency, rel=1e-9)
+    assert mixed_precision_rate(quarter, h100, "fp8") / 1e12 == pytest.approx(1583.0, abs=0.1)
+    # B200 FP4 (R = 4 x R16) at TP 4, decode: 4 x 2,250 / (0.25 + 0.75 / 4) x the decode efficiency
+    assert usable_flop_rate(quarter, b200, "fp4", 4, one, prefill=False) == pytest.approx(
+        4 * 2.25e15 / 0.4375 * DEFAULT.compute_efficiency)
+    # bf16 work and weight-only FP4 on Hopper (no FP4 tensor cores: computed in bf16) are unchanged
+    assert usable_flop_rate(quarter, h100, "bf16", 2, one, prefill=True) == pytest.approx(
+        2 * 989.4e12 * DEFAULT.prefill_compute_efficiency)
+    assert mixed_precision_rate(quarter, h100, "fp4") == pytest.approx(989.4e12)
+    # the two ends: none of the work at bf16 is the datasheet rate, all of it the bf16 rate
+    assert mixed_precision_rate(with_share(0.0), b200, "fp4") == pytest.approx(9.0e15)
+    assert mixed_precision_rate(with_share(1.0), b200, "fp4") == pytest.approx(2.25e15)
+    # the seed preset computes at bf16 and has no physics: untouched
+    assert mixed_precision_rate(SEED, b200, "fp4") == pytest.approx(2.25e15)
+
+
+def test_bf16_share_lengthens_fp8_steps_not_bf16_ones(catalog):
+    """The shipped share slows FP8 work by R / R16 x s + (1 - s) (about 1 + s) against the datasheet
+    FP8 rate R, and leaves BF16 work as it was."""
+    s = DEFAULT_PHYSICS.bf16_work_share
+    assert 0.0 < s < 0.5
+    h100 = catalog.gpus["h100-sxm"]
+    fp8 = mixed_precision_rate(DEFAULT, h100, "fp8")
+    assert h100.flops_per_s("fp8") / fp8 == pytest.approx(1978.9 / 989.4 * s + (1 - s))
+    assert mixed_precision_rate(DEFAULT, h100, "bf16") == h100.flops_per_s("bf16")
+    none = with_share(0.0)
+    # a compute-bound FP8 decode step: its compute time grows by exactly that factor
+    kw = dict(batch=512, input_tokens=1000, output_tokens=100)
+    with_s, without = step(catalog, **kw), step(catalog, preset=none, **kw)
+    assert with_s.compute_time_s / without.compute_time_s == pytest.approx(1978.9 / 989.4 * s + (1 - s))

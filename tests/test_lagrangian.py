@@ -35,8 +35,9 @@ CASES = {
 }
 # Measured on these cases (HiGHS, 1e-7): own bounds $6,200.13 / $6,200.13 / $10,310.34; the
 # Lagrangian bound $8,480.03 (the joint optimum itself), $8,480.03 (joint $16,541.00 with 8-GPU
-# instances, which no Lagrangian bound prices) and $14,562.45 (joint $14,845.42).
-RAISED = {"scarce-h100": 8480.03, "scarce-h100-instances": 8480.03, "scarce-h100-busier": 14562.45}
+# instances, which no Lagrangian bound prices) and $14,539.23 (joint $15,053.08; $14,562.45 and
+# $14,845.42 before the physics' bf16 work share).
+RAISED = {"scarce-h100": 8480.03, "scarce-h100-instances": 8480.03, "scarce-h100-busier": 14539.23}
 
 
 def _problem(catalog, examples, case: str):
@@ -132,8 +133,8 @@ def test_group_planned_product_by_product_keeps_bound_below_joint_below_plan(cat
     plans = {n: (o[3], o[1], o[4]) for n, o in zip(names, outcomes)}
     cost = portfolio.group_cost(prob, plans)
     assert sum(bound.own_usd.values()) + 100 < bound.lower_usd <= joint * (1 + 1e-9) <= cost * (1 + 1e-9)
-    # the group's bound is the best of the three: own bounds, the instance master ($14,845.42
-    # here, the joint optimum itself: on two products its type choice under availability is exact)
-    # and the Lagrangian
+    # the group's bound is the best of the three: own bounds, the instance master ($14,965.41
+    # here, below the joint optimum $15,053.08; it was the joint optimum itself, $14,845.42, before
+    # the physics' bf16 work share) and the Lagrangian
     assert bound.lower_usd >= RAISED["scarce-h100-busier"] - 0.01
-    assert bound.lower_usd == pytest.approx(14845.42, abs=0.01)
+    assert bound.lower_usd == pytest.approx(14965.41, abs=0.01)
