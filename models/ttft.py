@@ -28,10 +28,12 @@ Closed-loop benchmark at concurrency ``B`` (``validate``): ahead of a request ar
 its arrival pattern leaves ahead (:mod:`fleetplan.models.interference`: with fixed lengths the
 share ``s`` of a wave's other ``B - 1`` prompts its engine prefills before its first token; with
 lengths drawn from a range, partly the drifted clients in their prefill), prefilled at most
-``chunk_tokens`` per engine step, each step also decoding the batch; the median and the 99th
-percentile differ by the prompts ahead and the own prompt's length::
+``chunk_tokens`` per engine step, each step also decoding the batch, and ``k`` more steps that
+carry none of its prefill (``Physics.first_token_steps``: the step running when it arrives, the
+step that returns its first token); the median and the 99th percentile differ by the prompts ahead
+and the own prompt's length::
 
-    TTFT = admission + (1 + ahead) x prefill + ceil((1 + ahead) x I / chunk) x step
+    TTFT = admission + (1 + ahead) x prefill + (ceil((1 + ahead) x I / chunk) + k) x step
 
 Queueing: each replica is an M/D/1 queue, so a request spends ``1 + rho / (2 (1 - rho))``
 service times in it at utilisation ``rho``.
@@ -148,7 +150,8 @@ def benchmark_ttft_percentiles_s(
     (:func:`~fleetplan.models.interference.closed_loop_prompts_ahead`: the share of a wave its
     engine at ``engine_version`` prefills first, at the benchmark's prefill ``busy_share``, and the
     drifted clients in their prefill) and its own are prefilled in chunks, with decode steps of
-    ``step_s`` interleaved, after the engine's fixed latency (no queue: the
+    ``step_s`` interleaved and the physics' ``first_token_steps`` more, after the engine's fixed
+    latency (no queue: the
     concurrency is the load). ``prefill_s`` is a prompt of the mean drawn length, ``tail_prefill_s``
     (default ``prefill_s``) one of the stated length, the tail's own; ``output_tokens`` the mean
     drawn output length. With ``attention_dp`` ranks, an engine that balances them holds the request
