@@ -21,8 +21,7 @@ Nothing is per model or GPU id. ``--ttft-only`` moves only the parameters a benc
 depends on (:data:`TTFT_ONLY`: the engines' fixed latencies, the drift, the balancing limit and the
 first-token steps) and holds the rest at the shipped values, so the TTFT side can be refitted on
 top of a TPOT refit without moving the planner. (The fallback engine's share and latency are not
-fitted: every row names its engine; they are the fitted engines' mean share and geometric mean
-latency, :func:`latency_mean`. The planner's shared
+fitted: every row names its engine; they are the fitted engines' means. The planner's shared
 ``admission_latency_s`` is not fitted either.) A row whose measured TTFT is above twice the
 longest its closed loop can hold a request (:func:`above_ttft_ceiling`) has its TTFT printed and
 scored but not fitted. The loss is robust least squares
@@ -146,7 +145,7 @@ def preset_of(x: np.ndarray) -> Preset:
                                         admission_latency_s=v[f"admission_{e}"]) for e in ENGINES)
     fallback = dataclasses.replace(DEFAULT_PHYSICS.engine_fallback,
                                    prefill_before_first_token=float(np.mean([v[f"share_{e}"] for e in ENGINES])),
-                                   admission_latency_s=latency_mean([v[f"admission_{e}"] for e in ENGINES]))
+                                   admission_latency_s=float(np.mean([v[f"admission_{e}"] for e in ENGINES])))
     physics = dataclasses.replace(
         DEFAULT_PHYSICS, families=families, engines=engines, engine_fallback=fallback,
         kv_bandwidth_efficiency=v["kv_bandwidth_efficiency"],
@@ -350,26 +349,17 @@ def folds(rows: list[Measurement], scheme: str) -> dict[tuple[object, ...], list
     return dict(sorted(out.items(), key=lambda kv: repr(kv[0])))
 
 
-def latency_mean(latencies: list[float]) -> float:
-    """The fixed latency an engine without its own gets from the fitted engines' ``latencies``: their
-    geometric mean (each at least 0.1 ms). TTFT is judged and fitted as a ratio, and the engines'
-    latencies span 12 to 175 ms: the arithmetic mean sits near the one slow engine's, the geometric
-    one where an engine drawn from them is off by the least factor."""
-    return float(np.exp(np.mean(np.log(np.maximum(latencies, 1e-4)))))
-
-
 def unmeasured_engines(x: np.ndarray, rows: list[Measurement]) -> np.ndarray:
     """``x`` with the share and latency of each engine of :data:`ENGINES` that no row of ``rows``
-    measures set to the mean share and the :func:`latency_mean` of the engines' that some row does
-    (as an unknown engine gets)."""
+    measures set to the mean of the engines' that some row does (as an unknown engine gets)."""
     names = [name for name, _, _ in PARAMETERS]
     seen = {normalize_engine(r.engine) for r in rows}
     known = [e for e in ENGINES if e in seen]
     x = x.copy()
     for e in ENGINES:
         if e not in seen and known:
-            x[names.index(f"share_{e}")] = float(np.mean([x[names.index(f"share_{k}")] for k in known]))
-            x[names.index(f"admission_{e}")] = latency_mean([float(x[names.index(f"admission_{k}")]) for k in known])
+            for what in ("share", "admission"):
+                x[names.index(f"{what}_{e}")] = float(np.mean([x[names.index(f"{what}_{k}")] for k in known]))
     return x
 
 

@@ -73,11 +73,11 @@ def test_estimate_plan_and_validate_agree(capsys, tmp_path, catalog):
     assert prow["prefill"]["pflops_per_s_needed"] * 1e15 / qps == pytest.approx(work, rel=1e-3)
     # TTFT: the colocated TTFT estimate gives is the one the planner checks, with vLLM's fixed
     # latency (18.4 ms) where the planner, which names no engine, pays its own shared figure
-    # (95.6 ms), and an engine the physics does not know the engines' geometric mean (40.2 ms); the
-    # benchmark one is validate's
+    # (95.6 ms), and an engine the physics does not know the engines' mean (67.9 ms); the benchmark
+    # one is validate's
     cand = plan.products[0].candidate
     assert (admission_s(DEFAULT, "vllm"), admission_s(DEFAULT)) == pytest.approx((0.0184, 0.0956))
-    assert admission_s(DEFAULT, "tgi") == pytest.approx((0.0123 * 0.175 * 0.0660 * 0.0184) ** 0.25, abs=1e-4)
+    assert admission_s(DEFAULT, "tgi") == pytest.approx((0.0123 + 0.175 + 0.0660 + 0.0184) / 4, abs=1e-4)
     shift = admission_s(DEFAULT) - admission_s(DEFAULT, "vllm")
     assert est["ttft_ms"] + shift * 1e3 == pytest.approx(cand.ttft_at(0.0) * 1e3, rel=1e-9)
     assert est["benchmark_ttft_ms"] == pytest.approx(row["predicted_ttft_ms"], rel=1e-5)
@@ -126,10 +126,9 @@ def test_benchmark_ttft_hand_value(catalog):
                                 engine="sglang", engine_version=version) == pytest.approx(sglang)
     assert benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="vllm",
                             engine_version="0.5.1") == pytest.approx(got)
-    # an engine without figures gets the engines' mean share and geometric mean latency; the planner
-    # (None) its own latency
+    # an engine without figures gets the engines' mean share and latency; the planner (None) its own latency
     assert benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000,
-                            engine="tgi") == pytest.approx(0.0402 + (1 + 0.0915 * 63) * service + (2 + 2.65) * 0.03)
+                            engine="tgi") == pytest.approx(0.0679 + (1 + 0.0915 * 63) * service + (2 + 2.65) * 0.03)
     assert benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000,
                             engine=None) == pytest.approx(0.0956 + (1 + 0.0915 * 63) * service + (2 + 2.65) * 0.03)
 

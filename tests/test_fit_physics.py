@@ -111,21 +111,3 @@ def test_ttft_ceiling_is_the_whole_wave_ahead(fp):
     kept = fp.residuals(x, [high], catalog, frozenset({id(high)}))
     assert len(kept) == 1 and kept[0] == fp.residuals(x, [high], catalog)[0]
     assert list(fp.residual_rows([high, row], frozenset({id(high)}))) == [0, 1, 1]
-
-
-def test_an_engine_no_row_measures_gets_the_mean_share_and_geometric_mean_latency(fp):
-    names = [n for n, _, _ in fp.PARAMETERS]
-    x = fp.current()
-    text = HEADER + "".join(f"deepseek-r1,b200,fp8,8,16,1024,1024,{e},20\n" for e in ("sglang", "trtllm", "vllm"))
-    y = fp.unmeasured_engines(x, parse_measurements(text, "rows.csv"))
-    # ATOM held out: SGLang, TensorRT-LLM and vLLM measured; (0.175 x 0.066 x 0.0184)^(1/3) = 59.7 ms,
-    # where their arithmetic mean would be 86.5 ms; the share the plain mean (0.136 + 0.118 + 0.111) / 3
-    assert y[names.index("admission_atom")] == pytest.approx(0.0597, abs=1e-4)
-    assert y[names.index("share_atom")] == pytest.approx(0.365 / 3)
-    others = [i for i, n in enumerate(names) if not n.endswith("_atom")]
-    assert (y[others] == x[others]).all() and x[names.index("admission_atom")] == pytest.approx(0.0123)
-    # a latency fitted to 0 counts at 0.1 ms, not as a zero that would make the mean 0
-    assert fp.latency_mean([0.0, 0.1]) == pytest.approx((1e-4 * 0.1) ** 0.5, rel=1e-9)
-    # the shipped fallback is the four's geometric mean
-    assert DEFAULT_PHYSICS.engine_fallback.admission_latency_s == pytest.approx(
-        fp.latency_mean([DEFAULT_PHYSICS.engine(e).admission_latency_s for e in fp.ENGINES]), abs=1e-4)
