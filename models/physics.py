@@ -104,8 +104,9 @@ class Physics:
     engine's :attr:`EnginePhysics.prefill_before_first_token`; ``benchmark_kv_cache``: (engine,
     weight precisions, KV-cache precision) an engine's runs of quantised checkpoints hold their
     cache at; ``whole_context_admission``: engines that admit a request only with cache room for
-    its whole context. All five describe how measurements were taken, for ``validate``; the
-    planner uses none of them.
+    its whole context; ``kv_cache_of_free_memory``: (engine, share) of engines whose cache takes
+    that share of the memory the weights leave free, not a share of the whole memory. All six
+    describe how measurements were taken, for ``validate``; the planner uses none of them.
 
     Closed-loop TTFT (``validate`` only): ``length_drift_cycles``: the cycles of drift over which a
     benchmark harness that draws lengths from a range spreads a wave's arrivals (see
@@ -140,6 +141,7 @@ class Physics:
     benchmark_release_shares: tuple[tuple[str, str, float], ...] = ()
     benchmark_kv_cache: tuple[tuple[str, tuple[str, ...], str], ...] = ()
     whole_context_admission: tuple[str, ...] = ()
+    kv_cache_of_free_memory: tuple[tuple[str, float], ...] = ()
     length_drift_cycles: float = 1.0
     attention_dp_balance_steps: tuple[tuple[str, float], ...] = ()
     first_token_steps: float = 0.0
@@ -159,6 +161,11 @@ class Physics:
             if name == engine and precision in weights:
                 return kv
         return None
+
+    def kv_free_share(self, engine: str | None) -> float | None:
+        """Share of the memory the weights leave free that ``engine`` (normalised) gives its cache
+        (:attr:`kv_cache_of_free_memory`), or None where its budget is a share of the whole memory."""
+        return next((share for name, share in self.kv_cache_of_free_memory if name == engine), None)
 
     def benchmark_hit_rate(self, engine: str | None, version: str) -> float:
         """Share of a closed-loop benchmark's prompt tokens served from the prefix cache in runs
@@ -383,6 +390,12 @@ DEFAULT_PHYSICS = Physics(
     # blocks as a sequence grows (and preempt when they run out), so their running sequences hold
     # their prompt and half their output on average.
     whole_context_admission=("trtllm",),
+    # TensorRT-LLM gives its KV cache KvCacheConfig.free_gpu_memory_fraction, default 0.9, of the GPU
+    # memory free once the weights are loaded (nvidia.github.io/TensorRT-LLM examples/kvcacheconfig
+    # and llm-api reference KvCacheConfig, read 2026-12-07); vLLM's gpu_memory_utilization (0.9) and
+    # SGLang's mem_fraction_static are shares of the whole memory. For DeepSeek-V3 FP8 on 4 B200
+    # (671 GB of weights in 769 GB) that is 88 GB of cache, not the 20 GB of 0.9 x 769 GB - 671 GB.
+    kv_cache_of_free_memory=(("trtllm", 0.9),),
     # Closed-loop TTFT by benchmark harness (validate only; catalogs/data/benchmark_harnesses.yaml
     # says how each harness's clients arrive), fitted with the TTFT-only fit
     # (``fit_physics.py --ttft-only``: these with the engines' fixed latencies and the first-token

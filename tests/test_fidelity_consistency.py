@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from pathlib import Path
 
@@ -172,6 +173,28 @@ def test_validate_runs_the_batch_that_fits_and_queues_the_rest(capsys, tmp_path)
     assert queued["predicted_ttft_ms"] == pytest.approx(at8["predicted_ttft_ms"] + 3 * service, rel=1e-4)
 
 
+def test_a_harness_recipe_sets_the_memory_the_run_had(capsys, tmp_path):
+    """The same DeepSeek-R1 FP8 run on 4 B200 at 32 clients with 8,192/1,024 tokens, named as
+    InferenceMAX's: its launch script gives SGLang 0.95 of 4 x 192 GB = 729.6 GB for weights and
+    cache and an FP8 cache, so 58.6 GB hold sequences of 8,704 tokens x 576 B x 61 layers x 4 ranks
+    = 1.22 GB: 47 fit and its cap of 32 running requests holds all 32 (8 without the recipe, as
+    above). Its TP 8 script gives 0.82 of 8 x 192 GB: 589 GB free, capped at 128 running; at 256
+    clients 128 run and the rest queue."""
+    f = tmp_path / "m.csv"
+    f.write_text("model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms,source_id\n"
+                 "deepseek-r1,b200,fp8,4,32,8192,1024,sglang,36,inferencemax_b200_sglang_fp8_tp4_c32\n"
+                 "deepseek-r1,b200,fp8,4,32,8192,1024,sglang,36,\n"
+                 "deepseek-r1,b200,fp8,8,256,8192,1024,sglang,36,inferencemax_b200_sglang_fp8_tp8_c256\n")
+    code, out, _ = run(capsys, ["validate", str(f), "--json"])
+    rows = json.loads(out)["rows"]
+    assert code == 0 and [r["running_batch"] for r in rows] == [32, 8, 128]
+    gb = 1e9
+    weights = 671.0 * gb
+    per_seq = 8704 * 576 * 61 * 4
+    assert math.floor((0.95 * 4 * 192 * gb - weights) / per_seq) == 47
+    assert math.floor((0.9 * 4 * 192 * gb - weights) / (2 * per_seq)) == 8
+
+
 def _rows(catalog, lines):
     header = "model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms"
     return parse_measurements(header + "\n" + "\n".join(lines) + "\n", "x")
@@ -272,10 +295,12 @@ def test_validate_says_when_an_engine_has_no_fitted_figures(capsys, tmp_path):
 
 
 def test_tensorrt_llm_holds_quantised_runs_at_an_fp8_cache(capsys, tmp_path):
-    """Llama-3.1-70B NVFP4 (70.55e9 x 4.5 bits = 39.7 GB) on one B200 (172.8 GB usable) at
-    concurrency 128 with 8,192/1,024 tokens: 133.1 GB for sequences. vLLM holds 8,704 tokens on
-    average x 327,680 B = 2.85 GB each in BF16: 46 run; TensorRT-LLM admits a request with room for
-    its whole 9,216 tokens in its FP8 cache, 1.51 GB: 88 run; a row naming a BF16 cache, 3.02 GB: 44."""
+    """Llama-3.1-70B NVFP4 (70.55e9 x 4.5 bits = 39.7 GB) on one B200 (192 GB, 172.8 GB usable) at
+    concurrency 128 with 8,192/1,024 tokens. vLLM's 0.9 of the whole memory leaves 133.1 GB for
+    sequences, each holding 8,704 tokens on average x 327,680 B = 2.85 GB in BF16: 46 run.
+    TensorRT-LLM gives its cache 0.9 of the memory the weights leave, 0.9 x (192 - 39.7) = 137.1 GB,
+    and admits a request with room for its whole 9,216 tokens in its FP8 cache, 1.51 GB: 90 run;
+    a row naming a BF16 cache, 3.02 GB: 45."""
     f = tmp_path / "m.csv"
     f.write_text("model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms,kv_precision\n"
                  "llama-3.1-70b,b200,fp4,1,128,8192,1024,vllm,60,\n"
@@ -283,4 +308,4 @@ def test_tensorrt_llm_holds_quantised_runs_at_an_fp8_cache(capsys, tmp_path):
                  "llama-3.1-70b,b200,fp4,1,128,8192,1024,trtllm,60,bf16\n")  # a row's own cache wins
     code, out, _ = run(capsys, ["validate", str(f), "--json"])
     rows = json.loads(out)["rows"]
-    assert code == 0 and [r["running_batch"] for r in rows] == [46, 88, 44]
+    assert code == 0 and [r["running_batch"] for r in rows] == [46, 90, 45]
