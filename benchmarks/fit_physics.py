@@ -15,14 +15,17 @@ the share of each prompt vLLM 0.12 benchmark runs served from the prefix cache; 
 TensorRT-LLM 1.2.0rc6.post3's speculative DeepSeek runs accept per step; and the share of a
 wave's prefill before a first token of each engine release in
 ``Physics.benchmark_release_shares`` (SGLang 0.5.1); the bandwidth efficiency of each AMD family
-(:data:`AMD`); the cycles of drift of a benchmark harness that draws lengths from a range and the
+(:data:`AMD`); the cycles of drift of a benchmark harness that draws lengths from a range, the
 decode steps TensorRT-LLM holds a request to balance attention data-parallel ranks
-(:data:`BALANCING`). Nothing is per model or GPU id. ``--ttft-only`` moves only the parameters a
-benchmark's TTFT alone depends on (:data:`TTFT_ONLY`: the drift and the balancing limit) and holds
-the rest at the shipped values, so the TTFT side can be refitted on top of a TPOT refit without
-moving the planner. (The fallback engine's share and the shared
-``admission_latency_s`` are not fitted: every row names its engine; they are the fitted engines'
-means.) The loss is robust least squares
+(:data:`BALANCING`) and the decode steps without prefill a request waits before its first token.
+Nothing is per model or GPU id. ``--ttft-only`` moves only the parameters a benchmark's TTFT alone
+depends on (:data:`TTFT_ONLY`: the engines' fixed latencies, the drift, the balancing limit and the
+first-token steps) and holds the rest at the shipped values, so the TTFT side can be refitted on
+top of a TPOT refit without moving the planner. (The fallback engine's share and latency are not
+fitted: every row names its engine; they are the fitted engines' means. The planner's shared
+``admission_latency_s`` is not fitted either.) A row whose measured TTFT is above twice the
+longest its closed loop can hold a request (:func:`above_ttft_ceiling`) has its TTFT printed and
+scored but not fitted. The loss is robust least squares
 (Huber at 0.25) on the relative error of TPOT
 (predicted/measured - 1, the error the MAPE targets count) plus half the weight on log TTFT,
 over the rows the planner would run, less the rows whose measured TPOT is below their step's
@@ -98,12 +101,13 @@ PARAMETERS: tuple[tuple[str, float, float], ...] = (
 ) + tuple(
     (f"bandwidth_{fam}", 0.3, 0.9) for fam in AMD) + tuple((f"share_{e}", 0.0, 1.0) for e in ENGINES) + tuple((f"admission_{e}", 0.0, 0.5) for e in ENGINES) + tuple(
     (f"share_{e}_{r}", 0.0, 1.0) for e, r in RELEASES) + (("length_drift_cycles", 0.0, 50.0),) + tuple(
-    (f"balance_steps_{e}", 0.0, 200.0) for e in BALANCING) + (("bf16_work_share", 0.0, 1.0),)
+    (f"balance_steps_{e}", 0.0, 200.0) for e in BALANCING) + (("bf16_work_share", 0.0, 1.0), ("first_token_steps", 0.0, 20.0))
 # The parameters only a benchmark's TTFT depends on (``--ttft-only`` fits these alone, the rest held
-# at the shipped values): the drift of a harness that draws lengths from a range and the
-# attention-DP balancing limit; the engines' fixed latencies stay with the joint fit, since the
-# planner's TTFT takes their mean
-TTFT_ONLY = ("length_drift_cycles",) + tuple(f"balance_steps_{e}" for e in BALANCING)
+# at the shipped values): the engines' fixed latencies (the planner pays its own shared figure), the
+# drift of a harness that draws lengths from a range, the attention-DP balancing limit and the
+# decode steps without prefill before a first token
+TTFT_ONLY = tuple(f"admission_{e}" for e in ENGINES) + ("length_drift_cycles",) + tuple(
+    f"balance_steps_{e}" for e in BALANCING) + ("first_token_steps",)
 TTFT_WEIGHT = 0.5
 HUBER = 0.25
 
@@ -125,7 +129,7 @@ def current() -> np.ndarray:
     values += [p.engine(e).admission_latency_s or p.admission_latency_s for e in ENGINES]
     values += [p.prefill_before_first_token(e, r) for e, r in RELEASES]
     values += [p.length_drift_cycles] + [p.balance_steps(e) for e in BALANCING]
-    values += [p.bf16_work_share]
+    values += [p.bf16_work_share, p.first_token_steps]
     return np.array(values)
 
 
@@ -142,10 +146,11 @@ def preset_of(x: np.ndarray) -> Preset:
     engines = tuple(dataclasses.replace(DEFAULT_PHYSICS.engine(e), prefill_before_first_token=v[f"share_{e}"],
                                         admission_latency_s=v[f"admission_{e}"]) for e in ENGINES)
     fallback = dataclasses.replace(DEFAULT_PHYSICS.engine_fallback,
-                                   prefill_before_first_token=float(np.mean([v[f"share_{e}"] for e in ENGINES])))
+                                   prefill_before_first_token=float(np.mean([v[f"share_{e}"] for e in ENGINES])),
+                                   admission_latency_s=float(np.mean([v[f"admission_{e}"] for e in ENGINES])))
     physics = dataclasses.replace(
         DEFAULT_PHYSICS, families=families, engines=engines, engine_fallback=fallback,
-        admission_latency_s=float(np.mean([v[f"admission_{e}"] for e in ENGINES])), kv_bandwidth_efficiency=v["kv_bandwidth_efficiency"],
+        kv_bandwidth_efficiency=v["kv_bandwidth_efficiency"],
         moe_small_group_tokens=v["moe_small_group_tokens"],
         weight_only_fp4_dequant_factor=v["weight_only_fp4_dequant_factor"],
         weight_only_fp4_layer_s=v["weight_only_fp4_layer_s"], kv_page_overhead=v["kv_page_overhead"],
@@ -156,20 +161,23 @@ def preset_of(x: np.ndarray) -> Preset:
         benchmark_release_shares=tuple((e, r, v[f"share_{e}_{r}"]) for e, r in RELEASES),
         length_drift_cycles=v["length_drift_cycles"], bf16_work_share=v["bf16_work_share"],
         attention_dp_balance_steps=tuple((e, v[f"balance_steps_{e}"]) for e in BALANCING),
+        first_token_steps=v["first_token_steps"],
     )
     return dataclasses.replace(DEFAULT, physics=physics, compute_efficiency=v["compute_efficiency"],
                                prefill_compute_efficiency=v["prefill_compute_efficiency"])
 
 
-def residuals(x: np.ndarray, rows: list[Measurement], catalog: Catalog) -> np.ndarray:
+def residuals(x: np.ndarray, rows: list[Measurement], catalog: Catalog,
+              unfitted_ttft: frozenset[int] = frozenset()) -> np.ndarray:
     """Relative error predicted / measured - 1 of every row's TPOT (the error MAPE counts), then
-    log(predicted / measured) TTFT (weighted) of rows reporting it."""
+    log(predicted / measured) TTFT (weighted) of rows reporting it, less those whose ``id`` is in
+    ``unfitted_ttft`` (:func:`above_ttft_ceiling`)."""
     preset = preset_of(x)
     tpot, ttft = [], []
     for r in rows:
         p = predict(r, catalog, preset)
         tpot.append(p.predicted_tpot_ms / r.measured_tpot_ms - 1.0)
-        if r.measured_ttft_ms:
+        if r.measured_ttft_ms and id(r) not in unfitted_ttft:
             ttft.append(TTFT_WEIGHT * np.log(p.predicted_ttft_ms / r.measured_ttft_ms))
     return np.array(tpot + ttft)
 
@@ -193,11 +201,11 @@ def forward_jacobian(f: Callable[[np.ndarray], np.ndarray], x: np.ndarray, r: np
 
 
 def fit(rows: list[Measurement], catalog: Catalog, x0: np.ndarray, iterations: int,
-        free: np.ndarray | None = None) -> np.ndarray:
+        free: np.ndarray | None = None, unfitted_ttft: frozenset[int] = frozenset()) -> np.ndarray:
     """Huber-weighted Levenberg-Marquardt within the bounds, numerical Jacobian, from ``x0``,
-    moving the ``free`` parameters (default all)."""
+    moving the ``free`` parameters (default all), the TTFT of rows in ``unfitted_ttft`` left out."""
     free = np.ones(len(x0), dtype=bool) if free is None else free
-    f: Callable[[np.ndarray], np.ndarray] = lambda x: residuals(x, rows, catalog)  # noqa: E731
+    f: Callable[[np.ndarray], np.ndarray] = lambda x: residuals(x, rows, catalog, unfitted_ttft)  # noqa: E731
     x, r, lam = x0.copy(), f(x0), 1e-2
     for _ in range(iterations):
         x, r, lam, moved = damped_step(f, x, r, forward_jacobian(f, x, r, free), lam, 8)
@@ -260,6 +268,40 @@ def below_bandwidth_floor(row: Measurement, catalog: Catalog) -> bool:
     gpu = catalog.gpus[row.gpu]
     floor_ms = est.bytes_per_step / (row.tp * gpu.mem_bandwidth_bytes_per_s) * 1e3 / speculation(row, DEFAULT)[1]
     return row.measured_tpot_ms < floor_ms
+
+
+# A closed-loop median TTFT measured above this multiple of its ceiling (:func:`above_ttft_ceiling`) is
+# scored but not fitted: twice the ceiling is outside the 1.5x band of any TTFT the physics can give
+# the row with its fitted rates, whatever share of the wave it puts ahead
+TTFT_CEILING_FACTOR = 2.0
+
+
+def ttft_ceiling_preset() -> Preset:
+    """The shipped preset with every engine and release prefilling the whole wave of the other
+    requests' prompts before a request's first token (share 1, not lowered by prefill's busy share)."""
+    p = DEFAULT_PHYSICS
+    whole = dataclasses.replace(
+        p, engines=tuple(dataclasses.replace(e, prefill_before_first_token=1.0) for e in p.engines),
+        engine_fallback=dataclasses.replace(p.engine_fallback, prefill_before_first_token=1.0),
+        benchmark_release_shares=tuple((e, r, 1.0) for e, r, _ in p.benchmark_release_shares),
+        busy_share_exponent=0.0)
+    return dataclasses.replace(DEFAULT, physics=whole)
+
+
+def above_ttft_ceiling(row: Measurement, catalog: Catalog, ceiling: Preset) -> bool:
+    """Whether ``row``'s measured median TTFT is above :data:`TTFT_CEILING_FACTOR` times the longest a
+    closed loop at its concurrency holds a request (``ceiling``, :func:`ttft_ceiling_preset`): its
+    clients arriving together and the whole wave of their prompts prefilled ahead of it, in chunks
+    with the decode steps between, after its engine's fixed latency, and behind the queue for a
+    slot where the cache holds fewer sequences than the concurrency. The other clients are all the
+    load there is, so no engine behind the benchmark holds a request longer: such a run waited
+    somewhere the physics does not model (a client-side queue, a warm-up, a slow path), and its
+    TTFT is listed and scored but not fitted, as :func:`below_bandwidth_floor` does for TPOT.
+    Static batches and rows without a measured TTFT are never above it."""
+    if not row.measured_ttft_ms or row.batching != "continuous":
+        return False
+    wave = dataclasses.replace(row, arrival_pattern="waves", length_range_ratio=None)
+    return row.measured_ttft_ms > TTFT_CEILING_FACTOR * predict(wave, catalog, ceiling).predicted_ttft_ms
 
 
 def unmeasured_releases(x: np.ndarray, rows: list[Measurement]) -> np.ndarray:
@@ -352,17 +394,18 @@ def family_bandwidth(x: np.ndarray, family: str) -> float:
     return DEFAULT_PHYSICS.family(family).bandwidth_efficiency
 
 
-def residual_rows(rows: list[Measurement]) -> np.ndarray:
+def residual_rows(rows: list[Measurement], unfitted_ttft: frozenset[int] = frozenset()) -> np.ndarray:
     """The row index of every element of :func:`residuals`' vector (TPOT first, then TTFT)."""
-    return np.array(list(range(len(rows))) + [i for i, r in enumerate(rows) if r.measured_ttft_ms])
+    return np.array(list(range(len(rows))) + [i for i, r in enumerate(rows)
+                                              if r.measured_ttft_ms and id(r) not in unfitted_ttft])
 
 
 def jacobian(x: np.ndarray, rows: list[Measurement], catalog: Catalog,
-             free: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+             free: np.ndarray | None = None, unfitted_ttft: frozenset[int] = frozenset()) -> tuple[np.ndarray, np.ndarray]:
     """(residuals at ``x``, their forward-difference Jacobian in the ``free`` parameters), as
     :func:`fit` takes them."""
-    r = residuals(x, rows, catalog)
-    return r, forward_jacobian(lambda y: residuals(y, rows, catalog), x, r,
+    r = residuals(x, rows, catalog, unfitted_ttft)
+    return r, forward_jacobian(lambda y: residuals(y, rows, catalog, unfitted_ttft), x, r,
                                np.ones(len(x), dtype=bool) if free is None else free)
 
 
@@ -373,11 +416,11 @@ def huber_loss(res: np.ndarray) -> float:
 
 
 def fold_fit(x: np.ndarray, r: np.ndarray, jac: np.ndarray, train: list[Measurement], mask: np.ndarray,
-             catalog: Catalog) -> np.ndarray:
+             catalog: Catalog, unfitted_ttft: frozenset[int] = frozenset()) -> np.ndarray:
     """The fast path: damped Gauss-Newton steps from the full fit ``x`` on its Jacobian ``jac``
     restricted to the training rows' residuals (``mask``), each kept only where it lowers the
     training rows' loss, recomputed at the step."""
-    f: Callable[[np.ndarray], np.ndarray] = lambda y: residuals(y, train, catalog)  # noqa: E731
+    f: Callable[[np.ndarray], np.ndarray] = lambda y: residuals(y, train, catalog, unfitted_ttft)  # noqa: E731
     j, res, lam = jac[mask], r[mask], 1e-2
     for _ in range(FOLD_STEPS):
         x, res, lam, moved = damped_step(f, x, res, j, lam, 4)
@@ -388,22 +431,23 @@ def fold_fit(x: np.ndarray, r: np.ndarray, jac: np.ndarray, train: list[Measurem
 
 def held_out(rows: list[Measurement], fitted_rows: list[Measurement], catalog: Catalog, x: np.ndarray,
              scheme: str, fold_iterations: int, full: tuple[np.ndarray, np.ndarray] | None,
-             free: np.ndarray | None = None) -> list[tuple[float, float] | None]:
+             free: np.ndarray | None = None,
+             unfitted_ttft: frozenset[int] = frozenset()) -> list[tuple[float, float] | None]:
     """(TPOT, TTFT) of every row ``scheme`` holds out, predicted by a fit on the other folds'
     ``fitted_rows`` (None for rows no fold of the scheme holds out). ``full`` is the full fit's
     (residuals, Jacobian) over ``fitted_rows`` for the fast path; ``fold_iterations`` > 0 refits
     the ``free`` parameters (default all)."""
     held: list[tuple[float, float] | None] = [None] * len(rows)
-    owner = residual_rows(fitted_rows)
+    owner = residual_rows(fitted_rows, unfitted_ttft)
     all_folds = folds(rows, scheme)
     for n, (key, members) in enumerate(all_folds.items(), 1):
         out = {id(rows[i]) for i in members}
         train = [r for r in fitted_rows if id(r) not in out]
         if fold_iterations > 0 or full is None:
-            xf = fit(train, catalog, x, max(1, fold_iterations), free)
+            xf = fit(train, catalog, x, max(1, fold_iterations), free, unfitted_ttft)
         else:
             keep = np.array([id(fitted_rows[k]) not in out for k in range(len(fitted_rows))])
-            xf = fold_fit(x, full[0], full[1], train, keep[owner], catalog)
+            xf = fold_fit(x, full[0], full[1], train, keep[owner], catalog, unfitted_ttft)
         preset = preset_of(unmeasured_families(unmeasured_engines(unmeasured_releases(xf, train), train), train, catalog))
         for i in members:
             p = predict(rows[i], catalog, preset)
@@ -483,9 +527,16 @@ def main(argv: list[str]) -> int:
         if r not in fitted_rows:
             print(f"not fitted (TPOT below the bandwidth floor): {r.model} {r.gpu} {r.engine} tp {r.tp} "
                   f"batch {r.batch} {r.input_tokens:g}/{r.output_tokens:g} tokens, {r.measured_tpot_ms} ms")
+    ceiling = ttft_ceiling_preset()
+    unfitted = frozenset(id(r) for r in fitted_rows if above_ttft_ceiling(r, catalog, ceiling))
+    for r in fitted_rows:
+        if id(r) in unfitted:
+            print(f"TTFT not fitted (above {TTFT_CEILING_FACTOR:g}x the whole wave ahead): {r.model} {r.gpu} {r.engine} "
+                  f"{r.engine_version or '-'} {r.precision} tp {r.tp} batch {r.batch} {r.input_tokens:g}/{r.output_tokens:g} "
+                  f"tokens, {r.measured_ttft_ms} ms")
     print(f"fitting {len(PARAMETERS)} parameters to {len(fitted_rows)} rows", file=sys.stderr, flush=True)
     free = free_mask(args.ttft_only)
-    x = fit(fitted_rows, catalog, current(), args.iterations, free)
+    x = fit(fitted_rows, catalog, current(), args.iterations, free, unfitted)
     for (name, _, _), value in zip(PARAMETERS, x, strict=True):
         print(f"{name:<32} {value:.4g}")
     shipped = [predict(r, catalog, DEFAULT) for r in rows]
@@ -493,10 +544,11 @@ def main(argv: list[str]) -> int:
     fitted = [predict(r, catalog, preset_of(x)) for r in rows]
     report("refitted", rows, [(p.predicted_tpot_ms, p.predicted_ttft_ms) for p in fitted], catalog)
     if args.cv:
-        full = None if args.fold_iterations > 0 else jacobian(x, fitted_rows, catalog, free)
+        full = None if args.fold_iterations > 0 else jacobian(x, fitted_rows, catalog, free, unfitted)
         results = {}
         for scheme in args.schemes.split(","):
-            results[scheme] = held_out(rows, fitted_rows, catalog, x, scheme, args.fold_iterations, full, free)
+            results[scheme] = held_out(rows, fitted_rows, catalog, x, scheme, args.fold_iterations, full, free,
+                                       unfitted)
             report(f"held out {scheme}", rows, results[scheme], catalog)
             if scheme in ("gpu", "engine"):
                 by_fold(scheme, rows, results[scheme])

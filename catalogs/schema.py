@@ -154,6 +154,33 @@ class APIPrice(Entry):
 ArrivalPattern = Literal["waves", "steady"]
 
 
+class ServerRecipe(BaseModel):
+    """How a harness's launch scripts started one engine for the matching runs: the memory and cache
+    settings that decide how many sequences run at once. Empty match fields match every run;
+    ``memory_fraction`` is each GPU's share for weights and KV cache (SGLang's
+    ``--mem-fraction-static``, vLLM's ``--gpu-memory-utilization``), ``kv_cache_precision`` the cache
+    the engine was told to keep (``--kv-cache-dtype``), ``max_running_requests`` its cap on running
+    sequences."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+    engine: str = Field(min_length=1)
+    model_prefix: str = ""
+    gpu: str | None = None
+    precision: Precision | None = None
+    tp: Annotated[int, Field(ge=1)] | None = None
+    memory_fraction: Annotated[float | None, F.FRACTION] = None
+    kv_cache_precision: Precision | None = None
+    max_running_requests: Annotated[int, Field(ge=1)] | None = None
+    source: str = Field(min_length=1, description="The launch script the settings are read from")
+
+    def matches(self, engine: str, model: str, gpu: str, precision: str, tp: int) -> bool:
+        """Whether this recipe started ``engine`` (normalised) for a run of ``model`` at
+        ``precision`` on ``tp`` x ``gpu``."""
+        return (engine == self.engine and model.startswith(self.model_prefix)
+                and self.gpu in (None, gpu) and self.precision in (None, precision) and self.tp in (None, tp))
+
+
 class BenchmarkHarness(Entry):
     """A closed-loop benchmark harness whose measurements ``validate`` may read: how its clients
     arrive, for the rows whose ``source_id`` starts with one of ``source_id_prefixes``.
@@ -163,12 +190,19 @@ class BenchmarkHarness(Entry):
     drawn from a range so the clients drift apart. ``length_range_ratio``: the harness draws each
     prompt's and each output's length uniformly between this share of the stated length and the
     stated length (1: fixed lengths; empty for ``steady``: clients taken as fully drifted apart).
+    ``server_recipes``: the engine settings its launch scripts pass that decide memory
+    (:class:`ServerRecipe`), first match wins.
     """
 
     id: str = Field(min_length=1)
     source_id_prefixes: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
     arrival_pattern: ArrivalPattern
     length_range_ratio: Annotated[float | None, F.FRACTION] = None
+    server_recipes: list[ServerRecipe] = Field(default_factory=list)
+
+    def recipe_for(self, engine: str, model: str, gpu: str, precision: str, tp: int) -> ServerRecipe | None:
+        """The first of :attr:`server_recipes` that started this run, or None (the engine's defaults)."""
+        return next((r for r in self.server_recipes if r.matches(engine, model, gpu, precision, tp)), None)
 
     @model_validator(mode="after")
     def _pattern_matches_ratio(self) -> BenchmarkHarness:

@@ -107,14 +107,17 @@ class Physics:
     engine's :attr:`EnginePhysics.prefill_before_first_token`; ``benchmark_kv_cache``: (engine,
     weight precisions, KV-cache precision) an engine's runs of quantised checkpoints hold their
     cache at; ``whole_context_admission``: engines that admit a request only with cache room for
-    its whole context. All five describe how measurements were taken, for ``validate``; the
-    planner uses none of them.
+    its whole context; ``kv_cache_of_free_memory``: (engine, share) of engines whose cache takes
+    that share of the memory the weights leave free, not a share of the whole memory. All six
+    describe how measurements were taken, for ``validate``; the planner uses none of them.
 
     Closed-loop TTFT (``validate`` only): ``length_drift_cycles``: the cycles of drift over which a
     benchmark harness that draws lengths from a range spreads a wave's arrivals (see
     :func:`fleetplan.models.interference.wave_share`); ``attention_dp_balance_steps``: (engine,
     steps) of engines that hold a new request until every attention data-parallel rank has one to
-    prefill, or that many decode steps have passed.
+    prefill, or that many decode steps have passed; ``first_token_steps``: decode steps of the
+    running batch a request waits between its arrival and its first token besides those that carry
+    its prefill (the step running when it arrives, the step that returns the first token).
     """
 
     families: tuple[FamilyPhysics, ...]
@@ -142,8 +145,10 @@ class Physics:
     benchmark_release_shares: tuple[tuple[str, str, float], ...] = ()
     benchmark_kv_cache: tuple[tuple[str, tuple[str, ...], str], ...] = ()
     whole_context_admission: tuple[str, ...] = ()
+    kv_cache_of_free_memory: tuple[tuple[str, float], ...] = ()
     length_drift_cycles: float = 1.0
     attention_dp_balance_steps: tuple[tuple[str, float], ...] = ()
+    first_token_steps: float = 0.0
 
     def balance_steps(self, engine: str | None) -> float:
         """Decode steps ``engine`` (normalised) holds a new request at most so that every attention
@@ -160,6 +165,11 @@ class Physics:
             if name == engine and precision in weights:
                 return kv
         return None
+
+    def kv_free_share(self, engine: str | None) -> float | None:
+        """Share of the memory the weights leave free that ``engine`` (normalised) gives its cache
+        (:attr:`kv_cache_of_free_memory`), or None where its budget is a share of the whole memory."""
+        return next((share for name, share in self.kv_cache_of_free_memory if name == engine), None)
 
     def benchmark_hit_rate(self, engine: str | None, version: str) -> float:
         """Share of a closed-loop benchmark's prompt tokens served from the prefix cache in runs
@@ -263,27 +273,28 @@ DEFAULT_PHYSICS = Physics(
     # token (the rest lands in its time per output token), and the engine's fixed latency per
     # request (its HTTP server, tokeniser, scheduler and detokeniser). The three engines' current
     # releases hold about the same share (SGLang 0.137, TensorRT-LLM 0.118, vLLM 0.107); SGLang
-    # has the longest fixed latency (223 ms: small-batch, short-prompt SGLang TTFTs are 260-610 ms
-    # where the prefill is 19-35 ms), TensorRT-LLM 87 ms and vLLM 33 ms (its 1,024-token TTFTs at
+    # has the longest fixed latency (178 ms, 223 ms before the decode steps without prefill were
+    # apart, ``first_token_steps``: small-batch, short-prompt SGLang TTFTs are 260-610 ms where the
+    # prefill is 19-35 ms), TensorRT-LLM 67 ms (87) and vLLM 19 ms (33; its 1,024-token TTFTs at
     # batch 4 are 30-137 ms). One latency shared by the three engines (81 ms) left vLLM's short
     # TTFTs 1.5-3x over and SGLang's under; per engine, dense TTFT within 1.5x held out by
     # configuration group rose from 56% to 60-61%. SGLang 0.5.1 held far more of a wave before a
     # first token (``benchmark_release_shares`` below).
     # AMD's ATOM (gpt-oss-120b on one MI355X, 14 rows of inferencemax-train.csv) prefills almost
-    # none of a wave before a request's first token (0, the bound) and answers in 39 ms.
+    # none of a wave before a request's first token (0, the bound) and answers in 12 ms (39).
     # KV page sizes in tokens, each engine's default: SGLang's ``page_size`` 1 (its radix cache
     # indexes single tokens), vLLM's ``block_size`` 16, ATOM (derived from vLLM) 16, TensorRT-LLM's
     # ``tokens_per_block`` 32.
     engines=(
-        EnginePhysics("atom", 0.0, 8192, 0.039, 16),
-        EnginePhysics("sglang", 0.137, 8192, 0.223, 1),
-        EnginePhysics("trtllm", 0.118, 8192, 0.087, 32),
-        EnginePhysics("vllm", 0.107, 8192, 0.033, 16),
+        EnginePhysics("atom", 0.0, 8192, 0.0121, 16),
+        EnginePhysics("sglang", 0.137, 8192, 0.178, 1),
+        EnginePhysics("trtllm", 0.118, 8192, 0.0669, 32),
+        EnginePhysics("vllm", 0.107, 8192, 0.0187, 16),
     ),
     # An unknown engine (and the planner, which plans no particular one) gets the engines' mean
-    # share, and their mean latency from ``admission_latency_s`` below; its KV pages are vLLM's 16
-    # tokens, the most common default.
-    engine_fallback=EnginePhysics("any", 0.0905, 8192, None, 16),
+    # share; an unknown engine their mean latency (68.9 ms), the planner ``admission_latency_s``
+    # below; its KV pages are vLLM's 16 tokens, the most common default.
+    engine_fallback=EnginePhysics("any", 0.0905, 8192, 0.0689, 16),
     # Fitted, at the bound the fit allows (1 / 0.90: the datasheet bandwidth): paged attention
     # streams the KV cache at full bandwidth, faster than the weight GEMMs at small batch.
     kv_bandwidth_efficiency=1.11,
@@ -320,9 +331,12 @@ DEFAULT_PHYSICS = Physics(
     # which wanted it higher) and the FP8 and FP4 rows (which wanted it lower), and a fold that left
     # out H100 or an engine moved it and the busy-share exponent far from the full fit.
     bf16_work_share=0.118,
-    # Time from a request's arrival to its admission and from its first token to the client
-    # (HTTP, tokenisation, scheduling, detokenisation) of an engine without its own figure (the
-    # fallback engine: an unknown one, or the planner's): the mean of the four fitted ones.
+    # Time from a request's arrival to its first token beyond its prefill and chunk steps that the
+    # planner, which names no engine, pays (HTTP, tokenisation, scheduling, detokenisation): the
+    # mean of the four engines' fixed latencies as fitted without the decode steps without prefill
+    # (``first_token_steps``), which are inside it, since the planner's colocated TTFT has no such
+    # steps of its own. An engine the physics does not know pays the mean of today's four (the
+    # fallback's figure) and the steps.
     admission_latency_s=0.0955,
     # Fitted: host work per running sequence per decode step (input preparation, sampling,
     # detokenisation, the scheduler's bookkeeping): 12.5 us, which no GPU parallelism shortens, so
@@ -391,22 +405,43 @@ DEFAULT_PHYSICS = Physics(
     # blocks as a sequence grows (and preempt when they run out), so their running sequences hold
     # their prompt and half their output on average.
     whole_context_admission=("trtllm",),
+    # TensorRT-LLM gives its KV cache KvCacheConfig.free_gpu_memory_fraction, default 0.9, of the GPU
+    # memory free once the weights are loaded (nvidia.github.io/TensorRT-LLM examples/kvcacheconfig
+    # and llm-api reference KvCacheConfig, read 2026-12-07); vLLM's gpu_memory_utilization (0.9) and
+    # SGLang's mem_fraction_static are shares of the whole memory. For DeepSeek-V3 FP8 on 4 B200
+    # (671 GB of weights in 769 GB) that is 88 GB of cache, not the 20 GB of 0.9 x 769 GB - 671 GB.
+    kv_cache_of_free_memory=(("trtllm", 0.9),),
     # Closed-loop TTFT by benchmark harness (validate only; catalogs/data/benchmark_harnesses.yaml
     # says how each harness's clients arrive), fitted with the TTFT-only fit
-    # (``fit_physics.py --ttft-only``: these two alone, every other value held) on both files.
+    # (``fit_physics.py --ttft-only``: these with the engines' fixed latencies and the first-token
+    # steps below, every other value held) on both files.
     # The cycles of drift over which InferenceMAX's length range (0.8-1.0 of the stated lengths)
-    # spreads a wave's arrivals: 0.628 (0.530 before the bf16 work share, 0.474 before the KV pages' cost were fitted). Five cycles (what its median request has run, every wave
+    # spreads a wave's arrivals: 0.750 (0.628 before the first-token steps, 0.530 before the bf16
+    # work share, 0.474 before the KV pages' cost was fitted). Five cycles (what its median request
+    # has run, every wave
     # spread past its prefill) left InferenceMAX's TTFT within 1.5x in sample lower (58.2% against
     # 62.4%, latencies refitted with a harness factor): the fit keeps part of each wave, which
     # SGLang's DeepSeek-R1 runs on B200 show (TTFT 145 -> 583 ms from 4 to 64 clients at
     # 1,024/1,024 tokens) while its MI355X runs do not (104 -> 116 ms).
-    length_drift_cycles=0.628,
+    length_drift_cycles=0.750,
     # TensorRT-LLM's attention data-parallel runs of gpt-oss-120b on B200 (DP 2 and 4, 20 rows of
     # inferencemax-train.csv; InferenceMAX sets attention_dp_config enable_balance with
     # timeout_iters 60): their TTFT is 70-160 ms above the same runs without attention DP at any
     # concurrency (101-180 ms against 30-45 ms at 1,024-token prompts), the balancer holding a new
-    # context request until every rank has one or, fitted, 10.0 decode steps pass.
-    attention_dp_balance_steps=(("trtllm", 10.0),),
+    # context request until every rank has one or, fitted, 11.9 decode steps pass (10.0 before the
+    # first-token steps).
+    attention_dp_balance_steps=(("trtllm", 11.9),),
+    # A closed-loop request also waits whole decode steps of the running batch that carry none of its
+    # prefill: the step running when it arrives and the step whose output returns its first token
+    # (an engine that overlaps scheduling with the GPU emits a step's tokens one step later). Fitted
+    # with the TTFT-only fit: 2.55 steps, with the engines' fixed latencies refitted beside it
+    # (SGLang 223 -> 178 ms, TensorRT-LLM 87 -> 67 ms, vLLM 33 -> 19 ms, ATOM 39 -> 12 ms). A step
+    # is 3-5 ms for gpt-oss-120b on vLLM and 15-40 ms for DeepSeek on SGLang, so what was an
+    # engine's constant scales with the model it runs: held out four ways (TTFT-only fit, the
+    # TPOT side unchanged) the worst TTFT within 1.5x moved dense 57.7% -> 58.1%, MoE 44.1% -> 47.6%
+    # (SGLang held out 20.7% -> 27.5%). Validate only: the planner's colocated TTFT counts its
+    # own steps and the fallback latency.
+    first_token_steps=2.55,
     # Not fitted (a rule, no parameter): with expert parallelism a GPU holds E / ep whole experts and
     # reads only the touched ones, so a step waits for the GPU that holds the most
     # (``moe.busiest_expert_share``: 1.69x the mean for gpt-oss-120b at EP 8 and batch 8, 1.13x at EP 2,

@@ -28,10 +28,12 @@ Closed-loop benchmark at concurrency ``B`` (``validate``): ahead of a request ar
 its arrival pattern leaves ahead (:mod:`fleetplan.models.interference`: with fixed lengths the
 share ``s`` of a wave's other ``B - 1`` prompts its engine prefills before its first token; with
 lengths drawn from a range, partly the drifted clients in their prefill), prefilled at most
-``chunk_tokens`` per engine step, each step also decoding the batch; the median and the 99th
-percentile differ by the prompts ahead and the own prompt's length::
+``chunk_tokens`` per engine step, each step also decoding the batch, and ``k`` more steps that
+carry none of its prefill (``Physics.first_token_steps``: the step running when it arrives, the
+step that returns its first token); the median and the 99th percentile differ by the prompts ahead
+and the own prompt's length::
 
-    TTFT = admission + (1 + ahead) x prefill + ceil((1 + ahead) x I / chunk) x step
+    TTFT = admission + (1 + ahead) x prefill + (ceil((1 + ahead) x I / chunk) + k) x step
 
 Queueing: each replica is an M/D/1 queue, so a request spends ``1 + rho / (2 (1 - rho))``
 service times in it at utilisation ``rho``.
@@ -99,10 +101,12 @@ def ttft_s(
 
 def admission_s(preset: Preset, engine: str | None = None) -> float:
     """Admission and response latency every request pays on ``engine``: its own fitted figure, or
-    for an engine without one (an unknown engine, or None: the planner) the physics' shared
-    ``admission_latency_s``, the engines' mean; zero without physics: the seed."""
+    for an unknown engine the fallback's (the engines' mean), or for None (the planner, which names
+    no engine) the physics' shared ``admission_latency_s``; zero without physics: the seed."""
     if preset.physics is None:
         return 0.0
+    if engine is None:
+        return preset.physics.admission_latency_s
     own = preset.physics.engine(normalize_engine(engine)).admission_latency_s
     return preset.physics.admission_latency_s if own is None else own
 
@@ -146,13 +150,15 @@ def benchmark_ttft_percentiles_s(
     (:func:`~fleetplan.models.interference.closed_loop_prompts_ahead`: the share of a wave its
     engine at ``engine_version`` prefills first, at the benchmark's prefill ``busy_share``, and the
     drifted clients in their prefill) and its own are prefilled in chunks, with decode steps of
-    ``step_s`` interleaved, after the engine's fixed latency (no queue: the
+    ``step_s`` interleaved and the physics' ``first_token_steps`` more, after the engine's fixed
+    latency (no queue: the
     concurrency is the load). ``prefill_s`` is a prompt of the mean drawn length, ``tail_prefill_s``
     (default ``prefill_s``) one of the stated length, the tail's own; ``output_tokens`` the mean
     drawn output length. With ``attention_dp`` ranks, an engine that balances them holds the request
     (:func:`attention_dp_balance_wait_s`)."""
-    share, chunk, drift, latency = 1.0, math.inf, 1.0, 0.0
+    share, chunk, drift, latency, waits = 1.0, math.inf, 1.0, 0.0, 0.0
     if preset.physics is not None:
+        waits = preset.physics.first_token_steps
         share = benchmark_share_ahead(preset, engine, busy_share, engine_version)
         chunk = float(preset.physics.engine(normalize_engine(engine)).chunk_tokens)
         drift = preset.physics.length_drift_cycles
@@ -165,7 +171,7 @@ def benchmark_ttft_percentiles_s(
     out = []
     tail_own = prefill_s if tail_prefill_s is None else tail_prefill_s
     for n, own_s, fixed in ((ahead, prefill_s, latencies[0]), (tail_ahead, tail_own, latencies[1])):
-        steps = max(1.0, math.ceil((1.0 + n) * input_tokens * arrival.mean_length_share() / chunk - 1e-9))
+        steps = max(1.0, math.ceil((1.0 + n) * input_tokens * arrival.mean_length_share() / chunk - 1e-9)) + waits
         out.append(ttft_s(prefill_s=prefill_s, requests_ahead=n, steps=steps, step_s=step_s, utilisation=0.0,
                           admission_s=fixed) + (own_s - prefill_s))
     return out[0], out[1]

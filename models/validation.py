@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fleetplan.catalogs.loader import Catalog, nearest
+from fleetplan.catalogs.schema import ServerRecipe
 from fleetplan.models.interference import Arrival
 from fleetplan.models.layout import Layout, layout_problem
 from fleetplan.models.measurements import Measurement
@@ -107,34 +108,66 @@ def skip_reason(row: Measurement, catalog: Catalog, preset: Preset) -> str | Non
 
 def running_batch(row: Measurement, catalog: Catalog, preset: Preset) -> int:
     """Sequences ``row``'s engine decodes at once: its concurrency, or fewer where their KV cache
-    does not fit next to the weights in usable memory or the engine caps them (the rest queue for
-    a slot); 0 where not even one fits.
+    does not fit next to the weights in the engine's memory budget or the engine caps them (the rest
+    queue for a slot); 0 where not even one whole context fits.
 
     A paged cache allocates a sequence's blocks as it grows, so under continuous batching the
     running sequences hold on average their prompt and half their output (requests in a closed loop
     are spread evenly over their decode), not the full context the planner reserves; a static batch
     holds the full context at its end, and so does an engine that admits a request only with room
-    for its whole context (``Physics.whole_context_admission``). An engine whose quantised checkpoints carry an FP8 cache
-    recipe (:meth:`~fleetplan.models.physics.Physics.benchmark_kv_cache_precision`) holds each
-    sequence at that precision where the row names none."""
+    for its whole context (``Physics.whole_context_admission``). The cache's precision and the
+    budget are the run's as far as they are known (:func:`memory_budget`)."""
     e = _step(row, catalog, preset, aggregated=False)
-    if e.fits:
-        return row.batch
-    one = _step(dataclasses.replace(row, batch=1), catalog, preset, aggregated=False)
-    if not one.fits:
-        return 0
-    full = row.input_tokens + row.output_tokens
-    held = e.kv_bytes_held_per_sequence
     engine = normalize_engine(row.engine)
+    recipe = server_recipe(row, catalog)
+    full = row.input_tokens + row.output_tokens
+    held = e.kv_bytes_held_per_sequence * _kv_scale(row, preset, recipe, e.kv_precision)
+    one = held  # one sequence's whole context, the least a measured run needs
     if row.batching == "continuous" and (preset.physics is None or engine not in preset.physics.whole_context_admission):
         held *= (row.input_tokens + 0.5 * row.output_tokens) / full
-    kv = preset.physics.benchmark_kv_cache_precision(engine, row.precision) \
-        if preset.physics is not None and row.kv_precision is None else None
-    if kv is not None:  # the engine's cache precision, against the one the step was held at
-        held *= bytes_per_value(kv) / bytes_per_value(e.kv_precision)
-    free = e.memory_usable_bytes - (e.memory_needed_bytes - row.batch * e.kv_bytes_held_per_sequence)
-    cap = e.batch_cap if e.batch_cap is not None else row.batch
-    return max(1, min(row.batch, cap, math.floor(free / max(held, 1.0))))
+    weights = e.memory_needed_bytes - row.batch * e.kv_bytes_held_per_sequence
+    free = memory_budget(row, preset, recipe, e) - weights
+    if free < one:
+        return 0
+    cap = min(c for c in (e.batch_cap, recipe.max_running_requests if recipe else None, row.batch) if c is not None)
+    return max(1, min(cap, math.floor(free / max(held, 1.0))))
+
+
+def server_recipe(row: Measurement, catalog: Catalog) -> ServerRecipe | None:
+    """The launch settings of ``row``'s run: the first recipe of its harness (matched by
+    ``source_id``) for its engine, model, GPU, precision and TP, else None."""
+    h = catalog.harness_for(row.source_id) if row.source_id else None
+    if h is None:
+        return None
+    return h.recipe_for(normalize_engine(row.engine) or "", row.model, row.gpu, row.precision, row.tp)
+
+
+def _kv_scale(row: Measurement, preset: Preset, recipe: ServerRecipe | None, step_kv: str) -> float:
+    """Bytes of ``row``'s cache as the engine held it over the bytes at ``step_kv``: the row's own KV
+    precision, else its recipe's, else the engine's rule for quantised checkpoints
+    (:meth:`~fleetplan.models.physics.Physics.benchmark_kv_cache_precision`)."""
+    if row.kv_precision is not None:
+        return 1.0
+    kv = recipe.kv_cache_precision if recipe is not None else None
+    if kv is None and preset.physics is not None:
+        kv = preset.physics.benchmark_kv_cache_precision(normalize_engine(row.engine), row.precision)
+    return bytes_per_value(kv) / bytes_per_value(step_kv) if kv is not None else 1.0
+
+
+def memory_budget(row: Measurement, preset: Preset, recipe: ServerRecipe | None, e: StepEstimate) -> float:
+    """Bytes ``row``'s engine gives weights and KV cache over the replica's GPUs: the recipe's
+    ``memory_fraction`` of their memory where the run set one; the weights plus the engine's share
+    of the memory they leave free where its cache is sized so (TensorRT-LLM's
+    ``free_gpu_memory_fraction``, :meth:`~fleetplan.models.physics.Physics.kv_free_share`); else
+    the preset's usable share, as the planner holds it."""
+    whole = e.memory_usable_bytes / preset.usable_memory_fraction
+    if recipe is not None and recipe.memory_fraction is not None:
+        return whole * recipe.memory_fraction
+    share = preset.physics.kv_free_share(normalize_engine(row.engine)) if preset.physics is not None else None
+    if share is None:
+        return e.memory_usable_bytes
+    weights = e.memory_needed_bytes - row.batch * e.kv_bytes_held_per_sequence
+    return weights + share * max(whole - weights, 0.0)
 
 
 def row_arrival(row: Measurement, catalog: Catalog) -> Arrival:

@@ -230,7 +230,9 @@ def test_validate_is_the_command_s_json(capsys):
     assert d["file"] == "public-measurements.csv" and d["preset"] == "default" and len(d["rows"]) > 30
     # the fidelity keys survive the API: each row's running batch and engine, the model errors counted
     assert all(1 <= r["running_batch"] <= r["batch"] and r["engine_known"] in (True, False) for r in d["rows"])
-    assert sum(r["running_batch"] < r["batch"] for r in d["rows"]) == 2
+    # one row runs fewer than its batch: Llama-2-7B FP8 at batch 120 on one H100 (115 run); the
+    # batch-64 L40S run fits whole once TensorRT-LLM's cache takes 0.9 of the memory the weights leave
+    assert sum(r["running_batch"] < r["batch"] for r in d["rows"]) == 1
     assert len(d["model_errors"]) == d["summary"]["model_error_rows"]
     with pytest.raises(fleetplan.InputError, match=r"^preset: 'sed' is not one of .*nearest valid choice: seed"):
         fleetplan.validate(data, preset="sed")

@@ -25,10 +25,11 @@ from fleetplan.models.validation import predict, row_arrival
 from fleetplan.models.ttft import attention_dp_balance_wait_s, benchmark_ttft_percentiles_s
 
 # One engine with round figures: a tenth of a wave ahead, 30 ms fixed latency, no busy-share
-# fall-off; one cycle of drift; ten steps of balancing
+# fall-off; one cycle of drift; ten steps of balancing; no decode steps without prefill
 PHYSICS = dataclasses.replace(
     DEFAULT_PHYSICS, engines=(EnginePhysics("vllm", 0.1, 8192, 0.030),), busy_share_exponent=0.0,
-    benchmark_release_shares=(), length_drift_cycles=1.0, attention_dp_balance_steps=(("vllm", 10.0),))
+    benchmark_release_shares=(), length_drift_cycles=1.0, attention_dp_balance_steps=(("vllm", 10.0),),
+    first_token_steps=0.0)
 PRESET = dataclasses.replace(DEFAULT, physics=PHYSICS)
 # 11 clients, 50 ms prompts of 1,000 tokens, 20 ms decode steps, prefill 22% of a cycle
 CASE = dict(prefill_s=0.05, step_s=0.02, batch=11, input_tokens=1000.0, engine="vllm", busy_share=0.22)
@@ -40,6 +41,20 @@ def test_waves_by_hand():
     median, p99 = benchmark_ttft_percentiles_s(PRESET, **CASE)
     assert median == pytest.approx(0.150)
     assert p99 == pytest.approx(0.199)
+
+
+def test_first_token_steps_by_hand():
+    # two and a half decode steps without prefill come on top of the waves' 150 / 199 ms (and of the
+    # drifted 110 / 200 ms): 2.5 x 20 ms each, median and tail alike
+    waits = dataclasses.replace(PRESET, physics=dataclasses.replace(PHYSICS, first_token_steps=2.5))
+    assert benchmark_ttft_percentiles_s(waits, **CASE) == pytest.approx((0.200, 0.249))
+    steady = Arrival("steady", None, "row", "")
+    assert benchmark_ttft_percentiles_s(waits, **CASE, arrival=steady, output_tokens=1000.0) == pytest.approx(
+        (0.160, 0.250))
+    # a chunk budget that splits the wave's 2,000 tokens in two: one more step with prefill
+    small = dataclasses.replace(waits, physics=dataclasses.replace(
+        waits.physics, engines=(EnginePhysics("vllm", 0.1, 1500, 0.030),)))
+    assert benchmark_ttft_percentiles_s(small, **CASE)[0] == pytest.approx(0.030 + 2 * 0.05 + (2 + 2.5) * 0.02)
 
 
 def test_steady_by_hand():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from pathlib import Path
 
@@ -72,10 +73,12 @@ def test_estimate_plan_and_validate_agree(capsys, tmp_path, catalog):
     assert row["prefill_flops_per_request"] == pytest.approx(work, rel=1e-12)
     assert prow["prefill"]["pflops_per_s_needed"] * 1e15 / qps == pytest.approx(work, rel=1e-3)
     # TTFT: the colocated TTFT estimate gives is the one the planner checks, with vLLM's fixed
-    # latency (44 ms) where the planner, which names no engine, pays the engines' mean (156 ms);
-    # the benchmark one is validate's
+    # latency (18.7 ms) where the planner, which names no engine, pays its own shared figure
+    # (95.5 ms), and an engine the physics does not know the engines' mean (68.9 ms); the benchmark
+    # one is validate's
     cand = plan.products[0].candidate
-    assert (admission_s(DEFAULT, "vllm"), admission_s(DEFAULT)) == pytest.approx((0.033, 0.0955))
+    assert (admission_s(DEFAULT, "vllm"), admission_s(DEFAULT)) == pytest.approx((0.0187, 0.0955))
+    assert admission_s(DEFAULT, "tgi") == pytest.approx((0.0121 + 0.178 + 0.0669 + 0.0187) / 4, abs=1e-4)
     shift = admission_s(DEFAULT) - admission_s(DEFAULT, "vllm")
     assert est["ttft_ms"] + shift * 1e3 == pytest.approx(cand.ttft_at(0.0) * 1e3, rel=1e-9)
     assert est["benchmark_ttft_ms"] == pytest.approx(row["predicted_ttft_ms"], rel=1e-5)
@@ -88,7 +91,8 @@ def test_estimate_plan_and_validate_agree(capsys, tmp_path, catalog):
 
 def test_benchmark_ttft_hand_value(catalog):
     """vLLM at concurrency 64: 10.7% of the other 63 prompts (at busy share 0) are prefilled ahead
-    of a request, in chunks of 8,192 tokens with a decode step each, plus vLLM's 44 ms fixed latency."""
+    of a request, in chunks of 8,192 tokens with a decode step each, plus the 2.55 decode steps a
+    request waits that carry none of its prefill, plus vLLM's 18.7 ms fixed latency."""
     llm, gpu = catalog.models["llama-3.1-70b"], catalog.gpus["h100-sxm"]
     prompt = 2 * 70.55e9 * 2000 + 2 * 64 * 128 * 2000**2 * 80
     service = prefill_service_s(llm, gpu, DEFAULT, precision="fp8", tp=2, flops=prompt)
@@ -98,34 +102,37 @@ def test_benchmark_ttft_hand_value(catalog):
     assert comm > 0.0
     assert service == pytest.approx(prompt / (2 * 989.4e12 / (0.118 + 0.882 * 989.4 / 1978.9) * 0.783) + comm)
     ahead = 0.107 * 63
-    steps = 2  # ceil((1 + 6.741) x 2000 / 8192) = ceil(1.89)
+    assert DEFAULT.physics.first_token_steps == 2.55
+    steps = 2 + 2.55  # ceil((1 + 6.741) x 2000 / 8192) = ceil(1.89), and the steps without prefill
     got = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="vLLM 0.11")
-    assert got == pytest.approx(0.033 + (1 + ahead) * service + steps * 0.03)
+    assert got == pytest.approx(0.0187 + (1 + ahead) * service + steps * 0.03)
     assert got == pytest.approx(ttft_s(prefill_s=service, requests_ahead=ahead, steps=steps, step_s=0.03,
-                                       utilisation=0.0, admission_s=0.033))
+                                       utilisation=0.0, admission_s=0.0187))
     # with the fitted busy-share exponent (0.336), where prefill takes 60% of the cycle, 0.4^0.336
     # of that share is ahead
     assert DEFAULT.physics.busy_share_exponent == 0.336
     busy = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="vllm",
                             busy_share=0.6)
     ahead = 0.107 * 0.4**0.336 * 63  # 4.95
-    assert busy == pytest.approx(0.033 + (1 + ahead) * service + 2 * 0.03) and busy < got
+    assert busy == pytest.approx(0.0187 + (1 + ahead) * service + (2 + 2.55) * 0.03) and busy < got
     # SGLang prefills about as much of the wave first and answers later: longer TTFT
     sglang = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="sglang")
     # ceil((1 + 8.631) x 2000 / 8192) = ceil(2.35) steps
-    assert sglang == pytest.approx(0.223 + (1 + 0.137 * 63) * service + 3 * 0.03) and sglang > got + 0.15
+    assert sglang == pytest.approx(0.178 + (1 + 0.137 * 63) * service + (3 + 2.55) * 0.03) and sglang > got + 0.15
     # SGLang 0.5.1 (its own release share) prefilled most of the wave first; 0.5.10 is another release
     old = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="sglang",
                            engine_version="0.5.1.post1")
-    assert old == pytest.approx(0.223 + (1 + 0.623 * 63) * service + 10 * 0.03)  # ceil(40.25 x 2000 / 8192)
+    assert old == pytest.approx(0.178 + (1 + 0.623 * 63) * service + (10 + 2.55) * 0.03)  # ceil(40.25 x 2000 / 8192)
     for version in ("0.5.10", "0.5.6.post2", ""):
         assert benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000,
                                 engine="sglang", engine_version=version) == pytest.approx(sglang)
     assert benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="vllm",
                             engine_version="0.5.1") == pytest.approx(got)
-    # an engine without figures (and the planner) gets the engines' mean
+    # an engine without figures gets the engines' mean share and latency; the planner (None) its own latency
     assert benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000,
-                            engine=None) == pytest.approx(0.0955 + (1 + 0.0905 * 63) * service + 2 * 0.03)
+                            engine="tgi") == pytest.approx(0.0689 + (1 + 0.0905 * 63) * service + (2 + 2.55) * 0.03)
+    assert benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000,
+                            engine=None) == pytest.approx(0.0955 + (1 + 0.0905 * 63) * service + (2 + 2.55) * 0.03)
 
 
 def test_validate_skips_what_the_planner_refuses(capsys, tmp_path):
@@ -165,6 +172,28 @@ def test_validate_runs_the_batch_that_fits_and_queues_the_rest(capsys, tmp_path)
     assert queued["predicted_tpot_ms"] == at8["predicted_tpot_ms"]
     service = at8["predicted_ttft_ms"] + 1024 * at8["predicted_tpot_ms"]
     assert queued["predicted_ttft_ms"] == pytest.approx(at8["predicted_ttft_ms"] + 3 * service, rel=1e-4)
+
+
+def test_a_harness_recipe_sets_the_memory_the_run_had(capsys, tmp_path):
+    """The same DeepSeek-R1 FP8 run on 4 B200 at 32 clients with 8,192/1,024 tokens, named as
+    InferenceMAX's: its launch script gives SGLang 0.95 of 4 x 192 GB = 729.6 GB for weights and
+    cache and an FP8 cache, so 58.6 GB hold sequences of 8,704 tokens x 576 B x 61 layers x 4 ranks
+    = 1.22 GB: 47 fit and its cap of 32 running requests holds all 32 (8 without the recipe, as
+    above). Its TP 8 script gives 0.82 of 8 x 192 GB: 589 GB free, capped at 128 running; at 256
+    clients 128 run and the rest queue."""
+    f = tmp_path / "m.csv"
+    f.write_text("model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms,source_id\n"
+                 "deepseek-r1,b200,fp8,4,32,8192,1024,sglang,36,inferencemax_b200_sglang_fp8_tp4_c32\n"
+                 "deepseek-r1,b200,fp8,4,32,8192,1024,sglang,36,\n"
+                 "deepseek-r1,b200,fp8,8,256,8192,1024,sglang,36,inferencemax_b200_sglang_fp8_tp8_c256\n")
+    code, out, _ = run(capsys, ["validate", str(f), "--json"])
+    rows = json.loads(out)["rows"]
+    assert code == 0 and [r["running_batch"] for r in rows] == [32, 8, 128]
+    gb = 1e9
+    weights = 671.0 * gb
+    per_seq = 8704 * 576 * 61 * 4
+    assert math.floor((0.95 * 4 * 192 * gb - weights) / per_seq) == 47
+    assert math.floor((0.9 * 4 * 192 * gb - weights) / (2 * per_seq)) == 8
 
 
 def _rows(catalog, lines):
@@ -267,10 +296,12 @@ def test_validate_says_when_an_engine_has_no_fitted_figures(capsys, tmp_path):
 
 
 def test_tensorrt_llm_holds_quantised_runs_at_an_fp8_cache(capsys, tmp_path):
-    """Llama-3.1-70B NVFP4 (70.55e9 x 4.5 bits = 39.7 GB) on one B200 (172.8 GB usable) at
-    concurrency 128 with 8,192/1,024 tokens: 133.1 GB for sequences. vLLM holds 8,704 tokens on
-    average x 327,680 B = 2.85 GB each in BF16: 46 run; TensorRT-LLM admits a request with room for
-    its whole 9,216 tokens in its FP8 cache, 1.51 GB: 88 run; a row naming a BF16 cache, 3.02 GB: 44."""
+    """Llama-3.1-70B NVFP4 (70.55e9 x 4.5 bits = 39.7 GB) on one B200 (192 GB, 172.8 GB usable) at
+    concurrency 128 with 8,192/1,024 tokens. vLLM's 0.9 of the whole memory leaves 133.1 GB for
+    sequences, each holding 8,704 tokens on average x 327,680 B = 2.85 GB in BF16: 46 run.
+    TensorRT-LLM gives its cache 0.9 of the memory the weights leave, 0.9 x (192 - 39.7) = 137.1 GB,
+    and admits a request with room for its whole 9,216 tokens in its FP8 cache, 1.51 GB: 90 run;
+    a row naming a BF16 cache, 3.02 GB: 45."""
     f = tmp_path / "m.csv"
     f.write_text("model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms,kv_precision\n"
                  "llama-3.1-70b,b200,fp4,1,128,8192,1024,vllm,60,\n"
@@ -278,4 +309,4 @@ def test_tensorrt_llm_holds_quantised_runs_at_an_fp8_cache(capsys, tmp_path):
                  "llama-3.1-70b,b200,fp4,1,128,8192,1024,trtllm,60,bf16\n")  # a row's own cache wins
     code, out, _ = run(capsys, ["validate", str(f), "--json"])
     rows = json.loads(out)["rows"]
-    assert code == 0 and [r["running_batch"] for r in rows] == [46, 88, 44]
+    assert code == 0 and [r["running_batch"] for r in rows] == [46, 90, 45]

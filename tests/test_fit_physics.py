@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 
 from fleetplan.catalogs import load_catalog
-from fleetplan.models.measurements import parse_measurements
+from fleetplan.models.measurements import Measurement, parse_measurements
 from fleetplan.models.physics import DEFAULT_PHYSICS
+from fleetplan.models.presets import DEFAULT
+from fleetplan.models.ttft import prefill_service_s
+from fleetplan.models.validation import predict
 
 ROOT = Path(__file__).resolve().parent.parent
 HEADER = "model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms\n"
@@ -69,3 +72,42 @@ def test_residual_table_lists_each_held_out_configuration(fp, capsys):
     assert len(lines) == 1
     assert "gpt-oss-120b" in lines[0] and "tp 2 ep 1 dpa 1 fp4" in lines[0] and "rows   2" in lines[0]
     assert "measured/predicted  1.00" in lines[0] and "TPOT MAPE  22.5%" in lines[0]
+
+
+def test_ttft_ceiling_is_the_whole_wave_ahead(fp):
+    """A closed loop of 16 clients holds a request at most for the whole wave of 16 prompts, its
+    chunks' decode steps and the steps without prefill, after the engine's latency: a TTFT
+    measured above twice that is scored but not fitted; the row's TPOT still is."""
+    catalog = load_catalog([])
+    head = HEADER.strip() + ",measured_ttft_ms,source_id,batching\n"
+    row = parse_measurements(head + "llama-3.1-8b,h100-sxm,fp8,1,16,1000,100,vllm,20,300,,\n", "r.csv")[0]
+    ceiling = fp.ttft_ceiling_preset()
+    p = predict(row, catalog, ceiling)
+    llm, gpu = catalog.models["llama-3.1-8b"], catalog.gpus["h100-sxm"]
+    prompt_s = prefill_service_s(llm, gpu, DEFAULT, precision="fp8", tp=1, flops=p.prefill_flops_per_request,
+                                 engine="vllm")
+    # 16 prompts prefilled (share 1 of the 15 others and its own); ceil(16 x 1,000 / 8,192) = 2 chunk
+    # steps and the 2.55 steps without prefill; vLLM's 18.7 ms
+    hand_ms = (0.0187 + 16 * prompt_s) * 1e3 + (2 + 2.55) * p.decode_step_time_ms
+    assert p.predicted_ttft_ms == pytest.approx(hand_ms, rel=1e-9)
+    assert predict(row, catalog, DEFAULT).predicted_ttft_ms < 0.5 * hand_ms  # the shipped share is 0.107
+
+    def measured(ms: float, source: str = "", batching: str = "") -> Measurement:
+        return parse_measurements(head + f"llama-3.1-8b,h100-sxm,fp8,1,16,1000,100,vllm,20,{ms},{source},{batching}\n",
+                                  "r.csv")[0]
+
+    assert fp.above_ttft_ceiling(measured(2.01 * hand_ms), catalog, ceiling)
+    assert not fp.above_ttft_ceiling(measured(1.99 * hand_ms), catalog, ceiling)
+    # a harness whose clients drift apart is judged as if they arrived together: the same ceiling
+    assert fp.above_ttft_ceiling(measured(2.01 * hand_ms, "inferencemax_h100_vllm_x"), catalog, ceiling)
+    assert not fp.above_ttft_ceiling(measured(1.99 * hand_ms, "inferencemax_h100_vllm_x"), catalog, ceiling)
+    # a static batch, or a row without a TTFT, has no such ceiling
+    assert not fp.above_ttft_ceiling(measured(100 * hand_ms, "", "static"), catalog, ceiling)
+    assert not fp.above_ttft_ceiling(rows_on("h200-sxm")[0], catalog, ceiling)
+    # the fit drops only that row's TTFT residual
+    x = fp.current()
+    high = measured(3 * hand_ms)
+    assert len(fp.residuals(x, [high], catalog)) == 2
+    kept = fp.residuals(x, [high], catalog, frozenset({id(high)}))
+    assert len(kept) == 1 and kept[0] == fp.residuals(x, [high], catalog)[0]
+    assert list(fp.residual_rows([high, row], frozenset({id(high)}))) == [0, 1, 1]
