@@ -282,15 +282,15 @@ DEFAULT_PHYSICS = Physics(
     # indexes single tokens), vLLM's ``block_size`` 16, ATOM (derived from vLLM) 16, TensorRT-LLM's
     # ``tokens_per_block`` 32.
     engines=(
-        EnginePhysics("atom", 0.0, 8192, 0.0123, 16),
-        EnginePhysics("sglang", 0.136, 8192, 0.175, 1),
-        EnginePhysics("trtllm", 0.118, 8192, 0.0660, 32),
-        EnginePhysics("vllm", 0.111, 8192, 0.0184, 16),
+        EnginePhysics("atom", 0.0, 8192, 0.0141, 16),
+        EnginePhysics("sglang", 0.136, 8192, 0.120, 1),
+        EnginePhysics("trtllm", 0.118, 8192, 0.0679, 32),
+        EnginePhysics("vllm", 0.111, 8192, 0.0199, 16),
     ),
     # An unknown engine (and the planner, which plans no particular one) gets the engines' mean
-    # share; an unknown engine their mean latency (67.9 ms), the planner ``admission_latency_s``
+    # share; an unknown engine their mean latency (55.5 ms), the planner ``admission_latency_s``
     # below; its KV pages are vLLM's 16 tokens, the most common default.
-    engine_fallback=EnginePhysics("any", 0.0915, 8192, 0.0679, 16),
+    engine_fallback=EnginePhysics("any", 0.0915, 8192, 0.0555, 16),
     # Fitted, at the bound the fit allows (1 / 0.90: the datasheet bandwidth): paged attention
     # streams the KV cache at full bandwidth, faster than the weight GEMMs at small batch.
     kv_bandwidth_efficiency=1.11,
@@ -401,20 +401,21 @@ DEFAULT_PHYSICS = Physics(
     # (``fit_physics.py --ttft-only``: these with the engines' fixed latencies and the first-token
     # steps below, every other value held) on both files.
     # The cycles of drift over which InferenceMAX's length range (0.8-1.0 of the stated lengths)
-    # spreads a wave's arrivals: 0.719 (0.530 before the first-token steps, 0.474 before the KV
+    # spreads a wave's arrivals: 0.853 (0.719 before InferenceMAX's SGLang poll interval, 0.530
+    # before the first-token steps, 0.474 before the KV
     # pages' cost was fitted). Five cycles (what its median request has run, every wave
     # spread past its prefill) left InferenceMAX's TTFT within 1.5x in sample lower (58.2% against
     # 62.4%, latencies refitted with a harness factor): the fit keeps part of each wave, which
     # SGLang's DeepSeek-R1 runs on B200 show (TTFT 145 -> 583 ms from 4 to 64 clients at
     # 1,024/1,024 tokens) while its MI355X runs do not (104 -> 116 ms).
-    length_drift_cycles=0.719,
+    length_drift_cycles=0.853,
     # TensorRT-LLM's attention data-parallel runs of gpt-oss-120b on B200 (DP 2 and 4, 20 rows of
     # inferencemax-train.csv; InferenceMAX sets attention_dp_config enable_balance with
     # timeout_iters 60): their TTFT is 70-160 ms above the same runs without attention DP at any
     # concurrency (101-180 ms against 30-45 ms at 1,024-token prompts), the balancer holding a new
-    # context request until every rank has one or, fitted, 12.2 decode steps pass (9.84 before the
-    # first-token steps).
-    attention_dp_balance_steps=(("trtllm", 12.2),),
+    # context request until every rank has one or, fitted, 12.4 decode steps pass (12.2 before
+    # InferenceMAX's SGLang poll interval, 9.84 before the first-token steps).
+    attention_dp_balance_steps=(("trtllm", 12.4),),
     # A closed-loop request also waits whole decode steps of the running batch that carry none of its
     # prefill: the step running when it arrives and the step whose output returns its first token
     # (an engine that overlaps scheduling with the GPU emits a step's tokens one step later). Fitted
@@ -424,8 +425,11 @@ DEFAULT_PHYSICS = Physics(
     # engine's constant scales with the model it runs: held out four ways (TTFT-only fit, the
     # TPOT side unchanged) the worst TTFT within 1.5x moved dense 57.7% -> 58.1%, MoE 44.1% -> 47.6%
     # (SGLang held out 20.7% -> 27.5%). Validate only: the planner's colocated TTFT counts its
-    # own steps and the fallback latency.
-    first_token_steps=2.65,
+    # own steps and the fallback latency. Refitted once InferenceMAX's SGLang runs wait for the
+    # scheduler's poll (``recv_interval_steps`` of the harness catalog's server recipes): 2.42 steps,
+    # SGLang's latency 175 -> 120 ms (TensorRT-LLM 66.0 -> 67.9 ms, vLLM 18.4 -> 19.9 ms, ATOM 12.3 ->
+    # 14.1 ms).
+    first_token_steps=2.42,
     # Not fitted (a rule, no parameter): with expert parallelism a GPU holds E / ep whole experts and
     # reads only the touched ones, so a step waits for the GPU that holds the most
     # (``moe.busiest_expert_share``: 1.69x the mean for gpt-oss-120b at EP 8 and batch 8, 1.13x at EP 2,

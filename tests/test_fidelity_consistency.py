@@ -73,12 +73,12 @@ def test_estimate_plan_and_validate_agree(capsys, tmp_path, catalog):
     assert row["prefill_flops_per_request"] == pytest.approx(work, rel=1e-12)
     assert prow["prefill"]["pflops_per_s_needed"] * 1e15 / qps == pytest.approx(work, rel=1e-3)
     # TTFT: the colocated TTFT estimate gives is the one the planner checks, with vLLM's fixed
-    # latency (18.4 ms) where the planner, which names no engine, pays its own shared figure
-    # (95.6 ms), and an engine the physics does not know the engines' mean (67.9 ms); the benchmark
+    # latency (19.9 ms) where the planner, which names no engine, pays its own shared figure
+    # (95.6 ms), and an engine the physics does not know the engines' mean (55.5 ms); the benchmark
     # one is validate's
     cand = plan.products[0].candidate
-    assert (admission_s(DEFAULT, "vllm"), admission_s(DEFAULT)) == pytest.approx((0.0184, 0.0956))
-    assert admission_s(DEFAULT, "tgi") == pytest.approx((0.0123 + 0.175 + 0.0660 + 0.0184) / 4, abs=1e-4)
+    assert (admission_s(DEFAULT, "vllm"), admission_s(DEFAULT)) == pytest.approx((0.0199, 0.0956))
+    assert admission_s(DEFAULT, "tgi") == pytest.approx((0.0141 + 0.120 + 0.0679 + 0.0199) / 4, abs=1e-4)
     shift = admission_s(DEFAULT) - admission_s(DEFAULT, "vllm")
     assert est["ttft_ms"] + shift * 1e3 == pytest.approx(cand.ttft_at(0.0) * 1e3, rel=1e-9)
     assert est["benchmark_ttft_ms"] == pytest.approx(row["predicted_ttft_ms"], rel=1e-5)
@@ -91,8 +91,8 @@ def test_estimate_plan_and_validate_agree(capsys, tmp_path, catalog):
 
 def test_benchmark_ttft_hand_value(catalog):
     """vLLM at concurrency 64: 11.1% of the other 63 prompts (at busy share 0) are prefilled ahead
-    of a request, in chunks of 8,192 tokens with a decode step each, plus the 2.65 decode steps a
-    request waits that carry none of its prefill, plus vLLM's 18.4 ms fixed latency."""
+    of a request, in chunks of 8,192 tokens with a decode step each, plus the 2.42 decode steps a
+    request waits that carry none of its prefill, plus vLLM's 19.9 ms fixed latency."""
     llm, gpu = catalog.models["llama-3.1-70b"], catalog.gpus["h100-sxm"]
     prompt = 2 * 70.55e9 * 2000 + 2 * 64 * 128 * 2000**2 * 80
     service = prefill_service_s(llm, gpu, DEFAULT, precision="fp8", tp=2, flops=prompt)
@@ -101,27 +101,27 @@ def test_benchmark_ttft_hand_value(catalog):
     assert comm > 0.0
     assert service == pytest.approx(prompt / (2 * 1978.9e12 * 0.741) + comm)
     ahead = 0.111 * 63
-    assert DEFAULT.physics.first_token_steps == 2.65
-    steps = 2 + 2.65  # ceil((1 + 6.993) x 2000 / 8192) = ceil(1.95), and the steps without prefill
+    assert DEFAULT.physics.first_token_steps == 2.42
+    steps = 2 + 2.42  # ceil((1 + 6.993) x 2000 / 8192) = ceil(1.95), and the steps without prefill
     got = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="vLLM 0.11")
-    assert got == pytest.approx(0.0184 + (1 + ahead) * service + steps * 0.03)
+    assert got == pytest.approx(0.0199 + (1 + ahead) * service + steps * 0.03)
     assert got == pytest.approx(ttft_s(prefill_s=service, requests_ahead=ahead, steps=steps, step_s=0.03,
-                                       utilisation=0.0, admission_s=0.0184))
+                                       utilisation=0.0, admission_s=0.0199))
     # with the fitted busy-share exponent (0.292), where prefill takes 60% of the cycle, 0.4^0.292
     # of that share is ahead
     assert DEFAULT.physics.busy_share_exponent == 0.292
     busy = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="vllm",
                             busy_share=0.6)
     ahead = 0.111 * 0.4**0.292 * 63  # 5.35
-    assert busy == pytest.approx(0.0184 + (1 + ahead) * service + (2 + 2.65) * 0.03) and busy < got
+    assert busy == pytest.approx(0.0199 + (1 + ahead) * service + (2 + 2.42) * 0.03) and busy < got
     # SGLang prefills about as much of the wave first and answers later: longer TTFT
     sglang = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="sglang")
     # ceil((1 + 8.568) x 2000 / 8192) = ceil(2.34) steps
-    assert sglang == pytest.approx(0.175 + (1 + 0.136 * 63) * service + (3 + 2.65) * 0.03) and sglang > got + 0.15
+    assert sglang == pytest.approx(0.120 + (1 + 0.136 * 63) * service + (3 + 2.42) * 0.03) and sglang > got + 0.15
     # SGLang 0.5.1 (its own release share) prefilled most of the wave first; 0.5.10 is another release
     old = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="sglang",
                            engine_version="0.5.1.post1")
-    assert old == pytest.approx(0.175 + (1 + 0.608 * 63) * service + (10 + 2.65) * 0.03)  # ceil(39.30 x 2000 / 8192)
+    assert old == pytest.approx(0.120 + (1 + 0.608 * 63) * service + (10 + 2.42) * 0.03)  # ceil(39.30 x 2000 / 8192)
     for version in ("0.5.10", "0.5.6.post2", ""):
         assert benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000,
                                 engine="sglang", engine_version=version) == pytest.approx(sglang)
@@ -129,9 +129,9 @@ def test_benchmark_ttft_hand_value(catalog):
                             engine_version="0.5.1") == pytest.approx(got)
     # an engine without figures gets the engines' mean share and latency; the planner (None) its own latency
     assert benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000,
-                            engine="tgi") == pytest.approx(0.0679 + (1 + 0.0915 * 63) * service + (2 + 2.65) * 0.03)
+                            engine="tgi") == pytest.approx(0.0555 + (1 + 0.0915 * 63) * service + (2 + 2.42) * 0.03)
     assert benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000,
-                            engine=None) == pytest.approx(0.0956 + (1 + 0.0915 * 63) * service + (2 + 2.65) * 0.03)
+                            engine=None) == pytest.approx(0.0956 + (1 + 0.0915 * 63) * service + (2 + 2.42) * 0.03)
 
 
 def test_validate_skips_what_the_planner_refuses(capsys, tmp_path):
