@@ -269,7 +269,8 @@ DEFAULT_PHYSICS = Physics(
     # token (the rest lands in its time per output token), and the engine's fixed latency per
     # request (its HTTP server, tokeniser, scheduler and detokeniser). The three engines' current
     # releases hold about the same share (SGLang 0.136, TensorRT-LLM 0.118, vLLM 0.111); SGLang
-    # has the longest fixed latency (175 ms, 223 ms before the decode steps without prefill were
+    # has the longest fixed latency (120 ms; 175 ms before InferenceMAX's SGLang runs waited for the
+    # scheduler's poll, 223 ms before the decode steps without prefill were
     # apart, ``first_token_steps``: small-batch, short-prompt SGLang TTFTs are 260-610 ms where the
     # prefill is 19-35 ms), TensorRT-LLM 66 ms (87) and vLLM 18 ms (33; its 1,024-token TTFTs at
     # batch 4 are 30-137 ms). One latency shared by the three engines (81 ms) left vLLM's short
@@ -321,7 +322,7 @@ DEFAULT_PHYSICS = Physics(
     # mean of the four engines' fixed latencies as fitted with the decode steps without prefill
     # inside them (``first_token_steps``), since the planner's colocated TTFT has no such steps of
     # its own. An engine the physics does not know pays the mean of today's four (the fallback's
-    # 67.9 ms) and the steps.
+    # 55.5 ms) and the steps.
     admission_latency_s=0.0956,
     # Fitted: host work per running sequence per decode step (input preparation, sampling,
     # detokenisation, the scheduler's bookkeeping): 12.2 us, which no GPU parallelism shortens, so
