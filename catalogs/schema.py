@@ -160,7 +160,8 @@ class ServerRecipe(BaseModel):
     ``memory_fraction`` is each GPU's share for weights and KV cache (SGLang's
     ``--mem-fraction-static``, vLLM's ``--gpu-memory-utilization``), ``kv_cache_precision`` the cache
     the engine was told to keep (``--kv-cache-dtype``), ``max_running_requests`` its cap on running
-    sequences."""
+    sequences, ``recv_interval_steps`` (from clients, decode steps) pairs of the interval at which the
+    scheduler polls for new requests while it decodes (SGLang's ``--scheduler-recv-interval``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
 
@@ -172,7 +173,14 @@ class ServerRecipe(BaseModel):
     memory_fraction: Annotated[float | None, F.FRACTION] = None
     kv_cache_precision: Precision | None = None
     max_running_requests: Annotated[int, Field(ge=1)] | None = None
+    recv_interval_steps: list[tuple[Annotated[int, Field(ge=1)], Annotated[int, Field(ge=1)]]] = Field(default_factory=list)
     source: str = Field(min_length=1, description="The launch script the settings are read from")
+
+    def recv_interval(self, clients: int) -> int:
+        """Decode steps between the scheduler's polls for new requests at ``clients`` concurrency:
+        the last (from clients, steps) pair of :attr:`recv_interval_steps` at or below it, else 1
+        (every step)."""
+        return next((steps for start, steps in sorted(self.recv_interval_steps, reverse=True) if clients >= start), 1)
 
     def matches(self, engine: str, model: str, gpu: str, precision: str, tp: int) -> bool:
         """Whether this recipe started ``engine`` (normalised) for a run of ``model`` at

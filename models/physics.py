@@ -273,28 +273,29 @@ DEFAULT_PHYSICS = Physics(
     # token (the rest lands in its time per output token), and the engine's fixed latency per
     # request (its HTTP server, tokeniser, scheduler and detokeniser). The three engines' current
     # releases hold about the same share (SGLang 0.137, TensorRT-LLM 0.118, vLLM 0.107); SGLang
-    # has the longest fixed latency (178 ms, 223 ms before the decode steps without prefill were
+    # has the longest fixed latency (123 ms; 178 ms before InferenceMAX's SGLang runs waited for the
+    # scheduler's poll, 223 ms before the decode steps without prefill were
     # apart, ``first_token_steps``: small-batch, short-prompt SGLang TTFTs are 260-610 ms where the
-    # prefill is 19-35 ms), TensorRT-LLM 67 ms (87) and vLLM 19 ms (33; its 1,024-token TTFTs at
+    # prefill is 19-35 ms), TensorRT-LLM 70 ms (87) and vLLM 21 ms (33; its 1,024-token TTFTs at
     # batch 4 are 30-137 ms). One latency shared by the three engines (81 ms) left vLLM's short
     # TTFTs 1.5-3x over and SGLang's under; per engine, dense TTFT within 1.5x held out by
     # configuration group rose from 56% to 60-61%. SGLang 0.5.1 held far more of a wave before a
     # first token (``benchmark_release_shares`` below).
     # AMD's ATOM (gpt-oss-120b on one MI355X, 14 rows of inferencemax-train.csv) prefills almost
-    # none of a wave before a request's first token (0, the bound) and answers in 12 ms (39).
+    # none of a wave before a request's first token (0, the bound) and answers in 15 ms (39).
     # KV page sizes in tokens, each engine's default: SGLang's ``page_size`` 1 (its radix cache
     # indexes single tokens), vLLM's ``block_size`` 16, ATOM (derived from vLLM) 16, TensorRT-LLM's
     # ``tokens_per_block`` 32.
     engines=(
-        EnginePhysics("atom", 0.0, 8192, 0.0121, 16),
-        EnginePhysics("sglang", 0.137, 8192, 0.178, 1),
-        EnginePhysics("trtllm", 0.118, 8192, 0.0669, 32),
-        EnginePhysics("vllm", 0.107, 8192, 0.0187, 16),
+        EnginePhysics("atom", 0.0, 8192, 0.0148, 16),
+        EnginePhysics("sglang", 0.137, 8192, 0.123, 1),
+        EnginePhysics("trtllm", 0.118, 8192, 0.0695, 32),
+        EnginePhysics("vllm", 0.107, 8192, 0.0207, 16),
     ),
     # An unknown engine (and the planner, which plans no particular one) gets the engines' mean
-    # share; an unknown engine their mean latency (68.9 ms), the planner ``admission_latency_s``
+    # share; an unknown engine their mean latency (57.0 ms), the planner ``admission_latency_s``
     # below; its KV pages are vLLM's 16 tokens, the most common default.
-    engine_fallback=EnginePhysics("any", 0.0905, 8192, 0.0689, 16),
+    engine_fallback=EnginePhysics("any", 0.0905, 8192, 0.0570, 16),
     # Fitted, at the bound the fit allows (1 / 0.90: the datasheet bandwidth): paged attention
     # streams the KV cache at full bandwidth, faster than the weight GEMMs at small batch.
     kv_bandwidth_efficiency=1.11,
@@ -416,32 +417,35 @@ DEFAULT_PHYSICS = Physics(
     # (``fit_physics.py --ttft-only``: these with the engines' fixed latencies and the first-token
     # steps below, every other value held) on both files.
     # The cycles of drift over which InferenceMAX's length range (0.8-1.0 of the stated lengths)
-    # spreads a wave's arrivals: 0.750 (0.628 before the first-token steps, 0.530 before the bf16
+    # spreads a wave's arrivals: 0.924 (0.750 before InferenceMAX's SGLang poll interval, 0.628 before the
+    # first-token steps, 0.530 before the bf16
     # work share, 0.474 before the KV pages' cost was fitted). Five cycles (what its median request
     # has run, every wave
     # spread past its prefill) left InferenceMAX's TTFT within 1.5x in sample lower (58.2% against
     # 62.4%, latencies refitted with a harness factor): the fit keeps part of each wave, which
     # SGLang's DeepSeek-R1 runs on B200 show (TTFT 145 -> 583 ms from 4 to 64 clients at
     # 1,024/1,024 tokens) while its MI355X runs do not (104 -> 116 ms).
-    length_drift_cycles=0.750,
+    length_drift_cycles=0.924,
     # TensorRT-LLM's attention data-parallel runs of gpt-oss-120b on B200 (DP 2 and 4, 20 rows of
     # inferencemax-train.csv; InferenceMAX sets attention_dp_config enable_balance with
     # timeout_iters 60): their TTFT is 70-160 ms above the same runs without attention DP at any
     # concurrency (101-180 ms against 30-45 ms at 1,024-token prompts), the balancer holding a new
-    # context request until every rank has one or, fitted, 11.9 decode steps pass (10.0 before the
-    # first-token steps).
-    attention_dp_balance_steps=(("trtllm", 11.9),),
+    # context request until every rank has one or, fitted, 12.1 decode steps pass (11.9 before
+    # InferenceMAX's SGLang poll, 10.0 before the first-token steps).
+    attention_dp_balance_steps=(("trtllm", 12.1),),
     # A closed-loop request also waits whole decode steps of the running batch that carry none of its
     # prefill: the step running when it arrives and the step whose output returns its first token
     # (an engine that overlaps scheduling with the GPU emits a step's tokens one step later). Fitted
-    # with the TTFT-only fit: 2.55 steps, with the engines' fixed latencies refitted beside it
-    # (SGLang 223 -> 178 ms, TensorRT-LLM 87 -> 67 ms, vLLM 33 -> 19 ms, ATOM 39 -> 12 ms). A step
+    # with the TTFT-only fit: 2.21 steps, with the engines' fixed latencies refitted beside it
+    # (SGLang 223 -> 123 ms, TensorRT-LLM 87 -> 70 ms, vLLM 33 -> 21 ms, ATOM 39 -> 15 ms, with
+    # InferenceMAX's SGLang runs waiting for the scheduler's poll, ``recv_interval_steps`` of the
+    # harness catalog's server recipes). A step
     # is 3-5 ms for gpt-oss-120b on vLLM and 15-40 ms for DeepSeek on SGLang, so what was an
     # engine's constant scales with the model it runs: held out four ways (TTFT-only fit, the
     # TPOT side unchanged) the worst TTFT within 1.5x moved dense 57.7% -> 58.1%, MoE 44.1% -> 47.6%
     # (SGLang held out 20.7% -> 27.5%). Validate only: the planner's colocated TTFT counts its
     # own steps and the fallback latency.
-    first_token_steps=2.55,
+    first_token_steps=2.21,
     # Not fitted (a rule, no parameter): with expert parallelism a GPU holds E / ep whole experts and
     # reads only the touched ones, so a step waits for the GPU that holds the most
     # (``moe.busiest_expert_share``: 1.69x the mean for gpt-oss-120b at EP 8 and batch 8, 1.13x at EP 2,

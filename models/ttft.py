@@ -143,7 +143,7 @@ def benchmark_ttft_s(preset: Preset, *, prefill_s: float, step_s: float, batch: 
 def benchmark_ttft_percentiles_s(
     preset: Preset, *, prefill_s: float, step_s: float, batch: int, input_tokens: float, engine: str | None,
     busy_share: float = 0.0, engine_version: str = "", arrival: Arrival = WAVES, output_tokens: float = 0.0,
-    tail_prefill_s: float | None = None, attention_dp: int = 1,
+    tail_prefill_s: float | None = None, attention_dp: int = 1, recv_interval_steps: int = 1,
 ) -> tuple[float, float]:
     """(median, 99th percentile) TTFT of a request in a closed-loop continuous-batching benchmark
     at concurrency ``batch`` whose clients arrive as ``arrival`` says: the prompts ahead of it
@@ -155,7 +155,9 @@ def benchmark_ttft_percentiles_s(
     concurrency is the load). ``prefill_s`` is a prompt of the mean drawn length, ``tail_prefill_s``
     (default ``prefill_s``) one of the stated length, the tail's own; ``output_tokens`` the mean
     drawn output length. With ``attention_dp`` ranks, an engine that balances them holds the request
-    (:func:`attention_dp_balance_wait_s`)."""
+    (:func:`attention_dp_balance_wait_s`). An engine that polls for new requests only every
+    ``recv_interval_steps`` decode steps (SGLang's ``--scheduler-recv-interval``) leaves a request
+    arriving at a random step waiting ``(N - 1) / 2`` steps more at the median, ``N - 1`` at the tail."""
     share, chunk, drift, latency, waits = 1.0, math.inf, 1.0, 0.0, 0.0
     if preset.physics is not None:
         waits = preset.physics.first_token_steps
@@ -170,8 +172,9 @@ def benchmark_ttft_percentiles_s(
     latencies = (latency + hold, latency + tail_hold)
     out = []
     tail_own = prefill_s if tail_prefill_s is None else tail_prefill_s
-    for n, own_s, fixed in ((ahead, prefill_s, latencies[0]), (tail_ahead, tail_own, latencies[1])):
-        steps = max(1.0, math.ceil((1.0 + n) * input_tokens * arrival.mean_length_share() / chunk - 1e-9)) + waits
+    polls = ((recv_interval_steps - 1) / 2.0, float(recv_interval_steps - 1))
+    for n, own_s, fixed, poll in ((ahead, prefill_s, latencies[0], polls[0]), (tail_ahead, tail_own, latencies[1], polls[1])):
+        steps = max(1.0, math.ceil((1.0 + n) * input_tokens * arrival.mean_length_share() / chunk - 1e-9)) + waits + poll
         out.append(ttft_s(prefill_s=prefill_s, requests_ahead=n, steps=steps, step_s=step_s, utilisation=0.0,
                           admission_s=fixed) + (own_s - prefill_s))
     return out[0], out[1]

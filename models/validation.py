@@ -142,6 +142,13 @@ def server_recipe(row: Measurement, catalog: Catalog) -> ServerRecipe | None:
     return h.recipe_for(normalize_engine(row.engine) or "", row.model, row.gpu, row.precision, row.tp)
 
 
+def recv_interval(row: Measurement, catalog: Catalog) -> int:
+    """Decode steps between the polls for new requests of ``row``'s engine at its concurrency: its
+    recipe's (:meth:`~fleetplan.catalogs.schema.ServerRecipe.recv_interval`), else 1."""
+    recipe = server_recipe(row, catalog)
+    return recipe.recv_interval(row.batch) if recipe is not None else 1
+
+
 def _kv_scale(row: Measurement, preset: Preset, recipe: ServerRecipe | None, step_kv: str) -> float:
     """Bytes of ``row``'s cache as the engine held it over the bytes at ``step_kv``: the row's own KV
     precision, else its recipe's, else the engine's rule for quantised checkpoints
@@ -273,7 +280,7 @@ def _predict_running(row: Measurement, catalog: Catalog, preset: Preset) -> Pred
             preset, prefill_s=mean_prompt_s, step_s=decode_only.step_time_s, batch=row.batch,
             input_tokens=row.input_tokens, engine=row.engine, busy_share=est.prefill_busy_share,
             engine_version=row.engine_version, arrival=arrival, output_tokens=row.output_tokens * mean,
-            tail_prefill_s=prompt_s, attention_dp=row.dp_attention)
+            tail_prefill_s=prompt_s, attention_dp=row.dp_attention, recv_interval_steps=recv_interval(row, catalog))
     else:  # static batching: every prompt of the batch is prefilled, then one step
         ttft = tail = ttft_s(prefill_s=prompt_s, requests_ahead=row.batch - 1, steps=1.0, step_s=est.step_time_s,
                              utilisation=0.0)

@@ -21,7 +21,7 @@ from fleetplan.models.interference import (
 from fleetplan.models.measurements import MeasurementError, parse_measurements
 from fleetplan.models.physics import DEFAULT_PHYSICS, EnginePhysics
 from fleetplan.models.presets import DEFAULT
-from fleetplan.models.validation import predict, row_arrival
+from fleetplan.models.validation import predict, recv_interval, row_arrival, server_recipe
 from fleetplan.models.ttft import attention_dp_balance_wait_s, benchmark_ttft_percentiles_s
 
 # One engine with round figures: a tenth of a wave ahead, 30 ms fixed latency, no busy-share
@@ -55,6 +55,34 @@ def test_first_token_steps_by_hand():
     small = dataclasses.replace(waits, physics=dataclasses.replace(
         waits.physics, engines=(EnginePhysics("vllm", 0.1, 1500, 0.030),)))
     assert benchmark_ttft_percentiles_s(small, **CASE)[0] == pytest.approx(0.030 + 2 * 0.05 + (2 + 2.5) * 0.02)
+
+
+def test_scheduler_poll_interval_by_hand():
+    # polling every 10 steps: a request arriving at a random step waits 4.5 steps more at the median
+    # and 9 at the tail, 20 ms each, on top of the waves' 150 / 199 ms; every step (1) adds nothing
+    assert benchmark_ttft_percentiles_s(PRESET, **CASE, recv_interval_steps=10) == pytest.approx(
+        (0.150 + 4.5 * 0.02, 0.199 + 9 * 0.02))
+    assert benchmark_ttft_percentiles_s(PRESET, **CASE, recv_interval_steps=1) == pytest.approx((0.150, 0.199))
+
+
+def test_recipes_by_concurrency(catalog):
+    """InferenceMAX's SGLang DeepSeek-R1 B200 scripts poll every 10 iterations below 16 clients and
+    every 30 from 16 (TP 4 FP8: 10 always); other engines and harnesses poll every step."""
+    rows = parse_measurements(rows_text(
+        "deepseek-r1,b200,fp8,8,8,1024,1024,sglang,10.8,169,inferencemax_b200_sglang_fp8_tp8_c8,,,",
+        "deepseek-r1,b200,fp8,8,16,1024,1024,sglang,13.6,355,inferencemax_b200_sglang_fp8_tp8_c16,,,",
+        "deepseek-r1,b200,fp8,4,16,8192,1024,sglang,23.3,611,inferencemax_b200_sglang_fp8_tp4_c16,,,",
+        "deepseek-r1,b200,fp4,4,64,1024,1024,sglang,20.0,456,inferencemax_b200_sglang_fp4_tp4_c64,,,",
+        "deepseek-r1,b200,fp8,8,16,1024,1024,sglang,13.6,355,lab_run,,,",
+        "gpt-oss-120b,b200,fp4,2,64,1024,1024,vllm,9.0,50,inferencemax_b200_vllm_x,,,",
+    ), "t.csv")
+    assert [recv_interval(r, catalog) for r in rows] == [10, 30, 10, 30, 1, 1]
+    recipe = server_recipe(rows[0], catalog)
+    assert recipe is not None and (recipe.memory_fraction, recipe.kv_cache_precision) == (0.82, "fp8")
+    # the measured jump from 8 to 16 clients (169 -> 355 ms) is mostly the poll: (29 - 9) / 2 steps
+    # of 13.6 ms = 136 ms; predicted, the step from 8 to 16 clients grows by more than that
+    p8, p16 = (predict(r, catalog, DEFAULT) for r in rows[:2])
+    assert p16.predicted_ttft_ms - p8.predicted_ttft_ms > 10 * p16.decode_step_time_ms
 
 
 def test_steady_by_hand():

@@ -73,12 +73,12 @@ def test_estimate_plan_and_validate_agree(capsys, tmp_path, catalog):
     assert row["prefill_flops_per_request"] == pytest.approx(work, rel=1e-12)
     assert prow["prefill"]["pflops_per_s_needed"] * 1e15 / qps == pytest.approx(work, rel=1e-3)
     # TTFT: the colocated TTFT estimate gives is the one the planner checks, with vLLM's fixed
-    # latency (18.7 ms) where the planner, which names no engine, pays its own shared figure
-    # (95.5 ms), and an engine the physics does not know the engines' mean (68.9 ms); the benchmark
+    # latency (20.7 ms) where the planner, which names no engine, pays its own shared figure
+    # (95.5 ms), and an engine the physics does not know the engines' mean (57.0 ms); the benchmark
     # one is validate's
     cand = plan.products[0].candidate
-    assert (admission_s(DEFAULT, "vllm"), admission_s(DEFAULT)) == pytest.approx((0.0187, 0.0955))
-    assert admission_s(DEFAULT, "tgi") == pytest.approx((0.0121 + 0.178 + 0.0669 + 0.0187) / 4, abs=1e-4)
+    assert (admission_s(DEFAULT, "vllm"), admission_s(DEFAULT)) == pytest.approx((0.0207, 0.0955))
+    assert admission_s(DEFAULT, "tgi") == pytest.approx((0.0148 + 0.123 + 0.0695 + 0.0207) / 4, abs=1e-4)
     shift = admission_s(DEFAULT) - admission_s(DEFAULT, "vllm")
     assert est["ttft_ms"] + shift * 1e3 == pytest.approx(cand.ttft_at(0.0) * 1e3, rel=1e-9)
     assert est["benchmark_ttft_ms"] == pytest.approx(row["predicted_ttft_ms"], rel=1e-5)
@@ -91,8 +91,8 @@ def test_estimate_plan_and_validate_agree(capsys, tmp_path, catalog):
 
 def test_benchmark_ttft_hand_value(catalog):
     """vLLM at concurrency 64: 10.7% of the other 63 prompts (at busy share 0) are prefilled ahead
-    of a request, in chunks of 8,192 tokens with a decode step each, plus the 2.55 decode steps a
-    request waits that carry none of its prefill, plus vLLM's 18.7 ms fixed latency."""
+    of a request, in chunks of 8,192 tokens with a decode step each, plus the 2.21 decode steps a
+    request waits that carry none of its prefill, plus vLLM's 20.7 ms fixed latency."""
     llm, gpu = catalog.models["llama-3.1-70b"], catalog.gpus["h100-sxm"]
     prompt = 2 * 70.55e9 * 2000 + 2 * 64 * 128 * 2000**2 * 80
     service = prefill_service_s(llm, gpu, DEFAULT, precision="fp8", tp=2, flops=prompt)
@@ -102,27 +102,27 @@ def test_benchmark_ttft_hand_value(catalog):
     assert comm > 0.0
     assert service == pytest.approx(prompt / (2 * 989.4e12 / (0.118 + 0.882 * 989.4 / 1978.9) * 0.783) + comm)
     ahead = 0.107 * 63
-    assert DEFAULT.physics.first_token_steps == 2.55
-    steps = 2 + 2.55  # ceil((1 + 6.741) x 2000 / 8192) = ceil(1.89), and the steps without prefill
+    assert DEFAULT.physics.first_token_steps == 2.21
+    steps = 2 + 2.21  # ceil((1 + 6.741) x 2000 / 8192) = ceil(1.89), and the steps without prefill
     got = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="vLLM 0.11")
-    assert got == pytest.approx(0.0187 + (1 + ahead) * service + steps * 0.03)
+    assert got == pytest.approx(0.0207 + (1 + ahead) * service + steps * 0.03)
     assert got == pytest.approx(ttft_s(prefill_s=service, requests_ahead=ahead, steps=steps, step_s=0.03,
-                                       utilisation=0.0, admission_s=0.0187))
+                                       utilisation=0.0, admission_s=0.0207))
     # with the fitted busy-share exponent (0.336), where prefill takes 60% of the cycle, 0.4^0.336
     # of that share is ahead
     assert DEFAULT.physics.busy_share_exponent == 0.336
     busy = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="vllm",
                             busy_share=0.6)
     ahead = 0.107 * 0.4**0.336 * 63  # 4.95
-    assert busy == pytest.approx(0.0187 + (1 + ahead) * service + (2 + 2.55) * 0.03) and busy < got
+    assert busy == pytest.approx(0.0207 + (1 + ahead) * service + (2 + 2.21) * 0.03) and busy < got
     # SGLang prefills about as much of the wave first and answers later: longer TTFT
     sglang = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="sglang")
     # ceil((1 + 8.631) x 2000 / 8192) = ceil(2.35) steps
-    assert sglang == pytest.approx(0.178 + (1 + 0.137 * 63) * service + (3 + 2.55) * 0.03) and sglang > got + 0.15
+    assert sglang == pytest.approx(0.123 + (1 + 0.137 * 63) * service + (3 + 2.21) * 0.03) and sglang > got + 0.15
     # SGLang 0.5.1 (its own release share) prefilled most of the wave first; 0.5.10 is another release
     old = benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000, engine="sglang",
                            engine_version="0.5.1.post1")
-    assert old == pytest.approx(0.178 + (1 + 0.623 * 63) * service + (10 + 2.55) * 0.03)  # ceil(40.25 x 2000 / 8192)
+    assert old == pytest.approx(0.123 + (1 + 0.623 * 63) * service + (10 + 2.21) * 0.03)  # ceil(40.25 x 2000 / 8192)
     for version in ("0.5.10", "0.5.6.post2", ""):
         assert benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000,
                                 engine="sglang", engine_version=version) == pytest.approx(sglang)
@@ -130,9 +130,9 @@ def test_benchmark_ttft_hand_value(catalog):
                             engine_version="0.5.1") == pytest.approx(got)
     # an engine without figures gets the engines' mean share and latency; the planner (None) its own latency
     assert benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000,
-                            engine="tgi") == pytest.approx(0.0689 + (1 + 0.0905 * 63) * service + (2 + 2.55) * 0.03)
+                            engine="tgi") == pytest.approx(0.0570 + (1 + 0.0905 * 63) * service + (2 + 2.21) * 0.03)
     assert benchmark_ttft_s(DEFAULT, prefill_s=service, step_s=0.03, batch=64, input_tokens=2000,
-                            engine=None) == pytest.approx(0.0955 + (1 + 0.0905 * 63) * service + (2 + 2.55) * 0.03)
+                            engine=None) == pytest.approx(0.0955 + (1 + 0.0905 * 63) * service + (2 + 2.21) * 0.03)
 
 
 def test_validate_skips_what_the_planner_refuses(capsys, tmp_path):
