@@ -287,7 +287,7 @@ def term_prices(unc: Uncertainty, catalog_reserved: dict[str, tuple[float, str]]
     out = []
     for gpu in sorted(catalog_reserved):
         for term in unc.terms:
-            given = unc.term_gpu_hour_usd.get(term, {})  # type: ignore[call-overload]
+            given = unc.term_gpu_hour_usd.get(term, {})
             row = next((r for r in rows if r["gpu"] == gpu and r["term"] == term), None)
             if gpu in given:
                 out.append(TermPrice(gpu, term, float(given[gpu]), f"scenario uncertainty.term_gpu_hour_usd.{term}", ""))
@@ -1091,6 +1091,16 @@ def _by_product_split(scenario: Scenario, unc: Uncertainty, catalog: Catalog, pr
     return setup if isinstance(setup, str) else separable_plan(setup, client, workers, progress, start, copies)
 
 
+def _expected_cost_of(models: list[OutcomeModel], commit: Sequence[float], run: Runner, notes: list[str]) -> float:
+    """Expected cost over the outcomes of committing to ``commit`` (the mean forecast's): infinite,
+    with a note, when some outcome has no plan under it."""
+    costs = evaluate(models, commit, run)
+    if costs is None:
+        notes.append("the mean forecast's commitment leaves some outcome without a plan: its expected cost is infinite")
+        return math.inf
+    return sum(m.case.probability * v for m, v in zip(models, costs))
+
+
 def plan_under_uncertainty(scenario: Scenario, unc: Uncertainty, catalog: Catalog, preset: Preset, folder: Path,
                            solver: Solver = "highs", *, commitment_rows: Sequence[dict[str, Any]] = (),
                            client: Any = None, workers: int | None = None,
@@ -1141,12 +1151,7 @@ def plan_under_uncertainty(scenario: Scenario, unc: Uncertainty, catalog: Catalo
         x, costs, bound, own, iterations = dec.commit, dec.outcome_costs, dec.lower_bound_usd, dec.own_optima, dec.iterations
     expected = sum(m.case.probability * v for m, v in zip(models, costs))
     objective = _objective(costs, [m.case.probability for m in models], unc.risk_weight, unc.cvar_alpha)
-    eev_costs = evaluate(models, ev.commit, run)
-    if eev_costs is None:
-        notes.append("the mean forecast's commitment leaves some outcome without a plan: its expected cost is infinite")
-        eev = math.inf
-    else:
-        eev = sum(m.case.probability * v for m, v in zip(models, eev_costs))
+    eev = _expected_cost_of(models, ev.commit, run, notes)
     wait_and_see = sum(m.case.probability * v for m, v in zip(models, own))
     outcomes = [OutcomeCost(m.case.name, m.case.probability, v, o) for m, v, o in zip(models, costs, own)]
     return StochasticPlan(
