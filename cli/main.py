@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+from collections.abc import Callable
+from types import FrameType
 from typing import NoReturn
 
-from fleetplan.catalogs.files import one_line
-from fleetplan.commands import breakeven, catalog, estimate, plan
-from fleetplan.commands.flags import Parser
-from fleetplan.commands.io import run_command
-from fleetplan.rendering.escape import terminal
+# The commands' modules load inside the functions below, not here: the console script installs
+# its first signal handlers (``run``) before any of them loads.
 
 
 def _version() -> str:
@@ -50,7 +50,9 @@ class _Version(argparse.Action):
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
+    from fleetplan.commands import breakeven, catalog, estimate, plan
     from fleetplan.commands.fidelity import register
+    from fleetplan.commands.flags import Parser
     from fleetplan.commands.report import register as register_report
     from fleetplan.commands.sweep import register as register_sweep
     from fleetplan.commands.deploy import register as register_deploy
@@ -67,13 +69,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _nothing() -> None:
+    """What there is to restore before the command's handlers are installed."""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run a subcommand, turning user errors into one line and exit code 2, an
     interrupt (Ctrl-C) into one line and exit code 130, SIGTERM into one line and 143."""
+    from fleetplan.catalogs.files import one_line
     from fleetplan.commands.interrupts import exit_code, install_handlers, message
+    from fleetplan.commands.io import run_command
+    from fleetplan.rendering.escape import terminal
 
-    restore = install_handlers()
-    try:
+    restore: Callable[[], None] = _nothing
+    try:  # a signal may land while the handlers are being installed: it ends the same way
+        restore = install_handlers()
         return run_command(build_parser().parse_args(argv))
     except KeyboardInterrupt as exc:  # SIGTERM too (Terminated); cleanup ran in the finally blocks on the way
         detail = f": {terminal(one_line(str(exc)))}" if str(exc) else ""
@@ -94,12 +104,31 @@ def one_blas_thread() -> None:
     os.environ.setdefault(BLAS_THREADS, "1")
 
 
+EARLY_LINES = {signal.SIGINT: b"fleetplan: interrupted\n", signal.SIGTERM: b"fleetplan: terminated\n"}
+
+
+def _end_early(signum: int, frame: FrameType | None) -> None:
+    """A signal while the command's modules load: nothing has been read, written or started yet,
+    so nothing to clean up; the same line and exit code as a signal the command takes later."""
+    os.write(2, EARLY_LINES[signal.Signals(signum)])
+    os._exit(128 + signum)
+
+
+def install_early_handlers() -> None:
+    """Handle SIGINT and SIGTERM while the command's modules load (a few tenths of a second, in
+    which Python's own handler would end a Ctrl-C with a traceback), until ``main`` installs the
+    command's handlers (:mod:`fleetplan.commands.interrupts`)."""
+    for signum in EARLY_LINES:
+        signal.signal(signum, _end_early)
+
+
 def run() -> NoReturn:
     """Console-script entry: run ``main`` and leave without interpreter teardown.
 
     Tearing down the imported solver and modelling libraries takes a fifth of a second and
     serves no purpose once every output is flushed and every file closed.
     """
+    install_early_handlers()
     one_blas_thread()
     code = main()
     util = sys.modules.get("multiprocessing.util")

@@ -521,3 +521,23 @@ def test_signal_while_the_main_thread_is_stuck_in_c_ends_the_process(tmp_path: P
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 143 and err == "fleetplan: terminated\n"
     assert marker.read_text(encoding="utf-8") == "ran"
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_while_the_command_loads_is_one_line_too(sig: int, code: int) -> None:
+    # the console script's first step handles both signals, before the commands' modules load:
+    # the same line and exit code as a signal the command takes later, no traceback
+    from fleetplan.commands.interrupts import message
+
+    script = ("import sys, time\n"
+              "from fleetplan import main\n"
+              "main.install_early_handlers()\n"
+              "assert 'fleetplan.commands.plan' not in sys.modules\n"
+              "print('ready', flush=True)\n"
+              "time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == code
+    assert err == message(code) + "\n"
