@@ -62,8 +62,11 @@ def _leave_signals_to_parent() -> None:
 
 
 def stop(pool: ProcessPoolExecutor) -> None:
-    """Cancel what has not started, terminate the running workers and wait for them."""
+    """Cancel what has not started, terminate the running workers and wait for them, and for the
+    pool's own manager thread, which reaps them too: until it has, a worker it reaped first still
+    reads as alive."""
     processes = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)  # the first shutdown forgets it
     pool.shutdown(wait=False, cancel_futures=True)
     for p in processes:
         if p.is_alive():
@@ -74,6 +77,8 @@ def stop(pool: ProcessPoolExecutor) -> None:
             p.kill()
             p.join(JOIN_TIMEOUT_S)
     pool.shutdown(wait=True)
+    if manager is not None:
+        manager.join(JOIN_TIMEOUT_S)
 
 
 _JOBS: contextvars.ContextVar[int] = contextvars.ContextVar("fleetplan_jobs", default=1)
