@@ -468,7 +468,8 @@ def by_fold(scheme: str, rows: list[Measurement], preds: list[tuple[float, float
 
 def residual_table(scheme: str, rows: list[Measurement], preds: list[tuple[float, float] | None]) -> None:
     """Held-out TPOT of ``scheme`` by model x GPU x engine x TP x EP x precision: rows, median
-    measured / predicted and MAPE, the configurations a structural change should move."""
+    measured / predicted and MAPE, the configurations a structural change should move; then, where
+    rows report TTFT, their held-out TTFT: rows, median measured / predicted and share within 1.5x."""
     cells: dict[tuple[object, ...], list[int]] = {}
     for i, r in enumerate(rows):
         if preds[i] is not None:
@@ -477,8 +478,12 @@ def residual_table(scheme: str, rows: list[Measurement], preds: list[tuple[float
     for key, members in sorted(cells.items(), key=lambda kv: repr(kv[0])):
         t = error_stats([rows[i].measured_tpot_ms for i in members], [preds[i][0] for i in members])  # type: ignore[index]
         model, gpu, engine, tp, ep, dpa, precision = key
+        timed = [i for i in members if rows[i].measured_ttft_ms]
+        f = error_stats([rows[i].measured_ttft_ms or 0.0 for i in timed], [preds[i][1] for i in timed])  # type: ignore[index]
+        ttft = (f"  | TTFT rows {len(timed):>3}  measured/predicted {f['median_ratio']:5.2f}  within 1.5x "
+                f"{f['within_1.5x']:6.1%}") if timed else ""
         print(f"  {scheme:<6} {model:<16} {gpu:<9} {engine:<7} tp {tp} ep {ep} dpa {dpa} {precision:<5} "
-              f"rows {len(members):>3}  measured/predicted {t['median_ratio']:5.2f}  TPOT MAPE {t['mape']:6.1%}")
+              f"rows {len(members):>3}  measured/predicted {t['median_ratio']:5.2f}  TPOT MAPE {t['mape']:6.1%}{ttft}")
 
 
 def figure_of_record(results: dict[str, list[tuple[float, float] | None]], rows: list[Measurement],
@@ -516,7 +521,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--ttft-only", action="store_true",
                     help="fit only the parameters TTFT alone depends on (TTFT_ONLY), the rest held at the shipped values")
     ap.add_argument("--residuals", action="store_true",
-                    help="with --cv, print each scheme's held-out TPOT by model x GPU x engine x TP x EP x precision")
+                    help="with --cv, print each scheme's held-out TPOT and TTFT by model x GPU x engine x TP x EP x precision")
     ap.add_argument("--schemes", default=",".join(name for name, _ in CV_SCHEMES),
                     help="the cross-validation schemes to run, comma-separated (group, tp, gpu, engine)")
     args = ap.parse_args(argv)

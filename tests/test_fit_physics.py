@@ -72,6 +72,20 @@ def test_residual_table_lists_each_held_out_configuration(fp, capsys):
     assert len(lines) == 1
     assert "gpt-oss-120b" in lines[0] and "tp 2 ep 1 dpa 1 fp4" in lines[0] and "rows   2" in lines[0]
     assert "measured/predicted  1.00" in lines[0] and "TPOT MAPE  22.5%" in lines[0]
+    assert "TTFT" not in lines[0]  # no row reports a TTFT
+
+
+def test_residual_table_adds_held_out_ttft(fp, capsys):
+    """--residuals: where rows report TTFT, the held-out TTFT of each configuration too: its rows,
+    median measured / predicted (the geometric middle of an even count) and share within 1.5x."""
+    text = (HEADER.rstrip("\n") + ",measured_ttft_ms\n"
+            + "".join(f"gpt-oss-120b,h200-sxm,fp4,2,16,1024,1024,vllm,10.0,{ms}\n" for ms in ("300", "100", "")))
+    rows = parse_measurements(text, "rows.csv")
+    # TTFT predicted 100 ms for both timed rows: ratios 3.0 and 1.0, median sqrt(3) = 1.73, one of two within 1.5x
+    fp.residual_table("tp", rows, [(10.0, 100.0), (10.0, 100.0), (10.0, 100.0)])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 and "rows   3" in lines[0]
+    assert "TTFT rows   2  measured/predicted  1.73  within 1.5x  50.0%" in lines[0]
 
 
 def test_ttft_ceiling_is_the_whole_wave_ahead(fp):
