@@ -87,6 +87,23 @@ def test_simulate_with_the_sample_trace_replays_its_busiest_hour(tmp_path, capsy
     assert main(["simulate", str(plan), "--trace", str(EXAMPLES / "traces" / "chat-week.csv"), "--json"]) == 0
     p = json.loads(capsys.readouterr().out)["products"][0]
     assert p["hour"] == 12 and 500 < p["requests"] < 1500  # Monday 12:00 of the 60,000-request week
+    # replayed as logged: the hour's requests over its span, far below the 40 QPS the plan serves
+    assert p["arrival_rate_qps"] == pytest.approx((p["requests"] - 1) / p["simulated_s"], abs=1e-4)
+    assert p["arrival_rate_qps"] < 0.01 * p["qps"] and p["qps"] == 40
+    assert main(["simulate", str(plan), "--trace", str(EXAMPLES / "traces" / "chat-week.csv")]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert f"{p['requests']:,} requests arriving at {p['arrival_rate_qps']:g}/s (the plan's hour serves 40/s)" in first
+
+
+def test_simulate_at_the_planned_rate_says_the_planned_rate(tmp_path, capsys):
+    plan = plan_file(tmp_path, "seed-chat-70b.yaml")
+    capsys.readouterr()
+    assert main(["simulate", str(plan), "--requests", "3000", "--json"]) == 0
+    p = json.loads(capsys.readouterr().out)["products"][0]
+    # a Poisson sample at the hour's rate: 2,999 gaps of mean 1 / qps
+    assert p["arrival_rate_qps"] == pytest.approx(p["qps"], rel=0.1)
+    assert main(["simulate", str(plan), "--requests", "3000"]) == 0
+    assert f"3,000 requests at {p['qps']:g}/s on" in capsys.readouterr().out
 
 
 def test_simulate_hour_outside_the_plan_exits_2(tmp_path, capsys):

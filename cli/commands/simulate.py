@@ -32,12 +32,22 @@ def _progress_hook(progress: Any, deadline: Any, limit: float) -> Any:
     return hook
 
 
+SLOW_REPLAY = 0.5
+"""A run whose requests arrive at less than this share of the hour's planned rate says so: a
+trace replayed at its logged rate does not load the replicas the plan sized for a scaled one."""
+
+
 def _print(d: dict[str, Any], con: Any) -> None:
     """One block per product: percentiles, targets, utilisation, misses, verdict."""
     d = for_terminal(d)
     for p in d["products"]:
         t, s = p["ttft_ms"], p["tpot_ms"]
-        con.print(f"{p['name']}: hour {p['hour']}, {p['requests']:,} requests at {p['qps']:g}/s on "
+        rate = p.get("arrival_rate_qps")
+        if rate is not None and rate < SLOW_REPLAY * p["qps"]:  # a logged trace replayed below the planned load
+            arrived = f"{p['requests']:,} requests arriving at {rate:g}/s (the plan's hour serves {p['qps']:g}/s)"
+        else:
+            arrived = f"{p['requests']:,} requests at {p['qps']:g}/s"
+        con.print(f"{p['name']}: hour {p['hour']}, {arrived} on "
                   f"{p['replicas']} replicas" + (f" + {p['pool_replicas']} prefill" if p["pool_replicas"] else ""))
         con.print(f"  TTFT ms p50 {t['p50']}  p90 {t['p90']}  p99 {t['p99']}   targets {p['targets']['ttft_ms'] or '-'}")
         con.print(f"  TPOT ms p50 {s['p50']}  p90 {s['p90']}  p99 {s['p99']}   target {p['targets']['tpot_ms'] or '-'}")

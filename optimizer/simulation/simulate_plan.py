@@ -376,11 +376,15 @@ def summary(pd: dict[str, Any], load: HourLoad, reqs: Requests, timings: Any, bu
 
 def _run_length(reqs: Requests, timings: Any) -> dict[str, Any]:
     """Simulated seconds of arrivals against a request's mean time in the system: a run shorter
-    than three lifetimes (``short_run``) may not yet show a queue that builds up."""
+    than three lifetimes (``short_run``) may not yet show a queue that builds up; and the rate
+    the requests arrived at (``arrival_rate_qps``), which for a trace replayed as it was logged
+    can lie far from the hour's planned ``qps``."""
     span = reqs.span_s
     life = timings.last_s - reqs.arrival_s
     lifetime = float(np.mean(life[np.isfinite(life)])) if np.isfinite(life).any() else 0.0
-    return {"simulated_s": round(span, 3), "mean_request_s": round(lifetime, 3), "short_run": span < 3.0 * lifetime}
+    rate = (reqs.count - 1) / span if span > 0 else None
+    return {"simulated_s": round(span, 3), "mean_request_s": round(lifetime, 3), "short_run": span < 3.0 * lifetime,
+            "arrival_rate_qps": None if rate is None else round(rate, 4)}
 
 
 def simulate_plan(plan: dict[str, Any], catalog: Any, preset: Any, settings: Settings,
