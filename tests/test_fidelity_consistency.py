@@ -44,13 +44,19 @@ def _estimate(capsys) -> dict:
     return json.loads(out)
 
 
+def _validated(capsys, tmp_path, csv: str) -> tuple[int, dict]:
+    """``fleetplan validate --json`` of ``csv`` written to ``m.csv``: the exit code and the JSON."""
+    (tmp_path / "m.csv").write_text(csv)
+    code, out, _ = run(capsys, ["validate", str(tmp_path / "m.csv"), "--json"])
+    return code, json.loads(out)
+
+
 def _validate(capsys, tmp_path) -> dict:
-    f = tmp_path / "m.csv"
-    f.write_text("model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms,measured_ttft_ms\n"
-                 "llama-3.1-70b,h100-sxm,fp8,2,64,2000,400,vllm,40,700\n")
-    code, out, _ = run(capsys, ["validate", str(f), "--json"])
+    code, d = _validated(capsys, tmp_path,
+                         "model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms,measured_ttft_ms\n"
+                         "llama-3.1-70b,h100-sxm,fp8,2,64,2000,400,vllm,40,700\n")
     assert code == 0
-    (row,) = json.loads(out)["rows"]
+    (row,) = d["rows"]
     return row
 
 
@@ -136,13 +142,11 @@ def test_benchmark_ttft_hand_value(catalog):
 
 
 def test_validate_skips_what_the_planner_refuses(capsys, tmp_path):
-    f = tmp_path / "m.csv"
-    f.write_text("model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms\n"
-                 "qwen3-235b-a22b,h200-sxm,fp8,1,4,1000,100,vllm,20\n"
-                 "llama-3.1-8b,l40s,fp8,2,4,1000,100,vllm,20\n"
-                 "llama-3.1-8b,h200-sxm,fp8,1,4,1000,100,vllm,5\n")
-    code, out, _ = run(capsys, ["validate", str(f), "--json"])
-    d = json.loads(out)
+    code, d = _validated(capsys, tmp_path,
+                         "model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms\n"
+                         "qwen3-235b-a22b,h200-sxm,fp8,1,4,1000,100,vllm,20\n"
+                         "llama-3.1-8b,l40s,fp8,2,4,1000,100,vllm,20\n"
+                         "llama-3.1-8b,h200-sxm,fp8,1,4,1000,100,vllm,5\n")
     assert code == 0 and [r["line"] for r in d["rows"]] == [4]
     assert d["rows"][0]["running_batch"] == 4
     reasons = {s["line"]: s["reason"] for s in d["skipped"]}
@@ -151,7 +155,7 @@ def test_validate_skips_what_the_planner_refuses(capsys, tmp_path):
     errors = {s["line"]: s["reason"] for s in d["model_errors"]}
     assert list(errors) == [2] and errors[2].startswith("the weights and one sequence need 235 GB, 1 x h200-sxm hold 127 GB")
     assert d["summary"]["model_error_rows"] == 1
-    code, out, _ = run(capsys, ["validate", str(f)])
+    code, out, _ = run(capsys, ["validate", str(tmp_path / "m.csv")])
     assert "1 skipped, 1 model errors" in out and "model error line 2: the weights and one sequence" in out
 
 
@@ -160,12 +164,10 @@ def test_validate_runs_the_batch_that_fits_and_queues_the_rest(capsys, tmp_path)
     8,192/1,024 tokens: each running sequence holds 8,704 tokens on average, 70,272 B each on each
     of 4 ranks (the MLA latent is not split) = 2.447 GB, so floor(20.2 / 2.447) = 8 run at once;
     TPOT is the 8-sequence step's and TTFT queues for 32 / 8 - 1 = 3 request times."""
-    f = tmp_path / "m.csv"
-    f.write_text("model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms\n"
-                 "deepseek-r1,b200,fp8,4,32,8192,1024,sglang,36\n"
-                 "deepseek-r1,b200,fp8,4,8,8192,1024,sglang,15\n")
-    code, out, _ = run(capsys, ["validate", str(f), "--json"])
-    d = json.loads(out)
+    code, d = _validated(capsys, tmp_path,
+                         "model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms\n"
+                         "deepseek-r1,b200,fp8,4,32,8192,1024,sglang,36\n"
+                         "deepseek-r1,b200,fp8,4,8,8192,1024,sglang,15\n")
     assert code == 0 and d["skipped"] == [] and d["model_errors"] == []
     queued, at8 = d["rows"]
     assert (queued["running_batch"], at8["running_batch"]) == (8, 8)
@@ -181,13 +183,12 @@ def test_a_harness_recipe_sets_the_memory_the_run_had(capsys, tmp_path):
     = 1.22 GB: 47 fit and its cap of 32 running requests holds all 32 (8 without the recipe, as
     above). Its TP 8 script gives 0.82 of 8 x 192 GB: 589 GB free, capped at 128 running; at 256
     clients 128 run and the rest queue."""
-    f = tmp_path / "m.csv"
-    f.write_text("model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms,source_id\n"
-                 "deepseek-r1,b200,fp8,4,32,8192,1024,sglang,36,inferencemax_b200_sglang_fp8_tp4_c32\n"
-                 "deepseek-r1,b200,fp8,4,32,8192,1024,sglang,36,\n"
-                 "deepseek-r1,b200,fp8,8,256,8192,1024,sglang,36,inferencemax_b200_sglang_fp8_tp8_c256\n")
-    code, out, _ = run(capsys, ["validate", str(f), "--json"])
-    rows = json.loads(out)["rows"]
+    code, d = _validated(capsys, tmp_path,
+                         "model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms,source_id\n"
+                         "deepseek-r1,b200,fp8,4,32,8192,1024,sglang,36,inferencemax_b200_sglang_fp8_tp4_c32\n"
+                         "deepseek-r1,b200,fp8,4,32,8192,1024,sglang,36,\n"
+                         "deepseek-r1,b200,fp8,8,256,8192,1024,sglang,36,inferencemax_b200_sglang_fp8_tp8_c256\n")
+    rows = d["rows"]
     assert code == 0 and [r["running_batch"] for r in rows] == [32, 8, 128]
     gb = 1e9
     weights = 671.0 * gb
@@ -279,19 +280,18 @@ def test_presets_differ_by_data_not_by_name():
 def test_validate_says_when_an_engine_has_no_fitted_figures(capsys, tmp_path):
     """An engine the physics does not know takes the engines' mean share and latency, and says so;
     AMD's ATOM is a known engine."""
-    f = tmp_path / "m.csv"
-    f.write_text("model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms,measured_ttft_ms\n"
-                 "llama-3.1-8b,h200-sxm,fp8,1,4,1000,100,lmdeploy,5,60\n"
-                 "llama-3.1-8b,h200-sxm,fp8,1,4,1000,100,vllm,5,60\n"
-                 "gpt-oss-120b,mi355x,fp4,1,4,1024,1024,atom,5,60\n")
-    code, out, _ = run(capsys, ["validate", str(f), "--json"])
-    rows = json.loads(out)["rows"]
+    code, d = _validated(capsys, tmp_path,
+                         "model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms,measured_ttft_ms\n"
+                         "llama-3.1-8b,h200-sxm,fp8,1,4,1000,100,lmdeploy,5,60\n"
+                         "llama-3.1-8b,h200-sxm,fp8,1,4,1000,100,vllm,5,60\n"
+                         "gpt-oss-120b,mi355x,fp4,1,4,1024,1024,atom,5,60\n")
+    rows = d["rows"]
     assert code == 0 and [r["engine_known"] for r in rows] == [False, True, True]
     fallback = DEFAULT.physics.engine(None)
     assert DEFAULT.physics.engine("lmdeploy") == fallback
     shares = [e.prefill_before_first_token for e in DEFAULT.physics.engines]
     assert fallback.prefill_before_first_token == pytest.approx(sum(shares) / len(shares), abs=1e-3)
-    code, out, _ = run(capsys, ["validate", str(f)])
+    code, out, _ = run(capsys, ["validate", str(tmp_path / "m.csv")])
     assert "note: no fitted figures for engine lmdeploy: the engines' mean prefill share and fixed latency used" in out
 
 
@@ -302,11 +302,10 @@ def test_tensorrt_llm_holds_quantised_runs_at_an_fp8_cache(capsys, tmp_path):
     TensorRT-LLM gives its cache 0.9 of the memory the weights leave, 0.9 x (192 - 39.7) = 137.1 GB,
     and admits a request with room for its whole 9,216 tokens in its FP8 cache, 1.51 GB: 90 run;
     a row naming a BF16 cache, 3.02 GB: 45."""
-    f = tmp_path / "m.csv"
-    f.write_text("model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms,kv_precision\n"
-                 "llama-3.1-70b,b200,fp4,1,128,8192,1024,vllm,60,\n"
-                 "llama-3.1-70b,b200,fp4,1,128,8192,1024,trtllm,60,\n"
-                 "llama-3.1-70b,b200,fp4,1,128,8192,1024,trtllm,60,bf16\n")  # a row's own cache wins
-    code, out, _ = run(capsys, ["validate", str(f), "--json"])
-    rows = json.loads(out)["rows"]
+    code, d = _validated(capsys, tmp_path,
+                         "model,gpu,precision,tp,batch,input_tokens,output_tokens,engine,measured_tpot_ms,kv_precision\n"
+                         "llama-3.1-70b,b200,fp4,1,128,8192,1024,vllm,60,\n"
+                         "llama-3.1-70b,b200,fp4,1,128,8192,1024,trtllm,60,\n"
+                         "llama-3.1-70b,b200,fp4,1,128,8192,1024,trtllm,60,bf16\n")  # a row's own cache wins
+    rows = d["rows"]
     assert code == 0 and [r["running_batch"] for r in rows] == [46, 90, 45]
