@@ -541,3 +541,27 @@ def test_signal_while_the_command_loads_is_one_line_too(sig: int, code: int) -> 
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == code
     assert err == message(code) + "\n"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_a_copy_of_the_process_leaves_the_parent_running(sig: int) -> None:
+    # a worker copied from the command (fork) inherits its handlers and its watchdog's pipe; a
+    # signal the copy takes (a stopped pool terminates its workers) must end the copy (SIGTERM) or
+    # be ignored by it (SIGINT), and must never reach the parent's watchdog, which would end the
+    # parent as terminated GRACE_S later
+    script = ("import os, signal, sys, time\n"
+              "from fleetplan.commands.interrupts import GRACE_S, install_handlers\n"
+              "restore = install_handlers()\n"
+              "pid = os.fork()\n"
+              "if pid == 0:\n"
+              "    assert signal.set_wakeup_fd(-1) == -1\n"
+              f"    os.kill(os.getpid(), {int(sig)})\n"
+              "    time.sleep(0.5)\n"
+              "    os._exit(7)\n"
+              "_, status = os.waitpid(pid, 0)\n"
+              "time.sleep(GRACE_S + 1.0)\n"
+              "restore()\n"
+              "print(os.waitstatus_to_exitcode(status), flush=True)\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout == ("-15\n" if sig == signal.SIGTERM else "7\n")

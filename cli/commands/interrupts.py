@@ -13,6 +13,11 @@ keep the main thread in C for tens of seconds. So a watchdog thread is woken by 
 a batch's summary), stops the worker processes, prints the same one line and ends the process
 with the same exit code. While the main thread is inside a solver nothing is being written, so
 no file is left half-written. This module holds no cleanup of its own.
+
+A copy of this process (a worker made by ``fork``) inherits the handlers and the watchdog's pipe
+but not the watchdog: a signal it takes must end the copy, never wake the parent's watchdog. So
+SIGINT and SIGTERM are held while the copy is made, and the copy closes the pipe and takes the
+workers' defaults (SIGINT ignored, SIGTERM ends it) before it takes either signal.
 """
 
 from __future__ import annotations
@@ -32,8 +37,11 @@ EXIT_TERMINATED = 128 + signal.SIGTERM
 GRACE_S = 2.0
 """Seconds the main thread has to take a signal before the watchdog ends the process."""
 
+_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
 _taken = threading.Event()
 _last_resort: list[Callable[[], None]] = []
+_installed: dict[str, int] = {}  # while the handlers are installed: the process, the watchdog pipe's ends
+_mask_at_fork: list[set[signal.Signals]] = []  # the parent's signal mask while a copy is being made
 
 
 class Terminated(KeyboardInterrupt):
@@ -100,6 +108,40 @@ def _watch(read_fd: int) -> None:
         os.close(read_fd)
 
 
+def _hold_signals_for_fork() -> None:
+    """Before a copy of this process is made: hold SIGINT and SIGTERM in the thread making it, so
+    the copy cannot take one before it has let go of the parent's pipe (the copy inherits the mask)."""
+    if _installed.get("pid") == os.getpid():
+        _mask_at_fork.append(signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS))
+
+
+def _release_signals_after_fork() -> None:
+    """In the parent, once the copy is made: the signals it held are taken again (any that came meanwhile)."""
+    if _mask_at_fork:
+        signal.pthread_sigmask(signal.SIG_SETMASK, _mask_at_fork.pop())
+
+
+def _let_go_in_copy() -> None:
+    """In a copy: close the parent's watchdog pipe, stop writing signals to it, take the workers'
+    defaults (SIGINT ignored, SIGTERM ends the copy), then take the signals held at the copy."""
+    if not _installed:
+        return
+    signal.set_wakeup_fd(-1)
+    for fd in (_installed["read_fd"], _installed["write_fd"]):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _installed.clear()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _release_signals_after_fork()
+
+
+os.register_at_fork(before=_hold_signals_for_fork, after_in_parent=_release_signals_after_fork,
+                    after_in_child=_let_go_in_copy)
+
+
 def install_handlers() -> Callable[[], None]:
     """Make SIGINT raise :class:`KeyboardInterrupt` and SIGTERM :class:`Terminated`, and start
     the watchdog; returns a function that stops it and puts the previous handlers back.
@@ -114,9 +156,13 @@ def install_handlers() -> Callable[[], None]:
     old_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     signal.signal(signal.SIGTERM, _raise_terminated)
     signal.signal(signal.SIGINT, _raise_interrupt)
+    _installed.update(pid=os.getpid(), read_fd=read_fd, write_fd=write_fd)
     threading.Thread(target=_watch, args=(read_fd,), name="fleetplan-signal-watchdog", daemon=True).start()
 
     def restore() -> None:
+        if _installed.get("pid") != os.getpid():  # a copy let go of the pipe when it was made
+            return
+        _installed.clear()
         PENDING_INTERRUPTS.clear()
         for sig, handler in previous.items():
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
