@@ -19,11 +19,11 @@ One JSON line per case on stdout; progress on stderr.
 ``--modes cpu`` accounts the kernel's CPU time instead of walls (less sensitive to other jobs on
 the machine): the command is run in a process of its own by a small wrapper (``CPU_WRAPPER``),
 ``--jobs 1`` and ``--jobs 2`` in turn, and reports the CPU of ``--jobs 1``; for ``--jobs 2`` the
-command's own CPU before its workers start, from then until it hands them the outcomes (reading
-the scenario and catalog and the set-up, while one worker loads the modeller) and in all, and the
-workers' CPU (loading the modeller, the split's checks, the outcomes' runs). From these it
-predicts the wall on two idle cores (the workers take the runs in order, each the next free; the
-command's CPU during and after them added) and the speed-up against ``--jobs 1``'s CPU.
+command's own CPU before its workers start (the interpreter, imports, reading the scenario and
+catalog, the set-up), after they end, and in all, and the workers' CPU (the split's checks, which
+load the modeller, and the outcomes' runs). From these it predicts the wall on two idle cores (the
+workers take the tasks in order, each the next free; the command's CPU after them added) and the
+speed-up against ``--jobs 1``'s CPU.
 ``--modes dask-cpu`` does the same on the Dask clusters: the client's CPU, the workers' (their
 processes' CPU times before and after each run) and client + workers / 2 as the two-core wall.
 
@@ -138,8 +138,8 @@ def compare(name: str, outcomes: int, two: list[str], one: list[str], runs: int)
 
 
 # Runs ``fleetplan`` (argv after the script) in this process and prints one JSON line on stderr: its
-# CPU (getrusage of the process and of its workers) and, with --jobs 2, the CPU at the workers'
-# start and at the hand-over, and each worker task's CPU (the tasks' functions wrapped in place).
+# CPU (getrusage of the process and of its workers) and, with --jobs 2, the CPU when its workers
+# start and when their results are in, and each worker task's CPU (the task's function wrapped in place).
 CPU_WRAPPER = r"""
 import contextlib, io, json, os, resource, sys, tempfile, time
 from fleetplan.main import main, one_blas_thread
@@ -156,16 +156,16 @@ def wrapped(module, name, task):
         t = T(); out = inner(*a); note(task(a), T() - t); return out
     fn.__module__, fn.__qualname__ = module.__name__, name
     setattr(module, name, fn)
-wrapped(W, "_in_context", lambda a: "checks" if tuple(a[3:]) == S.SPLIT_CHECKS else "outcomes")
-wrapped(S, "_load_modeller", lambda a: "modeller")
-for name, key in (("__init__", "start"), ("hand", "hand")):
-    def hook(inner, key=key):
-        return lambda self, *a: (marks.__setitem__(key, T()), inner(self, *a))[1]
-    setattr(W.Copies, name, hook(getattr(W.Copies, name)))
-inner_map = W.Copies.map
-def mapped(self, *a, **k):
-    out = inner_map(self, *a, **k); marks["results"] = T(); return out
-W.Copies.map = mapped
+wrapped(S, "_grids_in_copy", lambda a: "checks" if tuple(a) == S.SPLIT_CHECKS else "outcomes")
+inner_map = W.map_in_copies
+def mapped(fn, *a, **k):
+    if fn.__qualname__ == "_grids_in_copy":
+        marks["start"] = T()
+    out = inner_map(fn, *a, **k)
+    if fn.__qualname__ == "_grids_in_copy":
+        marks["results"] = T()
+    return out
+S.map_in_copies = mapped
 with contextlib.redirect_stdout(io.StringIO()):
     code = main(sys.argv[1:])
 own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -188,22 +188,13 @@ def cpu_run(args: list[str]) -> dict[str, Any]:
 
 def two_core_wall(row: dict[str, Any]) -> float:
     """The wall of a ``--jobs 2`` run on two idle cores from its CPU (:data:`CPU_WRAPPER`): the
-    command alone until its workers start; then it reads the inputs while one worker loads the
-    modeller; at the hand-over that worker runs the checks once loaded, the other takes the first
-    run, and each next run goes to whichever worker is free first; the command's CPU after the
-    runs is added."""
-    m, tasks = row["marks"], row["tasks"]
-    start, hand = m["start"], m["hand"]
-    cpu = {name: sum(t["cpu"] for t in tasks if t["task"] == name) for name in ("modeller", "checks")}
-    loaded = max(start + cpu["modeller"], hand) + cpu["checks"]
-    other = hand
-    for t in tasks:
-        if t["task"] == "outcomes":
-            if other <= loaded:
-                other += t["cpu"]
-            else:
-                loaded += t["cpu"]
-    return max(loaded, other, m["results"]) + row["own_cpu_s"] - m["results"]
+    command alone until its workers start; then the checks (first) and the runs, each to whichever
+    worker is free first; the command's CPU after the runs is added."""
+    m = row["marks"]
+    free = [m["start"], m["start"]]
+    for t in sorted(row["tasks"], key=lambda t: t["task"] != "checks"):  # the checks are submitted first
+        free[free.index(min(free))] += t["cpu"]
+    return max(free) + row["own_cpu_s"] - m["results"]
 
 
 def cpu_case(outcomes: int, path: Path, runs: int) -> dict[str, Any]:
@@ -226,11 +217,9 @@ def cpu_case(outcomes: int, path: Path, runs: int) -> dict[str, Any]:
     wall = med([two_core_wall(r) for r in two])
     return {"mode": "cpu", "outcomes": outcomes, "runs": runs, "one_worker_cpu_s": single,
             "two_workers": {"command_before_workers_s": med([r["marks"]["start"] for r in two]),
-                            "command_inputs_and_setup_s": med([r["marks"]["hand"] - r["marks"]["start"] for r in two]),
-                            "command_after_hand_over_s": med([r["own_cpu_s"] - r["marks"]["hand"] for r in two]),
+                            "command_after_workers_s": med([r["own_cpu_s"] - r["marks"]["results"] for r in two]),
                             "command_cpu_s": med([r["own_cpu_s"] for r in two]),
                             "workers_cpu_s": med([r["workers_cpu_s"] for r in two]),
-                            "modeller_s": med([task(r, "modeller") for r in two]),
                             "checks_s": med([task(r, "checks") for r in two]),
                             "outcomes_s": med([task(r, "outcomes") for r in two])},
             "predicted_two_core_wall_s": wall, "predicted_speed_up": round(single / wall, 2),

@@ -34,7 +34,6 @@ LAZY_MODULES = {
     "multiprocessing": "worker processes only when a pool is made",
     "concurrent": "worker processes only when a pool is made",
     "threading": "in a worker process only",
-    "pickle": "a context is pickled only for worker processes started before it existed",
     "pyomo": "the modeller is loaded only where a MIP is built: the commitment plan's product split never builds one",
 }
 # Modules of the package imported inside a function only so that a heavy library stays unloaded

@@ -18,7 +18,7 @@ from fleetplan.models.presets import get_preset
 from fleetplan.optimizer.traffic.demand import hourly_qps
 from fleetplan.optimizer.problem_data.problem import CandidateMemo
 from fleetplan.optimizer.traffic.scenario import parse_scenario
-from fleetplan.optimizer.decisions.stochastic import outcome_problem, plan_under_uncertainty, split_workers
+from fleetplan.optimizer.decisions.stochastic import outcome_problem, plan_under_uncertainty
 from fleetplan.optimizer.traffic.uncertainty import Case, Overrides, UncertaintyError, cases, parse_uncertainty
 
 HOURS = 730.0  # hours per month of the default preset
@@ -119,9 +119,6 @@ def test_the_same_plan_from_worker_processes_and_a_dask_cluster():
             for kw in ({"workers": 1}, {"workers": 2}, {"client": client1}, {"client": client2}):
                 plan, _, _ = _plan(BASE, block, separable=separable, **kw)
                 runs[name].append(json.dumps(plan.to_dict()))
-            with split_workers(2) as copies:  # started before the scenario is read, as the command does
-                plan, _, _ = _plan(BASE, block, separable=separable, workers=2, copies=copies)
-            runs[name].append(json.dumps(plan.to_dict()))
     for name, found in runs.items():
         assert len(set(found)) == 1, name
     assert runs["split"][0] != runs["mips"][0]  # the two paths both ran (their notes differ)

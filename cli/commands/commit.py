@@ -120,18 +120,6 @@ def html_page(data: dict[str, Any]) -> str:
 
 def cmd_commit(args: argparse.Namespace) -> int:
     """Plan the commitment, then print it and write the files asked for."""
-    # what the command and its workers run is imported first: local workers are copies of this
-    # process started before the inputs are read, one loading the modeller meanwhile (split_workers)
-    import fleetplan.catalogs.commitments  # noqa: F401
-    import fleetplan.commands.cluster  # noqa: F401
-    from fleetplan.optimizer.decisions.stochastic import split_workers
-
-    with split_workers(1 if args.scheduler else args.jobs) as copies:
-        return _plan_and_show(args, copies)
-
-
-def _plan_and_show(args: argparse.Namespace, copies: Any) -> int:
-    """:func:`cmd_commit` once its local workers are started (``copies``, or None)."""
     from fleetplan.catalogs.commitments import load_commitments
     from fleetplan.catalogs.loader import load_catalog
     from fleetplan.commands.cluster import check_reachable, connected
@@ -166,11 +154,9 @@ def _plan_and_show(args: argparse.Namespace, copies: Any) -> int:
                                               args.solver, client=client, **kwargs)
         else:
             plan = plan_under_uncertainty(scenario, unc, catalog, get_preset(scenario.preset), folder, args.solver,
-                                          workers=args.jobs, copies=copies, **kwargs)
+                                          workers=args.jobs, **kwargs)
     finally:
         line.close()
-    if copies is not None:
-        copies.end()  # nothing left for them: the output is written without waiting on the block's exit
     data = plan.to_dict()
     if paths:  # both made before either is written: no half-written output
         contents = [dumps(data), html_page(data)]

@@ -32,8 +32,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,7 @@ from fleetplan.optimizer.traffic.scenario import Scenario
 from fleetplan.optimizer.mip.solvers import Solver, solve
 from fleetplan.optimizer.traffic.uncertainty import (Case, Overrides, Uncertainty, UncertaintyError, cases,
                                                      check_outcomes, mean_case, outcome_inputs)
-from fleetplan.optimizer.runtime.workers import Copies, jobs, map_in_copies, shared, started_copies
+from fleetplan.optimizer.runtime.workers import jobs, map_in_copies, shared
 from fleetplan.optimizer.decisions.recourse import (
     MAX_GRID_POINTS,
     PRICE_SCALED,
@@ -815,47 +814,23 @@ def _grids_in_copy(first: int, stop: int) -> list[OutcomeGrid] | str | None:
     return outcome_grids_of(shared(), first, stop)
 
 
-def _load_modeller() -> None:
-    """What the split's checks import beyond the split (the fleet MIP and Pyomo): loaded by the worker
-    that will run them while the command reads its inputs (:func:`split_workers`)."""
-    import fleetplan.optimizer.mip.formulation  # noqa: F401
-    import pyomo.repn.standard_repn  # noqa: F401  (what turns the MIP into rows: mip.linear loads it when called)
-
-
-@contextmanager
-def split_workers(workers: int) -> Iterator[Copies | None]:
-    """Local worker processes for the product split (:func:`plan_under_uncertainty`'s ``copies``),
-    started now as copies of this process, for a caller about to read the scenario and catalog: one
-    of them loads the modeller the split's checks need meanwhile, on the other core, instead of
-    after the inputs are read. None for fewer than two workers (or where copies cannot be made).
-    A caller starts them once this module is imported (so the copies hold what the outcomes need)."""
-    with started_copies(workers, _load_modeller) as copies:
-        yield copies
-
-
 CHUNKS_PER_WORKER = 8  # outcomes go to each worker (local or Dask) in about this many runs of consecutive ones (the
 # last runs end close together: with 4 per worker the 200-outcome week left one worker 0.03 s alone)
 
 
 def outcome_grids(ctx: GridContext, client: Any, workers: int | None,
                   progress: Callable[[str, int, int], None] | None,
-                  checks: bool = False, copies: Copies | None = None) -> tuple[list[OutcomeGrid], str | None]:
+                  checks: bool = False) -> tuple[list[OutcomeGrid], str | None]:
     """Every outcome's grid, in order, and with ``checks`` why the product split's checks refuse
-    it, or None (see :func:`outcome_grids_of`): on the Dask cluster of ``client``, else in the
-    worker processes ``copies`` (:func:`split_workers`; the checks go to the one that loaded the
-    modeller for them), else in worker processes made now. The checks go first, as a task beside
-    the runs of consecutive outcomes (the result does not depend on how they are cut)."""
+    it, or None (see :func:`outcome_grids_of`): on the Dask cluster of ``client``, else in worker
+    processes. The checks go first, as a task beside the runs of consecutive outcomes (the result
+    does not depend on how they are cut)."""
     n = len(ctx.cases)
-    count = (len(client.nthreads()) if client is not None else copies.workers if copies is not None
-             else workers if workers is not None else jobs())
+    count = len(client.nthreads()) if client is not None else workers if workers is not None else jobs()
     size = max(1, math.ceil(n / (CHUNKS_PER_WORKER * count))) if count > 1 else n
     checks_run = [SPLIT_CHECKS] if checks else []
     runs = checks_run + [(a, min(n, a + size)) for a in range(0, n, size)]
     tick = None if progress is None else (lambda done, total: progress("outcome recourse", done, total))
-    if copies is not None:
-        checked = copies.hand(_grids_in_copy, ctx, *SPLIT_CHECKS) if checks else None
-        found = copies.map(_grids_in_copy, ctx, runs[len(checks_run):], progress=tick)
-        return [g for run in found for g in run], None if checked is None else checked.result()
     if client is not None:
         shared_ctx = client.scatter(ctx, broadcast=True)
         futures = [client.submit(outcome_grids_of, shared_ctx, a, b, pure=False) for a, b in runs]
@@ -983,14 +958,13 @@ def separable_setup(scenario: Scenario, unc: Uncertainty, catalog: Catalog, pres
 
 
 def separable_plan(setup: SeparableSetup, client: Any, workers: int | None,
-                   progress: Callable[[str, int, int], None] | None, start: float,
-                   copies: Copies | None = None) -> StochasticPlan | str:
+                   progress: Callable[[str, int, int], None] | None, start: float) -> StochasticPlan | str:
     """The two-stage plan by the product split: every outcome's recourse cost over the whole grid
     of commitments (in workers), summed with the commitment's cost; the least total is the optimum
     (every commitment is priced, so the bound is the plan's own cost). Returns why not instead
     when an outcome is not separable."""
     ctx, terms = setup.ctx, setup.terms
-    grids, reason = outcome_grids(ctx, client, workers, progress, checks=True, copies=copies)
+    grids, reason = outcome_grids(ctx, client, workers, progress, checks=True)
     if reason is not None:
         return reason
     known = {c.gpu for c in setup.mean_problem.all_candidates()}
@@ -1084,11 +1058,10 @@ def _least_risk_objective(total: Any, commit: Any, grids: list[OutcomeGrid], ite
 
 def _by_product_split(scenario: Scenario, unc: Uncertainty, catalog: Catalog, preset: Preset, folder: Path,
                       commitment_rows: Sequence[dict[str, Any]], client: Any, workers: int | None,
-                      progress: Callable[[str, int, int], None] | None, start: float,
-                      copies: Copies | None = None) -> StochasticPlan | str:
+                      progress: Callable[[str, int, int], None] | None, start: float) -> StochasticPlan | str:
     """:func:`separable_plan`, or why the outcomes are not separable."""
     setup = separable_setup(scenario, unc, catalog, preset, folder, commitment_rows)
-    return setup if isinstance(setup, str) else separable_plan(setup, client, workers, progress, start, copies)
+    return setup if isinstance(setup, str) else separable_plan(setup, client, workers, progress, start)
 
 
 def _expected_cost_of(models: list[OutcomeModel], commit: Sequence[float], run: Runner, notes: list[str]) -> float:
@@ -1106,27 +1079,22 @@ def plan_under_uncertainty(scenario: Scenario, unc: Uncertainty, catalog: Catalo
                            client: Any = None, workers: int | None = None,
                            time_limit_s: float | None = None,
                            progress: Callable[[str, int, int], None] | None = None,
-                           separable: bool = True, copies: Copies | None = None) -> StochasticPlan:
+                           separable: bool = True) -> StochasticPlan:
     """The two-stage plan of ``scenario`` under ``unc``: the commitment, its cost in every outcome,
     the mean forecast's commitment and cost, the wait-and-see optima (for EVPI and regret).
 
     Outcomes whose products share nothing but the commitment go to the product split (:func:`separable_plan`,
     risk term included) unless ``separable`` is False or the method is ``extensive``; others to whole-horizon
-    MIPs, on the Dask cluster of ``client``, else in ``workers`` local processes: the same plan either way.
-    ``copies`` (:func:`split_workers`, started by the caller) are the local processes the split runs in;
-    the MIPs make their own, the copies ended first."""
+    MIPs, on the Dask cluster of ``client``, else in ``workers`` local processes: the same plan either way."""
     if Tier.RESERVED not in scenario.options.tiers:
         raise UncertaintyError("options.tiers: a commitment needs the reserved tier (nearest valid choice: "
                                "[reserved, on_demand])")
     start = time.monotonic()
     why: StochasticPlan | str = ""  # the product split's plan, or why there is none (told in the notes)
     if separable and unc.method != "extensive":
-        why = _by_product_split(scenario, unc, catalog, preset, folder, commitment_rows, client, workers, progress, start,
-                                copies)
+        why = _by_product_split(scenario, unc, catalog, preset, folder, commitment_rows, client, workers, progress, start)
         if not isinstance(why, str):
             return why
-    if copies is not None:
-        copies.end()
     terms, mean_model, models = _outcome_models(scenario, unc, catalog, preset, folder, commitment_rows, progress)
     gap = unc.max_gap
     sub_gap = min(SUB_GAP_MAX, gap / 4.0)
