@@ -246,3 +246,7 @@ def test_simulate_refuses_a_document_json_cannot_hold_and_a_bad_number():
         fleetplan.simulate(p, arrival_scv=-1)
     with pytest.raises(fleetplan.InputError, match=r"^requests: must be"):
         fleetplan.simulate(p, requests=0)
+    with pytest.raises(fleetplan.InputError, match=r"^trace_rate: must be 'logged' or 'plan', not 'scaled'$"):
+        fleetplan.simulate(p, trace_rate="scaled")
+    with pytest.raises(fleetplan.InputError, match=r"^trace_rate: 'plan' scales a trace's arrivals; give trace too$"):
+        fleetplan.simulate(p, trace_rate="plan")

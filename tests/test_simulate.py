@@ -91,8 +91,49 @@ def test_simulate_with_the_sample_trace_replays_its_busiest_hour(tmp_path, capsy
     assert p["arrival_rate_qps"] == pytest.approx((p["requests"] - 1) / p["simulated_s"], abs=1e-4)
     assert p["arrival_rate_qps"] < 0.01 * p["qps"] and p["qps"] == 40
     assert main(["simulate", str(plan), "--trace", str(EXAMPLES / "traces" / "chat-week.csv")]) == 0
-    first = capsys.readouterr().out.splitlines()[0]
-    assert f"{p['requests']:,} requests arriving at {p['arrival_rate_qps']:g}/s (the plan's hour serves 40/s)" in first
+    out, err = capsys.readouterr()
+    assert f"{p['requests']:,} requests arriving at {p['arrival_rate_qps']:g}/s (the plan's hour serves 40/s)" in out.splitlines()[0]
+    assert "--trace-rate plan replays them at the planned rate" in err
+
+
+def test_a_trace_replayed_at_the_plans_rate_keeps_its_bursts_in_shape(tmp_path, capsys):
+    from fleetplan.optimizer.simulation.simulate_plan import Settings, arrivals, hour_load
+    from fleetplan.optimizer.traffic.trace import read_trace
+
+    plan = plan_file(tmp_path, "chat-trace.yaml")
+    capsys.readouterr()
+    trace_path = str(EXAMPLES / "traces" / "chat-week.csv")
+    assert main(["simulate", str(plan), "--trace", trace_path, "--trace-rate", "plan", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    p = d["products"][0]
+    assert d["trace_rate"] == "plan" and p["hour"] == 12 and 500 < p["requests"] < 1500
+    # the same requests as the logged replay, their times scaled to arrive at the hour's 40/s
+    assert p["arrival_rate_qps"] == pytest.approx(40.0, rel=0.05)
+    assert main(["simulate", str(plan), "--trace", trace_path, "--trace-rate", "plan"]) == 0
+    out, err = capsys.readouterr()
+    assert f"{p['requests']:,} requests at 40/s on" in out.splitlines()[0] and "--trace-rate" not in err
+    # by hand: every arrival time is the logged one times n / 3600 s / qps, the sizes unchanged
+    pd = json.loads(plan.read_text(encoding="utf-8"))["products"][0]
+    load = hour_load(pd, 12)
+    trace = read_trace(trace_path)
+    logged = arrivals(pd, load, 168, Settings(trace=trace, seed=3))
+    scaled = arrivals(pd, load, 168, Settings(trace=trace, seed=3, trace_rate="plan"))
+    stretch = logged.count / 3600.0 / load.qps
+    assert 0 < stretch < 0.01 and np.allclose(scaled.arrival_s, logged.arrival_s * stretch, rtol=1e-12)
+    assert np.array_equal(scaled.input_tokens, logged.input_tokens)
+    assert np.array_equal(scaled.output_tokens, logged.output_tokens)
+
+
+def test_trace_rate_without_a_trace_is_one_line_and_exit_2(tmp_path, capsys):
+    plan = plan_file(tmp_path, "seed-chat-70b.yaml")
+    capsys.readouterr()
+    assert main(["simulate", str(plan), "--trace-rate", "plan", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--trace-rate" in err and "--trace" in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as exc:  # an argparse error: the parser's one line
+        main(["simulate", str(plan), "--trace-rate", "scaled"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "invalid choice: 'scaled'" in err
 
 
 def test_simulate_at_the_planned_rate_says_the_planned_rate(tmp_path, capsys):

@@ -224,29 +224,36 @@ def _jobs(jobs: int) -> int:
 # ---------------------------------------------------------------- simulate
 def simulate(plan: Plan | Mapping[str, Any], *, catalog: CatalogLike = None, hour: int | None = None,
              requests: int | None = None, seed: int = 0, trace: str | Path | None = None,
-             arrival_scv: float | None = None, progress: ProgressCallback | None = None) -> Simulation:
+             arrival_scv: float | None = None, trace_rate: str = "logged",
+             progress: ProgressCallback | None = None) -> Simulation:
     """One hour of requests (the peak hour unless ``hour``) replayed on ``plan``'s replicas, as
     ``fleetplan simulate`` does: ``plan`` is a :class:`Plan` or a plan's JSON document;
-    ``trace`` a request log CSV whose arrivals are replayed instead of drawn ones; ``progress``
+    ``trace`` a request log CSV whose arrivals are replayed instead of drawn ones, as logged or
+    (``trace_rate="plan"``) scaled in time to the hour's planned rate; ``progress``
     receives a :class:`ProgressEvent` as simulated time advances (``done``: simulated seconds)."""
     from fleetplan.optimizer.explanation.plan_file import validate_plan
     from fleetplan.catalogs.fields import HOUR
     from fleetplan.optimizer.common.defaults import DEFAULT_REQUESTS
     from fleetplan.optimizer.simulation.simulate_plan import Settings, simulate_plan
     from fleetplan.optimizer.traffic.trace import read_trace
-    from fleetplan.commands.simulate import REQUESTS
+    from fleetplan.commands.simulate import REQUESTS, TRACE_RATES
 
     doc = plan.to_dict() if isinstance(plan, Plan) else _plan_document(plan)
     cat = _catalog(catalog)
     doc = validate_plan(doc, "plan", cat)
     if trace is not None and arrival_scv is not None:
         raise InputError("arrival_scv: a trace brings its own arrivals; give trace or arrival_scv, not both")
+    if trace_rate not in TRACE_RATES:
+        raise InputError(f"trace_rate: must be 'logged' or 'plan', not {trace_rate!r}")
+    if trace is None and trace_rate != "logged":
+        raise InputError("trace_rate: 'plan' scales a trace's arrivals; give trace too")
     hour = None if hour is None else _in_range(HOUR, hour, "hour")
     requests = DEFAULT_REQUESTS if requests is None else _in_range(REQUESTS, requests, "requests")
     if arrival_scv is not None:
         arrival_scv = _number(ARRIVAL_SCV, arrival_scv, "arrival_scv")
     settings = Settings(hour=hour, requests=requests, seed=_in_range(SEED, seed, "seed"),
-                        trace=None if trace is None else read_trace(trace), arrival_scv=arrival_scv)
+                        trace=None if trace is None else read_trace(trace), arrival_scv=arrival_scv,
+                        trace_rate=trace_rate)
     preset = _preset(doc.get("preset") or "default", doc.get("calibration"))
     if preset is None:
         from fleetplan.models.presets import get_preset

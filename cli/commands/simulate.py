@@ -1,4 +1,4 @@
-"""``fleetplan simulate PLAN.json [--trace FILE.csv | --requests N [--arrival-scv X]] [--hour H] [--seed S] [--json]``.
+"""``fleetplan simulate PLAN.json [--trace FILE.csv [--trace-rate plan] | --requests N [--arrival-scv X]] [--hour H] [--seed S] [--json]``.
 
 Replays one hour of requests on a plan's replicas (:mod:`fleetplan.optimizer.simulation.simulate_plan`)
 and prints the achieved TTFT and TPOT percentiles against the plan's targets, the replicas'
@@ -34,7 +34,9 @@ def _progress_hook(progress: Any, deadline: Any, limit: float) -> Any:
 
 SLOW_REPLAY = 0.5
 """A run whose requests arrive at less than this share of the hour's planned rate says so: a
-trace replayed at its logged rate does not load the replicas the plan sized for a scaled one."""
+trace replayed at its logged rate does not load the replicas the plan sized for a scaled one
+(``--trace-rate plan`` replays it at the planned rate)."""
+TRACE_RATES = ("logged", "plan")
 
 
 def _print(d: dict[str, Any], con: Any) -> None:
@@ -71,8 +73,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     trace = read_trace(args.trace) if args.trace else None
     if trace is not None and args.arrival_scv is not None:
         raise InputError("--arrival-scv: a trace brings its own arrivals; give --trace or --arrival-scv, not both")
+    if trace is None and args.trace_rate != "logged":
+        raise InputError("--trace-rate: scales a trace's arrivals; give --trace too (drawn requests arrive "
+                         "at the planned rate already)")
     settings = Settings(hour=args.hour, requests=args.requests, seed=args.seed, trace=trace,
-                        arrival_scv=args.arrival_scv)
+                        arrival_scv=args.arrival_scv, trace_rate=args.trace_rate)
     progress = ProgressLine.for_terminal(quiet=args.json)
     deadline = Deadline.after(args.time_limit, progress)
     try:
@@ -80,6 +85,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     for p in result["products"]:
+        rate = p.get("arrival_rate_qps")
+        if result["trace_rate"] == "logged" and rate is not None and rate < SLOW_REPLAY * p["qps"]:
+            print(terminal(f"fleetplan: note: {p['name']}: the trace hour's requests arrive at {rate:g}/s, below the "
+                           f"{p['qps']:g}/s planned; --trace-rate plan replays them at the planned rate"), file=sys.stderr)
         if p["short_run"]:
             print(terminal(f"fleetplan: note: {p['name']}: {p['simulated_s']:g} simulated s is under three request lifetimes "
                   f"({p['mean_request_s']:g} s each): a queue may not have built up yet; give more --requests"),
@@ -103,6 +112,9 @@ def register(sub: Any) -> None:
                                    "hour's planned rate. Reports TTFT and TPOT percentiles against the targets.")
     s.add_argument("plan", help="a plan's JSON (fleetplan plan SCENARIO --out PLAN.json)")
     s.add_argument("--trace", help="request trace CSV (timestamp, input_tokens, output_tokens, or Azure/BurstGPT names)")
+    s.add_argument("--trace-rate", choices=TRACE_RATES, default="logged",
+                   help="a trace's arrivals as logged (default), or 'plan': scaled in time so that the hour's "
+                        "requests arrive at the plan hour's rate, bursts kept in shape")
     s.add_argument("--requests", type=number_flag(REQUESTS), default=DEFAULT_REQUESTS,
                    help=f"requests to simulate (a trace hour: the first this many; default {DEFAULT_REQUESTS})")
     s.add_argument("--arrival-scv", type=number_flag(F.ARRIVAL_SCV), default=None,

@@ -44,6 +44,9 @@ class Settings:
     requests: int = DEFAULT_REQUESTS
     seed: int = 0
     trace: Trace | None = None
+    # a trace's arrivals: "logged" (as the trace has them) or "plan" (times scaled so that the hour's
+    # self-hosted requests arrive at the plan hour's rate, the bursts kept in shape)
+    trace_rate: str = "logged"
     arrival_scv: float | None = None  # of drawn arrivals; None: the product's stated arrival_scv, else 1 (Poisson)
     give_up: bool = False  # stop a run once it must miss a TTFT target (a search's verdict, not its figures)
     # step-time models kept across runs that share this dict (a search replaying one plan at
@@ -158,17 +161,28 @@ def _trace_hour(trace: Trace, hour: int, hours: int) -> np.ndarray:
     return np.flatnonzero(k == best)
 
 
+def trace_stretch(requests: int, qps: float) -> float:
+    """What a trace hour's arrival times are multiplied by so that its ``requests`` (those the
+    self-hosted replicas take) arrive at the planned ``qps`` over the hour: below 1 compresses a
+    quieter logged hour into the planned load, gaps and bursts in proportion (1 when either is zero)."""
+    return requests / SECONDS_PER_HOUR / qps if requests > 0 and qps > 0 else 1.0
+
+
 def arrivals(pd: dict[str, Any], load: HourLoad, hours: int, settings: Settings) -> Requests:
     """The hour's self-hosted requests: from the trace, or a sample of the product's sizes
     arriving at the hour's rate (Poisson, or bursty at ``settings.arrival_scv`` or else the
-    product's stated ``arrival_scv``: :func:`~fleetplan.optimizer.traffic.synthetic.renewal_gaps`)."""
+    product's stated ``arrival_scv``: :func:`~fleetplan.optimizer.traffic.synthetic.renewal_gaps`).
+    A trace's arrivals are kept as logged, or with ``settings.trace_rate`` "plan" scaled in time to
+    the hour's planned rate (:func:`trace_stretch`)."""
     rng = np.random.Generator(np.random.PCG64(settings.seed))
     if settings.trace is not None:
         t = settings.trace
         idx = _trace_hour(t, load.hour, hours)
-        idx = idx[rng.uniform(size=idx.size) >= load.api_share][:settings.requests]
+        idx = idx[rng.uniform(size=idx.size) >= load.api_share]
+        stretch = trace_stretch(idx.size, load.qps) if settings.trace_rate == "plan" else 1.0
+        idx = idx[:settings.requests]
         start = math.floor(t.arrival_s[idx[0]] / SECONDS_PER_HOUR) * SECONDS_PER_HOUR if idx.size else 0.0
-        return Requests(t.arrival_s[idx] - start, t.input_tokens[idx], t.output_tokens[idx])
+        return Requests((t.arrival_s[idx] - start) * stretch, t.input_tokens[idx], t.output_tokens[idx])
     n = settings.requests
     buckets = pd.get("requests") or [{"input_tokens": pd["input_tokens"], "output_tokens": pd["output_tokens"], "share": 1}]
     shares = np.array([b["share"] * (1.0 - (b.get("api_fraction") or 0.0)) for b in buckets], dtype=np.float64)
@@ -399,6 +413,7 @@ def simulate_plan(plan: dict[str, Any], catalog: Any, preset: Any, settings: Set
     rows = [simulate_product(p, catalog, preset, plan.get("hours") or 1, settings, on_progress) for p in products]
     return {
         "hour": rows[0]["hour"], "seed": settings.seed, "products": rows, "skipped": skipped,
+        "trace_rate": settings.trace_rate if settings.trace is not None else None,
         "missed_requests": sum(r["missed_requests"] for r in rows),
         "meets_targets": all(r["meets_targets"] for r in rows),
     }
