@@ -1,6 +1,6 @@
 """Fit the default preset's physical parameters to measured TPOT and TTFT, and cross-validate them.
 
-Usage: python benchmarks/fit_physics.py [MEASUREMENTS.csv ...] [--cv [--residuals]] [--ttft-only] [--iterations N] [--fold-iterations N]
+Usage: python benchmarks/fit_physics.py [MEASUREMENTS.csv ...] [--cv [--residuals] [--fold-parameters]] [--ttft-only] [--iterations N] [--fold-iterations N]
 
 The parameters (:data:`PARAMETERS`) are the few the default preset shares across every model
 and GPU: NVIDIA bandwidth efficiency (at most 0.90), per-step, per-layer and per-sequence
@@ -47,7 +47,8 @@ as they would for a release or engine the fit never saw. Each fold starts from t
 default it takes damped Gauss-Newton steps on the full fit's Jacobian restricted to the fold's
 rows (each step accepted only if it lowers the fold's loss), which keeps a CV run to a few minutes;
 ``--fold-iterations N`` instead refits each fold with N full iterations (about 15 s per
-iteration and fold on one core). Progress goes to stderr.
+iteration and fold on one core); ``--fold-parameters`` prints the parameters each fold's fit moved
+by more than 2% from the full fit. Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -429,14 +430,24 @@ def fold_fit(x: np.ndarray, r: np.ndarray, jac: np.ndarray, train: list[Measurem
     return x
 
 
+def moved_parameters(x: np.ndarray, xf: np.ndarray, share: float = 0.02) -> list[tuple[str, float, float]]:
+    """(name, value in ``x``, value in ``xf``) of the parameters a fold's fit ``xf`` moved by more
+    than ``share`` of their value in the full fit ``x`` (of 1e-9 where that is 0): what a fold
+    without some rows could not pin, and so what its held-out predictions rest on."""
+    return [(name, float(x[i]), float(xf[i])) for i, (name, _, _) in enumerate(PARAMETERS)
+            if abs(xf[i] - x[i]) > share * max(abs(x[i]), 1e-9)]
+
+
 def held_out(rows: list[Measurement], fitted_rows: list[Measurement], catalog: Catalog, x: np.ndarray,
              scheme: str, fold_iterations: int, full: tuple[np.ndarray, np.ndarray] | None,
              free: np.ndarray | None = None,
-             unfitted_ttft: frozenset[int] = frozenset()) -> list[tuple[float, float] | None]:
+             unfitted_ttft: frozenset[int] = frozenset(),
+             show_moved: bool = False) -> list[tuple[float, float] | None]:
     """(TPOT, TTFT) of every row ``scheme`` holds out, predicted by a fit on the other folds'
     ``fitted_rows`` (None for rows no fold of the scheme holds out). ``full`` is the full fit's
     (residuals, Jacobian) over ``fitted_rows`` for the fast path; ``fold_iterations`` > 0 refits
-    the ``free`` parameters (default all)."""
+    the ``free`` parameters (default all). ``show_moved`` prints the parameters each fold's fit
+    moved (:func:`moved_parameters`)."""
     held: list[tuple[float, float] | None] = [None] * len(rows)
     owner = residual_rows(fitted_rows, unfitted_ttft)
     all_folds = folds(rows, scheme)
@@ -448,6 +459,9 @@ def held_out(rows: list[Measurement], fitted_rows: list[Measurement], catalog: C
         else:
             keep = np.array([id(fitted_rows[k]) not in out for k in range(len(fitted_rows))])
             xf = fold_fit(x, full[0], full[1], train, keep[owner], catalog, unfitted_ttft)
+        if show_moved:
+            print(f"  {scheme} fold {key} moved: " + (" ".join(
+                f"{name} {full_value:.4g} -> {value:.4g}" for name, full_value, value in moved_parameters(x, xf)) or "nothing"))
         preset = preset_of(unmeasured_families(unmeasured_engines(unmeasured_releases(xf, train), train), train, catalog))
         for i in members:
             p = predict(rows[i], catalog, preset)
@@ -522,6 +536,8 @@ def main(argv: list[str]) -> int:
                     help="fit only the parameters TTFT alone depends on (TTFT_ONLY), the rest held at the shipped values")
     ap.add_argument("--residuals", action="store_true",
                     help="with --cv, print each scheme's held-out TPOT and TTFT by model x GPU x engine x TP x EP x precision")
+    ap.add_argument("--fold-parameters", action="store_true",
+                    help="with --cv, print the parameters each fold's fit moved by more than 2%% from the full fit")
     ap.add_argument("--schemes", default=",".join(name for name, _ in CV_SCHEMES),
                     help="the cross-validation schemes to run, comma-separated (group, tp, gpu, engine)")
     args = ap.parse_args(argv)
@@ -553,7 +569,7 @@ def main(argv: list[str]) -> int:
         results = {}
         for scheme in args.schemes.split(","):
             results[scheme] = held_out(rows, fitted_rows, catalog, x, scheme, args.fold_iterations, full, free,
-                                       unfitted)
+                                       unfitted, args.fold_parameters)
             report(f"held out {scheme}", rows, results[scheme], catalog)
             if scheme in ("gpu", "engine"):
                 by_fold(scheme, rows, results[scheme])

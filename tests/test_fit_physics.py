@@ -88,6 +88,24 @@ def test_residual_table_adds_held_out_ttft(fp, capsys):
     assert "TTFT rows   2  measured/predicted  1.73  within 1.5x  50.0%" in lines[0]
 
 
+def test_moved_parameters_are_those_a_fold_moved_past_two_percent(fp):
+    """--fold-parameters: a fold's parameters that moved by more than 2% of their full-fit value
+    (a zero full-fit value: any move past 1e-9), with both values, in PARAMETERS order."""
+    names = [n for n, _, _ in fp.PARAMETERS]
+    x = fp.current()
+    i, j, k = names.index("compute_efficiency"), names.index("kv_page_overhead"), names.index("step_overhead_s")
+    xf = x.copy()
+    xf[i] = x[i] * 1.03  # 3%: moved
+    xf[j] = x[j] * 1.01  # 1%: not
+    assert fp.moved_parameters(x, xf) == [("compute_efficiency", x[i], x[i] * 1.03)]
+    assert x[k] == 0.0  # fitted to 0 per step: any move counts
+    xf[k] = 1e-6
+    assert [name for name, _, _ in fp.moved_parameters(x, xf)] == ["step_overhead_s", "compute_efficiency"]
+    assert fp.moved_parameters(x, x) == []
+    # a wider share leaves the 3% move out
+    assert [name for name, _, _ in fp.moved_parameters(x, xf, share=0.05)] == ["step_overhead_s"]
+
+
 def test_ttft_ceiling_is_the_whole_wave_ahead(fp):
     """A closed loop of 16 clients holds a request at most for the whole wave of 16 prompts, its
     chunks' decode steps and the steps without prefill, after the engine's latency: a TTFT
