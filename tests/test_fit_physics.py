@@ -7,6 +7,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fleetplan.catalogs import load_catalog
@@ -104,6 +105,35 @@ def test_moved_parameters_are_those_a_fold_moved_past_two_percent(fp):
     assert fp.moved_parameters(x, x) == []
     # a wider share leaves the 3% move out
     assert [name for name, _, _ in fp.moved_parameters(x, xf, share=0.05)] == ["step_overhead_s"]
+
+
+def test_jittered_starts_are_a_thousandth_away_and_repeatable(fp):
+    """--starts: start 0 is the shipped values; start k moves each value by a seeded thousandth-sized
+    relative draw, the same draw every run, within the bounds (a value at 0 stays there)."""
+    x = fp.current()
+    assert (fp.jittered(x, 0) == x).all()
+    a, b = fp.jittered(x, 3), fp.jittered(x, 3)
+    assert (a == b).all() and not (a == fp.jittered(x, 4)).all()
+    nonzero = x != 0
+    rel = np.abs(a[nonzero] / x[nonzero] - 1.0)
+    assert rel.max() < 5e-3 and rel.mean() > 2e-4  # draws of a standard normal times 1e-3
+    lo = np.array([v for _, v, _ in fp.PARAMETERS])
+    hi = np.array([v for _, _, v in fp.PARAMETERS])
+    assert (a >= lo).all() and (a <= hi).all()
+    assert (a[~nonzero] == 0).all()
+
+
+def test_median_record_takes_each_figure_on_its_own(fp):
+    """The median of three runs' worst-of figures, figure by figure (not the run with the median MAPE)."""
+    runs = [{"dense": (0.132, 0.971, 0.575), "moe": (0.177, 0.948, 0.550)},
+            {"dense": (0.139, 0.975, 0.583), "moe": (0.176, 0.952, 0.545)},
+            {"dense": (0.120, 0.977, 0.567), "moe": (0.177, 0.944, 0.548)}]
+    med = fp.median_record(runs)
+    assert set(med) == {"dense", "moe"}
+    assert med["dense"] == pytest.approx((0.132, 0.975, 0.575))
+    assert med["moe"] == pytest.approx((0.177, 0.948, 0.548))
+    # a kind missing from one run is left out
+    assert set(fp.median_record(runs + [{"dense": (0.1, 0.9, 0.5)}])) == {"dense"}
 
 
 def test_ttft_ceiling_is_the_whole_wave_ahead(fp):
