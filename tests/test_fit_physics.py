@@ -7,6 +7,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fleetplan.catalogs import load_catalog
@@ -86,6 +87,53 @@ def test_residual_table_adds_held_out_ttft(fp, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1 and "rows   3" in lines[0]
     assert "TTFT rows   2  measured/predicted  1.73  within 1.5x  50.0%" in lines[0]
+
+
+def test_moved_parameters_are_those_a_fold_moved_past_two_percent(fp):
+    """--fold-parameters: a fold's parameters that moved by more than 2% of their full-fit value
+    (a zero full-fit value: any move past 1e-9), with both values, in PARAMETERS order."""
+    names = [n for n, _, _ in fp.PARAMETERS]
+    x = fp.current()
+    i, j, k = names.index("compute_efficiency"), names.index("kv_page_overhead"), names.index("step_overhead_s")
+    xf = x.copy()
+    xf[i] = x[i] * 1.03  # 3%: moved
+    xf[j] = x[j] * 1.01  # 1%: not
+    assert fp.moved_parameters(x, xf) == [("compute_efficiency", x[i], x[i] * 1.03)]
+    assert x[k] == 0.0  # fitted to 0 per step: any move counts
+    xf[k] = 1e-6
+    assert [name for name, _, _ in fp.moved_parameters(x, xf)] == ["step_overhead_s", "compute_efficiency"]
+    assert fp.moved_parameters(x, x) == []
+    # a wider share leaves the 3% move out
+    assert [name for name, _, _ in fp.moved_parameters(x, xf, share=0.05)] == ["step_overhead_s"]
+
+
+def test_jittered_starts_are_a_thousandth_away_and_repeatable(fp):
+    """--starts: start 0 is the shipped values; start k moves each value by a seeded thousandth-sized
+    relative draw, the same draw every run, within the bounds (a value at 0 stays there)."""
+    x = fp.current()
+    assert (fp.jittered(x, 0) == x).all()
+    a, b = fp.jittered(x, 3), fp.jittered(x, 3)
+    assert (a == b).all() and not (a == fp.jittered(x, 4)).all()
+    nonzero = x != 0
+    rel = np.abs(a[nonzero] / x[nonzero] - 1.0)
+    assert rel.max() < 5e-3 and rel.mean() > 2e-4  # draws of a standard normal times 1e-3
+    lo = np.array([v for _, v, _ in fp.PARAMETERS])
+    hi = np.array([v for _, _, v in fp.PARAMETERS])
+    assert (a >= lo).all() and (a <= hi).all()
+    assert (a[~nonzero] == 0).all()
+
+
+def test_median_record_takes_each_figure_on_its_own(fp):
+    """The median of three runs' worst-of figures, figure by figure (not the run with the median MAPE)."""
+    runs = [{"dense": (0.132, 0.971, 0.575), "moe": (0.177, 0.948, 0.550)},
+            {"dense": (0.139, 0.975, 0.583), "moe": (0.176, 0.952, 0.545)},
+            {"dense": (0.120, 0.977, 0.567), "moe": (0.177, 0.944, 0.548)}]
+    med = fp.median_record(runs)
+    assert set(med) == {"dense", "moe"}
+    assert med["dense"] == pytest.approx((0.132, 0.975, 0.575))
+    assert med["moe"] == pytest.approx((0.177, 0.948, 0.548))
+    # a kind missing from one run is left out
+    assert set(fp.median_record(runs + [{"dense": (0.1, 0.9, 0.5)}])) == {"dense"}
 
 
 def test_ttft_ceiling_is_the_whole_wave_ahead(fp):
