@@ -198,14 +198,14 @@ def free_mask(ttft_only: bool) -> np.ndarray:
 
 
 def forward_jacobian(f: Callable[[np.ndarray], np.ndarray], x: np.ndarray, r: np.ndarray,
-                     free: np.ndarray) -> np.ndarray:
-    """Forward differences of ``f`` at ``x`` (residuals ``r``) in the ``free`` parameters; zero
-    columns for the others."""
+                     free: np.ndarray, relative_step: float = 1e-4) -> np.ndarray:
+    """Forward differences of ``f`` at ``x`` (residuals ``r``) in the ``free`` parameters, each
+    ``relative_step`` of its value (of 1e-3 at least); zero columns for the others."""
     scale = np.maximum(np.abs(x), 1e-3)
     jac = np.zeros((len(r), len(x)))
     for i in np.flatnonzero(free):
         step = np.zeros(len(x))
-        step[i] = 1e-4 * scale[i]
+        step[i] = relative_step * scale[i]
         jac[:, i] = (f(x + step) - r) / step[i]
     return jac
 
@@ -221,7 +221,8 @@ def fit(rows: list[Measurement], catalog: Catalog, x0: np.ndarray, iterations: i
     f: Callable[[np.ndarray], np.ndarray] = lambda x: residuals(x, rows, catalog, unfitted_ttft)  # noqa: E731
     if tolerance is not None:
         fresh = lambda y, ry: forward_jacobian(f, y, ry, free)  # noqa: E731
-        return converge(f, x0, f(x0), fresh, fresh, tolerance, iterations, label=label)[0]
+        wide = lambda y, ry: forward_jacobian(f, y, ry, free, WIDE_STEP)  # noqa: E731
+        return converge(f, x0, f(x0), fresh, fresh, tolerance, iterations, label=label, wide=wide)[0]
     x, r, lam = x0.copy(), f(x0), 1e-2
     for _ in range(iterations):
         x, r, lam, moved = damped_step(f, x, r, forward_jacobian(f, x, r, free), lam, 8)
@@ -233,21 +234,29 @@ def fit(rows: list[Measurement], catalog: Catalog, x0: np.ndarray, iterations: i
 # A converged fit (``--converge``) stops where no step, from a fresh Jacobian and reset damping,
 # lowers the loss by more than this share of it
 CONVERGE_TOLERANCE = 1e-6
+# The relative step of the wide differences a converged fit tries where the fine ones' step fails:
+# the loss has kinks (whole KV pages, prefill chunks, the running batch), and a difference of a
+# ten-thousandth can sit on one side of a kink that a step of a hundredth crosses
+WIDE_STEP = 1e-2
 
 
 def converge(f: Callable[[np.ndarray], np.ndarray], x: np.ndarray, r: np.ndarray,
              after_step: Callable[[np.ndarray, np.ndarray], np.ndarray],
              restart: Callable[[np.ndarray, np.ndarray], np.ndarray], tolerance: float, jacobians: int,
              steps: int = 200, label: str | None = None,
-             bounds: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, list[float]]:
+             bounds: tuple[np.ndarray, np.ndarray] | None = None,
+             wide: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+             ) -> tuple[np.ndarray, np.ndarray, list[float]]:
     """Levenberg-Marquardt from ``x`` (residuals ``r``) run until it stops at a minimum, not where
     its damping trials fail: a step lowering the loss by no more than ``tolerance`` of it, or no
     step at all, restarts from a fresh Jacobian (``restart``) with the damping reset, and only a
     fresh Jacobian's step that gains no more than that ends it. ``after_step`` gives the Jacobian
     after an accepted step (a fresh one, or the one in hand for the folds' fast path). At most
     ``jacobians`` Jacobians (the first included) and ``steps`` steps. Returns the point, its residuals
-    and the loss after each accepted step, which never rises. A progress line per step under ``label``."""
-    jac, lam, fresh, made = restart(x, r), 1e-2, True, 1
+    and the loss after each accepted step, which never rises. A progress line per step under
+    ``label``. Where a fresh Jacobian's step gains nothing, ``wide`` (a Jacobian of wider
+    differences, which cross the loss's kinks) is tried before the fit ends."""
+    jac, lam, fresh, made = restart(x, r), 1e-2, 1, 1  # fresh: 0 stale, 1 fresh, 2 fresh and wide
     history = [huber_loss(r)]
     for n in range(steps):
         xn, rn, lam, moved = damped_step(f, x, r, jac, lam, 8, bounds)
@@ -257,16 +266,17 @@ def converge(f: Callable[[np.ndarray], np.ndarray], x: np.ndarray, r: np.ndarray
             history.append(huber_loss(r))
         if label:
             print(f"  {label}: step {n + 1} loss {history[-1]:.6g} gain {gain:.2e}"
-                  f"{' (fresh Jacobian)' if fresh else ''}", file=sys.stderr, flush=True)
+                  f"{['', ' (fresh Jacobian)', ' (wide differences)'][fresh]}", file=sys.stderr, flush=True)
         if gain > tolerance:
-            fresh = False
+            fresh = 0
             if made < jacobians or after_step is not restart:
                 jac = after_step(x, r)
                 made += after_step is restart
             continue
-        if fresh or made >= jacobians:
+        if made >= jacobians or fresh == 2 or (fresh == 1 and wide is None):
             break
-        jac, lam, fresh, made = restart(x, r), 1e-2, True, made + 1
+        jac = restart(x, r) if fresh == 0 else wide(x, r)  # type: ignore[misc]
+        lam, fresh, made = 1e-2, fresh + 1, made + 1
     return x, r, history
 
 
