@@ -237,3 +237,29 @@ def test_converge_on_a_stale_jacobian_restarts_fresh_within_its_cap(fp):
     made.clear()
     fp.converge(f, x0, f(x0), keep, counted, 1e-9, 1)
     assert len(made) == 1
+
+
+def test_wide_differences_cross_the_kinks_fine_ones_sit_between(fp):
+    """A loss made of stairs (a staircase of steps 0.005 wide in each scaled parameter, like whole
+    pages or chunks): differences of a ten-thousandth see flat treads and the fit stops where it
+    starts; with the wide differences tried where a fresh Jacobian fails it walks down to within a
+    tread or two of the minimum, the loss never rising."""
+    x_star = fp.current()
+    scale = np.maximum(np.abs(x_star), 1e-3)
+
+    def f(x):
+        u = np.floor((x - x_star) / scale / 0.005) * 0.005
+        return np.concatenate([0.3 * u, np.full(10, 0.1)])
+
+    free = np.ones(len(x_star), dtype=bool)
+    fine = lambda y, ry: fp.forward_jacobian(f, y, ry, free)  # noqa: E731
+    wide = lambda y, ry: fp.forward_jacobian(f, y, ry, free, fp.WIDE_STEP)  # noqa: E731
+    x0 = fp.jittered(x_star, 2, share=0.1)
+    u0 = np.abs(f(x0)[: len(x_star)]).max() / 0.3
+    assert u0 > 0.1
+    stuck = fp.converge(f, x0, f(x0), fine, fine, 1e-9, 60)
+    assert (stuck[0] == x0).all()
+    x, r, history = fp.converge(f, x0, f(x0), fine, fine, 1e-9, 60, wide=wide)
+    assert np.abs(r[: len(x_star)]).max() / 0.3 <= 0.0101
+    assert fp.huber_loss(r) < 1e-3 * fp.huber_loss(f(x0)) + 0.05 + 1e-9  # 10 x 0.5 x 0.1^2 = 0.05 at the minimum
+    assert all(b <= a for a, b in zip(history, history[1:], strict=False))
