@@ -1,6 +1,6 @@
 """Fit the default preset's physical parameters to measured TPOT and TTFT, and cross-validate them.
 
-Usage: python benchmarks/fit_physics.py [MEASUREMENTS.csv ...] [--cv [--residuals] [--fold-parameters] [--starts K]] [--ttft-only] [--iterations N] [--fold-iterations N]
+Usage: python benchmarks/fit_physics.py [MEASUREMENTS.csv ...] [--cv [--residuals] [--fold-parameters] [--starts K]] [--converge [--fold-jacobians N]] [--ttft-only] [--iterations N] [--fold-iterations N]
 
 The parameters (:data:`PARAMETERS`) are the few the default preset shares across every model
 and GPU: NVIDIA bandwidth efficiency (at most 0.90), per-step, per-layer and per-sequence
@@ -52,7 +52,12 @@ by more than 2% from the full fit. The fit stops where its damped steps fail, an
 kinks, so a start a thousandth away ends elsewhere and moves the held-out figures by up to about
 2 points (``benchmarks/RESULTS.md``, 2026-12-07, night): ``--starts K`` runs the fit and the folds
 from the shipped values and K - 1 such starts and prints the median of each figure of record, the
-figure to compare candidates by. Progress goes to stderr.
+figure to compare candidates by. ``--converge`` instead runs the fit to a minimum: Levenberg-Marquardt
+restarted from a fresh Jacobian with its damping reset wherever a step gains no more than a
+millionth of the loss (:data:`CONVERGE_TOLERANCE`), ended only when such a fresh start gains no
+more (at most ``--iterations`` Jacobians); and each fold's fast path likewise, its steps on the
+full fit's Jacobian taken until none gains, then restarted from up to ``--fold-jacobians`` fresh
+Jacobians of the fold's own (:func:`converge`). Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -193,24 +198,31 @@ def free_mask(ttft_only: bool) -> np.ndarray:
 
 
 def forward_jacobian(f: Callable[[np.ndarray], np.ndarray], x: np.ndarray, r: np.ndarray,
-                     free: np.ndarray) -> np.ndarray:
-    """Forward differences of ``f`` at ``x`` (residuals ``r``) in the ``free`` parameters; zero
-    columns for the others."""
+                     free: np.ndarray, relative_step: float = 1e-4) -> np.ndarray:
+    """Forward differences of ``f`` at ``x`` (residuals ``r``) in the ``free`` parameters, each
+    ``relative_step`` of its value (of 1e-3 at least); zero columns for the others."""
     scale = np.maximum(np.abs(x), 1e-3)
     jac = np.zeros((len(r), len(x)))
     for i in np.flatnonzero(free):
         step = np.zeros(len(x))
-        step[i] = 1e-4 * scale[i]
+        step[i] = relative_step * scale[i]
         jac[:, i] = (f(x + step) - r) / step[i]
     return jac
 
 
 def fit(rows: list[Measurement], catalog: Catalog, x0: np.ndarray, iterations: int,
-        free: np.ndarray | None = None, unfitted_ttft: frozenset[int] = frozenset()) -> np.ndarray:
+        free: np.ndarray | None = None, unfitted_ttft: frozenset[int] = frozenset(),
+        tolerance: float | None = None, label: str = "fit") -> np.ndarray:
     """Huber-weighted Levenberg-Marquardt within the bounds, numerical Jacobian, from ``x0``,
-    moving the ``free`` parameters (default all), the TTFT of rows in ``unfitted_ttft`` left out."""
+    moving the ``free`` parameters (default all), the TTFT of rows in ``unfitted_ttft`` left out.
+    With ``tolerance``, run to convergence instead (:func:`converge`, at most ``iterations``
+    Jacobians), a progress line per iteration under ``label``."""
     free = np.ones(len(x0), dtype=bool) if free is None else free
     f: Callable[[np.ndarray], np.ndarray] = lambda x: residuals(x, rows, catalog, unfitted_ttft)  # noqa: E731
+    if tolerance is not None:
+        fresh = lambda y, ry: forward_jacobian(f, y, ry, free)  # noqa: E731
+        wide = lambda y, ry: forward_jacobian(f, y, ry, free, WIDE_STEP)  # noqa: E731
+        return converge(f, x0, f(x0), fresh, fresh, tolerance, iterations, label=label, wide=wide)[0]
     x, r, lam = x0.copy(), f(x0), 1e-2
     for _ in range(iterations):
         x, r, lam, moved = damped_step(f, x, r, forward_jacobian(f, x, r, free), lam, 8)
@@ -219,13 +231,62 @@ def fit(rows: list[Measurement], catalog: Catalog, x0: np.ndarray, iterations: i
     return x
 
 
+# A converged fit (``--converge``) stops where no step, from a fresh Jacobian and reset damping,
+# lowers the loss by more than this share of it
+CONVERGE_TOLERANCE = 1e-6
+# The relative step of the wide differences a converged fit tries where the fine ones' step fails:
+# the loss has kinks (whole KV pages, prefill chunks, the running batch), and a difference of a
+# ten-thousandth can sit on one side of a kink that a step of a hundredth crosses
+WIDE_STEP = 1e-2
+
+
+def converge(f: Callable[[np.ndarray], np.ndarray], x: np.ndarray, r: np.ndarray,
+             after_step: Callable[[np.ndarray, np.ndarray], np.ndarray],
+             restart: Callable[[np.ndarray, np.ndarray], np.ndarray], tolerance: float, jacobians: int,
+             steps: int = 200, label: str | None = None,
+             bounds: tuple[np.ndarray, np.ndarray] | None = None,
+             wide: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+             ) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """Levenberg-Marquardt from ``x`` (residuals ``r``) run until it stops at a minimum, not where
+    its damping trials fail: a step lowering the loss by no more than ``tolerance`` of it, or no
+    step at all, restarts from a fresh Jacobian (``restart``) with the damping reset, and only a
+    fresh Jacobian's step that gains no more than that ends it. ``after_step`` gives the Jacobian
+    after an accepted step (a fresh one, or the one in hand for the folds' fast path). At most
+    ``jacobians`` Jacobians (the first included) and ``steps`` steps. Returns the point, its residuals
+    and the loss after each accepted step, which never rises. A progress line per step under
+    ``label``. Where a fresh Jacobian's step gains nothing, ``wide`` (a Jacobian of wider
+    differences, which cross the loss's kinks) is tried before the fit ends."""
+    jac, lam, fresh, made = restart(x, r), 1e-2, 1, 1  # fresh: 0 stale, 1 fresh, 2 fresh and wide
+    history = [huber_loss(r)]
+    for n in range(steps):
+        xn, rn, lam, moved = damped_step(f, x, r, jac, lam, 8, bounds)
+        gain = (history[-1] - huber_loss(rn)) / max(history[-1], 1e-300) if moved else 0.0
+        if moved:
+            x, r = xn, rn
+            history.append(huber_loss(r))
+        if label:
+            print(f"  {label}: step {n + 1} loss {history[-1]:.6g} gain {gain:.2e}"
+                  f"{['', ' (fresh Jacobian)', ' (wide differences)'][fresh]}", file=sys.stderr, flush=True)
+        if gain > tolerance:
+            fresh = 0
+            if made < jacobians or after_step is not restart:
+                jac = after_step(x, r)
+                made += after_step is restart
+            continue
+        if made >= jacobians or fresh == 2 or (fresh == 1 and wide is None):
+            break
+        jac = restart(x, r) if fresh == 0 else wide(x, r)  # type: ignore[misc]
+        lam, fresh, made = 1e-2, fresh + 1, made + 1
+    return x, r, history
+
+
 def damped_step(f: Callable[[np.ndarray], np.ndarray], x: np.ndarray, r: np.ndarray, jac: np.ndarray,
-                lam: float, tries: int) -> tuple[np.ndarray, np.ndarray, float, bool]:
+                lam: float, tries: int, bounds: tuple[np.ndarray, np.ndarray] | None = None,
+                ) -> tuple[np.ndarray, np.ndarray, float, bool]:
     """One Huber-weighted Levenberg-Marquardt step from ``x`` (residuals ``r``, Jacobian ``jac``)
-    within the bounds: the damping grows 4x per try until the loss falls (then shrinks 3x). Returns
-    the new point, its residuals and damping, and whether it moved."""
-    lo = np.array([b for _, b, _ in PARAMETERS])
-    hi = np.array([b for _, _, b in PARAMETERS])
+    within the bounds (default :data:`PARAMETERS`'): the damping grows 4x per try until the loss
+    falls (then shrinks 3x). Returns the new point, its residuals and damping, and whether it moved."""
+    lo, hi = bounds or (np.array([b for _, b, _ in PARAMETERS]), np.array([b for _, _, b in PARAMETERS]))
     w = np.where(np.abs(r) <= HUBER, 1.0, HUBER / np.maximum(np.abs(r), 1e-12))
     h, g = jac.T @ (jac * w[:, None]), jac.T @ (w * r)
     for _ in range(tries):
@@ -421,12 +482,28 @@ def huber_loss(res: np.ndarray) -> float:
 
 
 def fold_fit(x: np.ndarray, r: np.ndarray, jac: np.ndarray, train: list[Measurement], mask: np.ndarray,
-             catalog: Catalog, unfitted_ttft: frozenset[int] = frozenset()) -> np.ndarray:
+             catalog: Catalog, unfitted_ttft: frozenset[int] = frozenset(),
+             tolerance: float | None = None, jacobians: int = 1, free: np.ndarray | None = None,
+             label: str | None = None) -> np.ndarray:
     """The fast path: damped Gauss-Newton steps from the full fit ``x`` on its Jacobian ``jac``
     restricted to the training rows' residuals (``mask``), each kept only where it lowers the
-    training rows' loss, recomputed at the step."""
+    training rows' loss, recomputed at the step. Without ``tolerance``, :data:`FOLD_STEPS` steps;
+    with it, steps until none gains more than ``tolerance`` of the loss, then up to ``jacobians``
+    restarts from the fold's own fresh Jacobian at the point reached (:func:`converge`)."""
     f: Callable[[np.ndarray], np.ndarray] = lambda y: residuals(y, train, catalog, unfitted_ttft)  # noqa: E731
     j, res, lam = jac[mask], r[mask], 1e-2
+    if tolerance is not None:
+        free = np.ones(len(x), dtype=bool) if free is None else free
+        held = [j, 0]  # the Jacobian in hand, the fold's own made so far
+
+        def restart(y: np.ndarray, ry: np.ndarray) -> np.ndarray:
+            if held[1] or y is not x:  # the first is the full fit's at x: the fold's own there
+                held[0] = forward_jacobian(f, y, ry, free)
+            held[1] += 1
+            return held[0]
+
+        keep = lambda y, ry: held[0]  # noqa: E731
+        return converge(f, x, res, keep, restart, tolerance, jacobians + 1, label=label)[0]
     for _ in range(FOLD_STEPS):
         x, res, lam, moved = damped_step(f, x, res, j, lam, 4)
         if not moved:
@@ -446,12 +523,14 @@ def held_out(rows: list[Measurement], fitted_rows: list[Measurement], catalog: C
              scheme: str, fold_iterations: int, full: tuple[np.ndarray, np.ndarray] | None,
              free: np.ndarray | None = None,
              unfitted_ttft: frozenset[int] = frozenset(),
-             show_moved: bool = False) -> list[tuple[float, float] | None]:
+             show_moved: bool = False, tolerance: float | None = None,
+             fold_jacobians: int = 0) -> list[tuple[float, float] | None]:
     """(TPOT, TTFT) of every row ``scheme`` holds out, predicted by a fit on the other folds'
     ``fitted_rows`` (None for rows no fold of the scheme holds out). ``full`` is the full fit's
     (residuals, Jacobian) over ``fitted_rows`` for the fast path; ``fold_iterations`` > 0 refits
-    the ``free`` parameters (default all). ``show_moved`` prints the parameters each fold's fit
-    moved (:func:`moved_parameters`)."""
+    the ``free`` parameters (default all). With ``tolerance`` each fold's fit runs to convergence
+    (:func:`fold_fit`, :func:`converge`; ``fold_jacobians`` fresh Jacobians of its own on the fast
+    path). ``show_moved`` prints the parameters each fold's fit moved (:func:`moved_parameters`)."""
     held: list[tuple[float, float] | None] = [None] * len(rows)
     owner = residual_rows(fitted_rows, unfitted_ttft)
     all_folds = folds(rows, scheme)
@@ -459,10 +538,11 @@ def held_out(rows: list[Measurement], fitted_rows: list[Measurement], catalog: C
         out = {id(rows[i]) for i in members}
         train = [r for r in fitted_rows if id(r) not in out]
         if fold_iterations > 0 or full is None:
-            xf = fit(train, catalog, x, max(1, fold_iterations), free, unfitted_ttft)
+            xf = fit(train, catalog, x, max(1, fold_iterations), free, unfitted_ttft, tolerance, f"fold {key}")
         else:
             keep = np.array([id(fitted_rows[k]) not in out for k in range(len(fitted_rows))])
-            xf = fold_fit(x, full[0], full[1], train, keep[owner], catalog, unfitted_ttft)
+            xf = fold_fit(x, full[0], full[1], train, keep[owner], catalog, unfitted_ttft, tolerance,
+                          fold_jacobians, free)
         if show_moved:
             print(f"  {scheme} fold {key} moved: " + (" ".join(
                 f"{name} {full_value:.4g} -> {value:.4g}" for name, full_value, value in moved_parameters(x, xf)) or "nothing"))
@@ -566,6 +646,11 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--starts", type=int, default=1,
                     help="with --cv, run the fit and the folds from this many starts (the shipped values, then "
                          "each value jittered by a thousandth) and print the median of each figure of record")
+    ap.add_argument("--converge", action="store_true",
+                    help="run the fit (at most --iterations Jacobians) and, with --cv, each fold's fit until no step "
+                         "lowers its loss by more than a millionth of it, from a fresh Jacobian")
+    ap.add_argument("--fold-jacobians", type=int, default=1,
+                    help="with --converge on the fast path, the fresh Jacobians of its own each fold may restart from")
     ap.add_argument("--fold-parameters", action="store_true",
                     help="with --cv, print the parameters each fold's fit moved by more than 2%% from the full fit")
     ap.add_argument("--schemes", default=",".join(name for name, _ in CV_SCHEMES),
@@ -591,7 +676,8 @@ def main(argv: list[str]) -> int:
     for start in range(max(1, args.starts) if args.cv else 1):
         if start:
             print(f"start {start}: every starting value jittered by a thousandth (seed {start})")
-        x = fit(fitted_rows, catalog, jittered(current(), start), args.iterations, free, unfitted)
+        x = fit(fitted_rows, catalog, jittered(current(), start), args.iterations, free, unfitted,
+                CONVERGE_TOLERANCE if args.converge else None)
         for (name, _, _), value in zip(PARAMETERS, x, strict=True):
             print(f"{name:<32} {value:.4g}")
         if not start:
@@ -616,7 +702,8 @@ def cross_validate(args: argparse.Namespace, rows: list[Measurement], fitted_row
     results = {}
     for scheme in args.schemes.split(","):
         results[scheme] = held_out(rows, fitted_rows, catalog, x, scheme, args.fold_iterations, full, free,
-                                   unfitted, args.fold_parameters)
+                                   unfitted, args.fold_parameters, CONVERGE_TOLERANCE if args.converge else None,
+                                   args.fold_jacobians)
         report(f"held out {scheme}", rows, results[scheme], catalog)
         if scheme in ("gpu", "engine"):
             by_fold(scheme, rows, results[scheme])

@@ -173,3 +173,93 @@ def test_ttft_ceiling_is_the_whole_wave_ahead(fp):
     kept = fp.residuals(x, [high], catalog, frozenset({id(high)}))
     assert len(kept) == 1 and kept[0] == fp.residuals(x, [high], catalog)[0]
     assert list(fp.residual_rows([high, row], frozenset({id(high)}))) == [0, 1, 1]
+
+
+def synthetic(fp, seed: int = 7):
+    """A least-squares problem in PARAMETERS' space whose minimum is known: the shipped values, at
+    loss 0.5 x 40 x 0.1^2 = 0.2 (a constant residual of 0.1 on 40 rows), with a curved, coupled
+    residual elsewhere; and its fresh forward-difference Jacobian."""
+    x_star = fp.current()
+    scale = np.maximum(np.abs(x_star), 1e-3)
+    a = np.random.default_rng(seed).standard_normal((60, len(x_star))) / 8.0
+
+    def f(x):
+        u = (x - x_star) / scale
+        return np.concatenate([a @ u + 0.3 * (a @ u) ** 2, 0.3 * u + 0.2 * u**2, np.full(40, 0.1)])
+
+    free = np.ones(len(x_star), dtype=bool)
+    return x_star, f, lambda y, ry: fp.forward_jacobian(f, y, ry, free)
+
+
+def test_converged_fit_finds_a_known_minimum_from_jittered_starts(fp):
+    """--converge: Levenberg-Marquardt run until a fresh Jacobian's step gains nothing ends at the
+    minimum (the shipped values here) from starts 20% away, every start to the same point, the loss
+    falling at each step; a fit stopped after one step is still away from it."""
+    x_star, f, fresh = synthetic(fp)
+    nonzero = x_star != 0
+    ends = []
+    for seed in (1, 2, 3):
+        x0 = fp.jittered(x_star, seed, share=0.2)
+        assert np.abs(x0[nonzero] / x_star[nonzero] - 1).max() > 0.1
+        x, r, history = fp.converge(f, x0, f(x0), fresh, fresh, 1e-9, 60)
+        assert np.abs(x[nonzero] / x_star[nonzero] - 1).max() < 1e-4
+        assert fp.huber_loss(r) == pytest.approx(0.2, rel=1e-6)
+        assert all(b <= a for a, b in zip(history, history[1:], strict=False)) and len(history) > 3
+        ends.append(x)
+        short = fp.converge(f, x0, f(x0), fresh, fresh, 1e-9, 1, steps=1)[0]
+        assert np.abs(short[nonzero] / x_star[nonzero] - 1).max() > 1e-3
+    assert np.abs(ends[0] - ends[1]).max() < 1e-4 * np.abs(x_star).max()
+
+
+def test_converge_on_a_stale_jacobian_restarts_fresh_within_its_cap(fp):
+    """The folds' fast path: steps on the Jacobian in hand until one gains nothing, then a fresh
+    Jacobian, at most the cap; the loss never rises and, with fresh Jacobians allowed, ends at the
+    minimum, where the stale Jacobian alone stops short of it."""
+    x_star, f, fresh = synthetic(fp, seed=11)
+    x0 = fp.jittered(x_star, 5, share=0.1)
+    made = []
+
+    def counted(y, ry):
+        made.append(1)
+        return fresh(y, ry)
+
+    held = fresh(x0, f(x0))
+    keep = lambda y, ry: held  # noqa: E731
+    x, r, history = fp.converge(f, x0, f(x0), keep, counted, 1e-9, 8)
+    assert len(made) <= 8
+    assert all(b <= a for a, b in zip(history, history[1:], strict=False))
+    nonzero = x_star != 0
+    assert np.abs(x[nonzero] / x_star[nonzero] - 1).max() < 3e-6
+    stale = fp.converge(f, x0, f(x0), keep, lambda y, ry: held, 1e-9, 1)
+    assert fp.huber_loss(stale[1]) > fp.huber_loss(r)
+    assert np.abs(stale[0][nonzero] / x_star[nonzero] - 1).max() > 3e-6
+    # one Jacobian allowed: only the first is ever made
+    made.clear()
+    fp.converge(f, x0, f(x0), keep, counted, 1e-9, 1)
+    assert len(made) == 1
+
+
+def test_wide_differences_cross_the_kinks_fine_ones_sit_between(fp):
+    """A loss made of stairs (a staircase of steps 0.005 wide in each scaled parameter, like whole
+    pages or chunks): differences of a ten-thousandth see flat treads and the fit stops where it
+    starts; with the wide differences tried where a fresh Jacobian fails it walks down to within a
+    tread or two of the minimum, the loss never rising."""
+    x_star = fp.current()
+    scale = np.maximum(np.abs(x_star), 1e-3)
+
+    def f(x):
+        u = np.floor((x - x_star) / scale / 0.005) * 0.005
+        return np.concatenate([0.3 * u, np.full(10, 0.1)])
+
+    free = np.ones(len(x_star), dtype=bool)
+    fine = lambda y, ry: fp.forward_jacobian(f, y, ry, free)  # noqa: E731
+    wide = lambda y, ry: fp.forward_jacobian(f, y, ry, free, fp.WIDE_STEP)  # noqa: E731
+    x0 = fp.jittered(x_star, 2, share=0.1)
+    u0 = np.abs(f(x0)[: len(x_star)]).max() / 0.3
+    assert u0 > 0.1
+    stuck = fp.converge(f, x0, f(x0), fine, fine, 1e-9, 60)
+    assert (stuck[0] == x0).all()
+    x, r, history = fp.converge(f, x0, f(x0), fine, fine, 1e-9, 60, wide=wide)
+    assert np.abs(r[: len(x_star)]).max() / 0.3 <= 0.0101
+    assert fp.huber_loss(r) < 1e-3 * fp.huber_loss(f(x0)) + 0.05 + 1e-9  # 10 x 0.5 x 0.1^2 = 0.05 at the minimum
+    assert all(b <= a for a, b in zip(history, history[1:], strict=False))
