@@ -260,10 +260,12 @@ def converge(f: Callable[[np.ndarray], np.ndarray], x: np.ndarray, r: np.ndarray
     history = [huber_loss(r)]
     for n in range(steps):
         xn, rn, lam, moved = damped_step(f, x, r, jac, lam, 8, bounds)
-        gain = (history[-1] - huber_loss(rn)) / max(history[-1], 1e-300) if moved else 0.0
+        gain = 0.0
         if moved:
+            loss = huber_loss(rn)
+            gain = (history[-1] - loss) / max(history[-1], 1e-300)
             x, r = xn, rn
-            history.append(huber_loss(r))
+            history.append(loss)
         if label:
             print(f"  {label}: step {n + 1} loss {history[-1]:.6g} gain {gain:.2e}"
                   f"{['', ' (fresh Jacobian)', ' (wide differences)'][fresh]}", file=sys.stderr, flush=True)

@@ -39,14 +39,20 @@ trace replayed at its logged rate does not load the replicas the plan sized for 
 TRACE_RATES = ("logged", "plan")
 
 
+def _arrived_slowly(p: dict[str, Any]) -> bool:
+    """Whether product row ``p``'s requests arrived at less than :data:`SLOW_REPLAY` of its planned rate."""
+    rate = p.get("arrival_rate_qps")
+    return rate is not None and rate < SLOW_REPLAY * p["qps"]
+
+
 def _print(d: dict[str, Any], con: Any) -> None:
     """One block per product: percentiles, targets, utilisation, misses, verdict."""
     d = for_terminal(d)
     for p in d["products"]:
         t, s = p["ttft_ms"], p["tpot_ms"]
-        rate = p.get("arrival_rate_qps")
-        if rate is not None and rate < SLOW_REPLAY * p["qps"]:  # a logged trace replayed below the planned load
-            arrived = f"{p['requests']:,} requests arriving at {rate:g}/s (the plan's hour serves {p['qps']:g}/s)"
+        if _arrived_slowly(p):  # a logged trace replayed below the planned load
+            arrived = (f"{p['requests']:,} requests arriving at {p['arrival_rate_qps']:g}/s "
+                       f"(the plan's hour serves {p['qps']:g}/s)")
         else:
             arrived = f"{p['requests']:,} requests at {p['qps']:g}/s"
         con.print(f"{p['name']}: hour {p['hour']}, {arrived} on "
@@ -85,9 +91,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     for p in result["products"]:
-        rate = p.get("arrival_rate_qps")
-        if result["trace_rate"] == "logged" and rate is not None and rate < SLOW_REPLAY * p["qps"]:
-            print(terminal(f"fleetplan: note: {p['name']}: the trace hour's requests arrive at {rate:g}/s, below the "
+        if result["trace_rate"] == "logged" and _arrived_slowly(p):
+            print(terminal(f"fleetplan: note: {p['name']}: the trace hour's requests arrive at "
+                           f"{p['arrival_rate_qps']:g}/s, below the "
                            f"{p['qps']:g}/s planned; --trace-rate plan replays them at the planned rate"), file=sys.stderr)
         if p["short_run"]:
             print(terminal(f"fleetplan: note: {p['name']}: {p['simulated_s']:g} simulated s is under three request lifetimes "

@@ -1064,6 +1064,11 @@ def _by_product_split(scenario: Scenario, unc: Uncertainty, catalog: Catalog, pr
     return setup if isinstance(setup, str) else separable_plan(setup, client, workers, progress, start)
 
 
+def _expected(models: list[OutcomeModel], values: Sequence[float]) -> float:
+    """The outcomes' ``values`` weighed by their probabilities."""
+    return sum(m.case.probability * v for m, v in zip(models, values))
+
+
 def _expected_cost_of(models: list[OutcomeModel], commit: Sequence[float], run: Runner, notes: list[str]) -> float:
     """Expected cost over the outcomes of committing to ``commit`` (the mean forecast's): infinite,
     with a note, when some outcome has no plan under it."""
@@ -1071,7 +1076,7 @@ def _expected_cost_of(models: list[OutcomeModel], commit: Sequence[float], run: 
     if costs is None:
         notes.append("the mean forecast's commitment leaves some outcome without a plan: its expected cost is infinite")
         return math.inf
-    return sum(m.case.probability * v for m, v in zip(models, costs))
+    return _expected(models, costs)
 
 
 def plan_under_uncertainty(scenario: Scenario, unc: Uncertainty, catalog: Catalog, preset: Preset, folder: Path,
@@ -1117,10 +1122,10 @@ def plan_under_uncertainty(scenario: Scenario, unc: Uncertainty, catalog: Catalo
                         progress=None if progress is None else
                         lambda it, lo, up: progress("decomposition rounds", it, unc.max_iterations))
         x, costs, bound, own, iterations = dec.commit, dec.outcome_costs, dec.lower_bound_usd, dec.own_optima, dec.iterations
-    expected = sum(m.case.probability * v for m, v in zip(models, costs))
+    expected = _expected(models, costs)
     objective = _objective(costs, [m.case.probability for m in models], unc.risk_weight, unc.cvar_alpha)
     eev = _expected_cost_of(models, ev.commit, run, notes)
-    wait_and_see = sum(m.case.probability * v for m, v in zip(models, own))
+    wait_and_see = _expected(models, own)
     outcomes = [OutcomeCost(m.case.name, m.case.probability, v, o) for m, v, o in zip(models, costs, own)]
     return StochasticPlan(
         commitment=_commitment(terms, x), expected_cost_usd=expected, lower_bound_usd=min(bound, objective),
